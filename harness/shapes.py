@@ -1,0 +1,178 @@
+"""GEMM problem shapes: the CUDA-L2 1,000-shape grid, named subsets and parsers.
+
+A shape is (M, N, K) for C[M,N] = A[M,K] @ B[K,N].  Shape sets are named so
+result files and sessions can say which set they cover:
+
+* ``grid``      - all 1,000 shapes with M, N, K in :data:`GRID_DIMS`.
+* ``small``     - the grid shapes with every dimension <= 512 (64 shapes).
+* ``sample100`` - a fixed stratified sample of 100 grid shapes, see :func:`sample100`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .errors import ShapeError
+
+GRID_DIMS: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+ACCUMULATORS: tuple[str, ...] = ("f32", "f16")
+MAX_DIM = 1 << 17
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One GEMM problem size."""
+
+    m: int
+    n: int
+    k: int
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def min_bytes(self) -> int:
+        """Bytes every kernel must move at least: read A and B once, write C once (fp16)."""
+        return 2 * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+    @property
+    def size_class(self) -> str:
+        """small / mid / big by work, used for summary tables.
+
+        small: under 2^30 flop (tens of microseconds at most on an H200, where
+        launch and tail effects dominate); big: 2^37 flop or more; mid: between.
+        """
+        if self.flops < 1 << 30:
+            return "small"
+        if self.flops >= 1 << 37:
+            return "big"
+        return "mid"
+
+    @property
+    def file_stem(self) -> str:
+        """Name used for kernel files in a kernels directory: ``M_N_K``."""
+        return f"{self.m}_{self.n}_{self.k}"
+
+
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x×X,*]\s*(\d+)\s*[x×X,*]\s*(\d+)\s*$")
+
+
+def parse_shape(text: str) -> Shape:
+    """Parse ``4096x4096x4096`` (or ``M,N,K`` / ``M_N_K``) into a :class:`Shape`."""
+    m = _SHAPE_RE.match(text.replace("_", "x"))
+    if not m:
+        raise ShapeError(f"bad shape {text!r}: write MxNxK, e.g. 4096x4096x4096")
+    dims = tuple(int(g) for g in m.groups())
+    for d in dims:
+        if d <= 0 or d > MAX_DIM:
+            raise ShapeError(f"bad shape {text!r}: every dimension must be between 1 and {MAX_DIM}")
+    return Shape(*dims)
+
+
+def grid() -> list[Shape]:
+    """All 1,000 shapes, ordered by (M, N, K)."""
+    return [Shape(m, n, k) for m, n, k in itertools.product(GRID_DIMS, repeat=3)]
+
+
+def small() -> list[Shape]:
+    """Grid shapes whose every dimension is <= 512."""
+    return [s for s in grid() if max(s.m, s.n, s.k) <= 512]
+
+
+def sample100() -> list[Shape]:
+    """A fixed, stratified 100-shape sample of the grid.
+
+    Stratified by the three size classes in proportion to their share of the
+    grid, and within each class spread evenly over log2(M*N*K) and the aspect
+    of the problem: the class's shapes are sorted by (flops, M, N, K) and every
+    j-th is taken at evenly spaced positions.  No random numbers, so the sample
+    is the same everywhere and forever.
+    """
+    shapes = grid()
+    by_class: dict[str, list[Shape]] = {"small": [], "mid": [], "big": []}
+    for s in shapes:
+        by_class[s.size_class].append(s)
+    total = len(shapes)
+    quota = {c: round(100 * len(v) / total) for c, v in by_class.items()}
+    # make the quotas sum to exactly 100 (rounding), adjusting the largest class
+    diff = 100 - sum(quota.values())
+    largest = max(quota, key=lambda c: len(by_class[c]))
+    quota[largest] += diff
+    out: list[Shape] = []
+    for cls, members in by_class.items():
+        members = sorted(members, key=lambda s: (s.flops, s.m, s.n, s.k))
+        q = quota[cls]
+        if q <= 0:
+            continue
+        step = len(members) / q
+        out.extend(members[int(i * step + step / 2)] for i in range(q))
+    return sorted(out)
+
+
+SHAPE_SETS = {"grid": grid, "small": small, "sample100": sample100}
+
+
+def read_shapes_file(path: str | Path) -> list[Shape]:
+    """One ``M,N,K`` (or ``MxNxK``) per line; ``#`` starts a comment; blank lines ignored."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ShapeError(f"cannot read shapes file {str(p)!r}: {e.strerror}") from None
+    out: list[Shape] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            out.append(parse_shape(line))
+        except ShapeError:
+            raise ShapeError(f"{p}:{lineno}: bad shape {line!r}: write M,N,K per line") from None
+    if not out:
+        raise ShapeError(f"shapes file {str(p)!r} holds no shapes")
+    return out
+
+
+def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100") -> list[Shape]:
+    """Turn user shape specs into a de-duplicated, ordered shape list.
+
+    Each spec is a set name (``grid``, ``small``, ``sample100``), a shape string
+    (``4096x4096x4096``), a comma/space separated list of shape strings, or a
+    path to a shapes file.
+    """
+    if specs is None:
+        specs = [default]
+    elif isinstance(specs, str):
+        specs = [specs]
+    seen: dict[Shape, None] = {}
+    for spec in specs:
+        spec = spec.strip()
+        if spec in SHAPE_SETS:
+            items = SHAPE_SETS[spec]()
+        elif _SHAPE_RE.match(spec.replace("_", "x")):
+            items = [parse_shape(spec)]
+        elif Path(spec).is_file():
+            items = read_shapes_file(spec)
+        elif re.fullmatch(r"[\dx×X_,\s]+", spec) and any(sep in spec for sep in (" ", ";")):
+            items = [parse_shape(t) for t in re.split(r"[\s;]+", spec) if t]
+        else:
+            raise ShapeError(
+                f"unknown shapes {spec!r}: use grid, small, sample100, MxNxK or a shapes file"
+            )
+        for s in items:
+            seen[s] = None
+    return list(seen)
+
+
+def parse_accumulator(text: str) -> str:
+    if text not in ACCUMULATORS:
+        raise ShapeError(f"bad accumulator {text!r}: use f32 or f16")
+    return text
