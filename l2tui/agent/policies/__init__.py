@@ -1,0 +1,36 @@
+"""Policies that play the agent's roles: ``llm``, ``search`` and ``human``.
+
+``make_policy(name, ...)`` builds one by name; the protocol and its data
+classes live in :mod:`l2tui.agent.policies.base`.
+"""
+
+from .base import Attempt, Failure, Policy, Proposal, TrackContext
+
+__all__ = ["Attempt", "Failure", "Policy", "Proposal", "TrackContext", "make_policy", "POLICY_NAMES"]
+
+POLICY_NAMES = ("llm", "search", "human")
+
+
+def make_policy(name: str, config=None, **kwargs) -> Policy:
+    """Build a policy by name.  ``config`` is an ``l2tui.config.Config`` (or None)."""
+    from l2tui.errors import UserError
+
+    if name == "llm":
+        from .llm import LLMPolicy
+
+        return LLMPolicy.from_config(config, **kwargs)
+    if name == "search":
+        try:
+            from .search import SearchPolicy  # issue 5
+        except ImportError as e:
+            raise UserError(f"the search policy is not available ({e}); use --policy llm") from None
+        opts = dict(getattr(config, "search", {}) or {}) if config is not None else {}
+        try:
+            return SearchPolicy(**opts, **kwargs)
+        except TypeError:
+            return SearchPolicy()
+    if name == "human":
+        from .human import HumanPolicy
+
+        return HumanPolicy()
+    raise UserError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
