@@ -1,0 +1,42 @@
+"""``python -m harness COMMAND``: the harness without l2tui (bench, doctor, profile)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import HarnessError
+
+COMMANDS = {
+    "bench": ("harness.bench", "time kernels and baselines on shapes"),
+    "doctor": ("harness.doctor", "check GPU, nvcc, CUTLASS, ncu, NVML and Python packages"),
+    "profile": ("harness.profiling.cli", "profile a kernel or baseline with Nsight Compute"),
+    "build": ("harness.buildcli", "compile an ABI kernel file and print its ptxas report"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    mods = {}
+    for name, (modname, help_) in COMMANDS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name == modname:
+                continue
+            raise
+        p = sub.add_parser(name, help=help_, description=help_)
+        mod.add_arguments(p)
+        mods[name] = mod
+    args = parser.parse_args(argv)
+    try:
+        return int(mods[args.command].main(args) or 0)
+    except HarnessError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,619 @@
+"""The nvcc driver: one ABI kernel source in, one cached shared library out.
+
+Why a cache keyed by content: a CUTLASS SM90 kernel takes about a minute to
+compile, and the agent loop and the sweep ask for the same (source, flags,
+arch) many times across shapes (M, N, K are runtime arguments).  The key is the
+sha256 of the source, the flags, the nvcc version, the target architecture and
+the CUTLASS headers' identity, so a result is reused only when nvcc would
+produce the same library.  Failed builds are cached too: the same inputs give
+the same errors, and the debugger wants them instantly.
+
+Everything a build tells us comes back as data (:class:`BuildResult`): the
+ptxas resource report parsed per kernel, and compile errors as structured
+:class:`CompileError` records the debugger role can quote.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import KernelSourceError, ToolMissing
+from .paths import build_cache_dir
+
+#: bump when the build recipe changes in a way the key does not capture
+RECIPE_VERSION = 1
+SOURCE_NAME = "kernel.cu"
+LIB_NAME = "kernel.so"
+DEFAULT_TIMEOUT_S = 900.0
+
+#: nvcc target flags per architecture name accepted by ``--arch``
+ARCH_GENCODE: dict[str, list[str]] = {
+    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
+    "sm_90": ["-gencode=arch=compute_90,code=sm_90"],
+    "sm_80": ["-gencode=arch=compute_80,code=sm_80"],
+    "sm_86": ["-gencode=arch=compute_86,code=sm_86"],
+    "sm_89": ["-gencode=arch=compute_89,code=sm_89"],
+    "sm_100a": ["-gencode=arch=compute_100a,code=sm_100a"],
+}
+_FALLBACK_NVCC: tuple[str, ...] = ("/usr/local/cuda/bin/nvcc",)
+DEFAULT_ARCH = "sm_90a"  # the project's target GPU (H200) when no GPU is present
+
+BASE_FLAGS = [
+    "-O3",
+    "-std=c++17",
+    "-shared",
+    "-Xcompiler=-fPIC",
+    "--expt-relaxed-constexpr",
+    "-Xptxas=-v",
+    "-lineinfo",
+]
+# Flags a caller may not pass: the driver owns the output and the inputs.
+_FORBIDDEN_FLAGS = ("-o", "--output-file", "-odir", "--output-directory", "-run", "--run")
+
+_ABI_RE = re.compile(r'extern\s+"C"[^;{]*?\bl2_hgemm\s*\(', re.S)
+_ABI_BLOCK_RE = re.compile(r'extern\s+"C"\s*\{', re.S)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class KernelResources:
+    """ptxas's report for one compiled entry function."""
+
+    name: str
+    arch: str = ""
+    registers: int = 0
+    smem_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+
+@dataclass
+class PtxasReport:
+    """Resources of the library's kernels: maxima (spills summed) plus each kernel."""
+
+    registers: int = 0
+    smem_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    stack_bytes: int = 0
+    kernels: list[KernelResources] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "PtxasReport | None":
+        if d is None:
+            return None
+        kernels = [KernelResources(**k) for k in d.get("kernels", [])]
+        rest = {k: v for k, v in d.items() if k != "kernels"}
+        return cls(kernels=kernels, **rest)
+
+    def summary(self) -> str:
+        return (
+            f"{self.registers} regs, {self.smem_bytes} B smem, "
+            f"{self.spill_store_bytes}/{self.spill_load_bytes} B spill st/ld, {self.stack_bytes} B stack"
+        )
+
+
+@dataclass
+class CompileError:
+    """One diagnostic from nvcc, the host compiler, ptxas or the linker."""
+
+    file: str
+    line: int | None
+    col: int | None
+    severity: str  # "error" | "warning" | "fatal"
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        loc = self.file
+        if self.line is not None:
+            loc += f":{self.line}"
+            if self.col is not None:
+                loc += f":{self.col}"
+        return f"{loc}: {self.severity}: {self.message}"
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    key: str
+    so_path: Path | None
+    ptxas: PtxasReport | None
+    errors: list[CompileError]
+    log: str
+    seconds: float
+    cached: bool
+    arch: str
+    flags: list[str]
+    nvcc_version: str = ""
+
+    @property
+    def warnings(self) -> list[CompileError]:
+        return [e for e in self.errors if e.severity == "warning"]
+
+    def error_text(self, limit: int = 20) -> str:
+        """The errors (not warnings) as lines for a prompt or a status line."""
+        errs = [e for e in self.errors if e.severity != "warning"] or self.errors
+        lines = [str(e) for e in errs[:limit]]
+        if len(errs) > limit:
+            lines.append(f"... {len(errs) - limit} more")
+        return "\n".join(lines) if lines else self.log.strip()[-2000:]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "key": self.key,
+            "so_path": str(self.so_path) if self.so_path else None,
+            "ptxas": self.ptxas.to_dict() if self.ptxas else None,
+            "errors": [e.to_dict() for e in self.errors],
+            "log": self.log,
+            "seconds": self.seconds,
+            "cached": self.cached,
+            "arch": self.arch,
+            "flags": list(self.flags),
+            "nvcc_version": self.nvcc_version,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BuildResult":
+        return cls(
+            ok=bool(d["ok"]),
+            key=d["key"],
+            so_path=Path(d["so_path"]) if d.get("so_path") else None,
+            ptxas=PtxasReport.from_dict(d.get("ptxas")),
+            errors=[CompileError(**e) for e in d.get("errors", [])],
+            log=d.get("log", ""),
+            seconds=float(d.get("seconds", 0.0)),
+            cached=bool(d.get("cached", False)),
+            arch=d.get("arch", ""),
+            flags=list(d.get("flags", [])),
+            nvcc_version=d.get("nvcc_version", ""),
+        )
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def nvcc_path() -> str:
+    """Path of nvcc: ``$L2TUI_NVCC``, then PATH, then ``$CUDA_HOME/bin``."""
+    env = os.environ.get("L2TUI_NVCC")
+    if env:
+        if Path(env).is_file():
+            return env
+        raise ToolMissing(f"L2TUI_NVCC={env} does not exist: point it at nvcc or unset it")
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    for cand in _FALLBACK_NVCC:
+        if Path(cand).is_file():
+            return cand
+    raise ToolMissing(
+        "nvcc not found: install the CUDA toolkit (12.x or 13.x) and put its bin/ on PATH, or set CUDA_HOME"
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _nvcc_version_of(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolMissing(f"nvcc at {path} does not run ({e}): reinstall the CUDA toolkit") from None
+    m = re.search(r"release\s+([\d.]+),\s*V([\d.]+)", out)
+    return m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def nvcc_version() -> str:
+    """e.g. ``13.0.88``."""
+    return _nvcc_version_of(nvcc_path())
+
+
+@functools.lru_cache(maxsize=1)
+def cutlass_include_dirs() -> tuple[Path, ...]:
+    """CUTLASS/CuTe include folders from the installed ``nvidia-cutlass`` package.
+
+    ``$CUTLASS_PATH`` (a CUTLASS checkout) takes precedence.  Empty when neither
+    is there; kernels that include CUTLASS then fail to compile with a hint.
+    """
+    env = os.environ.get("CUTLASS_PATH")
+    if env:
+        root = Path(env)
+        dirs = [root / "include", root / "tools" / "util" / "include"]
+        return tuple(d for d in dirs if d.is_dir())
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("cutlass_library")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    root = Path(list(spec.submodule_search_locations)[0]) / "source"
+    dirs = [root / "include", root / "tools" / "util" / "include"]
+    return tuple(d for d in dirs if d.is_dir())
+
+
+def _cutlass_identity() -> str:
+    dirs = cutlass_include_dirs()
+    if not dirs:
+        return "none"
+    version_h = dirs[0] / "cutlass" / "version.h"
+    try:
+        text = version_h.read_text()
+    except OSError:
+        return str(dirs[0])
+    nums = re.findall(r"#define CUTLASS_(MAJOR|MINOR|PATCH)\s+(\d+)", text)
+    return ".".join(n for _, n in nums) or str(dirs[0])
+
+
+def normalize_arch(arch: str | None) -> str:
+    """``sm_90a`` / ``90a`` / ``compute_90a`` -> ``sm_90a``; None -> the GPU's arch or the default."""
+    if arch is None or arch == "auto":
+        from .gpuinfo import detect_arch
+
+        return detect_arch() or DEFAULT_ARCH
+    a = arch.strip().lower()
+    a = a.replace("compute_", "sm_")
+    if not a.startswith("sm_"):
+        a = "sm_" + a
+    if a not in ARCH_GENCODE:
+        from .errors import HarnessError
+
+        raise HarnessError(f"unknown arch {arch!r}: use one of {', '.join(sorted(ARCH_GENCODE))}")
+    return a
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def check_abi(source: str) -> None:
+    """Refuse a source that does not define the ABI entry point ``extern "C" l2_hgemm``."""
+    if "l2_hgemm" not in source:
+        raise KernelSourceError('kernel does not define l2_hgemm: add extern "C" int l2_hgemm(...) (see the kernel ABI)')
+    if not (_ABI_RE.search(source) or _ABI_BLOCK_RE.search(source)):
+        raise KernelSourceError('l2_hgemm must be declared extern "C" so it can be loaded (see the kernel ABI)')
+
+
+_PTXAS_ENTRY = re.compile(r"ptxas info\s*:\s*Compiling entry function '([^']+)' for '([^']+)'")
+_PTXAS_PROPS = re.compile(r"ptxas info\s*:\s*Function properties for (\S+)")
+_PTXAS_STACK = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_PTXAS_USED = re.compile(r"ptxas info\s*:\s*Used (\d+) registers(.*)")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(log: str) -> PtxasReport | None:
+    """Parse ``-Xptxas -v`` output into per-kernel resources (None if there is no report)."""
+    kernels: dict[str, KernelResources] = {}
+    current: KernelResources | None = None
+    props_for: str | None = None
+    for line in log.splitlines():
+        m = _PTXAS_ENTRY.search(line)
+        if m:
+            name, arch = m.group(1), m.group(2)
+            current = kernels.setdefault(name, KernelResources(name=name, arch=arch))
+            continue
+        m = _PTXAS_PROPS.search(line)
+        if m:
+            props_for = m.group(1)
+            continue
+        m = _PTXAS_STACK.search(line)
+        if m and props_for is not None:
+            k = kernels.setdefault(props_for, KernelResources(name=props_for))
+            k.stack_bytes, k.spill_store_bytes, k.spill_load_bytes = (int(g) for g in m.groups())
+            props_for = None
+            continue
+        m = _PTXAS_USED.search(line)
+        if m and current is not None:
+            current.registers = int(m.group(1))
+            s = _SMEM.search(m.group(2))
+            current.smem_bytes = int(s.group(1)) if s else 0
+    if not kernels:
+        return None
+    ks = list(kernels.values())
+    return PtxasReport(
+        registers=max(k.registers for k in ks),
+        smem_bytes=max(k.smem_bytes for k in ks),
+        spill_store_bytes=sum(k.spill_store_bytes for k in ks),
+        spill_load_bytes=sum(k.spill_load_bytes for k in ks),
+        stack_bytes=max(k.stack_bytes for k in ks),
+        kernels=ks,
+    )
+
+
+# kernel.cu(12): error: identifier "x" is undefined
+_NVCC_DIAG = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)(?: #[\w-]+)?: (?P<msg>.*)$")
+# kernel.cu:12:5: error: ...   (host compiler)
+_GCC_DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>error|warning|fatal error): (?P<msg>.*)$")
+# ptxas error   : Entry function ... / nvlink error : ... / ptxas fatal
+_TOOL_DIAG = re.compile(r"^(?P<tool>ptxas|nvlink|nvcc|ld|/usr/bin/ld)\s*(?P<sev>error|fatal|warning)?\s*:\s*(?P<msg>.*)$")
+
+
+def parse_diagnostics(log: str, workdir: str | None = None) -> list[CompileError]:
+    """Structured diagnostics from a compiler log; temp paths are shown as ``kernel.cu``."""
+    out: list[CompileError] = []
+    lines = log.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if workdir:
+            line = line.replace(workdir + os.sep, "")
+        m = _NVCC_DIAG.match(line)
+        if m:
+            msg = m.group("msg").strip()
+            # nvcc puts the offending source line and a caret on the next lines: keep the source line
+            sev = "fatal" if m.group("sev") == "catastrophic error" else m.group("sev")
+            out.append(CompileError(_short(m.group("file")), int(m.group("line")), None, sev, msg))
+            i += 1
+            continue
+        m = _GCC_DIAG.match(line)
+        if m:
+            sev = "fatal" if m.group("sev") == "fatal error" else m.group("sev")
+            col = int(m.group("col")) if m.group("col") else None
+            out.append(CompileError(_short(m.group("file")), int(m.group("line")), col, sev, m.group("msg").strip()))
+            i += 1
+            continue
+        m = _TOOL_DIAG.match(line.strip())
+        if m and m.group("sev") in ("error", "fatal"):
+            out.append(CompileError(m.group("tool").rsplit("/", 1)[-1], None, None, m.group("sev"), m.group("msg").strip()))
+        elif "undefined reference to" in line or "cannot find -l" in line:
+            out.append(CompileError("ld", None, None, "error", line.strip()))
+        i += 1
+    return out
+
+
+def _short(path: str) -> str:
+    p = path.strip()
+    if p.endswith(SOURCE_NAME) and os.sep in p and "/tmp" in p:
+        return SOURCE_NAME
+    return p
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _link_flags_for(source: str) -> list[str]:
+    """Libraries a source needs that nvcc does not link by default."""
+    flags = []
+    if re.search(r"#\s*include\s*[<\"]cublasLt\.h[>\"]", source):
+        flags.append("-lcublasLt")
+    if re.search(r"#\s*include\s*[<\"]cublas(_v2)?\.h[>\"]", source):
+        flags.append("-lcublas")
+    return flags
+
+
+def validate_flags(flags: Sequence[str]) -> list[str]:
+    out = []
+    for f in flags:
+        if not isinstance(f, str) or not f.startswith("-"):
+            from .errors import HarnessError
+
+            raise HarnessError(f"bad nvcc flag {f!r}: flags must start with '-'")
+        if f.split("=", 1)[0] in _FORBIDDEN_FLAGS:
+            from .errors import HarnessError
+
+            raise HarnessError(f"nvcc flag {f!r} is not allowed: the build driver chooses outputs")
+        out.append(f)
+    return out
+
+
+def build_key(source: str, arch: str, flags: Sequence[str], nvcc_ver: str) -> str:
+    payload = json.dumps(
+        {
+            "recipe": RECIPE_VERSION,
+            "source": source,
+            "flags": list(flags),
+            "arch": arch,
+            "nvcc": nvcc_ver,
+            "cutlass": _cutlass_identity(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def nvcc_command(nvcc: str, arch: str, flags: Sequence[str], src: Path, out: Path, source: str) -> list[str]:
+    cmd = [nvcc, *BASE_FLAGS, *ARCH_GENCODE[arch]]
+    for d in cutlass_include_dirs():
+        cmd.append(f"-I{d}")
+    cmd += list(flags)
+    cmd += ["-o", str(out), str(src)]
+    cmd += _link_flags_for(source)
+    return cmd
+
+
+def _cache_entry(key: str) -> Path:
+    return build_cache_dir() / key[:2] / key
+
+
+def _load_cached(key: str) -> BuildResult | None:
+    entry = _cache_entry(key)
+    meta = entry / "build.json"
+    try:
+        d = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    res = BuildResult.from_dict(d)
+    if res.ok:
+        so = entry / LIB_NAME
+        if not so.is_file():
+            return None
+        res.so_path = so
+    res.cached = True
+    return res
+
+
+def _exported_symbols(so: Path) -> set[str] | None:
+    nm = shutil.which("nm")
+    if not nm:
+        return None
+    try:
+        out = subprocess.run([nm, "-D", "--defined-only", str(so)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return {ln.split()[-1] for ln in out.stdout.splitlines() if ln.strip()}
+
+
+def build(
+    source: str,
+    *,
+    arch: str | None = None,
+    flags: Sequence[str] = (),
+    name: str = "kernel",
+    use_cache: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> BuildResult:
+    """Compile one ABI kernel source to a shared library (or return the cached one).
+
+    Raises :class:`KernelSourceError` for a source without ``l2_hgemm`` and
+    :class:`ToolMissing` without nvcc; compile failures are *results*
+    (``ok=False`` with structured ``errors``), not exceptions.
+    """
+    check_abi(source)
+    nvcc = nvcc_path()
+    arch_n = normalize_arch(arch)
+    flags_v = validate_flags(flags)
+    ver = _nvcc_version_of(nvcc)
+    key = build_key(source, arch_n, flags_v, ver)
+    if use_cache:
+        hit = _load_cached(key)
+        if hit is not None:
+            return hit
+
+    root = build_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    src = work / SOURCE_NAME
+    src.write_text(source)
+    so = work / LIB_NAME
+    cmd = nvcc_command(nvcc, arch_n, flags_v, src, so, source)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=work)
+        log = (proc.stdout or "") + (proc.stderr or "")
+        rc = proc.returncode
+    except subprocess.TimeoutExpired as e:
+        log = f"nvcc timed out after {timeout_s:.0f} s\n" + (e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or ""))
+        rc = -1
+    seconds = time.monotonic() - t0
+    log = log.replace(str(work) + os.sep, "")
+    errors = parse_diagnostics(log, str(work))
+    ok = rc == 0 and so.is_file()
+    if ok:
+        syms = _exported_symbols(so)
+        if syms is not None and "l2_hgemm" not in syms:
+            ok = False
+            errors.append(CompileError(SOURCE_NAME, None, None, "error", 'the library does not export l2_hgemm: declare it extern "C" and not static'))
+    elif not any(e.severity in ("error", "fatal") for e in errors):
+        tail = log.strip().splitlines()[-1] if log.strip() else f"nvcc exited with status {rc}"
+        errors.append(CompileError("nvcc", None, None, "error", tail))
+    result = BuildResult(
+        ok=ok,
+        key=key,
+        so_path=so if ok else None,
+        ptxas=parse_ptxas(log),
+        errors=errors,
+        log=log,
+        seconds=seconds,
+        cached=False,
+        arch=arch_n,
+        flags=flags_v,
+        nvcc_version=ver,
+    )
+    (work / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
+    entry = _cache_entry(key)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(work, entry)
+    except OSError:
+        # another process finished the same build first: keep theirs
+        shutil.rmtree(work, ignore_errors=True)
+        hit = _load_cached(key)
+        if hit is not None:
+            hit.cached = False
+            return hit
+        return result
+    if ok:
+        result.so_path = entry / LIB_NAME
+        (entry / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def build_file(path: str | Path, **kw: Any) -> BuildResult:
+    """Build a kernel file; unreadable files are a one-line :class:`KernelSourceError`."""
+    p = Path(path)
+    try:
+        source = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise KernelSourceError(f"cannot read kernel file {str(p)!r}: {reason}") from None
+    return build(source, name=p.stem, **kw)
+
+
+def default_jobs() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def build_many(
+    sources: Sequence[str],
+    *,
+    arch: str | None = None,
+    flags: Sequence[str] = (),
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Any = None,
+) -> list[BuildResult]:
+    """Build several sources in parallel (default: one nvcc per core).
+
+    Identical sources are built once.  ``progress(done, total, result)`` is
+    called as builds finish.  A source that fails the ABI check yields a failed
+    result instead of raising, so one bad file does not stop a sweep.
+    """
+    arch_n = normalize_arch(arch)
+    unique = list(dict.fromkeys(sources))
+    results: dict[str, BuildResult] = {}
+    done = 0
+
+    def one(src: str) -> BuildResult:
+        try:
+            return build(src, arch=arch_n, flags=flags, use_cache=use_cache)
+        except KernelSourceError as e:
+            return BuildResult(False, "", None, None, [CompileError(SOURCE_NAME, None, None, "error", str(e))], str(e), 0.0, False, arch_n, list(flags))
+
+    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        futs = {pool.submit(one, s): s for s in unique}
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futs):
+            res = fut.result()
+            results[futs[fut]] = res
+            done += 1
+            if progress is not None:
+                progress(done, len(unique), res)
+    return [results[s] for s in sources]
