@@ -1,0 +1,268 @@
+"""Chat completions against any OpenAI-compatible endpoint, through the ``openai`` SDK.
+
+Why our own retry loop instead of the SDK's ``max_retries``: every retry must
+be visible (an ``error``-free ``llm_call`` with ``attempts``, a progress line),
+``Retry-After`` must be honoured with a cap, and a failure must end as a
+*result* (``ok=False`` with a one-line ``error``) so the agent loop records a
+``no_patch`` step and goes on instead of dying.
+
+The API key is read from the environment variable named in config at call
+time; it is never stored on this object's public state, in results or in
+error messages (any occurrence is masked).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+RETRY_CAP_S = 60.0
+DELTA_BATCH_CHARS = 64
+DELTA_BATCH_S = 0.05
+
+
+@dataclass
+class LLMResult:
+    ok: bool
+    text: str
+    usage: dict = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0})
+    seconds: float = 0.0
+    error: str | None = None        # one line when not ok
+    attempts: int = 1
+    model: str = ""
+    finish_reason: str | None = None
+
+
+def _one_line(s: str, limit: int = 300) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+class DeltaBatcher:
+    """Collect streamed tokens; flush every ``chars`` characters or ``seconds``."""
+
+    def __init__(self, sink: Callable[[str], None] | None, chars: int = DELTA_BATCH_CHARS, seconds: float = DELTA_BATCH_S):
+        self.sink, self.chars, self.seconds = sink, chars, seconds
+        self.buf: list[str] = []
+        self.n = 0
+        self.last = time.monotonic()
+
+    def add(self, text: str) -> None:
+        if not text or self.sink is None:
+            return
+        self.buf.append(text)
+        self.n += len(text)
+        now = time.monotonic()
+        if self.n >= self.chars or now - self.last >= self.seconds:
+            self.flush(now)
+
+    def flush(self, now: float | None = None) -> None:
+        if self.buf and self.sink is not None:
+            self.sink("".join(self.buf))
+        self.buf, self.n = [], 0
+        self.last = now if now is not None else time.monotonic()
+
+
+class LLMClient:
+    """One endpoint + model.  ``chat`` never raises for endpoint problems."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        temperature: float = 0.2,
+        max_tokens: int = 4096,
+        stream: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.base_url = base_url
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.stream = stream
+        self._sleep = sleep
+        self._client: Any = None
+        self._stream_options_ok = True
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "LLMClient":
+        llm = cfg.llm if cfg is not None else {}
+        return cls(
+            base_url=llm["base_url"], model=llm["model"], api_key_env=llm["api_key_env"],
+            timeout_s=llm["timeout_s"], max_retries=llm["max_retries"], backoff_s=llm["backoff_s"],
+            temperature=llm["temperature"], max_tokens=llm["max_tokens"], stream=llm["stream"],
+        )
+
+    # -------------------------------------------------------------- internals
+    def _key(self) -> str | None:
+        return os.environ.get(self.api_key_env) or None
+
+    def _mask(self, text: str) -> str:
+        key = self._key()
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+        return text
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            import openai
+
+            self._client = openai.OpenAI(
+                base_url=self.base_url,
+                api_key=self._key() or "EMPTY",   # local servers (vLLM, Ollama) accept any key
+                timeout=self.timeout_s,
+                max_retries=0,                     # we retry ourselves, visibly
+            )
+        return self._client
+
+    @staticmethod
+    def _retry_after(exc: Any) -> float | None:
+        resp = getattr(exc, "response", None)
+        headers = getattr(resp, "headers", None)
+        if not headers:
+            return None
+        try:
+            val = headers.get("retry-after") or headers.get("Retry-After")
+            return float(val) if val is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    def _classify(self, exc: BaseException) -> tuple[bool, str]:
+        """(retryable?, one-line reason)."""
+        import openai
+
+        if isinstance(exc, openai.APITimeoutError):
+            return True, f"timed out after {self.timeout_s:g} s"
+        if isinstance(exc, openai.APIConnectionError):
+            return True, f"cannot reach {self.base_url}: {_one_line(str(exc.__cause__ or exc), 120)}"
+        if isinstance(exc, openai.APIStatusError):
+            code = exc.status_code
+            if code == 429:
+                return True, "rate limited (HTTP 429)"
+            if code >= 500:
+                return True, f"server error (HTTP {code})"
+            if code in (401, 403):
+                return False, f"HTTP {code}: the endpoint refused the key; export ${self.api_key_env} with a valid key"
+            if code == 404:
+                return False, f"HTTP 404: check [llm] base_url ({self.base_url}) and model ({self.model})"
+            return False, f"HTTP {code}: {_one_line(getattr(exc, 'message', str(exc)), 200)}"
+        if isinstance(exc, openai.APIResponseValidationError):
+            return False, "the endpoint answered something that is not a chat completion"
+        return False, f"{type(exc).__name__}: {_one_line(str(exc), 200)}"
+
+    def _once(self, messages: list[dict], role: str, on_delta: Callable[[str], None] | None) -> tuple[str, dict | None, str | None]:
+        client = self._get_client()
+        kw: dict[str, Any] = dict(
+            model=self.model, messages=messages, temperature=self.temperature,
+            max_tokens=self.max_tokens, extra_headers={"X-L2tui-Role": role},
+        )
+        if not self.stream:
+            resp = client.chat.completions.create(**kw)
+            if isinstance(resp, str) or not getattr(resp, "choices", None):
+                raise ValueError("the endpoint answered something that is not a chat completion")
+            choice = resp.choices[0]
+            text = getattr(choice.message, "content", None) or ""
+            usage = resp.usage.model_dump() if getattr(resp, "usage", None) is not None else None
+            if on_delta and text:
+                on_delta(text)
+            return text, usage, getattr(choice, "finish_reason", None)
+        if self._stream_options_ok:
+            kw["stream_options"] = {"include_usage": True}
+        batch = DeltaBatcher(on_delta)
+        parts: list[str] = []
+        usage = None
+        finish = None
+        chunks = 0
+        stream = client.chat.completions.create(stream=True, **kw)
+        try:
+            for chunk in stream:
+                chunks += 1
+                if getattr(chunk, "usage", None) is not None:
+                    usage = chunk.usage.model_dump()
+                for ch in getattr(chunk, "choices", None) or []:
+                    delta = getattr(ch, "delta", None)
+                    piece = getattr(delta, "content", None) if delta is not None else None
+                    if piece:
+                        parts.append(piece)
+                        batch.add(piece)
+                    if getattr(ch, "finish_reason", None):
+                        finish = ch.finish_reason
+        finally:
+            batch.flush()
+            close = getattr(stream, "close", None)
+            if close:
+                try:
+                    close()
+                except Exception:
+                    pass
+        if chunks == 0:
+            raise ValueError("the endpoint sent no stream chunks (not an OpenAI-compatible streaming reply)")
+        return "".join(parts), usage, finish
+
+    # -------------------------------------------------------------- public
+    def chat(
+        self,
+        messages: list[dict],
+        *,
+        role: str = "coder",
+        on_delta: Callable[[str], None] | None = None,
+        on_retry: Callable[[int, str, float], None] | None = None,
+    ) -> LLMResult:
+        """Send ``messages``; returns the full text, usage and timing (never raises for endpoint trouble)."""
+        import openai
+
+        t0 = time.monotonic()
+        attempt = 0
+        last_err = "no attempt made"
+        while True:
+            attempt += 1
+            try:
+                text, usage, finish = self._once(messages, role, on_delta)
+                est = usage is None
+                if usage is None:  # servers without usage reporting: estimate (4 chars a token)
+                    usage = {
+                        "prompt_tokens": sum(len(str(m.get("content", ""))) for m in messages) // 4,
+                        "completion_tokens": len(text) // 4,
+                    }
+                usage = {"prompt_tokens": int(usage.get("prompt_tokens") or 0),
+                         "completion_tokens": int(usage.get("completion_tokens") or 0)}
+                if est:
+                    usage["estimated"] = True
+                if not text.strip():
+                    return LLMResult(False, text, usage, time.monotonic() - t0, "the model sent an empty reply",
+                                     attempt, self.model, finish)
+                return LLMResult(True, text, usage, time.monotonic() - t0, None, attempt, self.model, finish)
+            except Exception as exc:  # noqa: BLE001 - every endpoint failure becomes a result
+                if (isinstance(exc, openai.BadRequestError) and self._stream_options_ok and self.stream
+                        and "stream_options" in str(exc)):
+                    self._stream_options_ok = False   # old servers: retry at once without it
+                    attempt -= 1
+                    continue
+                if isinstance(exc, openai.OpenAIError):
+                    retryable, reason = self._classify(exc)
+                else:
+                    retryable, reason = False, "garbage reply from the endpoint: " + _one_line(str(exc), 200)
+                last_err = self._mask(reason)
+                if not retryable or attempt > self.max_retries:
+                    break
+                delay = min(RETRY_CAP_S, self.backoff_s * (2 ** (attempt - 1)))
+                ra = self._retry_after(exc)
+                if ra is not None:
+                    delay = min(RETRY_CAP_S, max(delay, ra))
+                if on_retry is not None:
+                    on_retry(attempt, last_err, delay)
+                self._sleep(delay)
+        suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
+        return LLMResult(False, "", {"prompt_tokens": 0, "completion_tokens": 0}, time.monotonic() - t0,
+                         _one_line(last_err + suffix), attempt, self.model)

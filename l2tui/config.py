@@ -1,0 +1,335 @@
+"""``l2tui.toml``: loading, defaults and validation.
+
+Looked for in the working directory, then the user config dir
+(:func:`l2tui.paths.config_search_path`); the first file that exists wins and
+missing keys take the defaults below.  Every unknown key and every bad value is
+a :class:`~l2tui.errors.ConfigError` whose one-line message names the file, the
+``[section] key`` and what is allowed, because a silently ignored typo in a
+budget or an endpoint costs an engineer an afternoon.
+
+Secrets are never read from a config file: the LLM API key comes from the
+environment variable named by ``[llm] api_key_env``.  :meth:`Config.snapshot`
+is what sessions store.
+
+The schema (:data:`SCHEMA`) is also the documentation source for
+``l2tui.example.toml`` (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+try:
+    import tomllib  # type: ignore[import-not-found]
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+# ---------------------------------------------------------------------------- validators
+# Each returns the normalised value or raises ValueError("what is allowed").
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
+    def v(x: Any) -> int:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ValueError(f"expected an integer{_range(lo, hi)}")
+        if (lo is not None and x < lo) or (hi is not None and x > hi):
+            raise ValueError(f"expected an integer{_range(lo, hi)}")
+        return x
+    return v
+
+
+def _float(lo: float | None = None, hi: float | None = None) -> Callable[[Any], float]:
+    def v(x: Any) -> float:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)):
+            raise ValueError(f"expected a number{_range(lo, hi)}")
+        x = float(x)
+        if (lo is not None and x < lo) or (hi is not None and x > hi):
+            raise ValueError(f"expected a number{_range(lo, hi)}")
+        return x
+    return v
+
+
+def _range(lo: Any, hi: Any) -> str:
+    if lo is not None and hi is not None:
+        return f" between {lo} and {hi}"
+    if lo is not None:
+        return f" >= {lo}"
+    if hi is not None:
+        return f" <= {hi}"
+    return ""
+
+
+def _str(nonempty: bool = False) -> Callable[[Any], str]:
+    def v(x: Any) -> str:
+        if not isinstance(x, str) or (nonempty and not x.strip()):
+            raise ValueError("expected a non-empty string" if nonempty else "expected a string")
+        return x
+    return v
+
+
+def _bool(x: Any) -> bool:
+    if not isinstance(x, bool):
+        raise ValueError("expected true or false")
+    return x
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def v(x: Any) -> str:
+        if x not in options:
+            raise ValueError(f"expected one of {', '.join(repr(o) for o in options)}")
+        return x
+    return v
+
+
+def _str_list(options: tuple[str, ...] | None = None) -> Callable[[Any], list[str]]:
+    def v(x: Any) -> list[str]:
+        if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+            raise ValueError("expected a list of strings")
+        if options is not None:
+            bad = [i for i in x if i not in options]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not one of {', '.join(options)}")
+        return list(x)
+    return v
+
+
+def _url(x: Any) -> str:
+    if not isinstance(x, str) or not (x.startswith("http://") or x.startswith("https://")):
+        raise ValueError("expected an http:// or https:// URL, e.g. https://api.openai.com/v1")
+    return x.rstrip("/")
+
+
+def _env_name(x: Any) -> str:
+    import re
+
+    if not isinstance(x, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", x):
+        raise ValueError("expected the NAME of an environment variable, e.g. OPENAI_API_KEY (not the key itself)")
+    return x
+
+
+BASELINES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
+FAILURE_KINDS = ("no_patch", "patch_failed", "compile_error", "wrong", "crashed", "timeout", "unsupported")
+
+
+@dataclass(frozen=True)
+class Key:
+    default: Any
+    check: Callable[[Any], Any]
+    doc: str
+
+
+# [section] -> key -> Key.  Order here is the order of l2tui.example.toml.
+SCHEMA: dict[str, dict[str, Key]] = {
+    "llm": {
+        "base_url": Key("https://api.openai.com/v1", _url, "OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy...)"),
+        "model": Key("gpt-4.1", _str(True), "model name sent with every request"),
+        "api_key_env": Key("OPENAI_API_KEY", _env_name, "NAME of the environment variable holding the API key (the key itself is never stored)"),
+        "timeout_s": Key(120.0, _float(0.1), "seconds before one request is abandoned (then retried)"),
+        "max_retries": Key(4, _int(0, 20), "retries on HTTP 429 / 5xx / timeouts / connection errors"),
+        "backoff_s": Key(1.0, _float(0.0, 600.0), "first retry delay; doubles every retry (capped at 60 s; Retry-After honoured)"),
+        "temperature": Key(0.2, _float(0.0, 2.0), "sampling temperature"),
+        "max_tokens": Key(4096, _int(1), "completion token limit per call"),
+        "stream": Key(True, _bool, "stream tokens (shown live as llm_delta events)"),
+    },
+    "loop": {
+        "max_steps": Key(20, _int(1), "refinement steps per track"),
+        "debug_rounds": Key(3, _int(0, 20), "debug attempts for a failing candidate before it is dropped"),
+        "profile_after": Key(6, _int(0), "delayed profiling: NCU metrics enter the context after this many refinement steps (0 = from the start)"),
+        "stable_steps": Key(3, _int(0), "delayed profiling also triggers when the kernel's structure did not change for this many steps (0 = off)"),
+        "wall_time_s": Key(0.0, _float(0.0), "wall-time budget per track in seconds (0 = unlimited)"),
+        "token_budget": Key(0, _int(0), "LLM token budget per track (prompt + completion; 0 = unlimited)"),
+        "global_wall_time_s": Key(0.0, _float(0.0), "wall-time budget for the whole run (0 = unlimited)"),
+        "global_token_budget": Key(0, _int(0), "LLM token budget for the whole run (0 = unlimited)"),
+        "context_tokens": Key(24000, _int(1000), "prompt size cap; the history is trimmed first (about 4 characters a token)"),
+        "debug_max_lines": Key(40, _int(1), "debugger patches may change at most this many lines"),
+        "seed": Key("", _str(), "seed kernel: a .cu path or a harness family name ('' = the policy's default)"),
+        "allowed_flags": Key(["-O3", "-O2", "-maxrregcount=255", "-maxrregcount=168", "-maxrregcount=128", "-Xptxas=-v", "--use_fast_math"],
+                             _str_list(), "nvcc flags the compiler role may choose from"),
+        "acc": Key("f32", _choice("f32", "f16"), "default accumulator of new tracks"),
+    },
+    "harness": {
+        "baselines": Key(list(BASELINES), _str_list(BASELINES), "baselines timed next to every candidate"),
+        "baseline": Key("cublas", _choice(*BASELINES), "the baseline rewards and speedups are measured against"),
+        "mode": Key("offline", _choice("offline", "server"), "timing mode: offline (back to back) or server (Poisson arrivals)"),
+        "arch": Key("", _str(), "GPU architecture, e.g. sm_90a ('' = detect)"),
+        "timeout_s": Key(60.0, _float(1.0), "seconds one GPU evaluation may take before it counts as a timeout"),
+    },
+    "rewards": {
+        "error_weight": Key(0.5, _float(0.0), "penalty per unit of log10(rel_err / baseline rel_err) above the baseline's error"),
+        "length_weight": Key(0.1, _float(0.0), "penalty per 100% of code length above the seed's (in lines)"),
+        "no_patch": Key(-1.0, _float(), "reward of a step whose reply held no usable code"),
+        "patch_failed": Key(-0.8, _float(), "reward of a patch that did not apply or was rejected"),
+        "compile_error": Key(-0.6, _float(), "reward of a candidate that did not compile (after debugging)"),
+        "wrong": Key(-0.7, _float(), "reward of a wrong result"),
+        "crashed": Key(-0.9, _float(), "reward of a crash (illegal address, ...)"),
+        "timeout": Key(-0.9, _float(), "reward of a candidate that hung"),
+        "unsupported": Key(-0.5, _float(), "reward of a kernel that refused the shape"),
+    },
+    "search": {
+        "seed": Key(0, _int(0), "random seed of the built-in search policy"),
+        "candidates_per_step": Key(4, _int(1, 64), "candidates the search policy proposes per step"),
+    },
+    "ui": {
+        "theme": Key("textual-dark", _str(True), "Textual theme name"),
+        "refresh_ms": Key(100, _int(10, 5000), "how often the screen batches incoming events"),
+        "show_telemetry": Key(True, _bool, "show the NVML telemetry strip"),
+        "diff_context": Key(3, _int(0, 50), "context lines in kernel diffs"),
+    },
+}
+# [keys] is free-form: binding id -> key string (consumed by the TUI); only the value type is checked.
+FREE_SECTIONS = ("keys",)
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    d: dict[str, dict[str, Any]] = {s: {k: copy.deepcopy(v.default) for k, v in keys.items()} for s, keys in SCHEMA.items()}
+    d["keys"] = {}
+    return d
+
+
+@dataclass
+class Config:
+    """The validated configuration: one dict per section, plus where it came from."""
+
+    data: dict[str, dict[str, Any]] = field(default_factory=defaults)
+    source: Path | None = None
+
+    def __getattr__(self, name: str) -> dict[str, Any]:
+        data = self.__dict__.get("data")
+        if data is not None and name in data:
+            return data[name]
+        raise AttributeError(name)
+
+    def get(self, dotted: str) -> Any:
+        sec, key = dotted.split(".", 1)
+        return self.data[sec][key]
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Config":
+        """A copy with ``{"section.key": value}`` overrides (validated like the file)."""
+        data = copy.deepcopy(self.data)
+        for dotted, value in overrides.items():
+            if value is None:
+                continue
+            sec, key = dotted.split(".", 1)
+            data[sec][key] = _check(sec, key, value, "command line")
+        return Config(data, self.source)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a session stores: every section, no secrets (there are none by construction)."""
+        snap = copy.deepcopy(self.data)
+        if self.source is not None:
+            snap["source"] = str(self.source)
+        return snap
+
+    def api_key(self) -> str | None:
+        """The API key from the environment (never stored anywhere)."""
+        import os
+
+        return os.environ.get(self.data["llm"]["api_key_env"]) or None
+
+
+def _check(section: str, key: str, value: Any, where: str) -> Any:
+    if section in FREE_SECTIONS:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: [{section}] {key}: expected a key name string, e.g. \"ctrl+p\"")
+        return value
+    spec = SCHEMA[section].get(key)
+    if spec is None:
+        if section == "llm" and key.lower() in ("api_key", "key", "token", "apikey", "password"):
+            raise ConfigError(
+                f"{where}: [llm] {key}: secrets are never read from config files; export the key and set "
+                f"api_key_env to the variable's name"
+            )
+        raise ConfigError(
+            f"{where}: unknown key [{section}] {key}; allowed: {', '.join(SCHEMA[section])}"
+        )
+    try:
+        return spec.check(value)
+    except ValueError as e:
+        raise ConfigError(f"{where}: [{section}] {key} = {value!r}: {e}") from None
+
+
+def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:
+    """Validate a parsed TOML document into a :class:`Config` (defaults filled in)."""
+    data = defaults()
+    for section, body in doc.items():
+        if section not in SCHEMA and section not in FREE_SECTIONS:
+            allowed = ", ".join(f"[{s}]" for s in (*SCHEMA, *FREE_SECTIONS))
+            raise ConfigError(f"{where}: unknown section [{section}]; allowed: {allowed}")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: {section} must be a table ([{section}]), not a value")
+        for key, value in body.items():
+            if isinstance(value, dict):
+                raise ConfigError(f"{where}: [{section}] {key}: nested tables are not allowed here")
+            data[section][key] = _check(section, key, value, where)
+    if data["harness"]["baseline"] not in data["harness"]["baselines"]:
+        raise ConfigError(
+            f"{where}: [harness] baseline = {data['harness']['baseline']!r} must be one of [harness] baselines "
+            f"({', '.join(data['harness']['baselines'])})"
+        )
+    return Config(data)
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load ``path``, or the first existing file of the search path, or the defaults."""
+    from .paths import config_search_path
+
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} not found; check --config")
+        candidates = [p]
+    else:
+        candidates = [c for c in config_search_path() if c.is_file()][:1]
+    if not candidates:
+        return Config()
+    p = candidates[0]
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {str(e).splitlines()[0]}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read: {e}") from None
+    cfg = parse_config(doc, str(p))
+    cfg.source = p
+    return cfg
+
+
+def example_toml() -> str:
+    """Render a documented example file from :data:`SCHEMA` (source of l2tui.example.toml)."""
+    import json
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        return json.dumps(v)
+
+    lines = [
+        "# l2tui configuration.  Copy to ./l2tui.toml (or the user config dir, e.g.",
+        "# ~/.config/l2tui/l2tui.toml) and change what you need; every key is optional",
+        "# and shows its default here.  Unknown keys are errors.",
+        "# Secrets never go in this file: export the API key in the environment",
+        "# variable named by [llm] api_key_env.",
+        "",
+    ]
+    for section, keys in SCHEMA.items():
+        lines.append(f"[{section}]")
+        for key, spec in keys.items():
+            lines.append(f"# {spec.doc}")
+            lines.append(f"{key} = {fmt(spec.default)}")
+        lines.append("")
+    lines += [
+        "[keys]",
+        "# Key bindings of the terminal UI: binding id = key (strings only), e.g.",
+        '# pause = "p"',
+        '# hint = "h"',
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,328 @@
+"""A session folder: the append-only record of one agent run.
+
+Layout (docs/INTERFACES.md, "Session API")::
+
+    session.toml      config snapshot (no secrets), GPU, versions
+    events.jsonl      one JSON object per line: seq, time, type, payload
+    kernels/<sha>.cu  content-addressed kernel sources (sha256 of the text)
+    rewards.jsonl     one row per agent step (messages, completion, reward, parts)
+
+Every line is written with flush + fsync, so a ``kill -9`` loses at most the
+line being written; :meth:`Session.open` ignores such a torn last line and
+truncates it away before appending again, so the file stays valid JSON lines.
+Resume (``l2tui.agent.loop``) rebuilds the loop state from ``events``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .errors import SessionError
+
+EVENTS_FILE = "events.jsonl"
+REWARDS_FILE = "rewards.jsonl"
+TOML_FILE = "session.toml"
+KERNELS_DIR = "kernels"
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+# keys whose values are never written, whatever a caller passes (defence in depth:
+# the config snapshot is built without them already)
+_SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password|authorization)$", re.I)
+_ALLOWED_SECRETISH = {"api_key_env", "token_budget", "max_tokens", "context_tokens"}
+
+
+def sha256_text(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def scrub(obj: Any) -> Any:
+    """Drop secret-looking keys from nested dicts (``api_key_env`` names a variable, so it stays)."""
+    if isinstance(obj, dict):
+        return {
+            k: scrub(v)
+            for k, v in obj.items()
+            if not (isinstance(k, str) and _SECRET_KEY_RE.search(k) and k not in _ALLOWED_SECRETISH)
+        }
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    return obj
+
+
+def _toml_clean(obj: Any) -> Any:
+    """TOML has no null: drop None values (recursively) so tomli_w can write the snapshot."""
+    if isinstance(obj, dict):
+        return {str(k): _toml_clean(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, (list, tuple)):
+        return [_toml_clean(v) for v in obj if v is not None]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _read_jsonl(path: Path) -> tuple[list[dict], int, bool]:
+    """Parse a JSON-lines file.  Returns (rows, byte length of the valid prefix, torn?).
+
+    Only the *last* line may be torn (that is what a crash produces); a bad line
+    in the middle is a corrupted file and raises.
+    """
+    if not path.exists():
+        return [], 0, False
+    data = path.read_bytes()
+    rows: list[dict] = []
+    pos = 0
+    torn = False
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        line = data[pos:end]
+        text = line.strip()
+        if text:
+            try:
+                row = json.loads(text)
+                if not isinstance(row, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                if nl < 0 or end == len(data):   # the last line: a torn write
+                    torn = True
+                    break
+                raise SessionError(
+                    f"{path}: line {len(rows) + 1} is not valid JSON; the session file is corrupted"
+                ) from None
+            if nl < 0:                            # complete JSON but no newline: treat as torn
+                torn = True
+                break
+            rows.append(row)
+        pos = end
+    return rows, pos, torn
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Session:
+    """An open session folder.  Thread-safe appends (one lock per session)."""
+
+    def __init__(self, path: Path, config: dict, gpu: dict, versions: dict,
+                 events: list[dict], rewards: list[dict], problems: list[str]):
+        self.path = Path(path)
+        self.config = config
+        self.gpu = gpu
+        self.versions = versions
+        self._events = events
+        self._rewards = rewards
+        self.problems = problems
+        self._lock = threading.RLock()
+        self._next_seq = (events[-1]["seq"] + 1) if events else 0
+
+    # ------------------------------------------------------------------ create / open
+    @classmethod
+    def create(cls, path: str | Path, *, config: dict, gpu: dict, versions: dict) -> "Session":
+        """Make a new session folder (refuses one that already holds events)."""
+        p = Path(path)
+        ev = p / EVENTS_FILE
+        if ev.exists() and ev.stat().st_size > 0:
+            raise SessionError(f"{p} already holds a session; use --resume to continue it or pick a new folder")
+        try:
+            (p / KERNELS_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SessionError(f"cannot create session folder {p}: {e.strerror}") from None
+        config = scrub(config)
+        import tomli_w
+
+        doc = _toml_clean({"config": config, "gpu": gpu or {}, "versions": versions or {}})
+        tmp = p / (TOML_FILE + ".tmp")
+        with open(tmp, "wb") as f:
+            tomli_w.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p / TOML_FILE)
+        for name in (EVENTS_FILE, REWARDS_FILE):
+            (p / name).touch()
+        _fsync_dir(p)
+        s = cls(p, config, gpu or {}, versions or {}, [], [], [])
+        s.append("session_started", config=config, gpu=gpu or {}, versions=versions or {})
+        return s
+
+    @classmethod
+    def open(cls, path: str | Path) -> "Session":
+        """Load a session: a torn last line is ignored (and trimmed), missing kernels reported."""
+        p = Path(path)
+        if not (p / EVENTS_FILE).is_file():
+            raise SessionError(f"{p} is not a session folder (no {EVENTS_FILE}); check the path")
+        problems: list[str] = []
+        config: dict = {}
+        gpu: dict = {}
+        versions: dict = {}
+        tf = p / TOML_FILE
+        if tf.is_file():
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            try:
+                doc = tomllib.loads(tf.read_text())
+                config, gpu, versions = doc.get("config", {}), doc.get("gpu", {}), doc.get("versions", {})
+            except (ValueError, OSError) as e:
+                problems.append(f"{TOML_FILE} unreadable: {e}")
+        else:
+            problems.append(f"{TOML_FILE} missing")
+        events, good_len, torn = _read_jsonl(p / EVENTS_FILE)
+        if torn:
+            problems.append(f"{EVENTS_FILE}: torn last line ignored")
+            cls._truncate(p / EVENTS_FILE, good_len)
+        rewards, rgood, rtorn = _read_jsonl(p / REWARDS_FILE)
+        if rtorn:
+            problems.append(f"{REWARDS_FILE}: torn last line ignored")
+            cls._truncate(p / REWARDS_FILE, rgood)
+        for i, e in enumerate(events):
+            if e.get("seq") != i:
+                problems.append(f"{EVENTS_FILE}: seq {e.get('seq')} at line {i + 1} (expected {i})")
+                break
+        if not config and events and events[0].get("type") == "session_started":
+            config = events[0].get("config", {})
+            gpu = gpu or events[0].get("gpu", {})
+            versions = versions or events[0].get("versions", {})
+        seen: set[str] = set()
+        for e in events:
+            sha = e.get("sha")
+            if e.get("type") == "candidate" and isinstance(sha, str) and sha not in seen:
+                seen.add(sha)
+                if not (p / KERNELS_DIR / f"{sha}.cu").is_file():
+                    problems.append(f"kernel {sha[:12]} (step {e.get('step')} of {e.get('track')}) missing from {KERNELS_DIR}/")
+        s = cls(p, config, gpu, versions, events, rewards, problems)
+        if events:
+            s._next_seq = max(int(ev.get("seq", -1)) for ev in events) + 1
+        return s
+
+    @staticmethod
+    def _truncate(path: Path, length: int) -> None:
+        try:
+            with open(path, "r+b") as f:
+                f.truncate(length)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ writing
+    def _write_line(self, name: str, row: dict) -> None:
+        line = json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default) + "\n"
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append(self, type: str, **payload: Any) -> dict:
+        """Append one event (seq/time assigned here), flushed and fsynced; returns it."""
+        with self._lock:
+            ev = {"seq": self._next_seq, "time": time.time(), "type": type}
+            for k, v in payload.items():
+                if k not in ("seq", "time", "type"):
+                    ev[k] = v
+            self._write_line(EVENTS_FILE, ev)
+            self._next_seq += 1
+            self._events.append(ev)
+            return ev
+
+    def put_kernel(self, source: str) -> str:
+        """Store a kernel source once, by the sha256 of its text; returns the sha."""
+        sha = sha256_text(source)
+        f = self.path / KERNELS_DIR / f"{sha}.cu"
+        if not f.exists():
+            f.parent.mkdir(parents=True, exist_ok=True)
+            tmp = f.with_suffix(".cu.tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(source)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, f)
+        return sha
+
+    def get_kernel(self, sha: str) -> str:
+        if not _SHA_RE.match(sha or ""):
+            raise SessionError(f"bad kernel id {sha!r}: expected a sha256 hex string")
+        f = self.path / KERNELS_DIR / f"{sha}.cu"
+        try:
+            return f.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SessionError(f"kernel {sha[:12]} is missing from {f.parent}") from None
+
+    def has_kernel(self, sha: str) -> bool:
+        return bool(sha) and (self.path / KERNELS_DIR / f"{sha}.cu").is_file()
+
+    def append_reward(self, row: dict) -> dict:
+        """Append one rewards.jsonl row (seq/time added if absent), flushed and fsynced."""
+        with self._lock:
+            r = dict(row)
+            r.setdefault("seq", len(self._rewards))
+            r.setdefault("time", time.time())
+            self._write_line(REWARDS_FILE, r)
+            self._rewards.append(r)
+            return r
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def events(self) -> list[dict]:
+        with self._lock:
+            return list(self._events)
+
+    def iter_events(self, types: set[str] | Iterable[str] | None = None) -> Iterator[dict]:
+        want = set(types) if types is not None else None
+        for e in self.events:
+            if want is None or e.get("type") in want:
+                yield e
+
+    def rewards(self) -> list[dict]:
+        with self._lock:
+            return list(self._rewards)
+
+    def replay(self, *, speed: float | None = None, types: set[str] | None = None) -> Iterator[dict]:
+        """Yield the events in order; with ``speed`` (e.g. 10.0 = ten times faster) sleep
+        between them in proportion to their recorded time gaps (capped at 2 s a gap)."""
+        prev: float | None = None
+        for e in self.iter_events(types):
+            if speed and prev is not None:
+                gap = max(0.0, float(e.get("time", prev)) - prev) / speed
+                if gap > 0:
+                    time.sleep(min(gap, 2.0))
+            prev = float(e.get("time", prev or 0.0))
+            yield e
+
+    def __repr__(self) -> str:  # pragma: no cover
+        return f"Session({str(self.path)!r}, events={len(self._events)})"
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    if hasattr(o, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(o)
+    return str(o)
+
+
+def replay(path: str | Path, **kw: Any) -> Iterator[dict]:
+    """Replay iterator over a session folder's events."""
+    return Session.open(path).replay(**kw)
