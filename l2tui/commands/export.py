@@ -1,0 +1,56 @@
+"""``l2tui export SESSION --out DIR``: a session's kernels as a library.
+
+Writes ``DIR/kernels/M_N_K.cu``, ``DIR/manifest.json``, the C dispatcher
+sources (``include/l2hgemm.h``, ``src/``, ``l2hgemm.cmake``, ``build.sh``) and,
+with ``--build``, ``DIR/lib/libl2hgemm.so``.  See docs/readme/export.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "export"
+HELP = "export a session's accepted (or best) kernels as a library with a shape dispatcher"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", metavar="SESSION", help="session folder")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be empty, or --force)")
+    p.add_argument("--shapes", dest="export_shapes", action="append", metavar="SPEC",
+                   help="only these shapes (grid, small, sample100, MxNxK, a shapes file); repeatable")
+    p.add_argument("--only-accepted", action="store_true",
+                   help="only kernels the user accepted (default: else the best kernel that passed every check)")
+    p.add_argument("--acc", choices=("any", "f32", "f16"), default="any",
+                   help="accumulator of the tracks to export (any: f32 preferred when a shape has both)")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
+    p.add_argument("--build", action="store_true", help="also compile lib/libl2hgemm.so with nvcc")
+    p.add_argument("--arch", metavar="SM", help="target for --build (default: the session's GPU, e.g. sm_90a)")
+    p.add_argument("--jobs", type=int, metavar="N", help="parallel nvcc processes for --build (default: cores)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.shapes import resolve_shapes
+    from l2tui.export import export_session
+
+    shapes = resolve_shapes(args.export_shapes) if args.export_shapes else None
+    progress = (lambda msg: print(f"  {msg}", file=sys.stderr)) if args.build else None
+    res = export_session(args.session, args.out, shapes=shapes, only_accepted=args.only_accepted,
+                         acc=args.acc, force=args.force, build=args.build, arch=args.arch, jobs=args.jobs,
+                         progress=progress)
+    for w in res.warnings:
+        print(f"l2tui: warning: {w}", file=sys.stderr)
+    ks = res.manifest["kernels"]
+    fb = sum(1 for e in ks if e.get("fallback"))
+    acc = sum(1 for e in ks if e["selected_by"] == "accepted")
+    print(f"exported {len(ks)} shape(s) to {res.out} ({acc} accepted, {len(ks) - acc} best passed, "
+          f"{fb} dispatched to cuBLAS because a library was faster)")
+    for e in ks:
+        m, n, k = e["shape"]
+        sp = e["speedup"].get(e.get("baseline") or "", None)
+        sp_s = f"{sp:.2f}x {e['baseline']}" if sp else "untimed"
+        route = "cublas (fallback)" if e.get("fallback") else e["file"]
+        print(f"  {m}x{n}x{k} {e['acc']}: {route}  [{e['selected_by']}, {sp_s}]")
+    if res.library:
+        print(f"library: {res.library}  header: {res.out / 'include' / 'l2hgemm.h'}  cmake: {res.out / 'l2hgemm.cmake'}")
+    return 0

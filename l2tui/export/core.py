@@ -1,0 +1,227 @@
+"""``export_session``: a session's chosen kernels as a folder a program can use.
+
+The folder is written to a temporary sibling and renamed into place at the
+end, so an error (a missing kernel file, a failed ``--build``) never leaves a
+half-written export behind, and ``--force`` replaces an old export only once
+the new one is complete.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from harness.shapes import Shape
+from l2tui.errors import UserError
+
+from . import cdispatch
+from .manifest import ABI, MANIFEST_NAME, SCHEMA, kernel_name, speedups, symbol_name, validate
+from .select import Choice, select_kernels
+from .sessionio import SessionView, open_session
+
+
+class ExportError(UserError):
+    """An export that cannot be written (target folder, empty selection, ...)."""
+
+
+@dataclass
+class ExportResult:
+    out: Path
+    manifest: dict
+    warnings: list[str] = field(default_factory=list)
+    library: Path | None = None
+
+    @property
+    def shapes(self) -> list[tuple[int, int, int]]:
+        return [tuple(e["shape"]) for e in self.manifest["kernels"]]
+
+
+def git_revision(path: Path) -> str | None:
+    """``git rev-parse HEAD`` of the checkout holding ``path`` (None outside one)."""
+    git = shutil.which("git")
+    if not git:
+        return None
+    try:
+        proc = subprocess.run([git, "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rev = proc.stdout.strip()
+    return rev if proc.returncode == 0 and rev else None
+
+
+def _session_revision(view: SessionView) -> str | None:
+    for key in ("git_revision", "git", "l2tui_git", "revision"):
+        v = view.versions.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def check_target(out: Path, force: bool, session_path: Path | None = None) -> None:
+    """Refuse targets that would lose someone's files."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a folder; pick another --out")
+    if session_path is not None:
+        o, s = out.resolve(), session_path.resolve()
+        if o == s or s in o.parents or o in s.parents:
+            raise ExportError(f"--out {out} overlaps the session folder; export somewhere else")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise ExportError(f"{out} is not empty; pass --force to replace it or pick another --out")
+        if not (out / MANIFEST_NAME).is_file():
+            raise ExportError(f"{out} is not empty and holds no l2tui export; --force only replaces an earlier export")
+
+
+def _entry(view: SessionView, c: Choice, source: str) -> dict:
+    name = kernel_name(c.shape.m, c.shape.n, c.shape.k)
+    tm = c.timing
+    times = dict(tm.times_ms) if tm else {}
+    kernel_ms, sp = speedups(times, tm.baseline if tm else None, tm.speedup if tm else None)
+    fastest = min(sp, key=lambda lab: times[lab]) if sp else None
+    # never slower than a library: when a baseline was faster on this very shape, dispatch to cuBLAS
+    fallback = "cublas" if sp and min(sp.values()) < 1.0 else None
+    return {
+        "shape": [c.shape.m, c.shape.n, c.shape.k],
+        "name": name,
+        "file": f"kernels/{name}.cu",
+        "sha256": c.sha,
+        "symbol": symbol_name(c.shape.m, c.shape.n, c.shape.k),
+        "acc": c.acc,
+        "family": c.family if isinstance(c.family, str) else None,
+        "flags": list(c.flags),
+        "track": c.track,
+        "step": c.step,
+        "origin": c.origin,
+        "policy": c.policy,
+        "selected_by": c.selected_by,
+        "rel_err": c.rel_err,
+        "bound": c.bound,
+        "nondeterministic": "l2: nondeterministic" in source,
+        "timing_mode": tm.mode if tm else None,
+        "times_ms": times,
+        "kernel_ms": kernel_ms,
+        "roofline_ms": tm.roofline_ms if tm else None,
+        "baseline": c.baseline or (tm.baseline if tm else None),
+        "speedup": sp,
+        "fastest_baseline": fastest,
+        "fallback": fallback,
+    }
+
+
+def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[str, str], *,
+                   only_accepted: bool, arch: str | None) -> dict:
+    from l2tui import __version__
+    from l2tui.paths import REPO_ROOT
+
+    gpu = {k: view.gpu.get(k) for k in ("name", "driver", "arch", "uuid")}
+    return {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "exporter": {"l2tui": __version__, "git_revision": git_revision(REPO_ROOT)},
+        "session": {
+            "path": str(view.path),
+            "git_revision": _session_revision(view),
+            "versions": view.versions,
+        },
+        "gpu": gpu,
+        "arch": arch or str(view.gpu.get("arch") or "sm_90a"),
+        "driver": str(view.gpu["driver"]) if view.gpu.get("driver") else None,
+        "abi": ABI,
+        "only_accepted": only_accepted,
+        "kernels": [_entry(view, c, sources[c.sha]) for c in choices],
+        "library": None,
+    }
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Move the finished export into place, replacing an old one only now."""
+    backup: Path | None = None
+    if out.exists():
+        if any(out.iterdir()):
+            backup = out.with_name(f".{out.name}.old-{os.getpid()}")
+            shutil.rmtree(backup, ignore_errors=True)
+            os.replace(out, backup)
+        else:
+            out.rmdir()
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if backup is not None:
+            os.replace(backup, out)
+        raise
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)
+
+
+def export_session(
+    session: str | Path,
+    out: str | Path,
+    *,
+    shapes: Iterable[Shape] | None = None,
+    only_accepted: bool = False,
+    acc: str = "any",
+    force: bool = False,
+    build: bool = False,
+    arch: str | None = None,
+    jobs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ExportResult:
+    """Write ``out/kernels/M_N_K.cu`` + ``out/manifest.json`` (+ C dispatcher sources, + the .so with ``build``)."""
+    out_p = Path(out).expanduser()
+    view = open_session(session)
+    check_target(out_p, force, view.path)
+    want = set(shapes) if shapes is not None else None
+    sel = select_kernels(view.events, shapes=want, only_accepted=only_accepted, acc=acc)
+    if not sel.choices:
+        what = "accepted kernels" if only_accepted else "kernels that passed every check and were timed"
+        raise ExportError(f"{view.path} has no {what}{' for those shapes' if want else ''}; nothing to export")
+    sources = {c.sha: view.get_kernel(c.sha) for c in sel.choices}
+    from harness.build import ARCH_GENCODE, DEFAULT_ARCH, normalize_arch
+    from harness.errors import HarnessError
+
+    raw_arch = arch or str(view.gpu.get("arch") or DEFAULT_ARCH)
+    try:
+        arch = normalize_arch(raw_arch)
+    except HarnessError:
+        if build or arch is not None:
+            raise
+        arch = raw_arch  # an arch this nvcc driver does not know: recorded, not built
+    arch_flags = ARCH_GENCODE.get(arch, [f"-arch={arch}"])
+    manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch)
+    for e in manifest["kernels"]:
+        cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
+    out_p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_p.name}.tmp-", dir=out_p.parent))
+    library: Path | None = None
+    try:
+        (tmp / "kernels").mkdir()
+        for e in manifest["kernels"]:
+            (tmp / e["file"]).write_text(sources[e["sha256"]])
+        cdispatch.write_sources(tmp, manifest, arch_flags)
+        if build:
+            lb = cdispatch.build_library(tmp, manifest, arch=manifest["arch"], jobs=jobs, progress=progress)
+            manifest["library"] = {
+                "file": cdispatch.LIB_FILE,
+                "header": cdispatch.HEADER_FILE,
+                "arch": lb.arch,
+                "nvcc": lb.nvcc_version,
+                "sha256": lb.sha256,
+            }
+        validate(manifest, None)
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        validate(json.loads((tmp / MANIFEST_NAME).read_text()), tmp)
+        os.chmod(tmp, 0o755)
+        _install(tmp, out_p)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if build:
+        library = out_p / cdispatch.LIB_FILE
+    return ExportResult(out_p, manifest, sel.warnings, library)

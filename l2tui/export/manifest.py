@@ -1,0 +1,164 @@
+"""``manifest.json`` of an export: what each shape runs, and why it is safe to.
+
+The manifest is the single source of truth for both dispatchers (Python
+runtime and the generated C library), so it is validated on write *and* on
+load.  Schema (``"schema": "l2tui-export/1"``)::
+
+    {
+      "schema": "l2tui-export/1",
+      "created": "2026-11-29T08:30:00Z",
+      "exporter": {"l2tui": "0.1.0", "git_revision": "abc123…" | null},
+      "session": {"path": "/…/sessions/run-1", "git_revision": … | null, "versions": {…}},
+      "gpu": {"name": …, "driver": …, "arch": …, "uuid": …},
+      "arch": "sm_90a", "driver": "580.159",
+      "abi": "extern \"C\" int l2_hgemm(const void* A, …)",
+      "only_accepted": false,
+      "kernels": [ {entry}, … ],                 # sorted by shape
+      "library": null | {"file": "lib/libl2hgemm.so", "header": "include/l2hgemm.h",
+                         "arch": "sm_90a", "nvcc": "13.0.88", "sha256": …}
+    }
+
+    entry = {
+      "shape": [M, N, K], "name": "M_N_K", "file": "kernels/M_N_K.cu", "sha256": …,
+      "symbol": "l2_hgemm_M_N_K", "acc": "f32" | "f16", "family": … | null,
+      "flags": [nvcc flags], "track": "MxNxK-acc", "step": int | null,
+      "origin": …, "policy": …, "selected_by": "accepted" | "best_passed",
+      "rel_err": float | null, "bound": float | null, "nondeterministic": bool,
+      "timing_mode": "offline" | "server" | null, "times_ms": {label: ms},
+      "baseline": reward baseline label | null,
+      "speedup": {baseline label: baseline_ms / kernel_ms},
+      "fastest_baseline": label | null,
+      "fallback": null | "cublas"        # a baseline was faster: dispatch to cuBLAS
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from l2tui.errors import UserError
+
+SCHEMA = "l2tui-export/1"
+MANIFEST_NAME = "manifest.json"
+CANDIDATE_LABEL = "candidate"
+ABI = ('extern "C" int l2_hgemm(const void* A, const void* B, void* C, '
+       "int M, int N, int K, void* stream)")
+
+_NAME_RE = re.compile(r"^[1-9][0-9]*_[1-9][0-9]*_[1-9][0-9]*$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ManifestError(UserError):
+    """A manifest.json that is missing or does not follow the schema."""
+
+
+def kernel_name(m: int, n: int, k: int) -> str:
+    """File stem and symbol suffix of a shape: digits and underscores only."""
+    for d in (m, n, k):
+        if not isinstance(d, int) or isinstance(d, bool) or d <= 0:
+            raise ManifestError(f"bad shape {m}x{n}x{k} in the export: dimensions must be positive integers")
+    return f"{m}_{n}_{k}"
+
+
+def symbol_name(m: int, n: int, k: int) -> str:
+    return f"l2_hgemm_{kernel_name(m, n, k)}"
+
+
+def safe_label(text: object, limit: int = 64) -> str:
+    """A string safe inside a C comment, a file name or a CMake string: [A-Za-z0-9_.-] only."""
+    s = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(text))[:limit]
+    return s or "_"
+
+
+def speedups(times_ms: dict[str, float], baseline: str | None, reported: float | None) -> tuple[float | None, dict[str, float]]:
+    """The kernel's time and its speedup over every baseline label in ``times_ms``.
+
+    The kernel's time is ``times_ms["candidate"]``; events that lack it give it
+    back from the reported speedup over the reward baseline.
+    """
+    cand = times_ms.get(CANDIDATE_LABEL)
+    if cand is None and baseline and reported and times_ms.get(baseline):
+        cand = times_ms[baseline] / reported
+    if not cand or cand <= 0:
+        return None, {}
+    return cand, {lab: t / cand for lab, t in sorted(times_ms.items()) if lab != CANDIDATE_LABEL and t > 0}
+
+
+def _req(d: dict, key: str, types: tuple, where: str, nullable: bool = False) -> Any:
+    if key not in d:
+        raise ManifestError(f"{where}: missing {key!r}; re-run l2tui export")
+    v = d[key]
+    if v is None and nullable:
+        return v
+    if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
+        raise ManifestError(f"{where}: {key!r} has the wrong type; re-run l2tui export")
+    return v
+
+
+def validate(doc: Any, root: Path | None = None) -> dict:
+    """Check a manifest against the schema (and, with ``root``, that files exist). Returns it."""
+    where = str(root / MANIFEST_NAME) if root else MANIFEST_NAME
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{where}: not a JSON object; re-run l2tui export")
+    if doc.get("schema") != SCHEMA:
+        raise ManifestError(f"{where}: schema {doc.get('schema')!r} is not {SCHEMA!r}; re-export with this l2tui")
+    for key, types in (("created", (str,)), ("arch", (str,)), ("abi", (str,)), ("gpu", (dict,)),
+                       ("session", (dict,)), ("exporter", (dict,)), ("kernels", (list,))):
+        _req(doc, key, types, where)
+    _req(doc, "driver", (str,), where, nullable=True)
+    lib = doc.get("library")
+    if lib is not None:
+        for key in ("file", "header", "arch", "sha256"):
+            _req(lib, key, (str,), where + ": library")
+    seen: set[tuple[int, int, int]] = set()
+    for i, e in enumerate(doc["kernels"]):
+        w = f"{where}: kernels[{i}]"
+        if not isinstance(e, dict):
+            raise ManifestError(f"{w}: not an object; re-run l2tui export")
+        shape = _req(e, "shape", (list,), w)
+        if len(shape) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape):
+            raise ManifestError(f"{w}: shape must be [M, N, K] positive integers")
+        t = tuple(shape)
+        if t in seen:
+            raise ManifestError(f"{w}: shape {t} appears twice")
+        seen.add(t)
+        name = _req(e, "name", (str,), w)
+        if not _NAME_RE.match(name) or name != kernel_name(*shape):
+            raise ManifestError(f"{w}: name {name!r} does not match shape {t}")
+        if _req(e, "file", (str,), w) != f"kernels/{name}.cu":
+            raise ManifestError(f"{w}: file must be kernels/{name}.cu")
+        if _req(e, "symbol", (str,), w) != symbol_name(*shape):
+            raise ManifestError(f"{w}: symbol must be {symbol_name(*shape)}")
+        if not _SHA_RE.match(_req(e, "sha256", (str,), w)):
+            raise ManifestError(f"{w}: sha256 is not a sha256 hex digest")
+        if _req(e, "acc", (str,), w) not in ("f32", "f16"):
+            raise ManifestError(f"{w}: acc must be f32 or f16")
+        if _req(e, "selected_by", (str,), w) not in ("accepted", "best_passed"):
+            raise ManifestError(f"{w}: selected_by must be accepted or best_passed")
+        _req(e, "flags", (list,), w)
+        _req(e, "times_ms", (dict,), w)
+        _req(e, "speedup", (dict,), w)
+        _req(e, "rel_err", (int, float), w, nullable=True)
+        _req(e, "family", (str,), w, nullable=True)
+        _req(e, "nondeterministic", (bool,), w)
+        if e.get("fallback") not in (None, "cublas"):
+            raise ManifestError(f"{w}: fallback must be null or \"cublas\"")
+        if root is not None and not (root / e["file"]).is_file():
+            raise ManifestError(f"{w}: {e['file']} is missing from {root}; re-run l2tui export")
+    return doc
+
+
+def load(root: str | Path) -> dict:
+    """Read and validate ``DIR/manifest.json``."""
+    r = Path(root)
+    f = r / MANIFEST_NAME
+    try:
+        doc = json.loads(f.read_text())
+    except FileNotFoundError:
+        raise ManifestError(f"{r} has no {MANIFEST_NAME}: point at a folder written by l2tui export") from None
+    except (OSError, ValueError) as e:
+        raise ManifestError(f"{f}: cannot read ({e}); re-run l2tui export") from None
+    return validate(doc, r)
