@@ -1,0 +1,555 @@
+"""Seed kernel families: their knobs, legal values, constraints and rendering.
+
+A *family* is one readable ``.cu`` template in ``harness/kernels/fam_*.cu`` that speaks the
+kernel ABI.  Its tunable choices are plain ``#define`` lines between ``// l2: knobs begin`` and
+``// l2: knobs end``, so the LLM and the ``search`` policy edit the same text: a knob change is a
+search/replace of one line.  This module knows, for every family, which values each knob may
+take and which combinations are valid (shared-memory fit, warp layout, schedule rules), so a
+search never proposes something that cannot compile, and the cost model can read tile sizes and
+thread counts off a source.
+
+Why the registry lives in ``harness``: rendering and validating sources needs no agent state,
+and ``bench``/``sweep`` tools use it without the agent layer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Mapping
+
+from .errors import HarnessError
+from .paths import KERNELS_DIR
+from .shapes import Shape
+
+SMEM_PER_SM = 227 * 1024          # bytes a CTA may use on sm_80/sm_90 (opt-in maximum)
+REGS_PER_SM = 65536
+
+
+class FamilyError(HarnessError):
+    """Unknown family, unknown knob or an illegal knob value."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One ``#define`` in a family's knob block."""
+
+    name: str
+    values: tuple[str, ...]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A seed kernel family (see the module docstring)."""
+
+    name: str
+    file: str
+    min_cc: int                  # lowest compute capability it runs on (80 = sm_80)
+    max_cc: int | None           # highest (sm_90a code runs on cc 9.0 only)
+    build_arch: str              # arch it is built for in CI when no GPU is present
+    knobs: tuple[Knob, ...]
+    summary: str
+    deterministic: bool = True
+    presets: tuple[Mapping[str, str], ...] = field(default=(), compare=False)
+
+    @property
+    def path(self):
+        return KERNELS_DIR / self.file
+
+    def template(self) -> str:
+        return _read_template(self.file)
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise FamilyError(f"family {self.name} has no knob {name!r}: use one of {', '.join(self.knob_names)}")
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    def defaults(self) -> dict[str, str]:
+        return parse_knobs(self.template())
+
+    def runs_on(self, cc: int) -> bool:
+        return cc >= self.min_cc and (self.max_cc is None or cc <= self.max_cc)
+
+
+@lru_cache(maxsize=None)
+def _read_template(file: str) -> str:
+    return (KERNELS_DIR / file).read_text()
+
+
+_V = lambda *xs: tuple(str(x) for x in xs)  # noqa: E731
+
+SM90 = Family(
+    name="sm90_cutlass",
+    file="fam_sm90_cutlass.cu",
+    min_cc=90,
+    max_cc=90,
+    build_arch="sm_90a",
+    summary="CUTLASS 3.x TMA + WGMMA warp-specialized GEMM (Hopper): big and mid shapes",
+    knobs=(
+        Knob("TILE_M", _V(64, 128, 256), "CTA tile rows (COOPERATIVE needs >= 128)"),
+        Knob("TILE_N", _V(64, 128, 256), "CTA tile columns"),
+        Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
+        Knob("CLUSTER_M", _V(1, 2), "CTAs per cluster along M"),
+        Knob("CLUSTER_N", _V(1, 2), "CTAs per cluster along N"),
+        Knob("SCHEDULE", ("COOPERATIVE", "PINGPONG"), "consumer warpgroups share a tile / alternate tiles"),
+        Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
+        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK"), "tile scheduler"),
+        Knob("SPLITS", _V(1, 2, 3, 4, 8), "K splits for SPLITK"),
+        Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
+        Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
+        Knob("EPILOGUE", ("EPI_TMA", "EPI_NOSMEM"), "TMA store via shared memory / direct stores"),
+        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+    ),
+)
+
+_MMA_COMMON = (
+    Knob("BK", _V(32, 64), "K slice per pipeline stage"),
+    Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
+    Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
+)
+
+SM80 = Family(
+    name="sm80_mma",
+    file="fam_sm80_mma.cu",
+    min_cc=80,
+    max_cc=None,
+    build_arch="sm_80",
+    summary="hand-written mma.sync m16n8k16 + cp.async multistage (Ampere, runs on Hopper)",
+    knobs=(
+        Knob("BM", _V(32, 64, 128, 256), "CTA tile rows"),
+        Knob("BN", _V(32, 64, 128, 256), "CTA tile columns"),
+        *_MMA_COMMON,
+        Knob("STAGES", _V(2, 3, 4, 5), "cp.async pipeline depth"),
+        Knob("SWIZZLE", _V(1, 2, 4, 8, 16), "tile rows per CTA group"),
+        Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16), "K slices per tile, 0 = auto"),
+        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+    ),
+)
+
+SMALL = Family(
+    name="small_splitk",
+    file="fam_small_splitk.cu",
+    min_cc=80,
+    max_cc=None,
+    build_arch="sm_80",
+    summary="latency family: narrow tiles + split-K with in-kernel ordered reduction, one launch",
+    knobs=(
+        Knob("BM", _V(16, 32, 64), "CTA tile rows"),
+        Knob("BN", _V(32, 64, 128), "CTA tile columns"),
+        *_MMA_COMMON,
+        Knob("STAGES", _V(2, 3, 4), "cp.async pipeline depth"),
+        Knob("SWIZZLE", _V(1, 2, 4, 8), "tile rows per CTA group"),
+        Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16, 32), "K slices per tile, 0 = auto"),
+        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+    ),
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL)}
+
+
+def families() -> list[Family]:
+    return list(FAMILIES.values())
+
+
+def get_family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise FamilyError(f"unknown kernel family {name!r}: use one of {', '.join(FAMILIES)}") from None
+
+
+# ---------------------------------------------------------------- knob block text
+
+_BLOCK_RE = re.compile(r"^[ \t]*// l2: knobs begin[^\n]*\n(.*?)^[ \t]*// l2: knobs end", re.S | re.M)
+_DEFINE_RE = re.compile(r"^[ \t]*#define[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]+([^\s/]+)[^\n]*$", re.M)
+_FAMILY_RE = re.compile(r"^// l2tui seed family: *([A-Za-z0-9_]+)", re.M)
+_ACC_RE = re.compile(r"^[ \t]*// l2: acc=(f16|f32)[ \t]*$", re.M)
+
+
+def parse_knobs(source: str) -> dict[str, str]:
+    """The ``#define NAME VALUE`` pairs of the knob block, in order ({} when there is none)."""
+    m = _BLOCK_RE.search(source)
+    if not m:
+        return {}
+    return {name: value for name, value in _DEFINE_RE.findall(m.group(1))}
+
+
+def family_of(source: str) -> Family | None:
+    """The family a source was rendered from (its header line), if it is a known one."""
+    m = _FAMILY_RE.search(source)
+    return FAMILIES.get(m.group(1)) if m else None
+
+
+def declared_acc(source: str) -> str:
+    m = _ACC_RE.search(source)
+    return m.group(1) if m else "f32"
+
+
+def acc_knob(acc: str) -> str:
+    return "ACC_F16" if acc == "f16" else "ACC_F32"
+
+
+def set_knobs(source: str, changes: Mapping[str, str | int]) -> str:
+    """Return ``source`` with knob lines changed (only inside the knob block).
+
+    Keeps the ``// l2: acc=`` declaration in step with an ``ACC`` change.
+    """
+    m = _BLOCK_RE.search(source)
+    if not m:
+        raise FamilyError("source has no '// l2: knobs begin/end' block: render it from a family first")
+    block = m.group(1)
+    present = dict(_DEFINE_RE.findall(block))
+    for name, value in changes.items():
+        if name not in present:
+            raise FamilyError(f"knob {name!r} is not in the knob block: use one of {', '.join(present)}")
+        block = re.sub(
+            rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+",
+            lambda mm, v=str(value): mm.group(1) + v,
+            block,
+            count=1,
+            flags=re.M,
+        )
+    out = source[: m.start(1)] + block + source[m.end(1):]
+    if "ACC" in changes:
+        acc = "f16" if str(changes["ACC"]) == "ACC_F16" else "f32"
+        out = _ACC_RE.sub(f"// l2: acc={acc}", out, count=1)
+    return out
+
+
+def render(family: Family | str, knobs: Mapping[str, str | int] | None = None) -> str:
+    """The family's template with ``knobs`` applied (others keep their defaults).
+
+    Raises :class:`FamilyError` for unknown knobs, illegal values or invalid combinations.
+    """
+    fam = get_family(family) if isinstance(family, str) else family
+    knobs = {k: str(v) for k, v in (knobs or {}).items()}
+    full = {**fam.defaults(), **knobs}
+    problems = validate(fam, full)
+    if problems:
+        raise FamilyError(f"{fam.name}: {problems[0]}")
+    return set_knobs(fam.template(), knobs) if knobs else fam.template()
+
+
+def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
+    """Search/replace blocks (docs/INTERFACES.md patch format) that apply ``changes``.
+
+    One block per changed line, so a patch stays localized and readable as a demonstration.
+    """
+    m = _BLOCK_RE.search(source)
+    if not m:
+        raise FamilyError("source has no knob block")
+    lines = {name: None for name in changes}
+    for line in m.group(1).splitlines():
+        dm = _DEFINE_RE.match(line)
+        if dm and dm.group(1) in lines:
+            lines[dm.group(1)] = line
+    blocks = []
+    for name, value in changes.items():
+        old = lines[name]
+        if old is None:
+            raise FamilyError(f"knob {name!r} is not in the knob block")
+        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", lambda mm: mm.group(1) + str(value), old)
+        blocks.append(f"<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE")
+    if "ACC" in changes:
+        am = _ACC_RE.search(source)
+        if am:
+            acc = "f16" if str(changes["ACC"]) == "ACC_F16" else "f32"
+            blocks.append(f"<<<<<<< SEARCH\n{am.group(0)}\n=======\n// l2: acc={acc}\n>>>>>>> REPLACE")
+    return "\n".join(blocks) + "\n"
+
+
+# ---------------------------------------------------------------- geometry and validity
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the cost model needs to know about one configuration."""
+
+    family: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    threads: int
+    smem_bytes: int
+    regs_per_thread: int          # estimate
+    ctas_per_sm: int
+    stages: int
+    split_k: int                  # 0 = automatic (decided per shape at run time)
+    persistent: bool
+    streamk: bool
+    cluster: int
+    pingpong: bool
+    acc: str
+
+    def splits_for(self, shape: Shape, sm_count: int = 132) -> int:
+        """The split-K factor the kernel will use on ``shape`` (mirrors the .cu host code)."""
+        tiles = math.ceil(shape.m / self.tile_m) * math.ceil(shape.n / self.tile_n)
+        ktiles = math.ceil(shape.k / self.tile_k)
+        s = self.split_k
+        if self.family == "sm90_cutlass":
+            return max(1, s)
+        if s == 0:
+            s = min(sm_count // tiles, ktiles // 2, 64)
+        s = max(1, min(s, ktiles))
+        per = math.ceil(ktiles / s) * self.tile_k
+        return math.ceil(shape.k / per)
+
+
+def _i(knobs: Mapping[str, str], name: str) -> int:
+    try:
+        return int(knobs[name])
+    except (KeyError, ValueError):
+        raise FamilyError(f"knob {name} must be an integer, got {knobs.get(name)!r}") from None
+
+
+def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
+    fam = get_family(family) if isinstance(family, str) else family
+    acc = "f16" if knobs.get("ACC") == "ACC_F16" else "f32"
+    accb = 2 if acc == "f16" else 4
+    if fam.name == "sm90_cutlass":
+        tm, tn, tk = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K")
+        pingpong = knobs["SCHEDULE"] == "PINGPONG"
+        stage_b = (tm * tk + tk * tn) * 2 + 32
+        epi_b = 0 if knobs["EPILOGUE"] == "EPI_NOSMEM" else 2 * (min(tm, 128 if not pingpong else 64) * 32 * 2) + 1024
+        stages = _i(knobs, "STAGES")
+        if stages == 0:
+            stages = max(0, (SMEM_PER_SM - epi_b - 1024) // stage_b)
+        smem = stages * stage_b + epi_b + 1024
+        consumer_threads = 128 if pingpong else 256
+        acc_vals = tm * tn // consumer_threads
+        regs = 40 + acc_vals * accb // 4
+        split = _i(knobs, "SPLITS") if knobs["SCHEDULER"] == "SPLITK" else 1
+        return Geometry(fam.name, tm, tn, tk, 384, smem, regs, 1, stages, split,
+                        True, knobs["SCHEDULER"] == "STREAMK",
+                        _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc)
+    bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
+    wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
+    threads = wm * wn * 32
+    smem = max(st * (bm * bk + bk * bn) * 2, bm * (bn + 8) * 2)
+    mi, ni = max(1, bm // wm // 16), max(1, bn // wn // 8)
+    acc_regs = mi * ni * (2 if acc == "f16" else 4)
+    regs = min(255, 48 + acc_regs + 2 * (mi * 4 + ni * 2))
+    by_smem = SMEM_PER_SM // max(smem, 1)
+    by_regs = REGS_PER_SM // (threads * max(regs, 32))
+    cps = max(1, min(by_smem, by_regs, 2048 // threads, 32))
+    return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, st, _i(knobs, "SPLIT_K"),
+                    False, False, 1, False, acc)
+
+
+def validate(family: Family | str, knobs: Mapping[str, str]) -> list[str]:
+    """Problems with a full knob assignment ([] when it is legal and should compile)."""
+    fam = get_family(family) if isinstance(family, str) else family
+    problems: list[str] = []
+    for k in fam.knobs:
+        v = knobs.get(k.name)
+        if v is None:
+            problems.append(f"knob {k.name} is missing")
+        elif v not in k.values:
+            problems.append(f"{k.name}={v} is not legal: use one of {', '.join(k.values)}")
+    if problems:
+        return problems
+    g = geometry(fam, knobs)
+    if fam.name == "sm90_cutlass":
+        if not g.pingpong and g.tile_m < 128:
+            problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
+        if knobs["SCHEDULER"] != "PERSISTENT" and g.pingpong:
+            problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
+        if knobs["SCHEDULER"] == "SPLITK" and knobs["SPLITS"] == "1":
+            problems.append("SPLITK needs SPLITS > 1")
+        if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
+            problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
+        if g.regs_per_thread > 232:
+            problems.append(f"accumulators need about {g.regs_per_thread} registers per thread: use a smaller tile")
+        if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
+            problems.append("TILE_K 128 only with tiles up to 128x128")
+    else:
+        wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
+        if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+            problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
+        if g.smem_bytes > SMEM_PER_SM:
+            problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
+        mi, ni = g.tile_m // wm // 16, g.tile_n // wn // 8
+        if mi * ni * 4 > 128:
+            problems.append("warp tile too large (over 128 accumulators per thread): add warps")
+        if wm * wn > 16:
+            problems.append("at most 16 warps per CTA")
+    return problems
+
+
+def applicable(family: Family | str, shape: Shape, arch: str | int | None) -> bool:
+    """Whether ``family`` can run ``shape`` on ``arch`` (``sm_90a``, ``90``, ``sm_80``...)."""
+    fam = get_family(family) if isinstance(family, str) else family
+    if arch is not None and not fam.runs_on(cc_of(arch)):
+        return False
+    return shape.k % 8 == 0 and shape.n % 8 == 0
+
+
+def cc_of(arch: str | int) -> int:
+    """Compute capability as an int from ``sm_90a`` / ``compute_90`` / ``90`` / ``9.0``."""
+    if isinstance(arch, int):
+        return arch
+    m = re.search(r"(\d+)\.(\d)", str(arch))
+    if m:
+        return int(m.group(1)) * 10 + int(m.group(2))
+    m = re.search(r"(\d+)", str(arch))
+    if not m:
+        raise FamilyError(f"cannot read an architecture from {arch!r}: use e.g. sm_90a or sm_80")
+    return int(m.group(1))
+
+
+def families_for(arch: str | int | None) -> list[Family]:
+    if arch is None:
+        return families()
+    cc = cc_of(arch)
+    return [f for f in families() if f.runs_on(cc)]
+
+
+def build_arch_for(family: Family | str, arch: str | int | None) -> str:
+    """The nvcc arch to build ``family`` for on a GPU of ``arch`` (sm_90a needs the 'a')."""
+    fam = get_family(family) if isinstance(family, str) else family
+    if arch is None:
+        return fam.build_arch
+    cc = cc_of(arch)
+    if fam.name == "sm90_cutlass":
+        return "sm_90a"
+    return "sm_90a" if cc == 90 else f"sm_{cc}"
+
+
+def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
+    """A short stable name for a configuration, e.g. ``sm80_mma-128x128x32-w2x2-s4``."""
+    fam = get_family(family) if isinstance(family, str) else family
+    k = {**fam.defaults(), **knobs}
+    acc = "-f16" if k.get("ACC") == "ACC_F16" else ""
+    if fam.name == "sm90_cutlass":
+        sched = {"PERSISTENT": "p", "STREAMK": "sk", "SPLITK": f"split{k['SPLITS']}"}[k["SCHEDULER"]]
+        extra = ""
+        if k["RASTER"] != "RASTER_HEURISTIC":
+            extra += "-r" + k["RASTER"][-1].lower()
+        if k["SWIZZLE"] != "1":
+            extra += f"-sw{k['SWIZZLE']}"
+        if k["EPILOGUE"] == "EPI_NOSMEM":
+            extra += "-nosmem"
+        return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
+                f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
+    prefix = "sm80" if fam.name == "sm80_mma" else "small"
+    return (f"{prefix}-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}-st{k['STAGES']}"
+            f"-sw{k['SWIZZLE']}-sk{k['SPLIT_K']}{acc}")
+
+
+# ---------------------------------------------------------------- the prebuilt catalog
+
+
+def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="PERSISTENT",
+          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA") -> dict[str, str]:
+    return {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": str(tk), "CLUSTER_M": str(cm),
+            "CLUSTER_N": str(cn), "SCHEDULE": sched, "STAGES": str(stages), "SCHEDULER": scheduler,
+            "SPLITS": str(splits), "RASTER": raster, "SWIZZLE": str(swizzle), "EPILOGUE": epi}
+
+
+def _mma(bm, bn, bk, wm, wn, st, sw, sk) -> dict[str, str]:
+    return {"BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
+            "STAGES": str(st), "SWIZZLE": str(sw), "SPLIT_K": str(sk)}
+
+
+#: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
+#: the regimes: big tiles + clusters for big shapes, pingpong / small tiles for mid shapes,
+#: stream-K for few-tile shapes, narrow split-K tiles for latency-bound ones.
+CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
+    ("sm90_cutlass", _sm90(128, 256, cm=2)),
+    ("sm90_cutlass", _sm90(256, 128, cn=2)),
+    ("sm90_cutlass", _sm90(128, 256, cm=1, swizzle=4)),
+    ("sm90_cutlass", _sm90(128, 128, cm=2)),
+    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 128, tk=128, scheduler="STREAMK")),
+    ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
+    ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
+    ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
+    ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
+    ("sm80_mma", _mma(128, 64, 64, 2, 2, 3, 4, 0)),
+    ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0)),
+    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 0)),
+    ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),
+    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
+    ("small_splitk", _mma(32, 128, 64, 1, 4, 3, 4, 0)),
+    ("small_splitk", _mma(64, 128, 32, 2, 2, 4, 4, 0)),
+    ("small_splitk", _mma(16, 128, 64, 1, 4, 3, 4, 0)),
+)
+
+CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
+    ("sm90_cutlass", _sm90(128, 256, cm=2)),
+    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
+    ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
+    ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
+    ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),
+    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One concrete configuration: family + full knob assignment."""
+
+    family: str
+    knobs: tuple[tuple[str, str], ...]
+
+    @property
+    def knob_dict(self) -> dict[str, str]:
+        return dict(self.knobs)
+
+    @property
+    def name(self) -> str:
+        return config_name(self.family, self.knob_dict)
+
+    @property
+    def acc(self) -> str:
+        return "f16" if self.knob_dict.get("ACC") == "ACC_F16" else "f32"
+
+    def source(self) -> str:
+        fam = get_family(self.family)
+        changes = {k: v for k, v in self.knobs if fam.defaults().get(k) != v}
+        return render(fam, changes)
+
+    def geometry(self) -> Geometry:
+        return geometry(self.family, self.knob_dict)
+
+    @staticmethod
+    def of(family: str, knobs: Mapping[str, str]) -> "Config":
+        fam = get_family(family)
+        full = {**fam.defaults(), **{k: str(v) for k, v in knobs.items()}}
+        return Config(fam.name, tuple((k.name, full[k.name]) for k in fam.knobs))
+
+    @staticmethod
+    def from_source(source: str) -> "Config | None":
+        fam = family_of(source)
+        if fam is None:
+            return None
+        knobs = parse_knobs(source)
+        if set(fam.knob_names) - set(knobs):
+            return None
+        return Config.of(fam.name, knobs)
+
+
+def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
+    """The prebuilt configurations for ``acc`` that run on ``arch`` (all when arch is None)."""
+    entries = CATALOG_F16 if acc == "f16" else CATALOG_F32
+    out = []
+    for fam, knobs in entries:
+        if arch is not None and not get_family(fam).runs_on(cc_of(arch)):
+            continue
+        out.append(Config.of(fam, {**knobs, "ACC": acc_knob(acc)}))
+    return out

@@ -1,0 +1,228 @@
+"""A cheap analytic cost model for seed-family configurations, used BEFORE building.
+
+The search policy proposes many knob edits; building one CUTLASS configuration costs about a
+minute of CPU, timing it costs GPU time.  This model predicts the offline device time of a
+configuration on a shape from first principles plus a few per-family constants fitted to H200
+measurements (``tests/fixtures/h200_timings``), so only the most promising few get built and
+timed.  It only has to *rank* well, not to be exact.
+
+Terms (all in seconds):
+
+* launch/fixed cost per family (kernel launch, prologue, epilogue drain),
+* compute: waves x per-CTA time, where waves count the CTAs (tiles x K splits) over the
+  132 SMs x CTAs per SM (shared-memory and register fit), the per-CTA time is its padded work
+  (tile quantization waste included) at the per-SM tensor rate scaled by a tile-shape efficiency
+  (arithmetic intensity tm*tn/(tm+tn)) and a pipeline-fill factor (short K loops never reach
+  steady state); stream-K balances fractional waves,
+* memory: compulsory DRAM bytes (A, B, C once) plus split-K partial sums, at the copy bandwidth,
+* split-K reduction tail: the last CTA of a tile reads every slice's partials.
+
+The time is ``fixed + max(compute, memory) + reduction``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from harness.families import Config, Geometry
+from harness.shapes import Shape
+
+SM_COUNT = 132
+SMEM_PER_SM = 227 * 1024
+
+
+@dataclass(frozen=True)
+class FamilyParams:
+    """Per-family constants (H200 values by default, refitted by :func:`fit`)."""
+
+    fixed_us: float          # launch + prologue + epilogue of one CTA
+    peak_tflops: float       # dense fp16 tensor rate the family can reach on the whole GPU
+    fill_ktiles: float       # k-tiles of pipeline fill before steady state
+    ktile_latency_us: float  # latency floor of one k-tile when few CTAs run (memory latency)
+
+
+@dataclass(frozen=True)
+class Params:
+    families: dict[str, FamilyParams] = field(default_factory=dict)
+    bandwidth_gbs: float = 3800.0
+    intensity_half: float = 16.0   # tile intensity at which the efficiency is half of its limit
+
+    def to_dict(self) -> dict:
+        return {"families": {k: asdict(v) for k, v in self.families.items()},
+                "bandwidth_gbs": self.bandwidth_gbs, "intensity_half": self.intensity_half}
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "Params":
+        return Params({k: FamilyParams(**v) for k, v in d["families"].items()},
+                      d.get("bandwidth_gbs", 3800.0), d.get("intensity_half", 16.0))
+
+
+DEFAULT_PARAMS = Params(
+    families={
+        "sm90_cutlass": FamilyParams(fixed_us=3.0, peak_tflops=760.0, fill_ktiles=2.0, ktile_latency_us=0.35),
+        "sm80_mma": FamilyParams(fixed_us=2.0, peak_tflops=480.0, fill_ktiles=2.0, ktile_latency_us=0.5),
+        "small_splitk": FamilyParams(fixed_us=1.8, peak_tflops=420.0, fill_ktiles=2.0, ktile_latency_us=0.5),
+    }
+)
+
+CALIBRATED_FILE = Path(__file__).with_name("costmodel_h200.json")
+
+
+def load_params() -> Params:
+    """Calibrated H200 parameters when present (written by ``fit``), else the defaults."""
+    try:
+        return Params.from_dict(json.loads(CALIBRATED_FILE.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_PARAMS
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    waves: float
+    ctas: int
+    splits: int
+    quantization: float      # padded work / useful work (>= 1)
+    intensity: float         # tile arithmetic intensity tm*tn/(tm+tn)
+    bound: str               # "compute" | "memory" | "latency" | "fixed"
+    smem_fit: bool
+
+    @property
+    def us(self) -> float:
+        return self.seconds * 1e6
+
+    def rationale(self) -> str:
+        return (f"{self.us:.1f} us predicted ({self.bound}-bound): {self.ctas} CTAs in {self.waves:.2f} waves "
+                f"on {SM_COUNT} SMs, split-K {self.splits}, tile waste {100 * (self.quantization - 1):.0f}%, "
+                f"tile intensity {self.intensity:.0f} flop/B-equivalent")
+
+
+class CostModel:
+    """Predict seconds for (configuration, shape); lower is better."""
+
+    def __init__(self, params: Params | None = None, sm_count: int = SM_COUNT):
+        self.params = params or load_params()
+        self.sm_count = sm_count
+
+    def estimate(self, cfg: Config, shape: Shape) -> Estimate:
+        g = cfg.geometry()
+        p = self.params.families.get(cfg.family) or DEFAULT_PARAMS.families[cfg.family]
+        return self._estimate(g, p, shape)
+
+    def predict(self, cfg: Config, shape: Shape) -> float:
+        return self.estimate(cfg, shape).seconds
+
+    def _estimate(self, g: Geometry, p: FamilyParams, s: Shape) -> Estimate:
+        tm, tn, tk = g.tile_m, g.tile_n, g.tile_k
+        tiles_m, tiles_n = math.ceil(s.m / tm), math.ceil(s.n / tn)
+        tiles = tiles_m * tiles_n
+        ktiles = math.ceil(s.k / tk)
+        splits = g.splits_for(s, self.sm_count)
+        if g.streamk and tiles < self.sm_count:
+            # stream-K spreads the k-iterations of few tiles over all SMs
+            splits = max(1, min(ktiles, self.sm_count // max(tiles, 1)))
+        k_per_cta = math.ceil(ktiles / splits)
+        ctas = tiles * splits
+        slots = self.sm_count * max(1, g.ctas_per_sm)
+        if g.cluster > 1:
+            slots = (self.sm_count // g.cluster) * g.cluster * max(1, g.ctas_per_sm)
+        waves = ctas / slots if g.streamk else math.ceil(ctas / slots)
+        intensity = tm * tn / (tm + tn)
+        ih = self.params.intensity_half
+        ref = (128 * 256 / 384) / ((128 * 256 / 384) + ih)
+        eff = (intensity / (intensity + ih)) / ref
+        if g.pingpong:
+            eff *= 1.03            # epilogue of one tile overlaps the mainloop of the next
+        fill = k_per_cta / (k_per_cta + p.fill_ktiles)
+        per_sm = p.peak_tflops * 1e12 / self.sm_count * eff * fill
+        concurrent = max(1, min(g.ctas_per_sm, math.ceil(ctas / self.sm_count)))
+        unit = 2.0 * tm * tn * tk * k_per_cta / (per_sm / concurrent)
+        compute = max(waves, 1.0 / slots) * unit
+        latency = k_per_cta * p.ktile_latency_us * 1e-6 / max(1, g.stages - 1) * 2
+        bytes_ = s.min_bytes + (2 * 4 * ctas * tm * tn if splits > 1 else 0)
+        memory = bytes_ / (self.params.bandwidth_gbs * 1e9)
+        reduce = (splits * tm * tn * 4 / 40e9) if splits > 1 else 0.0
+        body = max(compute, memory, latency)
+        bound = "compute" if body == compute else ("memory" if body == memory else "latency")
+        total = p.fixed_us * 1e-6 + body + reduce
+        if p.fixed_us * 1e-6 > body:
+            bound = "fixed"
+        quant = (tiles * tm * tn * ktiles * tk) / (s.m * s.n * s.k)
+        return Estimate(total, float(waves), ctas, splits, quant, intensity, bound, g.smem_bytes <= SMEM_PER_SM)
+
+    def rank(self, configs: Iterable[Config], shape: Shape) -> list[tuple[float, Config]]:
+        """Configurations sorted by predicted time (stable for equal predictions)."""
+        scored = [(self.predict(c, shape), i, c) for i, c in enumerate(configs)]
+        scored.sort(key=lambda t: (t[0], t[1]))
+        return [(t, c) for t, _, c in scored]
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def load_timings(paths: Sequence[Path | str]) -> list[tuple[Config, Shape, float]]:
+    """Records ``(config, shape, seconds)`` from fixture files written by tools/sweep_gpu.py."""
+    out = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        configs = {name: Config.of(c["family"], c["knobs"]) for name, c in data["configs"].items()}
+        for row in data["timings"]:
+            shape = Shape(*row["shape"])
+            for name, ms in row["times_ms"].items():
+                if name in configs and ms is not None and ms > 0:
+                    out.append((configs[name], shape, ms * 1e-3))
+    return out
+
+
+def log_error(model: CostModel, records: Sequence[tuple[Config, Shape, float]]) -> float:
+    """Mean squared log2 ratio of predicted to measured time."""
+    if not records:
+        return 0.0
+    return sum(math.log2(model.predict(c, s) / t) ** 2 for c, s, t in records) / len(records)
+
+
+def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = None, rounds: int = 3) -> Params:
+    """Coordinate search of each family's constants on a log grid (deterministic, no numpy).
+
+    Small and robust on purpose: a few hundred records, four constants per family.
+    """
+    params = base or DEFAULT_PARAMS
+    fams = sorted({c.family for c, _, _ in records})
+    for _ in range(rounds):
+        for fam in fams:
+            recs = [r for r in records if r[0].family == fam]
+            for attr, grid in (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
+                               ("peak_tflops", [250, 320, 400, 480, 560, 640, 720, 800, 880]),
+                               ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
+                               ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0])):
+                best = None
+                for v in grid:
+                    fp = replace(params.families[fam], **{attr: float(v)})
+                    cand = replace(params, families={**params.families, fam: fp})
+                    err = log_error(CostModel(cand), recs)
+                    if best is None or err < best[0] - 1e-12:
+                        best = (err, cand)
+                params = best[1]
+    return params
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Rank correlation (ties broken by order) - how well predictions order measured times."""
+    n = len(xs)
+    if n < 2:
+        return 1.0
+
+    def ranks(v):
+        order = sorted(range(n), key=lambda i: v[i])
+        r = [0] * n
+        for rank, i in enumerate(order):
+            r[i] = rank
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    d2 = sum((a - b) ** 2 for a, b in zip(rx, ry))
+    return 1 - 6 * d2 / (n * (n * n - 1))

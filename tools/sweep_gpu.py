@@ -1,0 +1,394 @@
+"""GPU-side tool for the seed families: check, time and pick prebuilt configurations.
+
+Runs on the GPU machine with only torch (and optionally nvmath-python) installed; it loads the
+``.so`` files that ``tools/prebuild.py`` compiled elsewhere, so no compiler is needed there.
+
+    # correctness of every configuration on a spread of shapes (incl. non-multiples of tiles)
+    python tools/sweep_gpu.py check --prebuilt .carry/prebuilt --out $OUT
+    # time every configuration on representative shapes vs cuBLAS (torch) and cuBLASLt autotune
+    python tools/sweep_gpu.py time --prebuilt .carry/prebuilt --out $OUT --shapes sample100
+    # pick the best prebuilt configuration per shape (cost-model pre-ranked, time-budgeted) and
+    # write the winners as M_N_K.cu into a kernels dir for `l2tui bench --kernels DIR`
+    python tools/sweep_gpu.py pick --prebuilt .carry/prebuilt --out $OUT --shapes grid \
+        --kernels-dir $OUT/kernels --budget-s 420
+
+Timing method (same for kernels and baselines): CUDA graph of R back-to-back calls (R so one
+replay lasts >= --target-ms), warm-up replay, median of --reps replays timed with events,
+candidates and baselines interleaved in a seeded random order per shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as _dt
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from harness.families import Config  # noqa: E402
+from harness.shapes import Shape, resolve_shapes  # noqa: E402
+
+GUARD = 256  # fp16 elements of NaN guard on each side of C (512 bytes keeps 16-byte alignment)
+
+
+# ---------------------------------------------------------------- loading
+
+
+class Kernel:
+    def __init__(self, name: str, entry: dict, so: Path, source: str):
+        self.name, self.entry, self.source = name, entry, source
+        self.config = Config.of(entry["family"], entry["knobs"])
+        self.acc = entry["acc"]
+        self.lib = ctypes.CDLL(str(so))
+        self.fn = self.lib.l2_hgemm
+        self.fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+        self.fn.restype = ctypes.c_int
+
+    def __call__(self, a, b, c, m, n, k) -> int:
+        return self.fn(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k,
+                       ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+
+def load_kernels(prebuilt: Path, acc: str | None, only: str = "") -> list[Kernel]:
+    import re
+
+    manifest = json.loads((prebuilt / "manifest.json").read_text())
+    out = []
+    for name, entry in sorted(manifest.items()):
+        if not entry.get("ok") or (acc and entry["acc"] != acc) or (only and not re.search(only, name)):
+            continue
+        so = prebuilt / f"{name}.so"
+        try:
+            out.append(Kernel(name, entry, so, (prebuilt / f"{name}.cu").read_text()))
+        except OSError as e:
+            print(f"cannot load {so}: {e}", flush=True)
+    return out
+
+
+# ---------------------------------------------------------------- environment
+
+
+def env_info() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001 - informational only
+        driver = None
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parents[1]).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        rev = None
+    return {"gpu": props.name, "sms": props.multi_processor_count, "cc": f"{props.major}.{props.minor}",
+            "driver": driver, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": rev}
+
+
+# ---------------------------------------------------------------- correctness
+
+
+def _poisoned(m: int, n: int):
+    buf = torch.full((m * n + 2 * GUARD,), float("nan"), dtype=torch.float16, device="cuda")
+    return buf, buf[GUARD:GUARD + m * n].view(m, n)
+
+
+def check(kern: Kernel, shape: Shape, seed: int = 0) -> dict:
+    """NaN-poisoned full write, guards intact, error vs fp32 reference, exact on 0/1, repeatable."""
+    m, n, k = shape.m, shape.n, shape.k
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16, generator=g)
+    buf, c = _poisoned(m, n)
+    rc = kern(a, b, c, m, n, k)
+    torch.cuda.synchronize()
+    if rc != 0:
+        return {"ok": False, "failed": "unsupported", "rc": rc}
+    guards = bool(torch.isnan(buf[:GUARD]).all() and torch.isnan(buf[GUARD + m * n:]).all())
+    if not guards:
+        return {"ok": False, "failed": "out_of_bounds"}
+    if torch.isnan(c).any():
+        return {"ok": False, "failed": "not_fully_written", "nan": int(torch.isnan(c).sum())}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ref = a.float() @ b.float()
+    scale = ref.abs().max().item() or 1.0
+    err = (c.float() - ref).abs().max().item() / scale
+    lib_err = ((a @ b).float() - ref).abs().max().item() / scale
+    bound = max(4 * lib_err, 2e-3) if kern.acc == "f32" else max(64 * lib_err, 5e-2)
+    out = {"rel_err": err, "lib_err": lib_err, "bound": bound}
+    if err > bound:
+        return {**out, "ok": False, "failed": "accuracy"}
+    # repeated runs agree bit for bit (races, nondeterministic reductions)
+    c2 = torch.empty_like(c)
+    kern(a, b, c2, m, n, k)
+    kern(a, b, c2, m, n, k)
+    torch.cuda.synchronize()
+    if not torch.equal(c, c2):
+        return {**out, "ok": False, "failed": "not_reproducible"}
+    # exact on 0/1 inputs (f32 accumulate: integers < 2^24 are exact; f16 only while sums <= 2048)
+    if kern.acc == "f32" or k <= 2048:
+        a01 = torch.randint(0, 2, (m, k), device="cuda", generator=g).half()
+        b01 = torch.randint(0, 2, (k, n), device="cuda", generator=g).half()
+        buf3, c3 = _poisoned(m, n)
+        kern(a01, b01, c3, m, n, k)
+        exact = (a01.float() @ b01.float()).half()
+        torch.cuda.synchronize()
+        if not torch.equal(c3, exact):
+            return {**out, "ok": False, "failed": "binary_inputs",
+                    "mismatches": int((c3 != exact).sum())}
+    return {**out, "ok": True, "failed": None}
+
+
+# ---------------------------------------------------------------- timing
+
+
+def time_graph(launch, target_ms: float, reps: int) -> float | None:
+    """Median ms per call of ``launch`` replayed in a CUDA graph (None if capture fails)."""
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            launch()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record(s)
+        for _ in range(5):
+            launch()
+        e1.record(s)
+        s.synchronize()
+        est = max(e0.elapsed_time(e1) / 5, 1e-3)
+    r = max(1, min(400, int(math.ceil(target_ms / est))))
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=s):
+            for _ in range(r):
+                launch()
+    except Exception as e:  # noqa: BLE001
+        print(f"  graph capture failed: {e}", flush=True)
+        return None
+    times = []
+    with torch.cuda.stream(s):
+        graph.replay()
+        for _ in range(reps):
+            e0.record(s)
+            graph.replay()
+            e1.record(s)
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1) / r)
+    del graph
+    times.sort()
+    return times[len(times) // 2]
+
+
+class Baselines:
+    """cuBLAS through torch.matmul, and cuBLASLt autotuned through nvmath-python when present."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.nvmath = None
+        if "cublaslt_autotune" in names:
+            try:
+                from nvmath.linalg.advanced import Matmul
+
+                self.nvmath = Matmul
+            except Exception as e:  # noqa: BLE001
+                print(f"nvmath unavailable ({e}); skipping cublaslt_autotune", flush=True)
+
+    def launches(self, a, b, c) -> dict:
+        out = {}
+        if "torch" in self.names:
+            out["torch"] = lambda: torch.matmul(a, b, out=c)
+        if self.nvmath is not None:
+            try:
+                mm = self.nvmath(a, b)
+                mm.plan()
+                mm.autotune(iterations=3)
+                out["cublaslt_autotune"] = lambda mm=mm: mm.execute(stream=torch.cuda.current_stream())
+                out["_hold"] = mm
+            except Exception as e:  # noqa: BLE001
+                print(f"  nvmath plan failed: {e}", flush=True)
+        return out
+
+
+def time_shape(kerns: list[Kernel], shape: Shape, baselines: Baselines | None, target_ms: float, reps: int,
+               seed: int) -> dict[str, float | None]:
+    m, n, k = shape.m, shape.n, shape.k
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    jobs = {}
+    for kern in kerns:
+        if kern(a, b, c, m, n, k) != 0:
+            jobs[kern.name] = None
+            continue
+        jobs[kern.name] = (lambda kern=kern: kern(a, b, c, m, n, k))
+    hold = None
+    if baselines is not None:
+        bl = baselines.launches(a, b, c)
+        hold = bl.pop("_hold", None)
+        jobs.update(bl)
+    names = list(jobs)
+    random.Random(seed).shuffle(names)
+    out: dict[str, float | None] = {}
+    for name in names:
+        fn = jobs[name]
+        out[name] = None if fn is None else time_graph(fn, target_ms, reps)
+    del hold
+    return out
+
+
+def warm_up(seconds: float = 1.0) -> None:
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------- modes
+
+CHECK_SHAPES = ["64x64x64", "64x128x16384", "128x64x8192", "256x256x256", "200x136x264", "1000x1000x1000",
+                "1030x2056x776", "4096x128x64", "777x4104x128", "1024x1024x4096", "2048x2048x2048", "4096x4096x8"]
+
+
+def cmd_check(args, kerns) -> dict:
+    shapes = resolve_shapes(args.shapes) if args.shapes else [resolve_shapes(s)[0] for s in CHECK_SHAPES]
+    results = {}
+    failures = 0
+    for kern in kerns:
+        row = {}
+        for s in shapes:
+            try:
+                r = check(kern, s, seed=args.seed)
+            except Exception as e:  # noqa: BLE001
+                r = {"ok": False, "failed": "crashed", "detail": str(e)[:300]}
+            row[str(s)] = r
+            if not r["ok"] and r.get("failed") != "unsupported":
+                failures += 1
+        bad = {k: v["failed"] for k, v in row.items() if not v["ok"]}
+        worst = max((v.get("rel_err", 0) for v in row.values() if v["ok"]), default=0)
+        print(f"{kern.name:48s} {'OK ' if not bad else 'BAD'} max_rel_err={worst:.2e} {bad if bad else ''}",
+              flush=True)
+        results[kern.name] = row
+    return {"mode": "check", "shapes": [str(s) for s in shapes], "results": results, "failures": failures}
+
+
+def cmd_time(args, kerns) -> dict:
+    shapes = resolve_shapes(args.shapes or ["sample100"])
+    baselines = Baselines(args.baselines)
+    warm_up()
+    rows = []
+    t0 = time.time()
+    for i, s in enumerate(shapes):
+        times = time_shape(kerns, s, baselines, args.target_ms, args.reps, args.seed + i)
+        rows.append({"shape": [s.m, s.n, s.k], "times_ms": times})
+        best = min(((v, k) for k, v in times.items() if v and k in {x.name for x in kerns}), default=(None, None))
+        ref = times.get("cublaslt_autotune") or times.get("torch")
+        sp = f"{ref / best[0]:.2f}x" if best[0] and ref else "-"
+        el = time.time() - t0
+        print(f"[{i + 1}/{len(shapes)}] {str(s):20s} best {best[1]} {best[0] and best[0] * 1e3:.1f}us "
+              f"torch {times.get('torch') and times['torch'] * 1e3:.1f}us lt {times.get('cublaslt_autotune') and times['cublaslt_autotune'] * 1e3:.1f}us "
+              f"speedup {sp}  ETA {el / (i + 1) * (len(shapes) - i - 1):.0f}s", flush=True)
+        if args.budget_s and el > args.budget_s:
+            print("time budget reached", flush=True)
+            break
+    return {"mode": "time", "timings": rows}
+
+
+def cmd_pick(args, kerns) -> dict:
+    from l2tui.agent.policies.costmodel import CostModel
+
+    shapes = resolve_shapes(args.shapes or ["grid"])
+    model = CostModel()
+    baselines = Baselines(args.baselines) if args.baselines else None
+    kdir = Path(args.kernels_dir) if args.kernels_dir else None
+    if kdir:
+        kdir.mkdir(parents=True, exist_ok=True)
+    by_name = {k.name: k for k in kerns}
+    warm_up()
+    t0 = time.time()
+    rows = []
+    for i, s in enumerate(shapes):
+        left = args.budget_s - (time.time() - t0)
+        per_shape = left / max(1, len(shapes) - i)
+        ranked = [by_name[c.name] for _, c in model.rank([k.config for k in kerns], s)]
+        top = args.top_k if per_shape > 0.25 else max(2, args.top_k // 2)
+        chosen = ranked[:top]
+        for fam in ("sm90_cutlass", "sm80_mma", "small_splitk"):  # one per family, model or not
+            extra = next((k for k in ranked if k.config.family == fam), None)
+            if extra is not None and extra not in chosen and per_shape > 0.15:
+                chosen.append(extra)
+        times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i)
+        order = sorted((v, name) for name, v in times.items() if v and name in by_name)
+        winner = None
+        for v, name in order:  # the fastest that also passes a quick check on this shape
+            if s.m * s.n * s.k <= args.check_max_mnk:
+                r = check(by_name[name], s, seed=args.seed)
+                if not r["ok"]:
+                    print(f"  {name} failed {r['failed']} on {s}", flush=True)
+                    continue
+            winner = name
+            break
+        if winner and kdir:
+            (kdir / f"{s.m}_{s.n}_{s.k}.cu").write_text(by_name[winner].source)
+        rows.append({"shape": [s.m, s.n, s.k], "times_ms": times, "winner": winner,
+                     "predicted_us": {k.name: round(model.predict(k.config, s) * 1e6, 2) for k in chosen}})
+        el = time.time() - t0
+        print(f"[{i + 1}/{len(shapes)}] {str(s):20s} winner {winner} "
+              f"{winner and times[winner] * 1e3:.1f}us  elapsed {el:.0f}s ETA {el / (i + 1) * (len(shapes) - i - 1):.0f}s",
+              flush=True)
+    return {"mode": "pick", "timings": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("check", "time", "pick"))
+    ap.add_argument("--prebuilt", default=".carry/prebuilt")
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--shapes", action="append")
+    ap.add_argument("--acc", default=None, help="only configurations with this accumulator")
+    ap.add_argument("--only", default="", help="regex on configuration names")
+    ap.add_argument("--baselines", nargs="*", default=["torch", "cublaslt_autotune"])
+    ap.add_argument("--target-ms", type=float, default=0.3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--kernels-dir", default=None)
+    ap.add_argument("--check-max-mnk", type=float, default=float(1 << 36))
+    ap.add_argument("--tag", default=None, help="output file name stem")
+    args = ap.parse_args(argv)
+    if args.mode == "pick" and not args.budget_s:
+        args.budget_s = 420.0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kerns = load_kernels(Path(args.prebuilt), args.acc, args.only)
+    print(f"{len(kerns)} configurations loaded", flush=True)
+    t0 = time.time()
+    res = {"mode": args.mode}
+    if args.mode == "check":
+        res = cmd_check(args, kerns)
+    elif args.mode == "time":
+        res = cmd_time(args, kerns)
+    else:
+        res = cmd_pick(args, kerns)
+    res["env"] = env_info()
+    res["seconds"] = round(time.time() - t0, 1)
+    res["configs"] = {k.name: {"family": k.config.family, "knobs": k.config.knob_dict, "acc": k.acc} for k in kerns}
+    name = args.tag or args.mode
+    (out / f"{name}.json").write_text(json.dumps(res, indent=1))
+    print(f"wrote {out / (name + '.json')} in {res['seconds']}s", flush=True)
+    return 0 if res.get("failures", 0) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
