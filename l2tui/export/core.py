@@ -203,7 +203,7 @@ def export_session(
     try:
         (tmp / "kernels").mkdir()
         for e in manifest["kernels"]:
-            (tmp / e["file"]).write_text(sources[e["sha256"]])
+            (tmp / e["file"]).write_text(sources[e["sha256"]], encoding="utf-8")
         cdispatch.write_sources(tmp, manifest, arch_flags)
         if build:
             lb = cdispatch.build_library(tmp, manifest, arch=manifest["arch"], jobs=jobs, progress=progress)

@@ -1,0 +1,413 @@
+"""Call exported kernels from Python: ``lib = load(DIR); lib.matmul(a, b)``.
+
+``DIR`` is a folder written by ``l2tui export``.  ``matmul`` takes cupy arrays
+or torch tensors (fp16, 2-D, row-major contiguous, on one GPU) and:
+
+* runs the exported kernel for the shape when there is one;
+* else, with ``pad="nearest-larger"``, zero-pads into the smallest exported
+  shape that contains it (exact: zero rows/columns add nothing to the product)
+  and copies the result back;
+* else, or where the manifest says a library was faster on that shape
+  (``"fallback": "cublas"``), or when a kernel reports the shape unsupported,
+  calls the array library's own matmul (cuBLAS, fp32 compute).
+
+Kernels are built lazily on first use with :func:`harness.build.build` (its
+content-addressed cache makes later processes fast), or taken from the
+prebuilt ``lib/libl2hgemm.so`` when ``export --build`` made one for this GPU's
+architecture.  Building and loading happen under locks, so threads may call
+``matmul`` concurrently; the call itself holds no lock.  Work goes on the
+array library's *current* stream.  cupy and torch are imported only inside
+functions: importing this module needs neither.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from l2tui.errors import UserError
+from l2tui.export.manifest import load as load_manifest
+
+PAD_POLICIES = (None, "nearest-larger")
+
+
+class MatmulArgumentError(UserError, ValueError):
+    """Arrays ``matmul`` cannot take (dtype, rank, layout, device, shapes)."""
+
+
+class KernelLoadError(UserError):
+    """An exported kernel that cannot be built or loaded here."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one (M, N, K) is computed: ``kind`` is "kernel", "pad" or "cublas"."""
+
+    kind: str
+    shape: tuple[int, int, int] | None  # the exported shape that runs (kernel / pad)
+    reason: str
+
+
+def _argtypes(fn: Any) -> Any:
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+# --------------------------------------------------------------------------- array backends
+
+
+class _Cupy:
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cp = cupy
+
+    def check(self, x: Any, what: str) -> int:
+        cp = self.cp
+        if not isinstance(x, cp.ndarray):
+            raise MatmulArgumentError(f"{what} is a {type(x).__name__}, not a cupy array: pass a and b from the same library")
+        if x.dtype != cp.float16:
+            raise MatmulArgumentError(f"{what} has dtype {x.dtype}; the kernels take float16: use x.astype(cupy.float16)")
+        if x.ndim != 2:
+            raise MatmulArgumentError(f"{what} has {x.ndim} dimensions; matmul takes 2-D arrays")
+        if not x.flags.c_contiguous:
+            raise MatmulArgumentError(f"{what} is not row-major contiguous: use cupy.ascontiguousarray({what})")
+        return int(x.device.id)
+
+    def ptr(self, x: Any) -> int:
+        return int(x.data.ptr)
+
+    def device(self, dev: int) -> Any:
+        cp = self.cp
+        if cp.cuda.runtime.getDevice() == dev:
+            return None
+        return cp.cuda.Device(dev)
+
+    def stream(self, dev: int) -> int:
+        return int(self.cp.cuda.get_current_stream().ptr)
+
+    def cc(self, dev: int) -> tuple[int, int]:
+        s = str(self.cp.cuda.Device(dev).compute_capability)
+        return int(s[:-1]), int(s[-1])
+
+    def empty(self, like: Any, m: int, n: int) -> Any:
+        return self.cp.empty((m, n), dtype=self.cp.float16)
+
+    def zeros(self, like: Any, m: int, n: int) -> Any:
+        return self.cp.zeros((m, n), dtype=self.cp.float16)
+
+    def matmul(self, a: Any, b: Any, out: Any) -> Any:
+        return self.cp.matmul(a, b, out=out)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        dst[...] = src
+
+    def contiguous(self, x: Any) -> Any:
+        return self.cp.ascontiguousarray(x)
+
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.t = torch
+
+    def check(self, x: Any, what: str) -> int:
+        t = self.t
+        if not isinstance(x, t.Tensor):
+            raise MatmulArgumentError(f"{what} is a {type(x).__name__}, not a torch tensor: pass a and b from the same library")
+        if x.dtype != t.float16:
+            raise MatmulArgumentError(f"{what} has dtype {x.dtype}; the kernels take float16: use x.half()")
+        if x.dim() != 2:
+            raise MatmulArgumentError(f"{what} has {x.dim()} dimensions; matmul takes 2-D tensors")
+        if not x.is_cuda:
+            raise MatmulArgumentError(f"{what} is on {x.device}, not a GPU: use x.cuda()")
+        if not x.is_contiguous():
+            raise MatmulArgumentError(f"{what} is not row-major contiguous: use {what}.contiguous()")
+        return int(x.device.index if x.device.index is not None else self.t.cuda.current_device())
+
+    def ptr(self, x: Any) -> int:
+        return int(x.data_ptr())
+
+    def device(self, dev: int) -> Any:
+        if self.t.cuda.current_device() == dev:
+            return None
+        return self.t.cuda.device(dev)
+
+    def stream(self, dev: int) -> int:
+        return int(self.t.cuda.current_stream(dev).cuda_stream)
+
+    def cc(self, dev: int) -> tuple[int, int]:
+        return tuple(self.t.cuda.get_device_capability(dev))  # type: ignore[return-value]
+
+    def empty(self, like: Any, m: int, n: int) -> Any:
+        return self.t.empty((m, n), dtype=self.t.float16, device=like.device)
+
+    def zeros(self, like: Any, m: int, n: int) -> Any:
+        return self.t.zeros((m, n), dtype=self.t.float16, device=like.device)
+
+    def matmul(self, a: Any, b: Any, out: Any) -> Any:
+        return self.t.matmul(a, b, out=out)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        dst.copy_(src)
+
+    def contiguous(self, x: Any) -> Any:
+        return x.contiguous()
+
+
+_BACKENDS: dict[str, Any] = {}
+_BACKENDS_LOCK = threading.Lock()
+
+
+def _backend_for(x: Any) -> Any:
+    mod = type(x).__module__.split(".", 1)[0]
+    if mod not in ("cupy", "torch"):
+        raise MatmulArgumentError(f"matmul takes cupy arrays or torch tensors, not {type(x).__module__}.{type(x).__name__}")
+    be = _BACKENDS.get(mod)
+    if be is None:
+        with _BACKENDS_LOCK:
+            be = _BACKENDS.get(mod) or (_Cupy() if mod == "cupy" else _Torch())
+            _BACKENDS[mod] = be
+    return be
+
+
+class _nullctx:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- the library
+
+
+class ExportedLibrary:
+    """An export folder ready to call; create with :func:`load`."""
+
+    def __init__(self, root: Path, manifest: dict, *, pad: str | None = None,
+                 prefer_prebuilt: bool = True, strict: bool = False):
+        if pad not in PAD_POLICIES:
+            raise UserError(f"unknown pad policy {pad!r}: use None or 'nearest-larger'")
+        self.root = root
+        self.manifest = manifest
+        self.pad = pad
+        self.prefer_prebuilt = prefer_prebuilt
+        self.strict = strict
+        self._entries: dict[tuple[int, int, int], dict] = {tuple(e["shape"]): e for e in manifest["kernels"]}
+        #: shapes that run an exported kernel (no fallback marker)
+        self.kernel_shapes: list[tuple[int, int, int]] = sorted(s for s, e in self._entries.items() if not e.get("fallback"))
+        self._fns: dict[tuple[str, str], Any] = {}      # (name, arch) -> ctypes function
+        self._broken: set[tuple[str, str]] = set()      # failed to build / reported unsupported
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._prebuilt: Any = None
+        self._prebuilt_lock = threading.Lock()
+        self._routes: dict[tuple[int, int, int], Route] = {}
+        self._arch_of: dict[tuple[str, int], str] = {}
+
+    # ------------------------------------------------------------- routing (no GPU needed)
+    def route(self, m: int, n: int, k: int, pad: str | None | bool = True) -> Route:
+        """How (M, N, K) is computed, from the manifest alone."""
+        use_pad = self.pad if pad is True else pad
+        key = (m, n, k)
+        if pad is True:
+            r = self._routes.get(key)
+            if r is not None:
+                return r
+        e = self._entries.get(key)
+        if e is not None and not e.get("fallback"):
+            r = Route("kernel", key, "exported kernel")
+        elif e is not None:
+            r = Route("cublas", None, f"manifest: {e.get('fastest_baseline') or 'a library'} was faster")
+        elif use_pad == "nearest-larger" and min(key) > 0:
+            fits = [s for s in self.kernel_shapes if s[0] >= m and s[1] >= n and s[2] >= k]
+            if fits:
+                best = min(fits, key=lambda s: (s[0] * s[1] * s[2], s))
+                r = Route("pad", best, f"zero-padded into {best[0]}x{best[1]}x{best[2]}")
+            else:
+                r = Route("cublas", None, "no exported shape is large enough to pad into")
+        else:
+            r = Route("cublas", None, "no exported kernel for this shape")
+        if pad is True:
+            self._routes[key] = r
+        return r
+
+    # ------------------------------------------------------------- building / loading
+    def _arch(self, be: Any, dev: int) -> str:
+        key = (be.name, dev)
+        a = self._arch_of.get(key)
+        if a is None:
+            from harness.gpuinfo import arch_for_cc
+
+            a = self._arch_of[key] = arch_for_cc(be.cc(dev))
+        return a
+
+    def _load_prebuilt(self, arch: str) -> Any:
+        lib = self.manifest.get("library")
+        if not self.prefer_prebuilt or not lib or lib.get("arch") != arch:
+            return None
+        with self._prebuilt_lock:  # one CDLL shared by every shape
+            if self._prebuilt is None:
+                so = self.root / lib["file"]
+                if not so.is_file() or hashlib.sha256(so.read_bytes()).hexdigest() != lib["sha256"]:
+                    return None
+                self._prebuilt = ctypes.CDLL(str(so))
+            return self._prebuilt
+
+    def _build(self, e: dict, arch: str) -> Any:
+        pre = self._load_prebuilt(arch)
+        if pre is not None:
+            return _argtypes(getattr(pre, e["symbol"]))
+        from harness.build import build
+
+        from l2tui.export.cdispatch import check_flags, cublas_flags
+
+        source = (self.root / e["file"]).read_text()
+        flags = check_flags(e.get("flags", []), e["file"])
+        if "cublas" in source:
+            flags = flags + [f for f in cublas_flags() if f not in flags]
+        res = build(source, arch=arch, flags=flags, name=f"export-{e['name']}")
+        if not res.ok:
+            first = res.errors[0] if res.errors else res.log.strip()[-200:]
+            raise KernelLoadError(f"{e['file']} does not build for {arch}: {first}")
+        return _argtypes(ctypes.CDLL(str(res.so_path)).l2_hgemm)
+
+    def kernel(self, shape: tuple[int, int, int], arch: str) -> Any:
+        """The ctypes function of the kernel for ``shape`` (built on first use; thread-safe)."""
+        e = self._entries[shape]
+        key = (e["name"], arch)
+        fn = self._fns.get(key)
+        if fn is not None:
+            return fn
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            fn = self._fns.get(key)
+            if fn is None:
+                fn = self._build(e, arch)
+                self._fns[key] = fn
+        return fn
+
+    def warmup(self, arch: str | None = None, shapes: list[tuple[int, int, int]] | None = None) -> None:
+        """Build and load every kernel now (for servers that must not build on the first request)."""
+        if arch is None:
+            from harness.gpuinfo import detect_arch
+
+            arch = detect_arch() or str(self.manifest.get("arch"))
+        for s in shapes or self.kernel_shapes:
+            self.kernel(s, arch)
+
+    # ------------------------------------------------------------- the call
+    def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
+        """C = a @ b for fp16 2-D row-major arrays; returns ``out`` (allocated when None)."""
+        be = _backend_for(a)
+        if type(b) is not type(a) and _backend_for(b) is not be:
+            raise MatmulArgumentError("a and b come from different array libraries: pass two cupy arrays or two torch tensors")
+        dev = be.check(a, "a")
+        if be.check(b, "b") != dev:
+            raise MatmulArgumentError("a and b are on different GPUs: move them to one device")
+        m, k = (int(d) for d in a.shape)
+        k2, n = (int(d) for d in b.shape)
+        if k != k2:
+            raise MatmulArgumentError(f"shapes {m}x{k} and {k2}x{n} do not multiply: a's columns must equal b's rows")
+        if out is not None:
+            if be.check(out, "out") != dev:
+                raise MatmulArgumentError("out is on another GPU than a and b")
+            if tuple(int(d) for d in out.shape) != (m, n):
+                raise MatmulArgumentError(f"out has shape {tuple(out.shape)}; it must be ({m}, {n})")
+        r = self.route(m, n, k)
+        ctx = be.device(dev) or _nullctx()
+        with ctx:
+            if r.kind == "cublas" or min(m, n, k) == 0:
+                return be.matmul(a, b, out)
+            arch = self._arch(be, dev)
+            fn = self._fn_or_none(r.shape, arch)
+            if fn is None:
+                return be.matmul(a, b, out)
+            if out is None:
+                out = be.empty(a, m, n)
+            stream = be.stream(dev)
+            if r.kind == "kernel":
+                rc = fn(be.ptr(a), be.ptr(b), be.ptr(out), m, n, k, stream)
+            else:
+                rc = self._padded(be, fn, r.shape, a, b, out, m, n, k, stream)
+            if rc != 0:
+                self._mark_broken(r.shape, arch, f"returned {rc} (unsupported shape or launch error)")
+                return be.matmul(a, b, out)
+            return out
+
+    def _padded(self, be: Any, fn: Any, shape: tuple[int, int, int], a: Any, b: Any, out: Any,
+                m: int, n: int, k: int, stream: int) -> int:
+        pm, pn, pk = shape
+        ap = a
+        if (pm, pk) != (m, k):
+            ap = be.zeros(a, pm, pk)
+            be.copy_into(ap[:m, :k], a)
+        bp = b
+        if (pk, pn) != (k, n):
+            bp = be.zeros(a, pk, pn)
+            be.copy_into(bp[:k, :n], b)
+        cp_ = out if (pm, pn) == (m, n) else be.empty(a, pm, pn)
+        rc = fn(be.ptr(ap), be.ptr(bp), be.ptr(cp_), pm, pn, pk, stream)
+        if rc == 0 and cp_ is not out:
+            be.copy_into(out, cp_[:m, :n])
+        return rc
+
+    def _fn_or_none(self, shape: tuple[int, int, int], arch: str) -> Any:
+        key = (self._entries[shape]["name"], arch)
+        fn = self._fns.get(key)
+        if fn is not None:
+            return fn
+        if key in self._broken:
+            return None
+        try:
+            return self.kernel(shape, arch)
+        except (HarnessError, OSError, AttributeError) as err:
+            if self.strict:
+                raise
+            self._mark_broken(shape, arch, str(err))
+            return None
+
+    def _mark_broken(self, shape: tuple[int, int, int] | None, arch: str, why: str) -> None:
+        if shape is None:
+            return
+        name = self._entries[shape]["name"]
+        with self._lock:
+            self._broken.add((name, arch))
+            self._fns.pop((name, arch), None)
+        warnings.warn(f"l2tui.runtime: kernel {name} {why}; using cuBLAS for it", RuntimeWarning, stacklevel=3)
+
+    def __repr__(self) -> str:
+        return (f"ExportedLibrary({str(self.root)!r}, kernels={len(self.kernel_shapes)}, "
+                f"fallback={len(self._entries) - len(self.kernel_shapes)}, pad={self.pad!r})")
+
+
+def load(path: str | Path, *, pad: str | None = None, prefer_prebuilt: bool = True,
+         strict: bool = False) -> ExportedLibrary:
+    """Open an export folder.  Checks the manifest and that every kernel file matches its hash.
+
+    ``pad="nearest-larger"`` zero-pads shapes without a kernel into the smallest
+    exported shape that contains them.  ``strict=True`` raises when a kernel
+    cannot be built instead of warning and using cuBLAS.
+    """
+    root = Path(path).expanduser()
+    manifest = load_manifest(root)
+    for e in manifest["kernels"]:
+        text = (root / e["file"]).read_bytes()
+        if hashlib.sha256(text).hexdigest() != e["sha256"]:
+            raise KernelLoadError(f"{root / e['file']} was changed after export (hash mismatch); re-export it")
+    return ExportedLibrary(root.resolve(), manifest, pad=pad, prefer_prebuilt=prefer_prebuilt, strict=strict)
