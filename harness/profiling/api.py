@@ -1,0 +1,200 @@
+"""The profiling API: ``profile_kernel`` / ``profile_many`` → :class:`Profile`.
+
+A :class:`Profile` is one profiled *call* (all kernels it launched) of one
+kernel or baseline on one shape: per-kernel ncu records, the aggregated
+canonical metrics, the verdict and the filtered metric set for prompts and UI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import HarnessError, KernelSourceError
+from ..paths import KERNELS_DIR
+from ..shapes import Shape, parse_shape
+from .errors import NoKernelProfiled, ProfileFailed
+from .metrics import aggregate
+from .ncu import NcuRun, run_ncu
+from .parse import KernelRecord, Metric, merge, parse_details, parse_raw, split_by_range
+from .verdict import Classifier, Verdict, filtered_metrics
+
+BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
+_SEQ = itertools.count()
+
+
+@dataclass
+class Profile:
+    label: str
+    shape: Shape
+    acc: str
+    kernels: list[KernelRecord]
+    metrics: dict[str, Metric]
+    verdict: Verdict
+    filtered: dict[str, Metric]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_kernels(cls, label: str, shape: Shape, acc: str, kernels: list[KernelRecord],
+                     classifier: Classifier | None = None, meta: dict[str, Any] | None = None) -> "Profile":
+        metrics = aggregate(kernels)
+        v = (classifier or default_classifier()).classify(metrics)
+        return cls(label, shape, acc, kernels, metrics, v, filtered_metrics(metrics, v), dict(meta or {}))
+
+    def to_dict(self, *, kernels: bool = True) -> dict[str, Any]:
+        d = {
+            "label": self.label, "shape": [self.shape.m, self.shape.n, self.shape.k], "acc": self.acc,
+            "verdict": self.verdict.to_dict(),
+            "filtered": {k: v.to_dict() for k, v in self.filtered.items()},
+            "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+            "meta": dict(self.meta),
+        }
+        if kernels:
+            d["kernels"] = [k.to_dict() for k in self.kernels]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Profile":
+        return cls(
+            d["label"], Shape(*d["shape"]), d.get("acc", "f32"),
+            [KernelRecord.from_dict(k) for k in d.get("kernels", [])],
+            {k: Metric.from_dict(v) for k, v in d["metrics"].items()},
+            Verdict.from_dict(d["verdict"]),
+            {k: Metric.from_dict(v) for k, v in d["filtered"].items()},
+            dict(d.get("meta", {})),
+        )
+
+    def event_payload(self) -> dict[str, Any]:
+        """The ``profiled`` event's ``verdict`` and ``metrics`` fields (filtered set, see INTERFACES.md)."""
+        return {"verdict": self.verdict.cls, "metrics": {k: v.to_dict() for k, v in self.filtered.items()}}
+
+
+_CLASSIFIER: Classifier | None = None
+
+
+def default_classifier() -> Classifier:
+    global _CLASSIFIER
+    if _CLASSIFIER is None:
+        _CLASSIFIER = Classifier.from_prior()
+    return _CLASSIFIER
+
+
+@dataclass
+class Request:
+    """One call to profile: a built library or a baseline name, on one shape."""
+
+    shape: Shape
+    acc: str = "f32"
+    so_path: str | None = None
+    baseline: str | None = None
+    label: str = ""
+    warmup: int = 2
+    symbol: str = "l2_hgemm"
+
+    def item(self, rng: str) -> dict[str, Any]:
+        if self.baseline and self.baseline != "cublas":
+            kind, so = self.baseline, None
+        else:
+            kind, so = "so", self.so_path
+        return {"range": rng, "kind": kind, "so_path": so, "shape": [self.shape.m, self.shape.n, self.shape.k],
+                "acc": self.acc, "warmup": self.warmup, "label": self.label, "symbol": self.symbol}
+
+
+def _build_so(source: str, arch: str | None, flags: Sequence[str]) -> str:
+    from ..build import build
+
+    r = build(source, arch=arch, flags=flags, name="profile")
+    if not r.ok or r.so_path is None:
+        first = r.errors[0] if r.errors else None
+        raise ProfileFailed(f"the kernel does not compile: {first or 'see the build log'}; fix it before profiling")
+    return str(r.so_path)
+
+
+def resolve_kernel(kernel: str | os.PathLike[str], arch: str | None = None, flags: Sequence[str] = ()) -> str:
+    """A shared-library path from a ``.so`` path, a ``.cu`` path or kernel source text."""
+    s = str(kernel)
+    if "l2_hgemm" in s and ("\n" in s or "(" in s):
+        return _build_so(s, arch, flags)
+    p = Path(s)
+    if p.suffix == ".so":
+        if not p.is_file():
+            raise KernelSourceError(f"kernel library {s!r} not found: give a .so, a .cu file or source text")
+        return str(p.resolve())
+    try:
+        source = p.read_text()
+    except OSError as e:
+        raise KernelSourceError(f"cannot read kernel file {s!r}: {e.strerror}") from None
+    return _build_so(source, arch, flags)
+
+
+def baseline_request(name: str, shape: Shape, acc: str = "f32", arch: str | None = None) -> Request:
+    if name not in BASELINES:
+        raise HarnessError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
+    if name == "cublas":
+        shim = KERNELS_DIR / "cublas_shim.cu"
+        if not shim.is_file():
+            raise HarnessError("the cuBLAS shim (harness/kernels/cublas_shim.cu) is missing: use --baseline torch")
+        return Request(shape, acc, so_path=_build_so(shim.read_text(), arch, ()), label="cublas",
+                       symbol="l2_hgemm_f16" if acc == "f16" else "l2_hgemm")
+    return Request(shape, acc, baseline=name, label=name)
+
+
+def profile_many(requests: Sequence[Request], *, timeout_s: float = 120.0, classifier: Classifier | None = None,
+                 ncu: str | None = None, sections: Sequence[str] | None = None, nvtx: str = "cupy",
+                 retry_profiler: bool = True) -> list[Profile | HarnessError]:
+    """Profile several calls in one ncu process; one Profile (or the error for that call) per request."""
+    names = [f"l2p_{os.getpid()}_{next(_SEQ)}" for _ in requests]
+    items = [r.item(n) for r, n in zip(requests, names)]
+    what = requests[0].label + f" on {requests[0].shape}" if len(requests) == 1 else f"{len(requests)} calls"
+    run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx=nvtx, what=what)
+    groups = groups_of(run, names)
+    if retry_profiler and nvtx != "profiler" and len(requests) == 1 and not groups[names[0]]:
+        # NVTX unavailable in this cupy build: bracket the call with cudaProfilerStart/Stop instead
+        run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx="profiler", what=what)
+        groups = {names[0]: merge(parse_raw(run.raw_csv), parse_details(run.details_csv))}
+    status = {i.get("range"): i for i in run.items}
+    out: list[Profile | HarnessError] = []
+    for req, name in zip(requests, names):
+        ks = groups.get(name, [])
+        st = status.get(name, {})
+        if not ks:
+            detail = st.get("message") or ("the call launched no kernel" if st.get("status") == "ok" else "")
+            out.append(NoKernelProfiled(f"{req.label or 'the kernel'} on {req.shape}", detail))
+            continue
+        meta = {"ncu": run.ncu_version, "nvtx": run.nvtx, "seconds": round(run.seconds, 2)}
+        out.append(Profile.from_kernels(req.label or "kernel", req.shape, req.acc, ks, classifier, meta))
+    return out
+
+
+def groups_of(run: NcuRun, names: list[str]) -> dict[str, list[KernelRecord]]:
+    kernels = merge(parse_raw(run.raw_csv), parse_details(run.details_csv))
+    ok = [i.get("range") for i in run.items if i.get("status") == "ok"] or names
+    return split_by_range(kernels, [n for n in names if n in ok])
+
+
+def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, acc: str = "f32", *,
+                   baseline: str | None = None, timeout_s: float = 120.0, arch: str | None = None,
+                   flags: Sequence[str] = (), label: str | None = None,
+                   classifier: Classifier | None = None) -> Profile:
+    """Profile one call of a kernel (``.so`` path, ``.cu`` path or source text) or a baseline.
+
+    Raises HarnessError subclasses: NcuMissing, CountersRefused, ProfileTimeout,
+    NoKernelProfiled, ProfileFailed, KernelSourceError.
+    """
+    shp = parse_shape(shape) if isinstance(shape, str) else shape
+    if (kernel is None) == (baseline is None):
+        raise HarnessError("profile either a kernel or a baseline (exactly one of them)")
+    if baseline is not None:
+        req = baseline_request(baseline, shp, acc, arch)
+    else:
+        req = Request(shp, acc, so_path=resolve_kernel(kernel, arch, flags),
+                      label=label or (Path(str(kernel)).stem if len(str(kernel)) < 4096 and "\n" not in str(kernel) else "kernel"))
+    if label:
+        req.label = label
+    res = profile_many([req], timeout_s=timeout_s, classifier=classifier)[0]
+    if isinstance(res, HarnessError):
+        raise res
+    return res

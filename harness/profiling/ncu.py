@@ -1,0 +1,194 @@
+"""Run Nsight Compute (``ncu``) on the one-launch driver and read its report back as CSV.
+
+One ncu process profiles a list of items (one NVTX range each), writes a
+``.ncu-rep`` report, and the report is imported twice (``--page raw`` and
+``--page details``, both ``--csv --print-units base``): importing a saved report
+gives clean CSV, free of the profiled program's own output.
+
+Always ``--clock-control none``: ncu would otherwise lock the SM clock to base,
+and the agent wants the kernel as it runs in production (and the lent machines'
+clocks must not be touched).  Kernel replay (ncu's default) re-runs each kernel
+once per counter pass with memory saved and restored, so a call's kernels are
+measured one by one.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import NcuMissing, NoKernelProfiled, ProfileFailed, ProfileTimeout, classify_ncu_failure, NO_KERNEL_MARKER
+
+SECTIONS: tuple[str, ...] = (
+    "SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy",
+    "LaunchStats", "WarpStateStats", "SchedulerStats",
+)
+_CANDIDATES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda-*/bin/ncu")
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def find_ncu() -> str:
+    """Path of ncu: ``$L2TUI_NCU``, then PATH, then the usual install folders; NcuMissing if none."""
+    env = os.environ.get("L2TUI_NCU")
+    if env:
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return env
+        raise NcuMissing(f"L2TUI_NCU={env} is not an executable file")
+    p = shutil.which("ncu")
+    if p:
+        return p
+    for pat in _CANDIDATES:
+        for c in sorted(glob.glob(pat), reverse=True):
+            if os.access(c, os.X_OK):
+                return c
+    raise NcuMissing("not on PATH")
+
+
+@functools.lru_cache(maxsize=8)
+def ncu_version(ncu: str) -> str:
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@functools.lru_cache(maxsize=8)
+def available_sections(ncu: str) -> tuple[str, ...] | None:
+    """Section identifiers this ncu knows (``--list-sections``), or None if it cannot tell."""
+    try:
+        out = subprocess.run([ncu, "--list-sections"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    ids = []
+    for ln in out.splitlines():
+        tok = ln.strip().split()
+        if tok and tok[0][0].isalpha() and not tok[0].startswith(("Identifier", "--", "=")):
+            ids.append(tok[0])
+    return tuple(ids) or None
+
+
+def choose_sections(ncu: str, wanted: Sequence[str] = SECTIONS) -> list[str]:
+    have = available_sections(ncu)
+    if not have:
+        return list(wanted)
+    chosen = [s for s in wanted if s in have]
+    return chosen or list(wanted)
+
+
+def profile_command(ncu: str, report: Path, spec_path: Path, result_path: Path, ranges: Sequence[str],
+                    sections: Sequence[str], nvtx: str = "cupy", python: str | None = None) -> list[str]:
+    """The ncu command line for one driver run (exposed for tests and ``--dry-run``)."""
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-f", "-o", str(report)]
+    for s in sections:
+        cmd += ["--section", s]
+    if nvtx == "profiler":
+        cmd += ["--profile-from-start", "off"]
+    else:
+        cmd += ["--nvtx"]
+        for r in ranges:
+            cmd += ["--nvtx-include", f"{r}/"]        # trailing '/': a push/pop range
+    cmd += [python or sys.executable, "-m", "harness.profiling.launch",
+            "--spec", str(spec_path), "--result", str(result_path)]
+    return cmd
+
+
+def import_command(ncu: str, report: Path, page: str) -> list[str]:
+    return [ncu, "--import", str(report), "--csv", "--page", page, "--print-units", "base"]
+
+
+@dataclass
+class NcuRun:
+    """What one ncu run produced: CSV text of both pages, the driver's per-item results, the log."""
+
+    raw_csv: str
+    details_csv: str
+    items: list[dict[str, Any]]
+    log: str
+    command: list[str]
+    seconds: float
+    ncu_version: str = ""
+    nvtx: str = "cupy"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _run(cmd: list[str], timeout_s: float, env: dict[str, str], what: str) -> tuple[int, str]:
+    """Run in a new session so a timeout can stop ncu *and* the profiled driver (its process group)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise ProfileTimeout(what, timeout_s) from None
+    return proc.returncode, out or ""
+
+
+def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: str | None = None,
+            sections: Sequence[str] | None = None, nvtx: str = "cupy", workdir: str | Path | None = None,
+            what: str = "the kernel", keep_report: bool = False) -> NcuRun:
+    """Profile ``items`` (driver spec items, see :mod:`.launch`) in one ncu process.
+
+    Raises NcuMissing, CountersRefused, ProfileTimeout, ProfileFailed; returns
+    the CSV even when some items captured nothing (the caller decides).
+    """
+    ncu = ncu or find_ncu()
+    secs = list(sections) if sections else choose_sections(ncu)
+    tmp = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="l2prof-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path, report = tmp / "spec.json", tmp / "result.json", tmp / "report"
+    spec_path.write_text(json.dumps({"nvtx": nvtx, "items": list(items)}, indent=1))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(_REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd = profile_command(ncu, report, spec_path, result_path, [i["range"] for i in items], secs, nvtx)
+    t0 = time.monotonic()
+    try:
+        rc, log = _run(cmd, timeout_s, env, what)
+        err = classify_ncu_failure(log, what)
+        if err is not None:
+            raise err
+        rep = Path(str(report) + ".ncu-rep")
+        try:
+            res = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            res = {"items": []}
+        if not rep.is_file():
+            if NO_KERNEL_MARKER in log:
+                raise NoKernelProfiled(what, _item_detail(res))
+            tail = next((ln for ln in reversed(log.splitlines()) if ln.strip()), f"exit status {rc}")
+            raise ProfileFailed(f"ncu wrote no report for {what}: {tail.strip()[:200]}")
+        left = max(10.0, timeout_s - (time.monotonic() - t0))
+        rc_raw, raw = _run(import_command(ncu, rep, "raw"), left, env, what + " (import)")
+        rc_det, det = _run(import_command(ncu, rep, "details"), left, env, what + " (import)")
+        if rc_raw != 0:
+            raise ProfileFailed(f"ncu could not read its report for {what}: {raw.strip().splitlines()[-1:] or rc_raw}")
+        return NcuRun(raw, det if rc_det == 0 else "", res.get("items", []), log, cmd,
+                      time.monotonic() - t0, ncu_version(ncu), nvtx,
+                      {"report": str(rep)} if keep_report else {})
+    finally:
+        if not workdir and not keep_report:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _item_detail(res: dict[str, Any]) -> str:
+    bad = [i for i in res.get("items", []) if i.get("status") != "ok"]
+    if bad:
+        return "; ".join(f"{i.get('status')}: {i.get('message')}" for i in bad[:2])
+    return "the NVTX range was entered but no kernel launched in it" if res.get("items") else "the driver did not run"

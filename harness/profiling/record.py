@@ -1,0 +1,227 @@
+"""Record real ncu outputs on a GPU: test fixtures, the prior profile body, error texts.
+
+``python -m harness.profiling.record --out DIR --so-dir DIR_WITH_SO [--budget-s 200]``
+is what produced ``tests/fixtures/ncu/`` and ``data/prior_profiles.json`` on the
+H200 (see ``data/README.md``).  Re-run it on another GPU to make a prior body
+for that GPU (point ``Classifier.from_prior(path)`` at the result).
+
+The ``.so`` folder must hold ``naive.so``, ``tiled.so``, ``splitk.so`` (built from
+``harness/profiling/kernels/*.cu``) and optionally ``cublas.so`` (the cuBLAS
+shim); missing ones are skipped.  Raw and details CSV of every ncu run are kept
+verbatim; the body is derived from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import HarnessError
+from ..shapes import Shape, sample100
+from .metrics import aggregate, fmt_value
+from .ncu import find_ncu, ncu_version, profile_command, run_ncu, choose_sections
+from .parse import merge, parse_details, parse_raw, split_by_range
+from .verdict import Classifier
+
+FIXTURES: list[tuple[str, str, tuple[int, int, int]]] = [
+    ("torch", "torch", (64, 64, 64)),                  # tiny: launch-bound
+    ("cublas", "so:cublas", (128, 128, 128)),          # tiny through the ABI shim
+    ("torch", "torch", (64, 16384, 16384)),            # skinny: streams B once, bandwidth-bound
+    ("cublas", "so:cublas", (16384, 64, 4096)),        # skinny the other way
+    ("cublas", "so:cublas", (8192, 8192, 8192)),       # big: compute-bound (tensor pipe)
+    ("splitk", "so:splitk", (256, 256, 16384)),        # a call of two kernels (partial + reduce)
+    ("torch", "torch", (128, 128, 16384)),             # tall K: cuBLAS may split K itself
+    ("naive", "so:naive", (64, 64, 16384)),            # few threads, long dependent loops: latency
+    ("naive", "so:naive", (2048, 2048, 2048)),
+    ("tiled", "so:tiled", (4096, 4096, 4096)),         # SIMT FMA + shared memory
+    ("cublaslt_heuristic", "cublaslt_heuristic", (4096, 4096, 4096)),
+]
+PRIOR_KINDS = (("cublas", "so:cublas", 1 << 43), ("tiled", "so:tiled", 1 << 34), ("naive", "so:naive", 1 << 31))
+
+
+def _item(rng: str, kind: str, shape: tuple[int, int, int], so_dir: Path) -> dict[str, Any] | None:
+    if kind.startswith("so:"):
+        so = so_dir / f"{kind[3:]}.so"
+        if not so.is_file():
+            return None
+        return {"range": rng, "kind": "so", "so_path": str(so.resolve()), "shape": list(shape), "acc": "f32", "warmup": 2}
+    return {"range": rng, "kind": kind, "so_path": None, "shape": list(shape), "acc": "f32", "warmup": 2}
+
+
+def _save_run(run: Any, dest: Path, stem: str) -> None:
+    (dest / f"{stem}_raw.csv").write_text(run.raw_csv)
+    (dest / f"{stem}_details.csv").write_text(run.details_csv)
+    (dest / f"{stem}_log.txt").write_text(" ".join(run.command) + "\n" + run.log)
+
+
+def _calls(run: Any, manifest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    kernels = merge(parse_raw(run.raw_csv), parse_details(run.details_csv))
+    groups = split_by_range(kernels, list(manifest))
+    out = []
+    for rng, ks in groups.items():
+        if ks:
+            m = manifest[rng]
+            out.append({"range": rng, "label": m["label"], "shape": m["shape"], "kernels": ks, "metrics": aggregate(ks)})
+    return out
+
+
+def record_fixtures(out: Path, so_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
+    dest = out / "fixtures"
+    dest.mkdir(parents=True, exist_ok=True)
+    items, manifest = [], {}
+    for i, (label, kind, shape) in enumerate(FIXTURES):
+        it = _item(f"fx{i:02d}_{label}_{'x'.join(map(str, shape))}", kind, shape, so_dir)
+        if it is not None:
+            items.append(it)
+            manifest[it["range"]] = {"label": label, "shape": list(shape), "kind": it["kind"]}
+    run = run_ncu(items, timeout_s=timeout_s, what="fixtures", nvtx="cupy")
+    calls = _calls(run, manifest)
+    if not calls:                                     # cupy NVTX not working here: try torch's
+        print("no kernel in any NVTX range with cupy's NVTX; retrying with torch.cuda.nvtx", flush=True)
+        run = run_ncu(items, timeout_s=timeout_s, what="fixtures", nvtx="torch")
+        calls = _calls(run, manifest)
+    _save_run(run, dest, "fixtures")
+    for r in run.items:
+        manifest.get(r["range"], {}).update(status=r["status"], message=r["message"])
+    (dest / "manifest.json").write_text(json.dumps({"ncu": run.ncu_version, "nvtx": run.nvtx,
+                                                    "command": run.command, "seconds": run.seconds,
+                                                    "calls": manifest}, indent=1))
+    print(f"fixtures: {len(calls)} calls with kernels, {run.seconds:.1f} s", flush=True)
+    return calls
+
+
+def record_prior(out: Path, so_dir: Path, budget_s: float, chunks: int, nvtx: str) -> list[dict[str, Any]]:
+    dest = out / "prior"
+    dest.mkdir(parents=True, exist_ok=True)
+    shapes = sample100()
+    t0 = time.monotonic()
+    worst = 0.0
+    calls: list[dict[str, Any]] = []
+    for c in range(chunks):
+        chunk_shapes = shapes[c::chunks]
+        items, manifest = [], {}
+        for s in chunk_shapes:
+            for label, kind, cap in PRIOR_KINDS:
+                if s.flops > cap:
+                    continue
+                it = _item(f"pr_{label}_{s}", kind, (s.m, s.n, s.k), so_dir)
+                if it is not None:
+                    items.append(it)
+                    manifest[it["range"]] = {"label": label, "shape": [s.m, s.n, s.k], "kind": it["kind"]}
+        left = budget_s - (time.monotonic() - t0)
+        if left < max(20.0, 1.2 * worst):
+            print(f"prior: budget left {left:.0f} s, stopping before chunk {c}", flush=True)
+            break
+        try:
+            run = run_ncu(items, timeout_s=left, what=f"prior chunk {c}", nvtx=nvtx)
+        except HarnessError as e:
+            print(f"prior chunk {c}: {e}", flush=True)
+            continue
+        worst = max(worst, run.seconds)
+        _save_run(run, dest, f"chunk{c:02d}")
+        for r in run.items:
+            manifest.get(r["range"], {}).update(status=r["status"], message=r["message"])
+        (dest / f"chunk{c:02d}_manifest.json").write_text(json.dumps({"ncu": run.ncu_version, "calls": manifest}, indent=1))
+        got = _calls(run, manifest)
+        calls += got
+        print(f"prior chunk {c}: {len(items)} items, {len(got)} with kernels, {run.seconds:.1f} s", flush=True)
+    return calls
+
+
+def body_json(calls: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    profiles = []
+    for c in calls:
+        nums = {k: v.value for k, v in c["metrics"].items() if isinstance(v.value, float) and math.isfinite(v.value)}
+        top = c["metrics"].get("stall_top")
+        if top is not None:
+            nums["stall_top"] = top.value
+        profiles.append({"label": c["label"], "shape": c["shape"], "metrics": nums})
+    return {"meta": meta, "profiles": profiles}
+
+
+def record_no_kernel_text(out: Path, so_dir: Path) -> None:
+    """Run ncu with an NVTX filter that matches nothing, to keep ncu's real message."""
+    ncu = find_ncu()
+    d = out / "errors"
+    d.mkdir(parents=True, exist_ok=True)
+    spec = d / "spec.json"
+    it = _item("l2p_real", "torch", (64, 64, 64), so_dir)
+    spec.write_text(json.dumps({"nvtx": "cupy", "items": [it]}))
+    cmd = profile_command(ncu, d / "nokernel", spec, d / "result.json", ["l2p_nomatch"], ["SpeedOfLight"])
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    (d / "no_kernel.txt").write_text(f"$ {' '.join(cmd)}\n# exit status {p.returncode}\n" + p.stdout + p.stderr)
+
+
+def table(calls: list[dict[str, Any]], clf: Classifier) -> str:
+    rows = [("shape", "kernel", "verdict", "kernels", "time", "SM%", "tensor%", "mem%", "DRAM%", "occ%", "memstall")]
+    for c in calls:
+        m = c["metrics"]
+        v = clf.classify(m)
+
+        def g(k: str) -> str:
+            x = m.get(k)
+            return fmt_value(x) if x is not None else "-"
+        rows.append(("x".join(map(str, c["shape"])), c["label"], v.cls, g("kernels"), g("duration_us"),
+                     g("sm_throughput_pct"), g("tensor_pipe_pct"), g("memory_throughput_pct"),
+                     g("dram_throughput_pct"), g("achieved_occupancy_pct"), g("stall_memory_frac")))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(x.ljust(w[i]) for i, x in enumerate(r)) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--so-dir", required=True, type=Path)
+    ap.add_argument("--budget-s", type=float, default=200.0, help="time for the prior body")
+    ap.add_argument("--chunks", type=int, default=5)
+    ap.add_argument("--skip-fixtures", action="store_true")
+    ap.add_argument("--skip-prior", action="store_true")
+    ap.add_argument("--nvtx", default="", help="NVTX backend for the prior (default: what worked for the fixtures, else cupy)")
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    ncu = find_ncu()
+    info = {"ncu": ncu_version(ncu), "sections": choose_sections(ncu), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        from ..gpuinfo import list_gpus
+
+        gpus = list_gpus()
+        if gpus:
+            info["gpu"] = gpus[0].to_dict()
+    except Exception as e:  # informational only
+        info["gpu_error"] = str(e)
+    print(json.dumps(info), flush=True)
+    fx: list[dict[str, Any]] = []
+    nvtx = a.nvtx or "cupy"
+    if not a.skip_fixtures:
+        fx = record_fixtures(a.out, a.so_dir, 240.0)
+        nvtx = a.nvtx or json.loads((a.out / "fixtures" / "manifest.json").read_text())["nvtx"]
+        try:
+            record_no_kernel_text(a.out, a.so_dir)
+        except Exception as e:
+            print(f"no-kernel text: {e}", flush=True)
+    prior: list[dict[str, Any]] = []
+    if not a.skip_prior:
+        prior = record_prior(a.out, a.so_dir, a.budget_s, a.chunks, nvtx)
+        body = body_json(prior, info)
+        (a.out / "prior_profiles.json").write_text(json.dumps(body, indent=0))
+    clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
+    print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}), flush=True)
+    if fx:
+        print(table(fx, clf), flush=True)
+    if prior:
+        from collections import Counter
+
+        print("prior verdicts:", dict(Counter((c["label"], clf.classify(c["metrics"]).cls) for c in prior)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
