@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import NcuMissing, NoKernelProfiled, ProfileFailed, ProfileTimeout, classify_ncu_failure, NO_KERNEL_MARKER
+from .errors import CountersRefused, NcuMissing, NoKernelProfiled, ProfileFailed, ProfileTimeout, classify_ncu_failure, NO_KERNEL_MARKER
 
 SECTIONS: tuple[str, ...] = (
     "SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy",
@@ -161,10 +161,12 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
     t0 = time.monotonic()
     try:
         rc, log = _run(cmd, timeout_s, env, what)
-        err = classify_ncu_failure(log, what)
-        if err is not None:
-            raise err
         rep = Path(str(report) + ".ncu-rep")
+        err = classify_ncu_failure(log, what)
+        # a refused-counters error is always fatal; other ==ERROR== lines only when no report came out
+        # (ncu reports e.g. one kernel it could not profile and still profiles the rest)
+        if err is not None and (isinstance(err, CountersRefused) or not rep.is_file()):
+            raise err
         try:
             res = json.loads(result_path.read_text())
         except (OSError, ValueError):
@@ -179,9 +181,11 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
         rc_det, det = _run(import_command(ncu, rep, "details"), left, env, what + " (import)")
         if rc_raw != 0:
             raise ProfileFailed(f"ncu could not read its report for {what}: {raw.strip().splitlines()[-1:] or rc_raw}")
+        extra: dict[str, Any] = {"report": str(rep)} if keep_report else {}
+        if err is not None:
+            extra["warning"] = str(err)
         return NcuRun(raw, det if rc_det == 0 else "", res.get("items", []), log, cmd,
-                      time.monotonic() - t0, ncu_version(ncu), nvtx,
-                      {"report": str(rep)} if keep_report else {})
+                      time.monotonic() - t0, ncu_version(ncu), nvtx, extra)
     finally:
         if not workdir and not keep_report:
             shutil.rmtree(tmp, ignore_errors=True)
