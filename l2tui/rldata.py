@@ -1,0 +1,381 @@
+"""Training rows from recorded sessions (``l2tui rl-data``).
+
+Reads ``rewards.jsonl`` (one row per agent step: the messages sent, the
+completion, the reward and its parts) and ``events.jsonl`` (which children
+became the track's best or were accepted) and writes JSON lines in one of
+three formats a training job reads directly:
+
+``trl``
+    TRL's conversational prompt/completion format plus the logged reward:
+    ``{"prompt": [messages], "completion": [{"role": "assistant", ...}],
+    "reward": float, ...metadata columns}``.  Identical (prompt, completion)
+    rows are merged, their rewards averaged (timing noise), ``n`` counts them.
+``openai-sft``
+    ``{"messages": [... , {"role": "assistant", "content": completion}]}`` for
+    accepted improvements only: reward > 0 and the child kernel became the
+    track's best or was accepted by the user.
+``openai-dpo``
+    ``{"input": {"messages": [...]}, "preferred_output": [assistant msg],
+    "non_preferred_output": [assistant msg]}``: for the same parent kernel and
+    the same prompt, a completion with a higher reward is preferred over one
+    with a lower reward (gap > ``margin``); at most ``max_pairs`` pairs per
+    prompt, largest reward gaps first.
+
+Filters: ``min_reward`` (rows; for DPO the preferred side), ``policy``,
+``role``, ``shapes``.  Every written row is validated against the format's
+required fields first (:func:`validate_row`), so a file this writes is one a
+trainer accepts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from harness.shapes import Shape
+from l2tui.errors import UserError
+
+FORMATS = ("trl", "openai-sft", "openai-dpo")
+OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
+HIST_EDGES = (0.0, 0.5, 1.0, 1.5, 2.0)
+
+
+class RlDataError(UserError):
+    """rl-data cannot write what was asked (output exists, nothing matched, ...)."""
+
+
+class RowError(ValueError):
+    """A row that does not follow its format (raised by :func:`validate_row`)."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_messages(msgs: Any, where: str, *, openai: bool) -> None:
+    if not isinstance(msgs, list) or not msgs:
+        raise RowError(f"{where}: must be a non-empty list of messages")
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise RowError(f"{where}[{i}]: a message needs string 'role' and 'content'")
+        if openai and m["role"] not in OPENAI_ROLES:
+            raise RowError(f"{where}[{i}]: role {m['role']!r} is not one of {sorted(OPENAI_ROLES)}")
+        if openai and set(m) - {"role", "content", "name", "weight"}:
+            raise RowError(f"{where}[{i}]: unexpected keys {sorted(set(m) - {'role', 'content', 'name', 'weight'})}")
+
+
+def validate_row(fmt: str, row: Any) -> None:
+    """Raise :class:`RowError` unless ``row`` has every field ``fmt`` requires, with the right types."""
+    if not isinstance(row, dict):
+        raise RowError("a row must be a JSON object")
+    if fmt == "trl":
+        _check_messages(row.get("prompt"), "prompt", openai=False)
+        _check_messages(row.get("completion"), "completion", openai=False)
+        if row["completion"][-1]["role"] != "assistant":
+            raise RowError("completion: the last message must be the assistant's")
+        r = row.get("reward")
+        if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
+            raise RowError("reward: must be a finite number")
+    elif fmt == "openai-sft":
+        if set(row) != {"messages"}:
+            raise RowError(f"an SFT row has exactly one key, 'messages' (got {sorted(row)})")
+        _check_messages(row["messages"], "messages", openai=True)
+        if row["messages"][-1]["role"] != "assistant":
+            raise RowError("messages: the last message must be the assistant's (the training target)")
+    elif fmt == "openai-dpo":
+        if set(row) != {"input", "preferred_output", "non_preferred_output"}:
+            raise RowError(f"a DPO row has keys input, preferred_output, non_preferred_output (got {sorted(row)})")
+        if not isinstance(row["input"], dict) or set(row["input"]) - {"messages", "tools", "parallel_tool_calls"}:
+            raise RowError("input: must be an object with 'messages'")
+        _check_messages(row["input"].get("messages"), "input.messages", openai=True)
+        if row["input"]["messages"][-1]["role"] == "assistant":
+            raise RowError("input.messages: must end with the prompt, not an assistant answer")
+        for key in ("preferred_output", "non_preferred_output"):
+            _check_messages(row[key], key, openai=True)
+            if len(row[key]) != 1 or row[key][0]["role"] != "assistant":
+                raise RowError(f"{key}: must be exactly one assistant message")
+        if row["preferred_output"][0]["content"] == row["non_preferred_output"][0]["content"]:
+            raise RowError("preferred and non-preferred outputs are identical")
+    else:
+        raise RowError(f"unknown format {fmt!r}")
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class _Row:
+    session: str
+    data: dict
+    improvement: bool
+
+    @property
+    def reward(self) -> float:
+        return float(self.data["reward"])
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _improvements(events: Iterable[dict]) -> set[tuple[str, str]]:
+    """(track, sha) of every child that became a track's best, or that the user accepted (and did not reject)."""
+    best: set[tuple[str, str]] = set()
+    accepted: dict[str, str | None] = {}
+    for ev in events:
+        t, sha = ev.get("track"), ev.get("sha")
+        if not isinstance(t, str) or not isinstance(sha, str):
+            continue
+        if ev.get("type") == "best":
+            best.add((t, sha))
+        elif ev.get("type") == "decision":
+            if ev.get("action") == "accept":
+                accepted[t] = sha
+            elif ev.get("action") == "reject" and accepted.get(t) == sha:
+                accepted[t] = None
+    return best | {(t, s) for t, s in accepted.items() if s}
+
+
+def _clean_messages(msgs: Any) -> list[dict] | None:
+    if not isinstance(msgs, list):
+        return None
+    out = []
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            return None
+        content = m.get("content")
+        if not isinstance(content, str):
+            return None
+        out.append({"role": m["role"], "content": content})
+    return out or None
+
+
+@dataclass
+class Stats:
+    fmt: str
+    sessions: int = 0
+    read: int = 0
+    filtered: int = 0
+    invalid: int = 0
+    duplicates: int = 0
+    rows: int = 0
+    rewards: list[float] = field(default_factory=list)
+
+    def histogram(self) -> list[tuple[str, int]]:
+        labels = [f"<{HIST_EDGES[0]:g}"] + [f"{a:g}-{b:g}" for a, b in zip(HIST_EDGES, HIST_EDGES[1:])] + [f">={HIST_EDGES[-1]:g}"]
+        counts = [0] * len(labels)
+        for r in self.rewards:
+            i = sum(1 for e in HIST_EDGES if r >= e)
+            counts[i] += 1
+        return list(zip(labels, counts))
+
+    def line(self, out: Path) -> str:
+        what = "pairs" if self.fmt == "openai-dpo" else "rows"
+        hist = " ".join(f"[{lab}]:{n}" for lab, n in self.histogram())
+        subject = "preferred reward" if self.fmt == "openai-dpo" else "reward"
+        return (f"rl-data: wrote {self.rows} {what} ({self.fmt}) to {out} from {self.sessions} session(s); "
+                f"read {self.read}, filtered {self.filtered}, invalid {self.invalid}, duplicates {self.duplicates}; "
+                f"{subject} histogram {hist}")
+
+
+def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | None, policy: str | None,
+          role: str | None, shapes: set[Shape] | None, apply_min: bool) -> list[_Row]:
+    from l2tui.export.sessionio import open_session
+
+    rows: list[_Row] = []
+    for sp in sessions:
+        view = open_session(sp)
+        stats.sessions += 1
+        imp = _improvements(view.events)
+        for r in view.rewards:
+            stats.read += 1
+            msgs = _clean_messages(r.get("messages"))
+            comp = r.get("completion")
+            rew = r.get("reward")
+            if msgs is None or not isinstance(comp, str) or not comp.strip() or not isinstance(rew, (int, float)) \
+                    or isinstance(rew, bool) or not math.isfinite(rew):
+                stats.invalid += 1
+                continue
+            shape = r.get("shape")
+            try:
+                shp = Shape(*(int(x) for x in shape)) if isinstance(shape, list) and len(shape) == 3 else None
+            except (TypeError, ValueError):
+                shp = None
+            if (policy and r.get("policy") != policy) or (role and r.get("role") != role) \
+                    or (shapes is not None and shp not in shapes) \
+                    or (apply_min and min_reward is not None and rew < min_reward):
+                stats.filtered += 1
+                continue
+            data = dict(r, messages=msgs)
+            improvement = (r.get("track"), r.get("child_sha")) in imp
+            rows.append(_Row(str(view.path), data, improvement))
+    return rows
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def _assistant(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": text}]
+
+
+_META = ("track", "shape", "acc", "step", "role", "policy", "model", "kind", "parent_sha", "child_sha",
+         "baseline", "speedup")
+
+
+def trl_rows(rows: list[_Row], stats: Stats) -> list[dict]:
+    merged: dict[str, tuple[dict, list[float]]] = {}
+    for r in rows:
+        key = _digest([r.data["messages"], r.data["completion"]])
+        if key in merged:
+            merged[key][1].append(r.reward)
+            stats.duplicates += 1
+            continue
+        out = {"prompt": r.data["messages"], "completion": _assistant(r.data["completion"]), "reward": r.reward}
+        for k in _META:
+            out["agent_role" if k == "role" else k] = r.data.get(k)
+        out["improvement"] = r.improvement
+        out["session"] = r.session
+        merged[key] = (out, [r.reward])
+    result = []
+    for out, rewards in merged.values():
+        out["reward"] = sum(rewards) / len(rewards)
+        out["n"] = len(rewards)
+        result.append(out)
+    return result
+
+
+def sft_rows(rows: list[_Row], stats: Stats) -> list[dict]:
+    seen: set[str] = set()
+    out = []
+    for r in rows:
+        if not (r.reward > 0 and r.improvement):
+            stats.filtered += 1
+            continue
+        msgs = r.data["messages"] + _assistant(r.data["completion"])
+        key = _digest(msgs)
+        if key in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(key)
+        out.append({"messages": msgs})
+        stats.rewards.append(r.reward)
+    return out
+
+
+def dpo_rows(rows: list[_Row], stats: Stats, *, min_reward: float | None, margin: float,
+             max_pairs: int) -> list[dict]:
+    groups: dict[str, dict[str, list]] = {}
+    prompts: dict[str, list[dict]] = {}
+    for r in rows:
+        msgs = r.data["messages"]
+        if msgs[-1]["role"] == "assistant":
+            stats.invalid += 1
+            continue
+        gkey = _digest([r.data.get("parent_sha"), msgs])
+        prompts[gkey] = msgs
+        comps = groups.setdefault(gkey, {})
+        comp = r.data["completion"]
+        if comp in comps:
+            stats.duplicates += 1
+            comps[comp].append(r.reward)
+        else:
+            comps[comp] = [r.reward]
+    out = []
+    seen: set[str] = set()
+    for gkey, comps in groups.items():
+        scored = sorted(((sum(v) / len(v), c) for c, v in comps.items()), key=lambda x: -x[0])
+        pairs = []
+        for i, (ra, ca) in enumerate(scored):
+            if min_reward is not None and ra < min_reward:
+                continue
+            for rb, cb in scored[i + 1:]:
+                if ra - rb > margin:
+                    pairs.append((ra - rb, ra, ca, cb))
+        pairs.sort(key=lambda p: -p[0])
+        for _gap, ra, ca, cb in pairs[:max_pairs]:
+            key = _digest([gkey, ca, cb])
+            if key in seen:
+                stats.duplicates += 1
+                continue
+            seen.add(key)
+            out.append({"input": {"messages": prompts[gkey]}, "preferred_output": _assistant(ca),
+                        "non_preferred_output": _assistant(cb)})
+            stats.rewards.append(ra)
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_jsonl(path: Path, rows: list[dict], *, force: bool) -> None:
+    """Write rows atomically (temp file + rename): a failed run never leaves half a file."""
+    if path.exists() and not force:
+        raise RlDataError(f"{path} exists; pass --force to overwrite it or pick another --out")
+    if path.is_dir():
+        raise RlDataError(f"{path} is a folder; --out takes a file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def rl_data(
+    sessions: Sequence[str | Path],
+    fmt: str,
+    out: str | Path,
+    *,
+    min_reward: float | None = None,
+    policy: str | None = None,
+    role: str | None = None,
+    shapes: Iterable[Shape] | None = None,
+    margin: float = 0.0,
+    max_pairs: int = 8,
+    force: bool = False,
+) -> Stats:
+    """Read the sessions, build ``fmt`` rows, validate them, write ``out``; return the stats."""
+    if fmt not in FORMATS:
+        raise RlDataError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if not sessions:
+        raise RlDataError("no session given: pass one or more session folders")
+    out_p = Path(out).expanduser()
+    if out_p.exists() and not force:
+        raise RlDataError(f"{out_p} exists; pass --force to overwrite it or pick another --out")
+    stats = Stats(fmt)
+    want = set(shapes) if shapes is not None else None
+    rows = _read(sessions, stats, min_reward=min_reward, policy=policy, role=role, shapes=want,
+                 apply_min=fmt != "openai-dpo")
+    if fmt == "trl":
+        built = trl_rows(rows, stats)
+        stats.rewards = [r["reward"] for r in built]
+    elif fmt == "openai-sft":
+        built = sft_rows(rows, stats)
+    else:
+        built = dpo_rows(rows, stats, min_reward=min_reward, margin=margin, max_pairs=max(1, max_pairs))
+    for i, row in enumerate(built):
+        try:
+            validate_row(fmt, row)
+        except RowError as e:  # a bug here, not the user's: say which row
+            raise RlDataError(f"row {i} does not follow {fmt}: {e}") from None
+    if not built:
+        hint = {"openai-sft": "no accepted improvements (reward > 0 and became best/accepted)",
+                "openai-dpo": "no two completions with different rewards for the same parent and prompt",
+                "trl": "no rows with messages and a completion"}[fmt]
+        raise RlDataError(f"nothing to write: {hint} after filters; relax --min-reward/--policy/--shapes")
+    write_jsonl(out_p, built, force=force)
+    stats.rows = len(built)
+    return stats

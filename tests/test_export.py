@@ -1,0 +1,191 @@
+"""Export of a recorded session: selection rules, manifest schema, target-folder rules, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.shapes import Shape
+from l2tui.cli import main as cli_main
+from l2tui.export import ExportError, ManifestError, export_session, load_manifest
+from l2tui.export.manifest import SCHEMA, validate
+
+_spec = importlib.util.spec_from_file_location(
+    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> Path:
+    return fx.make_session(tmp_path_factory.mktemp("sess") / "run-1")
+
+
+def _expected_source(what) -> str:
+    return fx.SHIM if what == "shim" else fx.tiled(what)
+
+
+def test_export_picks_per_rules_and_writes_manifest(session, tmp_path):
+    out = tmp_path / "exp"
+    res = export_session(session, out)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man == res.manifest
+    validate(man, out)
+    assert man["schema"] == SCHEMA
+    got = {tuple(e["shape"]): e for e in man["kernels"]}
+    assert set(got) == set(fx.EXPECTED)
+    for shape, (what, how, fallback) in fx.EXPECTED.items():
+        e = got[shape]
+        text = (out / e["file"]).read_text()
+        assert text == _expected_source(what), shape
+        assert e["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+        assert e["selected_by"] == how, shape
+        assert e["fallback"] == fallback, shape
+        assert e["file"] == f"kernels/{shape[0]}_{shape[1]}_{shape[2]}.cu"
+        assert e["acc"] == "f32"  # the f16 track of 128^3 is faster, but f32 is preferred
+        assert e["rel_err"] == pytest.approx(2.1e-4)
+        assert set(e["speedup"]) == {"cublas", "cublaslt_heuristic", "torch"}
+    # speedups are recomputed from the manifest's own timings
+    e = got[(128, 128, 128)]
+    assert e["speedup"]["cublas"] == pytest.approx(0.012 / 0.0082)
+    assert e["fastest_baseline"] == "cublas"
+    # the fallback marker follows the timings: cuBLAS was faster on 64^3
+    assert got[(64, 64, 64)]["speedup"]["cublas"] < 1.0
+    assert all(min(x["speedup"].values()) >= 1.0 for x in man["kernels"] if not x["fallback"])
+    assert man["gpu"]["name"] == "NVIDIA H200" and man["arch"] == "sm_90a" and man["driver"] == "580.159"
+    assert man["session"]["path"] == str(session.resolve())
+    assert man["session"]["git_revision"] == "0" * 40
+    assert man["library"] is None
+    assert any("failed a check" in w for w in res.warnings)
+    assert load_manifest(out) == man
+
+
+def test_only_accepted_and_shapes_filter(session, tmp_path):
+    res = export_session(session, tmp_path / "a", only_accepted=True)
+    assert res.shapes == [(256, 128, 64)]
+    res = export_session(session, tmp_path / "b", shapes=[Shape(128, 128, 128), Shape(1024, 64, 256)])
+    assert res.shapes == [(128, 128, 128)]
+    res = export_session(session, tmp_path / "c", acc="f16")
+    assert res.shapes == [(128, 128, 128)] and res.manifest["kernels"][0]["acc"] == "f16"
+    with pytest.raises(ExportError, match="nothing to export"):
+        export_session(session, tmp_path / "d", shapes=[Shape(1024, 64, 256)])
+    assert not (tmp_path / "d").exists()
+
+
+def test_non_empty_target_needs_force(session, tmp_path):
+    out = tmp_path / "exp"
+    export_session(session, out, shapes=[Shape(64, 64, 64)])
+    first = json.loads((out / "manifest.json").read_text())
+    with pytest.raises(ExportError, match="--force"):
+        export_session(session, out)
+    assert json.loads((out / "manifest.json").read_text()) == first  # untouched
+    res = export_session(session, out, force=True)
+    assert len(res.manifest["kernels"]) == len(fx.EXPECTED)
+    assert not (out / "kernels" / "64_64_64.cu").read_text() == ""
+    # --force never deletes a folder that is not an export
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="holds no l2tui export"):
+        export_session(session, other, force=True)
+    assert (other / "keep.txt").read_text() == "mine"
+    # an empty folder is fine without --force
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    export_session(session, empty)
+    assert (empty / "manifest.json").is_file()
+    # a file, or the session folder itself, is refused
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ExportError, match="not a folder"):
+        export_session(session, f)
+    with pytest.raises(ExportError, match="overlaps the session"):
+        export_session(session, session / "exp")
+
+
+def test_nothing_partial_on_error(session, tmp_path):
+    # a session whose kernel store lost a file: the export fails as a whole
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(session, broken)
+    man = export_session(session, tmp_path / "ok").manifest
+    victim = man["kernels"][-1]["sha256"]
+    (broken / "kernels" / f"{victim}.cu").unlink()
+    out = tmp_path / "exp"
+    with pytest.raises(Exception, match="missing"):
+        export_session(broken, out)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # with --force over an earlier export, the earlier export survives the failure
+    export_session(session, out, shapes=[Shape(64, 64, 64)])
+    with pytest.raises(Exception, match="missing"):
+        export_session(broken, out, force=True)
+    assert load_manifest(out)["kernels"][0]["shape"] == [64, 64, 64]
+    # a damaged kernel (text no longer matches its hash) is never exported
+    (broken / "kernels" / f"{victim}.cu").write_text("// tampered\n")
+    with pytest.raises(Exception, match="does not match its hash"):
+        export_session(broken, tmp_path / "exp2")
+
+
+def test_manifest_schema_rejects_bad_documents(session, tmp_path):
+    out = tmp_path / "exp"
+    man = export_session(session, out).manifest
+
+    def bad(mut, match):
+        doc = json.loads(json.dumps(man))
+        mut(doc)
+        with pytest.raises(ManifestError, match=match):
+            validate(doc, out)
+
+    bad(lambda d: d.update(schema="other/9"), "schema")
+    bad(lambda d: d.pop("gpu"), "missing 'gpu'")
+    bad(lambda d: d["kernels"][0].update(shape=[1, 2]), "shape")
+    bad(lambda d: d["kernels"][0].update(name="../../etc"), "name")
+    bad(lambda d: d["kernels"][0].update(file="../x.cu"), "file")
+    bad(lambda d: d["kernels"][0].update(symbol="system"), "symbol")
+    bad(lambda d: d["kernels"][0].update(fallback="torch"), "fallback")
+    bad(lambda d: d["kernels"].append(dict(d["kernels"][0])), "twice")
+    bad(lambda d: d["kernels"][0].update(sha256="zz"), "sha256")
+    (out / man["kernels"][1]["file"]).unlink()
+    with pytest.raises(ManifestError, match="missing"):
+        load_manifest(out)
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        load_manifest(tmp_path)
+
+
+def test_flags_from_a_session_are_checked(tmp_path):
+    from l2tui.export.cdispatch import check_flags
+    from harness.errors import HarnessError
+
+    assert check_flags(["-DTILE=32", "--use_fast_math", "-Xptxas=-v", "-I/home/x/include", "-L/opt/lib"], "k") == \
+        ["-DTILE=32", "--use_fast_math", "-Xptxas=-v"]
+    for f in ("-o/etc/passwd", "-Xcompiler=-fplugin=/tmp/evil.so", "--include=/etc/shadow", "-DX=$(rm -rf /)"):
+        with pytest.raises(HarnessError):
+            check_flags([f], "k")
+
+
+def test_names_are_sanitised():
+    from l2tui.export.manifest import kernel_name, safe_label
+
+    assert safe_label("cublas */ int x; /*") == "cublas____int_x____"
+    assert safe_label("") == "_"
+    assert kernel_name(1, 2, 3) == "1_2_3"
+    with pytest.raises(ManifestError):
+        kernel_name(0, 2, 3)
+
+
+def test_cli_export_and_one_line_errors(session, tmp_path, capsys):
+    out = tmp_path / "exp"
+    assert cli_main(["export", str(session), "--out", str(out), "--shapes", "128x128x128"]) == 0
+    text = capsys.readouterr().out
+    assert "exported 1 shape(s)" in text and "128x128x128 f32" in text
+    assert cli_main(["export", str(session), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("l2tui: error:") and "--force" in err[0]
+    assert cli_main(["export", str(tmp_path / "nosuch"), "--out", str(tmp_path / "x")]) == 2
+    assert "not a session folder" in capsys.readouterr().err
