@@ -1,0 +1,306 @@
+"""``bench``: check and time baselines (and candidate kernels) on many shapes, headless.
+
+    l2tui bench --shapes grid --baselines cublas,cublaslt_heuristic,cublaslt_autotune,torch
+    l2tui bench --kernels DIR --shapes sample100 --mode server --out results.json
+
+One request per shape to the GPU worker (buffers allocated once per shape, all
+subjects interleaved); progress on stderr; a summary table on stdout; a JSON
+result file (harness.results schema) with a CSV beside it, checkpointed as it goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .baselines import BASELINES, parse_baselines
+from .errors import HarnessError, KernelSourceError
+from .results import BASELINE_LABELS, ResultFile, save
+from .shapes import Shape, parse_accumulator, parse_shape, resolve_shapes
+
+METHOD_OFFLINE = ("offline: per subject a CUDA graph of R back-to-back calls (R so one replay >= 1 ms), "
+                  "one warm-up replay, then {replays} rounds with subjects in random order, each replay timed "
+                  "with CUDA events; median per call; cublas = best of NN and TN (TN reads a column-major copy "
+                  "of B made outside the timed region); cublaslt_autotune = fastest of the cuBLASLt heuristic "
+                  "candidates screened with the same graph method (3 replays of >= 0.2 ms, up to 100 candidates "
+                  "or 80 ms of screening per shape, at least 4)")
+METHOD_SERVER = ("server: one Poisson arrival process at {qps} QPS shared by all subjects (random interleaving), "
+                 "{calls} calls per subject, each timed on the host from the call to stream completion "
+                 "(CUDA events give device time); median and p90 of host latency")
+CHECKPOINT_EVERY = 25
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", "--shape", dest="shapes", action="append", metavar="SPEC",
+                   help="grid, small, sample100, MxNxK or a shapes file (repeatable; default: sample100, "
+                        "or the shapes of --kernels)")
+    p.add_argument("--mode", choices=("offline", "server"), default="offline", help="timing method (default offline)")
+    p.add_argument("--acc", default="f32", help="accumulator: f32 (default) or f16")
+    p.add_argument("--baselines", default=",".join(BASELINES),
+                   help=f"comma separated: {', '.join(BASELINES)}, all or none (default all)")
+    p.add_argument("--kernels", metavar="DIR", help="directory of candidate kernels named M_N_K.cu")
+    p.add_argument("--label", default="candidate", help="label of the --kernels candidates in results (default candidate)")
+    p.add_argument("--out", metavar="FILE", help="result JSON (CSV written beside it); default bench-<mode>-<acc>-<time>.json")
+    p.add_argument("--arch", help="build target, e.g. sm_90a or sm_80 (default: the GPU's)")
+    p.add_argument("--seed", type=int, default=0, help="seed for interleaving order (default 0)")
+    p.add_argument("--checks", choices=("full", "fast"), default="fast",
+                   help="checks of BASELINES: fast (one seed + graph replay, default) or full; candidates always get all")
+    p.add_argument("--limit-seconds", type=float, default=None, metavar="S",
+                   help="stop starting new shapes after S seconds and write what is done")
+    p.add_argument("--qps", type=float, default=100.0, help="server mode: target calls per second (default 100)")
+    p.add_argument("--server-calls", type=int, default=20, help="server mode: calls per subject per shape (default 20)")
+    p.add_argument("--replays", type=int, default=7, help="offline mode: timed replays per subject (>= 7, default 7)")
+    p.add_argument("--timeout", type=float, default=120.0, help="base per-shape timeout in seconds (default 120)")
+    p.add_argument("--device", type=int, default=None, help="GPU index (default: CUDA_VISIBLE_DEVICES / 0)")
+
+
+def _git_rev() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10)
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def load_kernels(dirname: str) -> dict[Shape, Path]:
+    """``M_N_K.cu`` files of a directory, by shape."""
+    d = Path(dirname)
+    if not d.is_dir():
+        raise KernelSourceError(f"--kernels {dirname!r} is not a directory: give a folder of M_N_K.cu files")
+    if (d / "events.jsonl").is_file():
+        raise HarnessError(f"{dirname!r} is a session: export its kernels first (l2tui export), then bench that folder")
+    out: dict[Shape, Path] = {}
+    for f in sorted(d.glob("*.cu")):
+        try:
+            out[parse_shape(f.stem)] = f
+        except HarnessError:
+            continue
+    if not out:
+        raise KernelSourceError(f"no kernel files named M_N_K.cu in {dirname!r}")
+    return out
+
+
+class Progress:
+    """Plain-text progress on stderr: a rewriting line on a TTY, periodic lines otherwise."""
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total = total
+        self.out = stream or sys.stderr
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int, note: str = "") -> None:
+        now = time.monotonic()
+        el = now - self.t0
+        eta = el / done * (self.total - done) if done else 0.0
+        width = 24
+        fill = int(width * done / max(1, self.total))
+        line = f"[{'#' * fill}{'.' * (width - fill)}] {done}/{self.total} {el:5.0f}s eta {eta:4.0f}s {note}"
+        if self.tty:
+            self.out.write("\r" + line[:160].ljust(160))
+            self.out.flush()
+        elif done == self.total or now - self.last >= 10 or done == 1:
+            self.out.write(line + "\n")
+            self.out.flush()
+            self.last = now
+
+    def finish(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def geomean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def summary_table(rf: ResultFile) -> str:
+    """Geomean speedups of each candidate over each baseline and fraction of roofline, by size class."""
+    labels = rf.labels()
+    cands = [lb for lb in labels if lb not in BASELINE_LABELS]
+    bases = [lb for lb in labels if lb in BASELINE_LABELS]
+    classes = ("small", "mid", "big", "all")
+
+    def rows_of(cls: str) -> list[dict[str, Any]]:
+        return [r for r in rf.rows if cls == "all" or Shape(r["m"], r["n"], r["k"]).size_class == cls]
+
+    lines = []
+    head = f"{'':34}" + "".join(f"{c:>10}" for c in classes)
+    lines.append(head)
+    lines.append(f"{'shapes':34}" + "".join(f"{len(rows_of(c)):>10}" for c in classes))
+    pairs = [(c, b) for c in cands for b in bases] or [(b, "cublas") for b in bases if b != "cublas" and "cublas" in bases]
+    for num, den in pairs:
+        cells = []
+        for cls in classes:
+            g = geomean([r["times_ms"].get(den) / r["times_ms"][num] for r in rows_of(cls)
+                         if r["times_ms"].get(num) and r["times_ms"].get(den)])
+            cells.append(f"{g:>9.3f}x" if g else f"{'-':>10}")
+        lines.append(f"{(num + ' vs ' + den)[:33]:34}" + "".join(cells))
+    for lb in labels:
+        cells = []
+        for cls in classes:
+            g = geomean([r["roofline_ms"] / r["times_ms"][lb] for r in rows_of(cls)
+                         if r["times_ms"].get(lb) and r.get("roofline_ms")])
+            cells.append(f"{100 * g:>9.1f}%" if g else f"{'-':>10}")
+        lines.append(f"{('roofline fraction ' + lb)[:33]:34}" + "".join(cells))
+    bad = {}
+    for r in rf.rows:
+        for lb, st in (r.get("status") or {}).items():
+            if st not in ("ok", "absent"):
+                bad.setdefault(lb, {}).setdefault(st, 0)
+                bad[lb][st] += 1
+    for lb, d in bad.items():
+        lines.append(f"not ok: {lb}: " + ", ".join(f"{v} {k}" for k, v in sorted(d.items())))
+    return "\n".join(lines)
+
+
+def _row_from(res: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    row = {"m": shape.m, "n": shape.n, "k": shape.k, "times_ms": res["times_ms"], "roofline_ms": res.get("roofline_ms"),
+           "checks": res["checks"], "status": res["status"], "size_class": shape.size_class}
+    for key in ("spread", "p90_ms", "device_ms", "reps", "detail_times_ms", "cublas_variant", "bound", "autotune",
+                "clocks", "absent", "errors", "seconds"):
+        if res.get(key) not in (None, {}, []):
+            row[key] = res[key]
+    return row
+
+
+def _failed_row(shape: Shape, labels: list[str], status: str, message: str) -> dict[str, Any]:
+    return {"m": shape.m, "n": shape.n, "k": shape.k, "times_ms": {lb: None for lb in labels}, "roofline_ms": None,
+            "checks": {lb: {"ok": False, "failed": status, "detail": message} for lb in labels},
+            "status": {lb: status for lb in labels}, "size_class": shape.size_class}
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import build as buildmod
+    from .evaluate import Evaluator, is_nondeterministic
+    from .gpuinfo import require_gpu
+    from .worker import WorkerError
+
+    acc = parse_accumulator(args.acc)
+    baselines = parse_baselines(args.baselines)
+    if args.replays < 7:
+        raise HarnessError("--replays must be at least 7")
+    kernels: dict[Shape, Path] = load_kernels(args.kernels) if args.kernels else {}
+    if args.shapes:
+        shapes = resolve_shapes(args.shapes)
+    elif kernels:
+        shapes = sorted(kernels)
+    else:
+        shapes = resolve_shapes(None)
+    if not baselines and not kernels:
+        raise HarnessError("nothing to time: give --kernels DIR or at least one baseline")
+    gpu = require_gpu(args.device or 0)
+    arch = args.arch or gpu.arch
+
+    # build every distinct candidate source once, in parallel
+    so_for: dict[Shape, dict[str, Any]] = {}
+    build_fail: dict[Shape, str] = {}
+    wanted = [s for s in shapes if s in kernels]
+    if wanted:
+        sources = []
+        for s in wanted:
+            try:
+                sources.append(kernels[s].read_text())
+            except (OSError, UnicodeDecodeError) as e:
+                raise KernelSourceError(f"cannot read kernel file {str(kernels[s])!r}: {e}") from None
+        print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
+        results = buildmod.build_many(sources, arch=arch)
+        for s, src, br in zip(wanted, sources, results):
+            if br.ok:
+                so_for[s] = {"label": args.label, "so_path": str(br.so_path), "nondeterministic": is_nondeterministic(src)}
+            else:
+                build_fail[s] = str(br.errors[0]) if br.errors else "compile error"
+
+    labels = ([args.label] if kernels else []) + baselines
+    out = Path(args.out) if args.out else Path(
+        f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")
+    t0 = time.monotonic()
+    with Evaluator(arch=arch, baselines=baselines, mode=args.mode, timeout_s=args.timeout, checks=args.checks,
+                   seed=args.seed, device=args.device, qps=args.qps, server_calls=args.server_calls,
+                   replays=args.replays) as ev:
+        _ = ev.shim
+        try:
+            info = ev.gpu_info()
+            rfl = ev.worker.call("roofline", timeout_s=300, shim_path=str(ev.shim.so_path))
+        except WorkerError as e:
+            msg = str(e)
+            if "no NVIDIA GPU found" in msg:
+                raise HarnessError("no NVIDIA GPU found: " + msg.split("no NVIDIA GPU found:", 1)[1].strip()) from None
+            raise
+        method = (METHOD_OFFLINE.format(replays=args.replays) if args.mode == "offline"
+                  else METHOD_SERVER.format(qps=args.qps, calls=args.server_calls))
+        meta = {
+            "gpu": info.get("name"), "driver": info.get("driver") or gpu.driver, "cuda": info.get("cuda_runtime"),
+            "cuda_driver": info.get("cuda_driver"), "nvcc": buildmod.nvcc_version(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
+            "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
+            "baselines": baselines, "candidates": {args.label: str(args.kernels)} if kernels else {},
+            "checks": args.checks, "seed": args.seed, "shapes": args.shapes or (["--kernels"] if kernels else ["sample100"]),
+            "roofline": rfl, "cupy": info.get("cupy"), "complete": False,
+        }
+        rf = ResultFile(meta, [])
+        prog = Progress(len(shapes))
+        stopped = False
+        for i, shape in enumerate(shapes):
+            if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
+                stopped = True
+                break
+            cands = [so_for[shape]] if shape in so_for else []
+            try:
+                res = ev.run_shape(shape, acc, cands, baselines)
+                row = _row_from(res, shape)
+            except WorkerError as e:
+                st = "timeout" if e.kind == "timeout" else "crashed"
+                msg = str(e).splitlines()[0][:300]
+                if cands:
+                    try:
+                        res = ev.run_shape(shape, acc, [], baselines)
+                        row = _row_from(res, shape)
+                    except WorkerError as e2:
+                        row = _failed_row(shape, baselines, "timeout" if e2.kind == "timeout" else "crashed", str(e2)[:300])
+                    row["times_ms"][args.label] = None
+                    row["status"][args.label] = st
+                    row["checks"][args.label] = {"ok": False, "failed": st, "detail": msg}
+                else:
+                    row = _failed_row(shape, baselines, st, msg)
+            if shape in build_fail:
+                row["times_ms"][args.label] = None
+                row["status"][args.label] = "compile_error"
+                row["checks"][args.label] = {"ok": False, "failed": "compile_error", "detail": build_fail[shape][:300]}
+            elif kernels and shape not in kernels:
+                row["times_ms"].setdefault(args.label, None)
+                row["status"][args.label] = "absent"
+            rf.rows.append(row)
+            note = f"{shape}"
+            t = row["times_ms"]
+            if t.get("cublas"):
+                note += f" cublas {t['cublas']:.4g}ms"
+            if kernels and t.get(args.label):
+                note += f" {args.label} {t[args.label]:.4g}ms"
+            prog.update(i + 1, note)
+            if (i + 1) % CHECKPOINT_EVERY == 0:
+                rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
+                save(rf, out)
+        prog.finish()
+    rf.meta["complete"] = not stopped
+    rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
+    rf.meta["worker_starts"] = ev.worker.starts
+    jp, cp_ = save(rf, out)
+    print(summary_table(rf))
+    print(f"bench: {len(rf.rows)} of {len(shapes)} shapes in {rf.meta['elapsed_s']:.0f} s"
+          f"{' (stopped by --limit-seconds)' if stopped else ''}; wrote {jp} and {cp_}")
+    return 0

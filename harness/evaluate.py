@@ -1,0 +1,166 @@
+"""Evaluator: the Python API the agent uses to build, check and time one kernel on one shape.
+
+It owns a :class:`harness.worker.GpuWorker` (the caller never touches CUDA) and the
+cuBLAS shim.  ``evaluate()`` never raises for kernel faults: compile errors, wrong
+results, crashes, hangs and unsupported shapes come back as an :class:`Evaluation`
+with the matching ``status``, which is what the reward needs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .baselines import DEFAULT_BASELINES, build_shim, parse_baselines
+from .build import BuildResult, build
+from .errors import HarnessError
+from .shapes import Shape, parse_accumulator
+from .worker import GpuWorker, WorkerError
+
+STATUSES = ("ok", "compile_error", "wrong", "crashed", "timeout", "unsupported")
+_NONDET_RE = re.compile(r"^\s*//\s*l2:\s*nondeterministic\b", re.M)
+
+
+def is_nondeterministic(source: str) -> bool:
+    """A source declares a non-bit-reproducible reduction with ``// l2: nondeterministic``."""
+    return bool(_NONDET_RE.search(source))
+
+
+def request_timeout_s(shape: Shape, base: float, n_subjects: int = 5) -> float:
+    """Generous per-request timeout: base plus time for checks and timing of big shapes."""
+    per_call_s = shape.flops / 2e14          # pessimistic 200 TFLOP/s
+    return base + n_subjects * 40 * per_call_s
+
+
+@dataclass
+class Evaluation:
+    status: str
+    build: BuildResult | None
+    check: dict[str, Any] | None = None
+    times_ms: dict[str, float] = field(default_factory=dict)
+    spread: dict[str, float] = field(default_factory=dict)
+    roofline_ms: float | None = None
+    message: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def speedup(self, baseline: str, label: str = "candidate") -> float | None:
+        b = self.times_ms.get(baseline)
+        c = self.times_ms.get(label)
+        if not b or not c:
+            return None
+        return b / c
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "build": self.build.to_dict() if self.build is not None else None,
+            "check": self.check,
+            "times_ms": dict(self.times_ms),
+            "spread": dict(self.spread),
+            "roofline_ms": self.roofline_ms,
+            "message": self.message,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Evaluation":
+        b = d.get("build")
+        return cls(
+            status=d["status"],
+            build=BuildResult.from_dict(b) if b else None,
+            check=d.get("check"),
+            times_ms=dict(d.get("times_ms") or {}),
+            spread=dict(d.get("spread") or {}),
+            roofline_ms=d.get("roofline_ms"),
+            message=d.get("message", ""),
+            extra=dict(d.get("extra") or {}),
+        )
+
+
+class Evaluator:
+    """Build + check + time through one GPU worker.  Context manager; ``close()`` stops the worker."""
+
+    def __init__(self, arch: str | None = None, baselines: Sequence[str] | str = DEFAULT_BASELINES,
+                 mode: str = "offline", timeout_s: float = 60, *, checks: str = "full", seed: int = 0,
+                 device: int | None = None, worker: GpuWorker | None = None, qps: float = 100.0,
+                 server_calls: int = 20, replays: int = 7) -> None:
+        if mode not in ("offline", "server"):
+            raise HarnessError(f"bad mode {mode!r}: use offline or server")
+        self.arch = arch
+        self.baselines = parse_baselines(baselines)
+        self.mode = mode
+        self.timeout_s = timeout_s
+        self.checks = checks
+        self.seed = seed
+        self.qps = qps
+        self.server_calls = server_calls
+        self.replays = replays
+        self.worker = worker or GpuWorker(device=device)
+        self._own_worker = worker is None
+        self._shim: BuildResult | None = None
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own_worker:
+            self.worker.close()
+
+    @property
+    def shim(self) -> BuildResult:
+        if self._shim is None:
+            self._shim = build_shim(self.arch)
+        return self._shim
+
+    def run_shape(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
+                  timeout_s: float | None = None) -> dict[str, Any]:
+        """One ``evaluate_shape`` request (raises WorkerError on crash/timeout)."""
+        n = len(candidates) + len(baselines) + 1
+        t = timeout_s if timeout_s is not None else request_timeout_s(shape, self.timeout_s, n)
+        return self.worker.call(
+            "evaluate_shape", timeout_s=t, m=shape.m, n=shape.n, k=shape.k, acc=acc,
+            candidates=candidates, baselines=list(baselines), shim_path=str(self.shim.so_path),
+            mode=self.mode, checks=self.checks, seed=self.seed, qps=self.qps,
+            server_calls=self.server_calls, replays=self.replays,
+        )
+
+    def gpu_info(self) -> dict[str, Any]:
+        return self.worker.call("gpu_info", timeout_s=120)
+
+    def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
+                 label: str = "candidate", time_baselines: bool = True) -> Evaluation:
+        acc = parse_accumulator(acc)
+        br = build(source, arch=self.arch, flags=flags)
+        if not br.ok:
+            first = br.errors[0] if br.errors else None
+            return Evaluation("compile_error", br, message=f"compile error: {first}" if first else "compile error")
+        cand = [{"label": label, "so_path": str(br.so_path), "nondeterministic": is_nondeterministic(source)}]
+        try:
+            res = self.run_shape(shape, acc, cand, self.baselines if time_baselines else [])
+        except WorkerError as e:
+            status = "timeout" if e.kind == "timeout" else "crashed"
+            if e.kind == "error":
+                # a healthy worker raised: treat as a crash of this candidate, but say why
+                status = "crashed"
+            return Evaluation(status, br, message=str(e).splitlines()[0][:300])
+        st = res["status"].get(label, "crashed")
+        check = res["checks"].get(label)
+        times = {k: v for k, v in res["times_ms"].items() if v is not None}
+        spread = {k: v for k, v in res["spread"].items() if v is not None}
+        if st == "ok":
+            t = times.get(label)
+            msg = f"ok: {t:.4g} ms" if t else "ok"
+            for b in self.baselines:
+                if times.get(b) and t:
+                    msg += f", {times[b] / t:.2f}x vs {b}"
+                    break
+        elif st == "unsupported":
+            msg = "unsupported: l2_hgemm returned non-zero for this shape"
+        else:
+            msg = f"wrong: check '{check.get('failed')}' failed: {check.get('detail')}" if check else st
+        extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound", "absent", "errors")}
+        return Evaluation(st, br, check, times, spread, res.get("roofline_ms"), msg, extra)

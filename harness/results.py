@@ -1,0 +1,186 @@
+"""Bench result files: JSON (the schema other tools read) plus a CSV beside it.
+
+Schema (version 1)::
+
+    {"meta": {"gpu", "driver", "cuda", "nvcc", "date", "git_rev", "mode", "acc", "method", ...},
+     "rows": [{"m", "n", "k", "times_ms": {label: median ms per call or null},
+               "roofline_ms": float or null, "checks": {label: {"ok", "failed", "detail", ...}},
+               ...extra keys: "status", "spread", "p90_ms", "device_ms", "clocks", ...}]}
+
+``times_ms`` has one key per baseline (``cublas``, ``cublaslt_heuristic``,
+``cublaslt_autotune``, ``torch``) and one per candidate label; ``null`` means absent
+or failed (``status`` says which).  Readers must ignore keys they do not know.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import HarnessError
+
+SCHEMA_VERSION = 1
+META_REQUIRED = ("gpu", "driver", "cuda", "nvcc", "date", "git_rev", "mode", "acc", "method")
+ROW_REQUIRED = ("m", "n", "k", "times_ms", "roofline_ms", "checks")
+BASELINE_LABELS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
+
+
+class ResultFormatError(HarnessError):
+    """A result file that does not follow the schema; the message names the first problem."""
+
+
+@dataclass
+class ResultFile:
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"meta": self.meta, "rows": self.rows}
+
+    def labels(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for r in self.rows:
+            for k in r["times_ms"]:
+                seen[k] = None
+        return list(seen)
+
+    def candidate_labels(self) -> list[str]:
+        return [lb for lb in self.labels() if lb not in BASELINE_LABELS]
+
+    def row_for(self, m: int, n: int, k: int) -> dict[str, Any] | None:
+        for r in self.rows:
+            if (r["m"], r["n"], r["k"]) == (m, n, k):
+                return r
+        return None
+
+
+def _num_or_none(x: Any) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and (math.isfinite(x) and x >= 0))
+
+
+def problems(obj: Any) -> list[str]:
+    """Every schema violation, as short strings (empty list: valid)."""
+    out: list[str] = []
+    if not isinstance(obj, dict):
+        return ["top level is not an object"]
+    meta, rows = obj.get("meta"), obj.get("rows")
+    if not isinstance(meta, dict):
+        out.append("missing object 'meta'")
+    else:
+        for k in META_REQUIRED:
+            if k not in meta:
+                out.append(f"meta lacks '{k}'")
+        if meta.get("mode") not in (None, "offline", "server"):
+            out.append(f"meta.mode is {meta.get('mode')!r}, not offline/server")
+        if meta.get("acc") not in (None, "f32", "f16"):
+            out.append(f"meta.acc is {meta.get('acc')!r}, not f32/f16")
+    if not isinstance(rows, list):
+        out.append("missing list 'rows'")
+        return out
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            out.append(f"rows[{i}] is not an object")
+            continue
+        for k in ROW_REQUIRED:
+            if k not in r:
+                out.append(f"rows[{i}] lacks '{k}'")
+        for k in ("m", "n", "k"):
+            v = r.get(k)
+            if k in r and not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+                out.append(f"rows[{i}].{k} is not a positive integer")
+        t = r.get("times_ms")
+        if "times_ms" in r:
+            if not isinstance(t, dict):
+                out.append(f"rows[{i}].times_ms is not an object")
+            else:
+                for lb, v in t.items():
+                    if not _num_or_none(v):
+                        out.append(f"rows[{i}].times_ms.{lb} is not a non-negative number or null")
+        if "roofline_ms" in r and not _num_or_none(r["roofline_ms"]):
+            out.append(f"rows[{i}].roofline_ms is not a non-negative number or null")
+        if "checks" in r and not isinstance(r["checks"], dict):
+            out.append(f"rows[{i}].checks is not an object")
+    return out
+
+
+def validate(obj: Any, source: str = "result file") -> ResultFile:
+    errs = problems(obj)
+    if errs:
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        raise ResultFormatError(f"{source}: {errs[0]}{more}")
+    return ResultFile(dict(obj["meta"]), list(obj["rows"]))
+
+
+def load(path: str | Path) -> ResultFile:
+    p = Path(path)
+    try:
+        obj = json.loads(p.read_text())
+    except OSError as e:
+        raise ResultFormatError(f"cannot read result file {str(p)!r}: {e.strerror}") from None
+    except ValueError as e:
+        raise ResultFormatError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+    return validate(obj, str(p))
+
+
+def _clean(x: Any) -> Any:
+    """JSON has no NaN/Inf: turn them into null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def csv_path_for(json_path: str | Path) -> Path:
+    p = Path(json_path)
+    return p.with_suffix(".csv") if p.suffix == ".json" else Path(str(p) + ".csv")
+
+
+def save(rf: ResultFile, path: str | Path, *, write_csv: bool = True) -> tuple[Path, Path | None]:
+    """Validate and write atomically; returns (json path, csv path or None)."""
+    obj = _clean(rf.to_dict())
+    obj["meta"].setdefault("schema", SCHEMA_VERSION)
+    validate(obj, "result being saved")
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, p)
+    cp = None
+    if write_csv:
+        cp = csv_path_for(p)
+        write_csv_file(ResultFile(obj["meta"], obj["rows"]), cp)
+    return p, cp
+
+
+def write_csv_file(rf: ResultFile, path: Path) -> None:
+    """One line per shape: m,n,k,size_class,roofline_ms, then <label>_ms and <label>_status."""
+    from .shapes import Shape
+
+    labels = rf.labels()
+    cols = ["m", "n", "k", "size_class", "roofline_ms"]
+    for lb in labels:
+        cols += [f"{lb}_ms", f"{lb}_status"]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in rf.rows:
+            st = r.get("status") or {}
+            line = [r["m"], r["n"], r["k"], Shape(r["m"], r["n"], r["k"]).size_class, _fmt(r.get("roofline_ms"))]
+            for lb in labels:
+                line += [_fmt(r["times_ms"].get(lb)), st.get(lb, "")]
+            w.writerow(line)
+    os.replace(tmp, path)
+
+
+def _fmt(x: Any) -> str:
+    return "" if x is None else f"{x:.6g}"

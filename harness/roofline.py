@@ -1,0 +1,106 @@
+"""Roofline per shape: measured peak fp16 tensor rate, copy bandwidth and launch floor.
+
+Measured once per GPU inside the worker and cached in
+``harness.paths.roofline_cache_file(uuid)``:
+
+* ``peak_tflops``  best of the cuBLAS shim (fp16 in/out, fp32 accumulate) on 8192^3 and
+  12288^3, timed with the offline method (CUDA graph, median of replays);
+* ``bw_gbs``       a 1 GiB device-to-device copy in a graph, (read + write bytes) / time;
+* ``floor_ms``     an empty kernel launched 1000 times back to back in a graph, per launch.
+
+``roofline_ms(shape) = max(flops / peak, min_bytes / bw, floor)`` where min_bytes reads A
+and B once and writes C once in fp16.  The same numbers are used for ``acc=f16`` (Hopper's
+dense fp16 tensor rate is the same with fp16 or fp32 accumulation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .shapes import Shape
+
+CACHE_VERSION = 1
+
+
+def roofline_ms(shape: Shape, rf: dict[str, Any] | None) -> float | None:
+    if not rf:
+        return None
+    t_flop = shape.flops / (rf["peak_tflops"] * 1e12) * 1e3
+    t_mem = shape.min_bytes / (rf["bw_gbs"] * 1e9) * 1e3
+    return max(t_flop, t_mem, rf["floor_ms"])
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if d.get("version") != CACHE_VERSION or not all(k in d for k in ("peak_tflops", "bw_gbs", "floor_ms")):
+        return None
+    return d
+
+
+def save(path: Path, rf: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rf, indent=1))
+    os.replace(tmp, path)
+
+
+def measure(cp: Any, stream: Any, shim_fn: Any) -> dict[str, Any]:
+    """Worker side: measure the three ceilings (about a second of GPU time)."""
+    from . import timing
+
+    t0 = time.monotonic()
+    peak = 0.0
+    for n in (8192, 12288):
+        with stream:
+            a = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
+            b = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
+            c = cp.empty((n, n), dtype=cp.float16)
+        sp = stream.ptr
+
+        def call(a=a, b=b, c=c, n=n) -> int:
+            return shim_fn(a.data.ptr, b.data.ptr, c.data.ptr, n, n, n, sp)
+
+        g = timing.make_graph(cp, stream, "peak", call, target_ms=5.0)
+        r = timing.offline(cp, stream, [g], replays=5)["peak"]
+        peak = max(peak, 2.0 * n ** 3 / (r["median_ms"] * 1e-3) / 1e12)
+        del a, b, c, g
+    nbytes = 1 << 30
+    with stream:
+        src = cp.ones(nbytes // 4, dtype=cp.float32)
+        dst = cp.empty_like(src)
+
+    def copy() -> int:
+        cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        return 0
+
+    g = timing.make_graph(cp, stream, "copy", copy, target_ms=2.0)
+    r = timing.offline(cp, stream, [g], replays=7)["copy"]
+    bw = 2.0 * nbytes / (r["median_ms"] * 1e-3) / 1e9
+    del src, dst, g
+    empty = cp.RawKernel(r'extern "C" __global__ void l2_empty() {}', "l2_empty")
+
+    def launch() -> int:
+        with stream:
+            empty((1,), (32,), ())
+        return 0
+
+    g = timing.capture(cp, stream, launch, 1000)
+    res = timing.offline(cp, stream, [timing.Graph("floor", g, 1000, 0.0)], replays=7)["floor"]
+    floor = res["median_ms"]
+    return {
+        "version": CACHE_VERSION,
+        "peak_tflops": round(peak, 2),
+        "bw_gbs": round(bw, 1),
+        "floor_ms": floor,
+        "measured_s": round(time.monotonic() - t0, 2),
+        "method": "peak: cuBLAS shim 8192^3/12288^3 graph-timed; bw: 1 GiB D2D copy in a graph (2x bytes);"
+                  " floor: empty kernel x1000 in a graph",
+    }

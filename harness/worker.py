@@ -1,0 +1,279 @@
+"""Parent side of the GPU worker: one subprocess per GPU, requests over a pipe.
+
+Why a subprocess: a kernel under test can segfault, hang, or poison the CUDA
+context (illegal address, trap).  None of that may take down the caller, which
+must never create a CUDA context itself.  So every GPU action is a request to
+``python -m harness.worker_main``; the parent enforces a per-request timeout,
+kills a hung or dead worker, reports ``crashed`` / ``timeout``, and starts a new
+worker lazily on the next request.
+
+Protocol: frames of an 8-byte big-endian length followed by a pickle, in both
+directions (the worker writes frames on a private copy of its stdout; its fd 1
+is redirected to stderr so stray prints cannot corrupt the stream).  A request
+is ``{"id", "op", "args"}``; a response ``{"id", "ok": True, "result"}`` or
+``{"id", "ok": False, "kind": "error" | "crashed", "error", "type", "traceback"}``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import HarnessError
+
+_HDR = struct.Struct(">Q")
+DEFAULT_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 60.0
+
+
+class WorkerError(HarnessError):
+    """A request that did not produce a result.  ``kind`` is the Evaluation status it maps to."""
+
+    kind = "crashed"
+
+    def __init__(self, message: str, *, label: str | None = None, remote_type: str | None = None,
+                 remote_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.label = label
+        self.remote_type = remote_type
+        self.remote_traceback = remote_traceback
+
+
+class WorkerCrashed(WorkerError):
+    """The worker died (signal, exit) or reported a poisoned CUDA context and exited."""
+
+    kind = "crashed"
+
+
+class WorkerTimeout(WorkerError):
+    """The request ran past its timeout; the worker was killed."""
+
+    kind = "timeout"
+
+
+class WorkerRemoteError(WorkerError):
+    """The request raised inside a healthy worker (it stays up)."""
+
+    kind = "error"
+
+
+def _signame(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit status {rc}"
+
+
+class GpuWorker:
+    """A lazily (re)started worker subprocess.
+
+    ``call(op, timeout_s=..., **args)`` returns the op's result or raises a
+    :class:`WorkerError` subclass.  Thread-safe (one request at a time).
+    """
+
+    def __init__(self, *, device: int | None = None, env: dict[str, str] | None = None,
+                 python: str | None = None, default_timeout_s: float = DEFAULT_TIMEOUT_S,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+        self.device = device
+        self.extra_env = dict(env or {})
+        self.python = python or sys.executable
+        self.default_timeout_s = default_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.starts = 0
+        self._proc: subprocess.Popen | None = None
+        self._wfd: int | None = None
+        self._rfd: int | None = None
+        self._stderr_path: Path | None = None
+        self._lock = threading.Lock()
+        self._next_id = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        if self.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        env["PYTHONUNBUFFERED"] = "1"
+        # the harness package must be importable in the child even when run from a checkout
+        pkg_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        fd, name = tempfile.mkstemp(prefix="l2tui-worker-", suffix=".log")
+        self._stderr_path = Path(name)
+        self._proc = subprocess.Popen(
+            [self.python, "-m", "harness.worker_main"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, env=env, close_fds=True,
+        )
+        os.close(fd)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._wfd = self._proc.stdin.fileno()
+        self._rfd = self._proc.stdout.fileno()
+        self.starts += 1
+        hello = self._read_frame(time.monotonic() + self.start_timeout_s, "starting the worker")
+        if not (isinstance(hello, dict) and hello.get("hello")):
+            self._kill()
+            raise WorkerCrashed(f"GPU worker sent a bad greeting: {hello!r:.80}")
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (proc.stdin, proc.stdout):
+            try:
+                if f:
+                    f.close()
+            except OSError:
+                pass
+        self._wfd = self._rfd = None
+
+    def close(self) -> None:
+        """Ask the worker to exit, then make sure it has."""
+        with self._lock:
+            if self.alive:
+                try:
+                    self._write_frame({"id": -1, "op": "_exit", "args": {}})
+                    self._proc.wait(timeout=5)  # type: ignore[union-attr]
+                except (OSError, subprocess.TimeoutExpired, BrokenPipeError):
+                    pass
+            self._kill()
+            if self._stderr_path is not None:
+                try:
+                    self._stderr_path.unlink()
+                except OSError:
+                    pass
+                self._stderr_path = None
+
+    def __enter__(self) -> "GpuWorker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self._kill()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ framing
+    def _write_frame(self, obj: Any) -> None:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        buf = _HDR.pack(len(data)) + data
+        assert self._wfd is not None
+        view = memoryview(buf)
+        while view:
+            n = os.write(self._wfd, view)
+            view = view[n:]
+
+    def _read_exact(self, n: int, deadline: float, what: str) -> bytes:
+        chunks: list[bytes] = []
+        assert self._rfd is not None
+        while n > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout(f"{what}: no answer within the timeout; the GPU worker was killed")
+            r, _, _ = select.select([self._rfd], [], [], min(left, 1.0))
+            if not r:
+                continue
+            chunk = os.read(self._rfd, min(n, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _read_frame(self, deadline: float, what: str) -> Any:
+        try:
+            (n,) = _HDR.unpack(self._read_exact(_HDR.size, deadline, what))
+            return pickle.loads(self._read_exact(n, deadline, what))
+        except WorkerTimeout:
+            self._kill()
+            raise
+        except (EOFError, OSError):
+            proc = self._proc
+            rc = proc.wait(timeout=10) if proc is not None else None
+            tail = self.stderr_tail()
+            self._kill()
+            msg = f"{what}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})"
+            if tail:
+                msg += f"; last output: {tail}"
+            raise WorkerCrashed(msg) from None
+
+    def stderr_tail(self, chars: int = 300) -> str:
+        """The last line(s) the worker printed to stderr, squashed to one line."""
+        if self._stderr_path is None:
+            return ""
+        try:
+            with open(self._stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 4096))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return " | ".join(lines[-3:])[-chars:]
+
+    # ------------------------------------------------------------------ requests
+    def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
+        """Run one request; raise :class:`WorkerCrashed`, :class:`WorkerTimeout` or :class:`WorkerRemoteError`."""
+        with self._lock:
+            if not self.alive:
+                self._kill()
+                self._start()
+            timeout = self.default_timeout_s if timeout_s is None else timeout_s
+            self._next_id += 1
+            rid = self._next_id
+            try:
+                self._write_frame({"id": rid, "op": op, "args": args})
+            except (BrokenPipeError, OSError):
+                rc = self._proc.wait(timeout=10) if self._proc is not None else None
+                self._kill()
+                raise WorkerCrashed(f"{op}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})") from None
+            resp = self._read_frame(time.monotonic() + timeout, f"{op} after {timeout:.0f} s")
+            if not isinstance(resp, dict) or resp.get("id") != rid:
+                self._kill()
+                raise WorkerCrashed(f"{op}: the GPU worker answered out of turn; it was restarted")
+            if resp.get("ok"):
+                return resp.get("result")
+            kind = resp.get("kind", "error")
+            err = resp.get("error", "unknown error")
+            kw = dict(label=resp.get("label"), remote_type=resp.get("type"), remote_traceback=resp.get("traceback"))
+            if kind == "crashed":
+                # the worker exits by itself after a sticky CUDA error; make sure of it
+                if self._proc is not None:
+                    try:
+                        self._proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                self._kill()
+                raise WorkerCrashed(f"{op}: CUDA context poisoned ({err}); the GPU worker was restarted", **kw)
+            raise WorkerRemoteError(f"{op}: {err}", **kw)

@@ -1,0 +1,45 @@
+"""bench without a GPU, argument errors, kernels-dir parsing (CI, no GPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.baselines import parse_baselines
+from harness.bench import load_kernels
+from harness.errors import HarnessError, KernelSourceError
+from harness.gpuinfo import gpu_present
+
+
+@pytest.mark.skipif(gpu_present(), reason="this machine has a GPU")
+def test_bench_without_gpu_is_one_line_error(tmp_path):
+    env = dict(os.environ, L2TUI_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-m", "l2tui.cli", "bench", "--shape", "64x64x64", "--out", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("l2tui: error: no NVIDIA GPU found:"), p.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bad_baseline_and_bad_shape_are_one_line():
+    with pytest.raises(HarnessError, match="unknown baseline 'cublass'"):
+        parse_baselines("cublas,cublass")
+    assert parse_baselines("none") == []
+    assert parse_baselines("torch,cublas,torch") == ["torch", "cublas"]
+    p = subprocess.run([sys.executable, "-m", "l2tui.cli", "bench", "--shape", "64x64"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "bad shape" in p.stderr or "unknown shapes" in p.stderr
+
+
+def test_kernels_dir(tmp_path):
+    with pytest.raises(KernelSourceError, match="not a directory"):
+        load_kernels(str(tmp_path / "nope"))
+    with pytest.raises(KernelSourceError, match="no kernel files"):
+        load_kernels(str(tmp_path))
+    (tmp_path / "64_128_256.cu").write_text("// x")
+    (tmp_path / "notes.cu").write_text("// ignored")
+    ks = load_kernels(str(tmp_path))
+    assert [str(s) for s in ks] == ["64x128x256"]

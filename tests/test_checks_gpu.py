@@ -1,0 +1,108 @@
+"""GPU tests (pytest -m gpu): the checks reject each adversarial kernel BY THE RIGHT CHECK,
+crash/hang/sticky-error handling with real kernels, baselines agree and time."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.evaluate import Evaluator
+from harness.paths import KERNELS_DIR
+from harness.shapes import Shape
+from harness.worker import WorkerCrashed
+
+pytestmark = pytest.mark.gpu
+
+SHAPE = Shape(256, 200, 1024)       # N not a multiple of 64; K large enough to expose fp16 accumulation
+ALL = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
+
+
+def src(name: str) -> str:
+    return (KERNELS_DIR / f"{name}.cu").read_text()
+
+
+@pytest.fixture(scope="module")
+def ev():
+    e = Evaluator(baselines=("cublas",), timeout_s=60)
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("name", ["testgood_simple", "reference_naive"])
+def test_correct_kernel_passes_every_check(ev, name):
+    if not (KERNELS_DIR / f"{name}.cu").exists():
+        pytest.skip(f"{name}.cu not there")
+    r = ev.evaluate(src(name), SHAPE)
+    assert r.status == "ok", r.message
+    checks = r.check["checks"]
+    for c in ("runs", "written", "guards", "accuracy", "exact", "deterministic", "graph_replay"):
+        assert checks[c]["ok"], (c, checks[c])
+    assert r.check["rel_err"] <= r.check["bound"]
+    assert r.times_ms["candidate"] > 0 and r.times_ms["cublas"] > 0
+    assert r.roofline_ms and r.roofline_ms > 0
+
+
+@pytest.mark.parametrize("name, check", [
+    ("testbad_skiplastrow", "written"),
+    ("testbad_oob", "guards"),
+    ("testbad_f16acc", "accuracy"),
+    ("testbad_stale", "stale"),
+])
+def test_bad_kernel_rejected_by_the_right_check(ev, name, check):
+    r = ev.evaluate(src(name), SHAPE)
+    assert r.status == "wrong", r.message
+    assert r.check["failed"] == check, r.check
+    assert "candidate" not in r.times_ms          # wrong kernels are not timed
+    if name == "testbad_f16acc":
+        assert r.check["checks"]["exact"]["ok"]   # exact on 0/1 inputs: fp16 sums <= 2048 are exact
+        assert r.check["rel_err"] > r.check["bound"]
+
+
+def test_illegal_address_is_crashed_and_worker_recovers(ev):
+    r = ev.evaluate(src("testbad_crash"), SHAPE)
+    assert r.status == "crashed", r.message
+    r2 = ev.evaluate(src("testgood_simple"), SHAPE)
+    assert r2.status == "ok", r2.message
+
+
+def test_hanging_kernel_is_timeout_and_worker_recovers():
+    with Evaluator(baselines=(), timeout_s=20) as e:
+        r = e.evaluate(src("testbad_hang"), Shape(64, 64, 64))
+        assert r.status == "timeout", r.message
+        r2 = e.evaluate(src("testgood_simple"), Shape(64, 64, 64))
+        assert r2.status == "ok", r2.message
+
+
+def test_sticky_error_restarts_worker(ev):
+    pid = ev.worker.call("ping")["pid"]
+    with pytest.raises(WorkerCrashed):
+        ev.worker.call("_debug_sticky", timeout_s=60)
+    assert ev.worker.call("ping")["pid"] != pid
+
+
+def test_baselines_agree_with_reference_and_time():
+    with Evaluator(baselines=ALL, timeout_s=120, checks="full") as e:
+        res = e.run_shape(Shape(1024, 768, 512), "f32", [], ALL)
+        for b in ALL:
+            assert res["status"][b] == "ok", (b, res["status"], res.get("errors"), res.get("absent"), res["checks"].get(b))
+            assert res["checks"][b]["rel_err"] <= res["checks"][b]["bound"]
+            assert res["times_ms"][b] > 0
+        assert res["cublas_variant"] in ("nn", "tn")
+
+
+def test_f16_accumulate_mode_runs():
+    with Evaluator(baselines=ALL, timeout_s=120) as e:
+        res = e.run_shape(Shape(512, 512, 512), "f16", [], ALL)
+        assert res["status"]["torch"] == "absent"
+        for b in ("cublas", "cublaslt_heuristic", "cublaslt_autotune"):
+            assert res["status"][b] == "ok", (b, res["status"], res.get("errors"))
+            assert res["times_ms"][b] > 0
+        assert res["bound"] >= 1e-3
+
+
+def test_server_mode_times_every_subject():
+    with Evaluator(baselines=ALL, mode="server", timeout_s=120, server_calls=5) as e:
+        r = e.evaluate(src("testgood_simple"), Shape(128, 128, 128))
+        assert r.status == "ok", r.message
+        for lb in ("candidate",) + ALL:
+            assert r.times_ms[lb] > 0
+            assert r.extra["p90_ms"][lb] >= r.times_ms[lb] * 0.999

@@ -1,0 +1,98 @@
+"""The GPU worker's protocol with a worker that really dies and really hangs (no GPU needed)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from harness.worker import GpuWorker, WorkerCrashed, WorkerRemoteError, WorkerTimeout
+
+
+@pytest.fixture
+def worker():
+    w = GpuWorker(default_timeout_s=30)
+    yield w
+    w.close()
+
+
+def test_ping_runs_in_a_separate_process(worker):
+    r = worker.call("ping")
+    assert r["pid"] != os.getpid()
+    assert worker.alive and worker.starts == 1
+
+
+def test_segfault_is_reported_as_crash_and_worker_restarts(worker):
+    pid1 = worker.call("ping")["pid"]
+    with pytest.raises(WorkerCrashed) as ei:
+        worker.call("_debug_segfault")
+    assert "SIGSEGV" in str(ei.value)
+    assert ei.value.kind == "crashed"
+    assert not worker.alive
+    pid2 = worker.call("ping")["pid"]          # restarted lazily
+    assert pid2 != pid1 and worker.starts == 2
+
+
+def test_hang_times_out_kills_and_restarts(worker):
+    pid1 = worker.call("ping")["pid"]
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeout) as ei:
+        worker.call("_debug_hang", timeout_s=1.5)
+    assert ei.value.kind == "timeout"
+    assert time.monotonic() - t0 < 15
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid1, 0)                        # the hung worker is gone
+    assert worker.call("ping")["pid"] != pid1
+
+
+def test_exit_is_a_crash(worker):
+    with pytest.raises(WorkerCrashed) as ei:
+        worker.call("_debug_exit", code=5)
+    assert "exit status 5" in str(ei.value)
+
+
+def test_remote_exception_keeps_worker_alive(worker):
+    pid = worker.call("ping")["pid"]
+    with pytest.raises(WorkerRemoteError) as ei:
+        worker.call("_debug_raise", message="kaputt")
+    assert "kaputt" in str(ei.value) and ei.value.remote_type == "ValueError"
+    assert worker.call("ping")["pid"] == pid
+
+
+def test_unknown_op_is_an_error(worker):
+    with pytest.raises(WorkerRemoteError):
+        worker.call("no_such_op")
+
+
+def test_request_within_timeout_succeeds(worker):
+    assert worker.call("_debug_sleep", seconds=0.2, timeout_s=10) == 0.2
+
+
+def test_stray_stdout_does_not_break_protocol(worker):
+    # _debug_raise prints a traceback; the protocol channel must stay clean
+    with pytest.raises(WorkerRemoteError):
+        worker.call("_debug_raise")
+    assert worker.call("ping")["pid"] > 0
+    assert "ValueError" in worker.stderr_tail()
+
+
+def test_close_ends_process():
+    w = GpuWorker()
+    pid = w.call("ping")["pid"]
+    w.close()
+    time.sleep(0.1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_gpu_op_without_gpu_reports_no_gpu(worker):
+    pytest.importorskip  # keep the name used
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("cupy installed: this checks the message on a machine without it")
+    except ImportError:
+        pass
+    with pytest.raises(WorkerRemoteError) as ei:
+        worker.call("gpu_info")
+    assert "no NVIDIA GPU found" in str(ei.value)
