@@ -1,0 +1,311 @@
+"""The built-in ``search`` policy: model-free refinement of seed-family kernels.
+
+Why it exists: the loop must find fast kernels without any LLM, and its steps double as RL
+demonstrations.  It works on the same text the LLM edits: the ``// l2: knobs`` block of a seed
+family (``harness.families``).
+
+* ``seed``    - rank every prebuilt configuration of every family that runs on the GPU with the
+                cost model (``costmodel.py``) and start from the best one (a whole source).
+* ``propose`` - enumerate localized edits of the current best (one knob to a neighbouring legal
+                value, schedule swaps, tile transposes, cluster/stage/split-K changes, and a
+                switch to the best configuration of another family), drop invalid and already
+                tried ones, rank the rest with the cost model BEFORE anything is built, and
+                return the best ``width`` (one of them, chosen with a seeded RNG among the next
+                best, keeps some exploration).  Each is a search/replace patch of knob lines.
+* ``debug``   - a failing edit is reverted to the parent's knob block (the optimization the
+                parent had is kept) and the configuration is remembered as bad.
+
+Deterministic: the same (seed, track, history) gives the same proposals.  Budget: after
+``budget`` steps on a track (or when nothing untried is left) ``propose`` returns ``[]``.
+Every proposal carries ``messages`` (the state the decision was made from, as text) and a
+``completion`` (rationale + patch), so the rewards log reads like an LLM's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from harness.families import (
+    Config,
+    FamilyError,
+    catalog,
+    family_of,
+    families_for,
+    get_family,
+    knob_patch,
+    validate,
+)
+from harness.shapes import Shape
+
+from .base import Failure, Proposal, TrackContext
+from .costmodel import CostModel
+
+SYSTEM = (
+    "You are the search policy of l2tui. You tune HGEMM seed kernels by editing the knob block "
+    "(// l2: knobs begin ... end) with search/replace patches, ranked by an analytic cost model "
+    "(waves per SM, tile quantization, arithmetic intensity, shared-memory fit, registers)."
+)
+
+# knobs whose legal values are ordered: only neighbours are proposed
+ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N", "STAGES", "SWIZZLE",
+           "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N"}
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Move:
+    """One candidate edit: knob changes (or a whole new configuration) and why."""
+
+    config: Config
+    changes: dict[str, str]
+    why: str
+    rewrite: bool = False        # a family switch: whole source, not a patch
+
+
+class SearchPolicy:
+    name = "search"
+    model = None
+
+    def __init__(self, seed: int = 0, width: int = 3, budget: int = 8, explore: bool = True,
+                 arch: str | None = None, cost_model: CostModel | None = None, **_: Any) -> None:
+        self.rng_seed = int(seed)
+        self.width = max(1, int(width))
+        self.budget = max(0, int(budget))
+        self.explore = bool(explore)
+        self.arch = arch
+        self.model = None  # no LLM
+        self.cost = cost_model or CostModel()
+        self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
+        self._bad: dict[str, set[str]] = {}     # track -> shas that failed
+
+    # ------------------------------------------------------------ helpers
+
+    def _arch(self, ctx: TrackContext) -> str:
+        return ctx.arch or self.arch or "sm_90a"
+
+    def _tried_set(self, ctx: TrackContext) -> set[str]:
+        s = self._tried.setdefault(ctx.track, set())
+        for a in ctx.history or ():
+            if getattr(a, "sha", None):
+                s.add(a.sha)
+        if ctx.sha:
+            s.add(ctx.sha)
+        return s
+
+    @staticmethod
+    def _shape(ctx: TrackContext) -> Shape:
+        s = ctx.shape
+        return s if isinstance(s, Shape) else Shape(*s)
+
+    def candidates(self, shape: Shape, acc: str, arch: str) -> list[Config]:
+        """Seed pool: the prebuilt catalog of every family that runs on ``arch``."""
+        fams = {f.name for f in families_for(arch)}
+        return [c for c in catalog(acc, arch) if c.family in fams]
+
+    def rank(self, configs: Iterable[Config], shape: Shape) -> list[tuple[float, Config]]:
+        return self.cost.rank(list(configs), shape)
+
+    def _state_text(self, ctx: TrackContext, shape: Shape) -> str:
+        lines = [f"Problem: C[{shape.m}x{shape.n}] = A[{shape.m}x{shape.k}] @ B[{shape.k}x{shape.n}], fp16, "
+                 f"{ctx.acc} accumulate, GPU arch {self._arch(ctx)}, baseline {ctx.baseline}."]
+        if ctx.source:
+            cfg = Config.from_source(ctx.source)
+            if cfg is not None:
+                lines.append(f"Current best: {cfg.name}")
+                est = self.cost.estimate(cfg, shape)
+                lines.append(f"Cost model for it: {est.rationale()}")
+        if ctx.times_ms:
+            t = ", ".join(f"{k}={v * 1e3:.1f}us" for k, v in sorted(ctx.times_ms.items()) if v)
+            lines.append(f"Measured: {t}")
+        if ctx.speedup:
+            lines.append(f"Speedup over {ctx.baseline}: {ctx.speedup:.3f}x")
+        if ctx.history:
+            lines.append("Tried:")
+            for a in ctx.history[-8:]:
+                sp = f" {a.speedup:.3f}x" if a.speedup else ""
+                lines.append(f"  step {a.step}: {a.plan.splitlines()[0][:90] if a.plan else ''} -> {a.kind}{sp}")
+        if ctx.hint:
+            lines.append(f"Hint from the engineer: {ctx.hint}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ seed
+
+    def seed(self, ctx: TrackContext) -> Proposal:
+        shape = self._shape(ctx)
+        if ctx.seed_source:
+            fam = family_of(ctx.seed_source)
+            return Proposal(source=ctx.seed_source, plan="configured seed kernel", origin="seed", role="seed",
+                            family=fam.name if fam else ctx.family, messages=[], completion="")
+        pool = self.candidates(shape, ctx.acc, self._arch(ctx))
+        if ctx.family:
+            pool = [c for c in pool if c.family == ctx.family] or pool
+        ranked = self.rank(pool, shape)
+        if not ranked:
+            return Proposal(origin="seed", role="seed", error=f"no seed family runs on {self._arch(ctx)}")
+        t, best = ranked[0]
+        table = "\n".join(f"  {c.name}: {p * 1e6:.1f} us predicted" for p, c in ranked[:6])
+        plan = (f"Seed with {best.name} ({get_family(best.family).summary}). "
+                f"{self.cost.estimate(best, shape).rationale()}.")
+        source = best.source()
+        self._tried_set(ctx).add(_sha(source))
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": self._state_text(ctx, shape)
+                     + "\nChoose a seed configuration. Cost-model ranking of the prebuilt catalog:\n" + table}]
+        return Proposal(source=source, plan=plan, family=best.family, origin="seed", role="seed",
+                        messages=messages, completion=f"{plan}\n```cuda\n{source}```\n")
+
+    # ------------------------------------------------------------ propose
+
+    def neighbours(self, cfg: Config, shape: Shape, acc: str, arch: str) -> list[Move]:
+        """Localized legal edits of ``cfg`` (plus a switch to the best config of other families)."""
+        fam = get_family(cfg.family)
+        cur = cfg.knob_dict
+        moves: list[Move] = []
+
+        def add(changes: dict[str, str], why: str) -> None:
+            new = {**cur, **changes}
+            changes = {k: v for k, v in changes.items() if cur.get(k) != v}
+            if not changes or validate(fam, new):
+                return
+            moves.append(Move(Config.of(fam.name, new), changes, why))
+
+        for knob in fam.knobs:
+            if knob.name == "ACC":
+                continue
+            vals = list(knob.values)
+            i = vals.index(cur[knob.name])
+            if knob.name in ORDINAL:
+                options = [vals[j] for j in (i - 1, i + 1) if 0 <= j < len(vals)]
+            else:
+                options = [v for v in vals if v != cur[knob.name]]
+            for v in options:
+                add({knob.name: v}, f"{knob.name} {cur[knob.name]} -> {v} ({knob.doc})")
+        if fam.name == "sm90_cutlass":
+            add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"], "CLUSTER_M": cur["CLUSTER_N"],
+                 "CLUSTER_N": cur["CLUSTER_M"]}, "transpose the CTA tile and cluster")
+            if cur["SCHEDULE"] == "COOPERATIVE":
+                for tm in ("64", "128"):
+                    add({"SCHEDULE": "PINGPONG", "TILE_M": tm, "SCHEDULER": "PERSISTENT"},
+                        f"ping-pong schedule with {tm}-row tiles (epilogue overlaps the next tile's mainloop)")
+            else:
+                add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128"}, "cooperative schedule, 128-row tiles")
+                add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128", "SCHEDULER": "STREAMK"},
+                    "cooperative + stream-K (balances few tiles over all SMs)")
+            if cur["SCHEDULER"] == "PERSISTENT" and cur["SCHEDULE"] == "COOPERATIVE":
+                add({"SCHEDULER": "SPLITK", "SPLITS": "2"}, "split-K in 2 (more CTAs for a long K)")
+            add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
+        else:
+            bm, bn = int(cur["BM"]), int(cur["BN"])
+            add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
+                "transpose the CTA tile and the warp layout")
+            for f in (2,):
+                if bm * f in (16, 32, 64, 128, 256):
+                    add({"BM": str(bm * f), "WARPS_M": str(min(4, int(cur["WARPS_M"]) * f))},
+                        "double BM with twice the warps along M")
+                if bn * f in (32, 64, 128, 256):
+                    add({"BN": str(bn * f), "WARPS_N": str(min(4, int(cur["WARPS_N"]) * f))},
+                        "double BN with twice the warps along N")
+        # family switches: the best catalog configuration of each other family
+        ranked = self.rank([c for c in self.candidates(shape, acc, arch) if c.family != cfg.family], shape)
+        seen_fams = set()
+        for _, c in ranked:
+            if c.family in seen_fams:
+                continue
+            seen_fams.add(c.family)
+            moves.append(Move(c, {}, f"switch family to {c.name} ({get_family(c.family).summary})", rewrite=True))
+        # and the catalog's best of the same family (a multi-knob jump to a known-good point)
+        same = self.rank([c for c in self.candidates(shape, acc, arch) if c.family == cfg.family and c != cfg], shape)
+        for _, c in same[:2]:
+            changes = {k: v for k, v in c.knob_dict.items() if cur.get(k) != v}
+            if changes:
+                moves.append(Move(c, changes, f"jump to the prebuilt {c.name}"))
+        return moves
+
+    def propose(self, ctx: TrackContext) -> list[Proposal]:
+        shape = self._shape(ctx)
+        arch = self._arch(ctx)
+        if ctx.step > self.budget or not ctx.source:
+            return []
+        cfg = Config.from_source(ctx.source)
+        tried = self._tried_set(ctx)
+        bad = self._bad.get(ctx.track, set())
+        if cfg is None:
+            # not a family source (edited by hand beyond the knob block): offer the model's best seeds
+            ranked = self.rank(self.candidates(shape, ctx.acc, arch), shape)
+            moves = [Move(c, {}, f"start over from {c.name}", rewrite=True) for _, c in ranked]
+        else:
+            moves = self.neighbours(cfg, shape, ctx.acc, arch)
+        scored = []
+        for mv in moves:
+            src = mv.config.source() if (mv.rewrite or cfg is None) else None
+            if src is None:
+                try:
+                    patch = knob_patch(ctx.source, mv.changes)
+                except FamilyError:
+                    continue
+                from l2tui.agent.patches import apply_patch  # lazy: keeps the policy importable alone
+
+                res = apply_patch(ctx.source, patch, allow_rewrite=False)
+                if not res.ok:
+                    continue
+                new_src, text = res.source, patch
+            else:
+                new_src, text = src, None
+            sha = _sha(new_src)
+            if sha in tried or sha in bad:
+                continue
+            scored.append((self.cost.predict(mv.config, shape), len(scored), mv, new_src, text, sha))
+        if not scored:
+            return []
+        scored.sort(key=lambda t: (t[0], t[1]))
+        chosen = scored[: self.width]
+        if self.explore and len(scored) > self.width and self.width > 1:
+            rng = random.Random(f"{self.rng_seed}:{ctx.track}:{ctx.step}")
+            pick = rng.choice(scored[self.width: self.width + 6])
+            chosen = chosen[:-1] + [pick]
+        base_t = self.cost.predict(cfg, shape) if cfg is not None else None
+        state = self._state_text(ctx, shape)
+        table = "\n".join(f"  {t * 1e6:8.1f} us  {mv.config.name}: {mv.why}" for t, _, mv, *_ in scored[:10])
+        out = []
+        for t, _, mv, new_src, text, sha in chosen:
+            tried.add(sha)
+            gain = f" ({base_t / t:.2f}x predicted vs current)" if base_t else ""
+            plan = f"{mv.why}. Cost model: {self.cost.estimate(mv.config, shape).rationale()}{gain}."
+            messages = [{"role": "system", "content": SYSTEM},
+                        {"role": "user", "content": state + "\nCandidate edits ranked by the cost model:\n" + table}]
+            if text is None:
+                completion = f"{plan}\n```cuda\n{new_src}```\n"
+                out.append(Proposal(source=new_src, plan=plan, family=mv.config.family, origin="rewrite",
+                                    role="coder", messages=messages, completion=completion))
+            else:
+                out.append(Proposal(patch=text, plan=plan, family=mv.config.family, origin="patch", role="coder",
+                                    messages=messages, completion=f"{plan}\n{text}"))
+        return out
+
+    # ------------------------------------------------------------ debug
+
+    def debug(self, ctx: TrackContext, failure: Failure) -> Proposal:
+        self._bad.setdefault(ctx.track, set()).add(_sha(failure.source))
+        parent = failure.parent_source or ctx.source
+        msg = [{"role": "system", "content": SYSTEM},
+               {"role": "user", "content": f"The candidate failed ({failure.kind}): {failure.message}"}]
+        if parent:
+            old, new = Config.from_source(failure.source), Config.from_source(parent)
+            if old is not None and new is not None and old.family == new.family:
+                changes = {k: v for k, v in new.knob_dict.items() if old.knob_dict.get(k) != v}
+                if changes:
+                    patch = knob_patch(failure.source, changes)
+                    plan = (f"{failure.kind}: revert the knob edit ({', '.join(changes)}) to the parent's values; "
+                            f"the parent's optimizations stay, this configuration is marked bad.")
+                    return Proposal(patch=patch, plan=plan, origin="debug", role="debugger", family=old.family,
+                                    messages=msg, completion=f"{plan}\n{patch}")
+            plan = f"{failure.kind}: go back to the last good kernel"
+            return Proposal(source=parent, plan=plan, origin="debug", role="debugger", messages=msg,
+                            completion=f"{plan}\n```cuda\n{parent}```\n")
+        return Proposal(origin="debug", role="debugger", error=f"{failure.kind}: nothing to revert to")

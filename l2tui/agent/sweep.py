@@ -1,0 +1,362 @@
+"""Headless search over many shapes: ``l2tui sweep``.
+
+Why a driver of its own (and not one AgentLoop track per shape): a sweep over the 1,000-shape
+grid has to share work across shapes.  It
+
+1. builds every catalog configuration once, in parallel (``harness.build.build_many``; M, N, K are
+   runtime arguments, so one library serves every shape), then builds each step's proposals as a
+   batch, so a configuration proposed for many shapes compiles once (content-addressed cache);
+2. runs, per track (shape, accumulator), the ``search`` policy: seed, then up to ``steps``
+   refinement steps of ``width`` proposals each, evaluated through the harness ``Evaluator``
+   (baselines timed once per track at the seed, candidates alone afterwards - same method);
+3. logs everything as session events (``track_added``, ``candidate``, ``compiled``, ``checked``,
+   ``timed``, ``best``, ``track_done``) and one ``rewards.jsonl`` row per evaluated proposal,
+   with the policy's textual rationale as messages and its patch as completion, so a sweep is
+   RL data like an LLM session;
+4. keeps a resumable results file (``sweep.json`` in the session folder, keyed by track and
+   GPU); ``--resume`` skips finished tracks;
+5. writes the winners as ``kernels/M_N_K.cu`` (``winners/`` in the session folder) for
+   ``l2tui bench --kernels DIR``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from harness.families import Config, build_arch_for, catalog
+from harness.shapes import Shape
+
+from .policies.base import Attempt, Failure, Proposal, TrackContext
+from .policies.search import SearchPolicy
+
+RESULTS_FILE = "sweep.json"
+WINNERS_DIR = "winners"
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def track_id(shape: Shape, acc: str) -> str:
+    return f"{shape}-{acc}"
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+@dataclass
+class SweepConfig:
+    shapes: Sequence[Shape]
+    accs: Sequence[str] = ("f32",)
+    baseline: str = "cublaslt_autotune"
+    steps: int = 3                  # refinement steps per track after the seed
+    width: int = 3                  # proposals per step
+    seeds: int = 3                  # catalog configurations evaluated at the seed step
+    seed: int = 0
+    arch: str | None = None
+    jobs: int | None = None
+    patience: int = 2               # steps without improvement before a track stops
+
+
+@dataclass
+class TrackResult:
+    track: str
+    shape: list[int]
+    acc: str
+    best_sha: str | None = None
+    best_name: str | None = None
+    best_ms: float | None = None
+    baseline_ms: dict[str, float] = field(default_factory=dict)
+    speedup: float | None = None
+    evaluated: int = 0
+    seconds: float = 0.0
+    gpu: str | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class ResultsCache:
+    """``sweep.json``: finished tracks, rewritten atomically after each one."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data: dict[str, Any] = {"version": 1, "tracks": {}}
+        if path.exists():
+            try:
+                self.data = json.loads(path.read_text())
+            except ValueError:
+                pass
+        self.data.setdefault("tracks", {})
+
+    def done(self, track: str, gpu: str | None) -> bool:
+        row = self.data["tracks"].get(track)
+        return bool(row) and (gpu is None or row.get("gpu") in (None, gpu))
+
+    def put(self, res: TrackResult) -> None:
+        self.data["tracks"][res.track] = res.to_dict()
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+class NullSession:
+    """Stand-in when no session folder is wanted (library use, tests of the driver)."""
+
+    def append(self, type: str, **payload: Any) -> dict:
+        return {"type": type, **payload}
+
+    def put_kernel(self, source: str) -> str:
+        return sha256(source)
+
+    def append_reward(self, row: dict) -> dict:
+        return row
+
+
+class Sweep:
+    """Run the search policy over many tracks (see the module docstring)."""
+
+    def __init__(self, cfg: SweepConfig, evaluator: Any, *, session: Any = None, out_dir: Path | None = None,
+                 policy: SearchPolicy | None = None, progress: Callable[[str], None] = print,
+                 gpu_name: str | None = None) -> None:
+        self.cfg = cfg
+        self.ev = evaluator
+        self.session = session or NullSession()
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.policy = policy or SearchPolicy(seed=cfg.seed, width=cfg.width, budget=cfg.steps, arch=cfg.arch)
+        self.progress = progress
+        self.gpu = gpu_name
+        self.cache = ResultsCache(self.out_dir / RESULTS_FILE) if self.out_dir else None
+        self._step_seconds: list[float] = []
+
+    # ------------------------------------------------------------ builds
+
+    def prebuild(self) -> dict[str, Any]:
+        """Compile the catalog for every accumulator once, in parallel."""
+        from harness.build import build_many
+
+        arch = self.cfg.arch or "sm_90a"
+        configs = [c for acc in self.cfg.accs for c in catalog(acc, arch)]
+        sources = [c.source() for c in configs]
+        t0 = time.monotonic()
+
+        def prog(done: int, total: int, res: Any) -> None:
+            self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
+                          f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
+
+        results = {}
+        by_arch: dict[str, list[int]] = {}
+        for i, c in enumerate(configs):
+            by_arch.setdefault(build_arch_for(c.family, arch), []).append(i)
+        for a, idx in by_arch.items():
+            for i, r in zip(idx, build_many([sources[i] for i in idx], arch=a, jobs=self.cfg.jobs, progress=prog)):
+                results[configs[i].name] = r
+        bad = [n for n, r in results.items() if not r.ok]
+        if bad:
+            self.progress(f"{len(bad)} catalog configurations failed to build: {', '.join(bad)}")
+        return results
+
+    def _build_batch(self, sources: list[str]) -> None:
+        try:
+            from harness.build import build_many
+        except ImportError:  # pragma: no cover - harness always has it
+            return
+        try:
+            build_many(sources, arch=self.cfg.arch, jobs=self.cfg.jobs)
+        except Exception as e:  # noqa: BLE001 - the per-candidate evaluate reports real errors
+            self.progress(f"batch build failed: {e}")
+
+    # ------------------------------------------------------------ one track
+
+    def _evaluate(self, ctx: TrackContext, prop: Proposal, source: str, parent: str | None, step: int,
+                  time_baselines: bool) -> tuple[Any, str]:
+        s = self.session
+        sha = s.put_kernel(source)
+        shape = ctx.shape
+        diff = ""
+        if parent is not None:
+            try:
+                from l2tui.agent.patches import unified_diff
+
+                diff = unified_diff(parent, source)
+            except ImportError:  # pragma: no cover
+                diff = ""
+        s.append("candidate", track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
+                 origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
+        s.append("stage", track=ctx.track, step=step, stage="compile", status="start")
+        ev = self.ev.evaluate(source, shape, ctx.acc, flags=tuple(prop.flags), time_baselines=time_baselines)
+        b = _get(ev, "build")
+        s.append("compiled", track=ctx.track, step=step, sha=sha, ok=bool(_get(b, "ok", False)),
+                 ptxas=(b.ptxas.to_dict() if getattr(b, "ptxas", None) is not None and hasattr(b.ptxas, "to_dict")
+                        else _get(b, "ptxas")),
+                 errors=[e.to_dict() if hasattr(e, "to_dict") else e for e in (_get(b, "errors") or [])],
+                 seconds=_get(b, "seconds", 0.0), cached=_get(b, "cached", False))
+        status = _get(ev, "status")
+        chk = _get(ev, "check") or {}
+        if status != "compile_error":
+            s.append("checked", track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
+                     failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
+                     bound=chk.get("bound"))
+        return ev, sha
+
+    def run_track(self, shape: Shape, acc: str) -> TrackResult:
+        cfg, s, pol = self.cfg, self.session, self.policy
+        track = track_id(shape, acc)
+        t0 = time.monotonic()
+        s.append("track_added", track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline)
+        s.append("track_state", track=track, state="running")
+        ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=cfg.baseline, step=0, arch=cfg.arch)
+        res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu)
+        base_ms: dict[str, float] = {}
+        best_src: str | None = None
+        best_ms = math.inf
+
+        def consider(prop: Proposal, source: str, parent: str | None, step: int) -> None:
+            nonlocal best_src, best_ms, base_ms
+            ev, sha = self._evaluate(ctx, prop, source, parent, step, time_baselines=not base_ms)
+            res.evaluated += 1
+            times = dict(_get(ev, "times_ms") or {})
+            if not base_ms:
+                base_ms = {k: v for k, v in times.items() if k != "candidate" and v}
+            t = times.get("candidate")
+            status = _get(ev, "status")
+            ref = base_ms.get(cfg.baseline)
+            speedup = ref / t if (status == "ok" and t and ref) else None
+            if status == "ok":
+                s.append("timed", track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
+                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=speedup)
+            reward, parts = self._reward(status, speedup, _get(ev, "check"))
+            s.append("reward", track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
+            s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
+                             "role": prop.role, "policy": "search", "model": None, "messages": prop.messages,
+                             "completion": prop.completion, "reward": reward, "parts": parts, "kind": status,
+                             "parent_sha": sha256(parent) if parent else None, "child_sha": sha,
+                             "usage": prop.usage, "baseline": cfg.baseline, "speedup": speedup})
+            improved = status == "ok" and t is not None and t < best_ms
+            ctx.history.append(Attempt(step=step, plan=prop.plan, origin=prop.origin, kind=status, sha=sha,
+                                       speedup=speedup, reward=reward, note=_get(ev, "message", ""),
+                                       accepted=improved))
+            if status != "ok" and status != "unsupported":
+                pol.debug(ctx, Failure(kind=status, message=_get(ev, "message", ""), source=source, sha=sha,
+                                       parent_source=parent))
+            if improved:
+                best_src, best_ms = source, t
+                ctx.source, ctx.sha = source, sha
+                ctx.times_ms = {**base_ms, **times}
+                ctx.speedup = speedup
+                ctx.evaluation = ev
+                s.append("best", track=track, sha=sha, speedup=speedup, baseline=cfg.baseline,
+                         times_ms=ctx.times_ms)
+
+        # seed: the policy's pick, then the next best catalog configurations (built already)
+        s.append("stage", track=track, step=0, stage="seed", status="start")
+        seed = pol.seed(ctx)
+        seeds: list[Proposal] = [seed] if seed.source else []
+        ranked = pol.rank(pol.candidates(shape, acc, cfg.arch or "sm_90a"), shape)
+        for _, c in ranked:
+            if len(seeds) >= cfg.seeds:
+                break
+            src = c.source()
+            if seed.source and src == seed.source:
+                continue
+            seeds.append(Proposal(source=src, plan=f"seed alternative {c.name}: "
+                                  f"{pol.cost.estimate(c, shape).rationale()}", family=c.family, origin="seed",
+                                  role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
+        for p in seeds:
+            consider(p, p.source, None, 0)
+        s.append("stage", track=track, step=0, stage="seed", status="end")
+        # refinement steps
+        stale = 0
+        for step in range(1, cfg.steps + 1):
+            if best_src is None:
+                break
+            ctx.step = step
+            props = pol.propose(ctx)
+            if not props:
+                break
+            from l2tui.agent.patches import apply_patch
+
+            sources = []
+            for p in props:
+                if p.source is not None:
+                    sources.append((p, p.source))
+                else:
+                    r = apply_patch(best_src, p.patch or "", allow_rewrite=False)
+                    s.append("patch", track=track, step=step, role="coder", ok=r.ok, error=r.error)
+                    if r.ok:
+                        sources.append((p, r.source))
+            self._build_batch([src for _, src in sources])
+            before = best_ms
+            parent = best_src
+            for p, src in sources:
+                consider(p, src, parent, step)
+            stale = stale + 1 if best_ms >= before else 0
+            if stale >= cfg.patience:
+                break
+        res.seconds = round(time.monotonic() - t0, 2)
+        if best_src is not None:
+            c = Config.from_source(best_src)
+            res.best_sha, res.best_name, res.best_ms = sha256(best_src), (c.name if c else None), best_ms
+            res.baseline_ms = base_ms
+            ref = base_ms.get(cfg.baseline)
+            res.speedup = ref / best_ms if ref else None
+            if self.out_dir:
+                wdir = self.out_dir / WINNERS_DIR
+                wdir.mkdir(parents=True, exist_ok=True)
+                (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
+        s.append("track_done", track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
+                 best_speedup=res.speedup)
+        s.append("track_state", track=track, state="done" if best_src else "failed")
+        return res
+
+    @staticmethod
+    def _reward(status: str, speedup: float | None, check: Any) -> tuple[float, dict]:
+        try:
+            from .rewards import RewardConfig, failure_reward, reference_error, success_reward
+        except ImportError:  # pragma: no cover
+            return (speedup or 0.0) if status == "ok" else -1.0, {}
+        rc = RewardConfig()
+        if status != "ok":
+            return failure_reward(status, rc)
+        chk = check or {}
+        return success_reward(speedup=speedup, rel_err=chk.get("rel_err"), ref_err=reference_error(chk),
+                              lines=0, seed_lines=0, cfg=rc)
+
+    # ------------------------------------------------------------ all tracks
+
+    def run(self) -> list[TrackResult]:
+        tracks = [(s, a) for a in self.cfg.accs for s in self.cfg.shapes]
+        todo = [(s, a) for s, a in tracks if not (self.cache and self.cache.done(track_id(s, a), self.gpu))]
+        skipped = len(tracks) - len(todo)
+        if skipped:
+            self.progress(f"resuming: {skipped} of {len(tracks)} tracks already done")
+        out = []
+        t0 = time.monotonic()
+        for i, (shape, acc) in enumerate(todo, 1):
+            r = self.run_track(shape, acc)
+            if self.cache:
+                self.cache.put(r)
+            out.append(r)
+            el = time.monotonic() - t0
+            eta = el / i * (len(todo) - i)
+            sp = f"{r.speedup:.3f}x" if r.speedup else "-"
+            self.progress(f"[{skipped + i}/{len(tracks)}] {r.track}: {r.best_name} {sp} vs {self.cfg.baseline} "
+                          f"({r.evaluated} evaluated, {r.seconds:.1f}s)  elapsed {el:.0f}s ETA {eta:.0f}s")
+        return out
+
+
+def geomean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))

@@ -1,0 +1,131 @@
+"""``l2tui sweep``: the search policy over many shapes, headless and resumable.
+
+    l2tui sweep --shapes grid --policy search --session sessions/grid-h200
+    l2tui sweep --session sessions/grid-h200 --resume          # after any stop
+    l2tui sweep --shapes sample100 --acc f16 --session sessions/f16 --steps 2
+    l2tui sweep --prebuild-only                                  # just compile the catalog (CPU)
+
+The catalog of seed configurations is compiled once, in parallel; each track (shape,
+accumulator) is then seeded with the cost model's best few and refined for ``--steps`` steps.
+Winners land in ``<session>/winners/M_N_K.cu``; time them against the baselines with
+``l2tui bench --kernels <session>/winners``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+NAME = "sweep"
+HELP = "run the search policy over many shapes (headless, resumable, progress with ETA)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", dest="sweep_shapes", action="append", metavar="SPEC",
+                   help="grid, small, sample100, MxNxK, a list or a shapes file (default: grid)")
+    p.add_argument("--policy", dest="sweep_policy", default=None, choices=("search",),
+                   help="only the built-in search policy sweeps (use `l2tui run` for the LLM)")
+    p.add_argument("--session", dest="sweep_session", metavar="DIR", help="session folder (default: a new one under sessions/)")
+    p.add_argument("--resume", dest="sweep_resume", action="store_true", help="continue the sweep in --session")
+    p.add_argument("--acc", nargs="+", choices=("f32", "f16"), default=None, help="accumulators (default: f32)")
+    p.add_argument("--baseline", default="cublaslt_autotune", help="speedup baseline (default: cublaslt_autotune)")
+    p.add_argument("--steps", type=int, default=3, help="refinement steps per track after the seed (default 3)")
+    p.add_argument("--width", type=int, default=3, help="proposals evaluated per step (default 3)")
+    p.add_argument("--seeds", type=int, default=3, help="catalog configurations tried at the seed (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
+    p.add_argument("--arch", default=None, help="GPU arch (default: the GPU's, else sm_90a)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc builds (default: one per core)")
+    p.add_argument("--recorded", metavar="FILE", help="replay evaluations recorded on a GPU instead of using one")
+    p.add_argument("--prebuild-only", action="store_true", help="compile the catalog and stop (no GPU needed)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.shapes import resolve_shapes
+
+    from ..agent.sweep import Sweep, SweepConfig, geomean
+    from ..errors import UserError
+
+    policy = getattr(args, "sweep_policy", None) or getattr(args, "policy", None) or "search"
+    if policy != "search":
+        raise UserError(f"sweep runs the search policy only, not {policy!r}: use `l2tui run --policy {policy}`")
+    session_dir = getattr(args, "sweep_session", None) or getattr(args, "session", None)
+    resume = bool(getattr(args, "sweep_resume", False) or getattr(args, "resume", False))
+    spec = getattr(args, "sweep_shapes", None) or getattr(args, "shapes", None)
+    accs = tuple(args.acc or ("f32",))
+
+    session = None
+    saved: dict = {}
+    if session_dir and resume:
+        from ..session import Session
+
+        session = Session.open(session_dir)
+        saved = dict((session.config or {}).get("sweep", {}))
+        session.append("session_resumed", from_seq=session.events[-1]["seq"] if session.events else 0)
+        spec = spec or saved.get("shapes")
+        accs = tuple(args.acc or saved.get("accs") or accs)
+    shapes = resolve_shapes(spec, default="grid")
+    arch = args.arch or saved.get("arch")
+    if arch is None:
+        try:
+            from harness.gpuinfo import detect_arch
+
+            arch = detect_arch()
+        except Exception:  # noqa: BLE001 - no GPU tools: build for the project's target
+            arch = None
+    arch = arch or "sm_90a"
+    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, steps=args.steps, width=args.width,
+                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs)
+
+    def say(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+    if args.prebuild_only:
+        res = Sweep(cfg, evaluator=None, progress=say).prebuild()
+        bad = [n for n, r in res.items() if not r.ok]
+        say(f"catalog: {len(res) - len(bad)} of {len(res)} configurations built for {arch}")
+        return 1 if bad else 0
+
+    if args.recorded:
+        from ..agent.recorded import RecordedEvaluator
+
+        evaluator = RecordedEvaluator(args.recorded, arch=arch)
+    else:
+        from harness.evaluate import Evaluator
+
+        evaluator = Evaluator(arch=arch, baselines=(args.baseline,))
+    gpu = {}
+    try:
+        gpu = dict(evaluator.gpu_info()) if hasattr(evaluator, "gpu_info") else {}
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"no GPU to sweep on ({str(e).splitlines()[0][:120]}): pass --recorded FILE or run on a GPU box") from None
+
+    if session is None:
+        from ..paths import sessions_root
+        from ..session import Session
+
+        path = Path(session_dir) if session_dir else sessions_root() / time.strftime("sweep-%Y%m%d-%H%M%S")
+        session = Session.create(path, config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
+                                                         "baseline": args.baseline, "steps": args.steps,
+                                                         "width": args.width, "seeds": args.seeds, "seed": args.seed},
+                                               "policy": "search"},
+                                 gpu=gpu, versions={})
+    say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {gpu.get('name', arch)}")
+    sweep = Sweep(cfg, evaluator, session=session, out_dir=Path(session.path), progress=say,
+                  gpu_name=gpu.get("name"))
+    try:
+        sweep.prebuild()
+        results = sweep.run()
+    finally:
+        try:
+            evaluator.close()
+        except Exception:  # noqa: BLE001
+            pass
+    done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
+    sps = [r.get("speedup") for r in done if r.get("speedup")]
+    g = geomean(sps)
+    wins = sum(1 for x in sps if x > 1)
+    session.append("session_ended", reason="sweep done")
+    say(f"done: {len(sps)} tracks timed, geomean {g:.3f}x vs {args.baseline}, faster on {wins}" if g else "done")
+    say(f"winners: {Path(session.path) / 'winners'}  (time them: l2tui bench --kernels {Path(session.path) / 'winners'})")
+    return 0
