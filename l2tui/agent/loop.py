@@ -1,0 +1,983 @@
+"""The agent loop: seed → compile → check → time → (profile) → plan → patch → compile …
+
+An explicit state machine per *track* (one shape, one accumulator).  Each
+track runs as a generator that yields at every stage boundary; a small
+scheduler advances the runnable tracks round-robin and applies commands from
+the UI between stages.  That is what makes pause / step / stop / hint / edit
+take effect "between stages" without threads per track, and lets a paused
+track sit mid-step while the others continue.
+
+Everything observable is an event appended to the session first and then
+handed to subscribers (docs/INTERFACES.md, "Events").  The loop keeps no state
+that is not derivable from the events: :meth:`AgentLoop._restore` rebuilds
+tracks, bests, step counters, token use, history and the delayed-profiling
+state from them, which is how ``--resume`` survives a ``kill -9``.
+
+Extra event keys/types written here (readers ignore unknown ones):
+``checkpoint`` (end of every refinement step: steps_done, stable, structure,
+tokens, wall_s), ``llm_retry`` (one per retried LLM request), and ``origin`` /
+``plan`` / ``speedup`` / ``role`` keys on ``reward`` events.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generator, Iterable
+
+from ..session import Session, sha256_text
+from .patches import apply_patch, unified_diff
+from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
+from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
+from .structure import guard_debug_patch, structure_key
+
+TERMINAL = ("done", "failed", "stopped_final")
+DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
+NOT_RECORDED = "not_recorded"
+
+Gen = Generator[None, None, Any]
+
+
+@dataclass
+class LoopConfig:
+    """The loop's knobs (from ``[loop]``, ``[harness]``, ``[rewards]``, ``[search]``)."""
+
+    max_steps: int = 20
+    debug_rounds: int = 3
+    profile_after: int = 6
+    stable_steps: int = 3
+    wall_time_s: float = 0.0
+    token_budget: int = 0
+    global_wall_time_s: float = 0.0
+    global_token_budget: int = 0
+    context_tokens: int = 24000
+    debug_max_lines: int = 40
+    seed: str = ""
+    allowed_flags: list[str] = field(default_factory=list)
+    acc: str = "f32"
+    baseline: str = "cublas"
+    mode: str = "offline"
+    arch: str | None = None
+    parallel_tracks: int = 4
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    options: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "LoopConfig":
+        lp, h = cfg.loop, cfg.harness
+        return cls(
+            max_steps=lp["max_steps"], debug_rounds=lp["debug_rounds"], profile_after=lp["profile_after"],
+            stable_steps=lp["stable_steps"], wall_time_s=lp["wall_time_s"], token_budget=lp["token_budget"],
+            global_wall_time_s=lp["global_wall_time_s"], global_token_budget=lp["global_token_budget"],
+            context_tokens=lp["context_tokens"], debug_max_lines=lp["debug_max_lines"], seed=lp["seed"],
+            allowed_flags=list(lp["allowed_flags"]), acc=lp["acc"], baseline=h["baseline"], mode=h["mode"],
+            arch=h["arch"] or None, parallel_tracks=lp["parallel_tracks"],
+            rewards=RewardConfig.from_section(cfg.rewards), options=dict(cfg.search),
+        )
+
+
+@dataclass
+class Track:
+    id: str
+    shape: Any
+    acc: str
+    baseline: str
+    state: str = "queued"
+    step: int = 0                     # last step number used (0 = seed)
+    steps_done: int = 0               # refinement steps completed
+    best_sha: str | None = None
+    best_source: str | None = None
+    best_eval: dict | None = None
+    best_speedup: float | None = None
+    best_stack: list[str] = field(default_factory=list)
+    seed_lines: int = 0
+    family: str | None = None
+    flags: list[str] = field(default_factory=list)
+    history: list[Attempt] = field(default_factory=list)
+    hint: str | None = None
+    feedback: str | None = None
+    profiling_enabled: bool = False
+    profile: dict | None = None
+    profiled_sha: str | None = None
+    profile_error_shown: bool = False
+    stable: int = 0
+    last_structure: str | None = None
+    tokens: int = 0
+    wall_prior: float = 0.0
+    run_started: float | None = None
+    step_once: bool = False
+    pending_edits: list[str] = field(default_factory=list)
+    policy: Any = None
+    gen: Any = None
+    done_reason: str | None = None
+    known: dict = field(default_factory=dict)   # sha -> {"eval": dict, "speedup": float|None}
+
+    def wall_s(self) -> float:
+        return self.wall_prior + (time.monotonic() - self.run_started if self.run_started else 0.0)
+
+
+def track_id(shape: Any, acc: str) -> str:
+    return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
+
+
+def as_dict(obj: Any) -> dict:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return dict(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return dict(vars(obj))
+
+
+def _one_line(s: Any, limit: int = 400) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _speedup(times: dict, baseline: str, label: str = "candidate") -> float | None:
+    try:
+        v = float(times[baseline]) / float(times[label])
+        return v if math.isfinite(v) and v > 0 else None
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def profile_payload(p: Any) -> dict | None:
+    """``{"verdict": str, "metrics": {name: {value, unit}}}`` from a harness Profile or a dict."""
+    if p is None:
+        return None
+    if hasattr(p, "event_payload"):
+        return p.event_payload()
+    d = as_dict(p)
+    verdict = d.get("verdict")
+    if isinstance(verdict, dict):
+        verdict = verdict.get("cls") or verdict.get("class") or verdict.get("verdict")
+    metrics = d.get("filtered") or d.get("metrics") or {}
+    out = {}
+    for k, v in metrics.items():
+        if isinstance(v, dict):
+            out[k] = {"value": v.get("value"), "unit": v.get("unit")}
+        else:
+            out[k] = {"value": v, "unit": None}
+    return {"verdict": verdict, "metrics": out}
+
+
+class AgentLoop:
+    """Runs tracks over one evaluator; see the module docstring."""
+
+    def __init__(self, session: Session, config: LoopConfig, *, policy: Policy, evaluator: Any,
+                 policy_factory: Callable[[str], Policy] | None = None):
+        self.session = session
+        self.config = config
+        self.policy = policy
+        self.evaluator = evaluator
+        self.policy_factory = policy_factory
+        self.tracks: dict[str, Track] = {}
+        self.order: list[str] = []
+        self._subs: list[Callable[[dict], None]] = []
+        self._commands: "queue.Queue[dict]" = queue.Queue()
+        self._stop = threading.Event()
+        self._rr = 0
+        self._started: float | None = None
+        self._global_tokens = 0
+        self._global_wall_prior = 0.0
+        self._seed_cache: dict[str, str | None] = {}
+        self._restore()
+
+    # ================================================================== public API
+    def add_track(self, shape: Any, acc: str | None = None) -> str:
+        acc = acc or self.config.acc
+        tid = track_id(shape, acc)
+        if tid in self.tracks:
+            return tid
+        t = Track(tid, shape, acc, self.config.baseline)
+        self.tracks[tid] = t
+        self.order.append(tid)
+        self._emit("track_added", track=tid, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=t.baseline)
+        self._set_state(t, "queued")
+        return tid
+
+    def subscribe(self, fn: Callable[[dict], None]) -> None:
+        self._subs.append(fn)
+
+    def send(self, command: dict) -> None:
+        self._commands.put(dict(command))
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._commands.put({"name": "_wake"})
+
+    def run(self) -> None:
+        """Blocking: until every track is done/failed/stopped or a stop is requested."""
+        self._started = time.monotonic()
+        reason = "finished"
+        try:
+            while not self._stop.is_set():
+                self._apply_commands()
+                if self._stop.is_set():
+                    reason = "stopped"
+                    break
+                live = [self.tracks[i] for i in self.order if self.tracks[i].state not in ("done", "failed") and self.tracks[i].done_reason is None]
+                if not live:
+                    break
+                g = self._global_budget()
+                if g:
+                    for t in live:
+                        self._finish(t, g)
+                    reason = g
+                    break
+                active = [t for t in live if t.state == "running"]
+                for t in live:
+                    if len(active) >= max(1, self.config.parallel_tracks):
+                        break
+                    if t.state == "queued":
+                        self._set_state(t, "running")
+                        active.append(t)
+                runnable = [t for t in active if t.state == "running"]
+                if not runnable:
+                    try:
+                        cmd = self._commands.get(timeout=0.2)
+                        self._commands.put(cmd)
+                    except queue.Empty:
+                        pass
+                    continue
+                t = runnable[self._rr % len(runnable)]
+                self._rr += 1
+                self._advance(t)
+            else:
+                reason = "stopped"
+        finally:
+            now = time.monotonic()
+            for t in self.tracks.values():
+                if t.run_started is not None:
+                    t.wall_prior += now - t.run_started
+                    t.run_started = None
+                if t.state in ("running", "queued", "paused") and t.done_reason is None:
+                    self._set_state(t, "stopped")
+            self._emit("session_ended", reason=reason)
+
+    # ================================================================== events
+    def _emit(self, type: str, **payload: Any) -> dict:
+        ev = self.session.append(type, **payload)
+        for fn in list(self._subs):
+            try:
+                fn(ev)
+            except Exception:  # a broken subscriber must not stop the loop
+                pass
+        return ev
+
+    def _set_state(self, t: Track, state: str) -> None:
+        if t.state == state and state != "queued":
+            return
+        t.state = state
+        if state == "running" and t.run_started is None:
+            t.run_started = time.monotonic()
+        elif state != "running" and t.run_started is not None:
+            t.wall_prior += time.monotonic() - t.run_started
+            t.run_started = None
+        self._emit("track_state", track=t.id, state=state)
+
+    def _error(self, t: Track | None, message: str) -> None:
+        self._emit("error", track=t.id if t else None, message=_one_line(message))
+
+    def _stage(self, t: Track, step: int, stage: str, status: str, detail: str | None = None) -> None:
+        p: dict[str, Any] = {"track": t.id, "step": step, "stage": stage, "status": status}
+        if detail:
+            p["detail"] = detail
+        self._emit("stage", **p)
+
+    # ================================================================== scheduling
+    def _advance(self, t: Track) -> None:
+        if t.gen is None:
+            t.gen = self._track_gen(t)
+        try:
+            next(t.gen)
+        except StopIteration:
+            t.gen = None
+            if t.done_reason is None and t.state == "running":
+                self._finish(t, "finished")
+        except Exception as e:  # a bug or an evaluator failure: the track fails, the loop goes on
+            t.gen = None
+            self._error(t, f"track {t.id} failed: {type(e).__name__}: {e}")
+            self._finish(t, "error", state="failed")
+            return
+        if t.step_once and t.state == "running":
+            t.step_once = False
+            self._set_state(t, "paused")
+
+    def _policy(self, t: Track) -> Policy:
+        return t.policy or self.policy
+
+    def _budget(self, t: Track) -> str | None:
+        c = self.config
+        if t.steps_done >= c.max_steps:
+            return f"max_steps ({c.max_steps})"
+        if c.wall_time_s and t.wall_s() >= c.wall_time_s:
+            return f"wall_time ({c.wall_time_s:g} s)"
+        if c.token_budget and t.tokens >= c.token_budget:
+            return f"token_budget ({c.token_budget})"
+        return None
+
+    def _global_budget(self) -> str | None:
+        c = self.config
+        if c.global_token_budget and sum(t.tokens for t in self.tracks.values()) >= c.global_token_budget:
+            return f"global_token_budget ({c.global_token_budget})"
+        if c.global_wall_time_s and self._started is not None:
+            if self._global_wall_prior + time.monotonic() - self._started >= c.global_wall_time_s:
+                return f"global_wall_time ({c.global_wall_time_s:g} s)"
+        return None
+
+    def _finish(self, t: Track, reason: str, state: str = "done") -> None:
+        if t.done_reason is not None:
+            return
+        t.done_reason = reason
+        self._set_state(t, state)
+        self._emit("track_done", track=t.id, reason=reason, best_sha=t.best_sha, best_speedup=t.best_speedup)
+
+    # ================================================================== the state machine
+    def _track_gen(self, t: Track) -> Gen:
+        if t.best_sha is None:
+            yield from self._seed(t)
+            if t.best_sha is None:
+                self._finish(t, "seed failed", state="failed")
+                return
+        while True:
+            while t.pending_edits:
+                yield from self._human_step(t, t.pending_edits.pop(0))
+            reason = self._budget(t)
+            if reason:
+                self._finish(t, reason)
+                return
+            self._maybe_enable_profiling(t)
+            if t.profiling_enabled and t.profiled_sha != t.best_sha:
+                yield from self._profile(t)
+            if self._policy(t).name == "human":
+                if not t.pending_edits:
+                    self._set_state(t, "paused")
+                    yield
+                continue
+            yield from self._refine(t)
+            self._end_step(t)
+            yield
+
+    def _ctx(self, t: Track, step: int) -> TrackContext:
+        ev = t.best_eval or {}
+        build = ev.get("build") or {}
+        emitted: set[str] = set()
+
+        def emit(type: str, **payload: Any) -> None:
+            emitted.add(type)
+            if type == "llm_call":
+                u = payload.get("usage") or {}
+                n = int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+                t.tokens += n
+            self._emit(type, track=t.id, step=step, **payload)
+
+        ctx = TrackContext(
+            track=t.id, shape=t.shape, acc=t.acc, baseline=t.baseline, step=step,
+            source=t.best_source, sha=t.best_sha, evaluation=t.best_eval,
+            times_ms=dict(ev.get("times_ms") or {}), speedup=t.best_speedup, roofline_ms=ev.get("roofline_ms"),
+            ptxas=build.get("ptxas"), errors=[], history=list(t.history), hint=t.hint,
+            profile=t.profile if t.profiling_enabled else None, profiling_enabled=t.profiling_enabled,
+            seed_source=self._seed_source(t), family=t.family, flags=list(t.flags),
+            allowed_flags=list(self.config.allowed_flags), feedback=t.feedback, mode=self.config.mode,
+            arch=self.config.arch, options=dict(self.config.options), emit=emit,
+        )
+        ctx._emitted = emitted  # type: ignore[attr-defined]
+        return ctx
+
+    def _seed_source(self, t: Track) -> str | None:
+        spec = self.config.seed
+        if spec in self._seed_cache:
+            return self._seed_cache[spec]
+        src: str | None = None
+        if spec:
+            p = Path(spec).expanduser()
+            if p.suffix == ".cu" or p.is_file():
+                try:
+                    src = p.read_text()
+                except OSError as e:
+                    from ..errors import UserError
+
+                    raise UserError(f"[loop] seed: cannot read {p}: {e.strerror}; fix the path") from None
+            else:
+                from harness.families import render
+
+                src = render(spec)
+        self._seed_cache[spec] = src
+        return src
+
+    @staticmethod
+    def _fallback_seed() -> str | None:
+        from harness.paths import KERNELS_DIR
+
+        p = KERNELS_DIR / "reference_naive.cu"
+        return p.read_text() if p.is_file() else None
+
+    def _seed(self, t: Track) -> Gen:
+        step = t.step = 0
+        pol = self._policy(t)
+        self._stage(t, step, "seed", "start", pol.name)
+        ctx = self._ctx(t, step)
+        try:
+            prop = pol.seed(ctx)
+        except Exception as e:
+            prop = Proposal(origin="seed", role="seed", error=f"{type(e).__name__}: {e}")
+        self._stage(t, step, "seed", "end")
+        self._note_plan(ctx, prop)
+        if prop.source is None:
+            self._reward_failure(t, step, prop, None, None, "no_patch", prop.error or "no seed kernel")
+            fb = self._fallback_seed()
+            if fb is None:
+                self._error(t, f"no seed kernel for {t.id}: {prop.error}")
+                return
+            self._error(t, f"seed generation failed ({prop.error}); starting from the reference kernel")
+            prop = Proposal(source=fb, plan="reference kernel (fallback seed)", origin="seed", role="seed")
+        t.family = prop.family or t.family
+        t.seed_lines = code_lines(prop.source or "")
+        yield
+        yield from self._evaluate_with_debug(t, step, prop.source or "", None, None, prop, "seed")
+
+    def _note_plan(self, ctx: TrackContext, prop: Proposal) -> None:
+        if prop.plan and "plan" not in getattr(ctx, "_emitted", set()):
+            ctx.send("plan", role=prop.role if prop.role != "seed" else "planner", text=prop.plan)
+
+    def _refine(self, t: Track) -> Gen:
+        t.step += 1
+        step = t.step
+        pol = self._policy(t)
+        self._stage(t, step, "generate", "start", pol.name)
+        ctx = self._ctx(t, step)
+        try:
+            props = pol.propose(ctx)
+        except Exception as e:
+            props = [Proposal(error=f"policy {pol.name} failed: {type(e).__name__}: {e}")]
+        self._stage(t, step, "generate", "end", f"{len(props)} proposal(s)")
+        if not props:
+            props = [Proposal(error=f"policy {pol.name} proposed nothing")]
+        for prop in props:
+            self._note_plan(ctx, prop)
+            yield
+            yield from self._try_proposal(t, step, prop)
+
+    def _try_proposal(self, t: Track, step: int, prop: Proposal) -> Gen:
+        base = t.best_source or ""
+        if prop.error or (prop.source is None and prop.patch is None):
+            why = prop.error or "the policy returned no code"
+            self._error(t, f"step {step}: {why}")
+            self._reward_failure(t, step, prop, t.best_sha, None, "no_patch", why)
+            t.feedback = why
+            return
+        if prop.source is not None:
+            new, diff, err = prop.source, unified_diff(base, prop.source), None
+            if new == base:
+                err = "the proposed kernel is identical to the current best"
+        else:
+            pr = apply_patch(base, prop.patch or "", allow_rewrite=prop.origin in ("rewrite", "seed"))
+            new, diff, err = pr.source, pr.diff, pr.error
+            if not pr.ok and not _has_code(prop.patch or ""):
+                # nothing that even looks like code: the reply is unusable, not a bad patch
+                self._emit("patch", track=t.id, step=step, role=prop.role, ok=False, error=err)
+                self._reward_failure(t, step, prop, t.best_sha, None, "no_patch", err or "no patch")
+                t.feedback = err
+                return
+        self._emit("patch", track=t.id, step=step, role=prop.role, ok=err is None, error=err)
+        if err is not None:
+            self._reward_failure(t, step, prop, t.best_sha, None, "patch_failed", err)
+            t.feedback = err
+            return
+        t.feedback = None
+        origin = prop.origin if prop.origin in ("patch", "rewrite", "human", "debug", "seed") else "patch"
+        yield from self._evaluate_with_debug(t, step, new, base, t.best_sha, prop, origin, diff=diff)
+
+    def _human_step(self, t: Track, source: str) -> Gen:
+        t.step += 1
+        step = t.step
+        self._stage(t, step, "generate", "start", "human")
+        self._stage(t, step, "generate", "end", "edit")
+        prop = Proposal(source=source, plan="human edit", origin="human", role="human")
+        yield from self._try_proposal(t, step, prop)
+        self._end_step(t)
+
+    # ------------------------------------------------------------------ evaluate + debug
+    def _evaluate_with_debug(self, t: Track, step: int, source: str, parent_src: str | None,
+                             parent_sha: str | None, prop: Proposal, origin: str, diff: str | None = None) -> Gen:
+        cand, cprop, corigin, cparent, cparent_sha = source, prop, origin, parent_src, parent_sha
+        rounds = 0
+        feedback: str | None = None
+        last_good_src, last_good_sha = parent_src, parent_sha
+        while True:
+            sha = self.session.put_kernel(cand)
+            flags = list(cprop.flags) if cprop.flags else list(t.flags)
+            d = diff if diff is not None else unified_diff(cparent or "", cand) if cparent is not None else ""
+            self._emit("candidate", track=t.id, step=step, sha=sha, parent=cparent_sha, origin=corigin,
+                       policy=self._policy(t).name, family=cprop.family or t.family, diff=d, flags=flags)
+            diff = None
+            yield
+            kind, ev = yield from self._compile_and_eval(t, step, cand, sha, flags)
+            self._reward_outcome(t, step, cprop, cparent_sha, sha, kind, ev, cand, flags)
+            if kind not in DEBUGGABLE or rounds >= self.config.debug_rounds:
+                return kind
+            # ---------------- debug rounds
+            failing_src, failing_sha = cand, sha
+            fixed = False
+            while rounds < self.config.debug_rounds and not fixed:
+                rounds += 1
+                yield
+                failure = self._failure(kind, ev, failing_src, failing_sha, last_good_src, rounds, feedback)
+                self._stage(t, step, "debug", "start", f"round {rounds}: {kind}")
+                ctx = self._ctx(t, step)
+                try:
+                    dprop = self._policy(t).debug(ctx, failure)
+                except Exception as e:
+                    dprop = Proposal(origin="debug", role="debugger", error=f"{type(e).__name__}: {e}")
+                self._stage(t, step, "debug", "end")
+                dprop.role = dprop.role or "debugger"
+                if dprop.error or (dprop.patch is None and dprop.source is None):
+                    why = dprop.error or "the debugger returned no patch"
+                    self._error(t, f"step {step} debug round {rounds}: {why}")
+                    self._reward_failure(t, step, dprop, failing_sha, None, "no_patch", why)
+                    return kind
+                if dprop.source is not None:
+                    new, err = dprop.source, None
+                else:
+                    pr = apply_patch(failing_src, dprop.patch or "", allow_rewrite=False)
+                    new, err = pr.source, pr.error
+                if err is None:
+                    err = guard_debug_patch(failing_src, new, max_lines=self.config.debug_max_lines)
+                    if err is None and new == failing_src:
+                        err = "the debug patch changes nothing"
+                self._emit("patch", track=t.id, step=step, role="debugger", ok=err is None, error=err)
+                if err is not None:
+                    kind_r = "patch_failed"
+                    self._reward_failure(t, step, dprop, failing_sha, None, kind_r, err)
+                    feedback = err
+                    continue
+                feedback = None
+                cand, cprop, corigin, cparent, cparent_sha = new, dprop, "debug", failing_src, failing_sha
+                fixed = True
+            if not fixed:
+                return kind
+
+    def _failure(self, kind: str, ev: dict, src: str, sha: str, parent: str | None, rnd: int,
+                 feedback: str | None) -> Failure:
+        b = ev.get("build") or {}
+        errs = [e for e in (b.get("errors") or []) if e.get("severity") != "warning"] if kind == "compile_error" else []
+        log = (b.get("log") or "")[-4000:] if kind == "compile_error" else ""
+        return Failure(kind=kind, message=_one_line(ev.get("message") or kind), source=src, sha=sha,
+                       parent_source=parent, errors=errs, check=ev.get("check"), log=log, round=rnd,
+                       feedback=feedback)
+
+    def _compile_and_eval(self, t: Track, step: int, src: str, sha: str, flags: list[str]) -> Generator[None, None, tuple[str, dict]]:
+        self._stage(t, step, "compile", "start")
+        try:
+            from harness.build import build
+
+            b = build(src, arch=self.config.arch, flags=flags).to_dict()
+        except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
+            msg = _one_line(e)
+            b = {"ok": False, "ptxas": None, "errors": [{"file": "kernel.cu", "line": None, "col": None,
+                                                          "severity": "error", "message": msg}],
+                 "log": msg, "seconds": 0.0, "cached": False}
+        errors = [e for e in (b.get("errors") or [])][:20]
+        self._emit("compiled", track=t.id, step=step, sha=sha, ok=bool(b.get("ok")), ptxas=b.get("ptxas"),
+                   errors=errors, seconds=round(float(b.get("seconds") or 0.0), 3), cached=bool(b.get("cached")))
+        self._stage(t, step, "compile", "end", "ok" if b.get("ok") else "failed")
+        if not b.get("ok"):
+            first = next((e.get("message", "") for e in errors if e.get("severity") != "warning"), "compile failed")
+            return "compile_error", {"status": "compile_error", "build": b, "message": f"compile error: {first}"}
+        yield
+        self._stage(t, step, "check", "start")
+        try:
+            ev = as_dict(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate"))
+        except Exception as e:  # the worker died, the GPU went away...
+            ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": _one_line(f"evaluator failed: {e}")}
+        if not ev.get("build"):
+            ev["build"] = b
+        status = ev.get("status") or "crashed"
+        chk = ev.get("check") or {}
+        self._emit("checked", track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
+                   failed=chk.get("failed"), detail=_one_line(chk.get("detail") or ev.get("message") or ""),
+                   rel_err=chk.get("rel_err"), bound=chk.get("bound"))
+        self._stage(t, step, "check", "end", status)
+        if status != "ok":
+            return status, ev
+        yield
+        self._stage(t, step, "time", "start")
+        times = dict(ev.get("times_ms") or {})
+        sp = _speedup(times, t.baseline)
+        self._emit("timed", track=t.id, step=step, sha=sha, mode=ev.get("mode") or self.config.mode,
+                   times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp)
+        self._stage(t, step, "time", "end")
+        return "ok", ev
+
+    # ------------------------------------------------------------------ rewards / best
+    def _row(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None, kind: str,
+             reward: float, parts: dict, speedup: float | None) -> None:
+        pol = self._policy(t)
+        usage = {"prompt_tokens": int((prop.usage or {}).get("prompt_tokens", 0)),
+                 "completion_tokens": int((prop.usage or {}).get("completion_tokens", 0))}
+        self.session.append_reward({
+            "track": t.id, "shape": [t.shape.m, t.shape.n, t.shape.k], "acc": t.acc, "step": step,
+            "role": prop.role, "policy": pol.name, "model": prop.model or getattr(pol, "model", None),
+            "messages": prop.messages, "completion": prop.completion, "reward": reward, "parts": parts,
+            "kind": kind, "parent_sha": parent, "child_sha": child, "usage": usage,
+            "baseline": t.baseline, "speedup": speedup, "origin": prop.origin, "plan": prop.plan,
+        })
+        self._emit("reward", track=t.id, step=step, sha=child, reward=reward, parts=parts, kind=kind,
+                   role=prop.role, origin=prop.origin, plan=_one_line(prop.plan, 200), speedup=speedup)
+
+    def _reward_failure(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None,
+                        kind: str, why: str) -> None:
+        r, parts = failure_reward(kind, self.config.rewards)
+        parts["reason"] = _one_line(why, 300)
+        self._row(t, step, prop, parent, child, kind, r, parts, None)
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, child, None, r, _one_line(why, 160)))
+
+    def _reward_outcome(self, t: Track, step: int, prop: Proposal, parent: str | None, sha: str, kind: str,
+                        ev: dict, src: str, flags: list[str]) -> None:
+        if kind == "ok":
+            times = ev.get("times_ms") or {}
+            sp = _speedup(times, t.baseline)
+            chk = ev.get("check") or {}
+            seed_lines = t.seed_lines or code_lines(src)
+            r, parts = success_reward(speedup=sp, rel_err=chk.get("rel_err"), ref_err=reference_error(chk),
+                                      lines=code_lines(src), seed_lines=seed_lines, cfg=self.config.rewards)
+            self._row(t, step, prop, parent, sha, kind, r, parts, sp)
+            t.known[sha] = {"eval": ev, "speedup": sp, "flags": flags}
+            better = t.best_sha is None or (sp is not None and (t.best_speedup is None or sp > t.best_speedup))
+            note = f"{ev.get('message') or 'ok'}"
+            if better:
+                self._set_best(t, sha, src, ev, sp, flags, by="policy")
+            t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, sp, r, _one_line(note, 160), better))
+            return
+        if kind == NOT_RECORDED:
+            parts = {"not_recorded": True}
+            self._row(t, step, prop, parent, sha, kind, 0.0, parts, None)
+            if t.best_sha is None and prop.origin == "seed":
+                # an unrecorded seed still anchors the track (no speedup known)
+                self._set_best(t, sha, src, ev, None, flags, by="policy")
+            t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, 0.0, "no recorded GPU result"))
+            return
+        r, parts = failure_reward(kind, self.config.rewards)
+        parts["reason"] = _one_line(ev.get("message") or kind, 300)
+        self._row(t, step, prop, parent, sha, kind, r, parts, None)
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, _one_line(ev.get("message") or kind, 160)))
+
+    def _set_best(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str], by: str) -> None:
+        if t.best_sha and t.best_sha != sha:
+            t.best_stack.append(t.best_sha)
+        t.best_sha, t.best_source, t.best_eval, t.best_speedup = sha, src, ev, sp
+        t.flags = list(flags)
+        self._emit("best", track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
+        self._emit("decision", track=t.id, sha=sha, action="accept", by=by)
+
+    # ------------------------------------------------------------------ delayed profiling
+    def _maybe_enable_profiling(self, t: Track, manual: bool = False) -> None:
+        if t.profiling_enabled:
+            return
+        c = self.config
+        reason = None
+        if manual:
+            reason = "manual"
+        elif t.steps_done >= c.profile_after:
+            reason = f"after {t.steps_done} steps"
+        elif c.stable_steps > 0 and t.stable >= c.stable_steps:
+            reason = f"structure stable for {t.stable} steps"
+        if reason:
+            t.profiling_enabled = True
+            self._emit("profiling_enabled", track=t.id, step=t.step, reason=reason)
+
+    def _profile(self, t: Track) -> Gen:
+        step = t.step
+        sha, src = t.best_sha, t.best_source
+        if sha is None or src is None:
+            return
+        self._stage(t, step, "profile", "start")
+        yield
+        payload = None
+        try:
+            fn = getattr(self.evaluator, "profile", None)
+            if fn is not None:
+                payload = profile_payload(fn(src, t.shape, t.acc))
+            else:
+                from harness.profiling.api import profile_kernel
+
+                payload = profile_payload(profile_kernel(src, t.shape, t.acc, arch=self.config.arch, flags=t.flags))
+        except Exception as e:
+            if not t.profile_error_shown:
+                self._error(t, f"profiling failed: {e}")
+                t.profile_error_shown = True
+        t.profiled_sha = sha
+        if payload is not None:
+            t.profile = payload
+            self._emit("profiled", track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
+                       metrics=payload.get("metrics") or {}, in_context=True)
+        elif not t.profile_error_shown:
+            self._error(t, "no profile available for this kernel (no recording / no ncu); the context keeps timings only")
+            t.profile_error_shown = True
+        self._stage(t, step, "profile", "end", "ok" if payload else "unavailable")
+
+    def _end_step(self, t: Track) -> None:
+        t.steps_done += 1
+        key = structure_key(t.best_source or "")
+        if key == t.last_structure:
+            t.stable += 1
+        else:
+            t.stable, t.last_structure = 0, key
+        self._emit("checkpoint", track=t.id, step=t.step, steps_done=t.steps_done, stable=t.stable,
+                   structure=key, tokens=t.tokens, wall_s=round(t.wall_s(), 3), best_sha=t.best_sha,
+                   best_speedup=t.best_speedup, profiling_enabled=t.profiling_enabled)
+
+    # ================================================================== commands
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            name = cmd.get("name")
+            if name == "_wake":
+                continue
+            args = {k: v for k, v in cmd.items() if k not in ("name", "track")}
+            log_args = {k: (v if k != "source" else f"<{len(str(v))} chars>") for k, v in args.items()}
+            self._emit("command", name=name, track=cmd.get("track"), args=log_args)
+            try:
+                self._apply(name, cmd.get("track"), args)
+            except Exception as e:
+                self._error(None, f"command {name} failed: {e}")
+
+    def _targets(self, tid: str | None) -> list[Track]:
+        if tid is None:
+            return [self.tracks[i] for i in self.order]
+        if tid not in self.tracks:
+            raise ValueError(f"unknown track {tid}")
+        return [self.tracks[tid]]
+
+    def _apply(self, name: str, tid: str | None, a: dict) -> None:
+        live = lambda t: t.done_reason is None  # noqa: E731
+        if name == "pause":
+            for t in self._targets(tid):
+                if live(t) and t.state in ("running", "queued"):
+                    self._set_state(t, "paused")
+        elif name == "resume":
+            for t in self._targets(tid):
+                if live(t) and t.state in ("paused", "stopped"):
+                    self._set_state(t, "queued")
+        elif name == "step":
+            for t in self._targets(tid):
+                if live(t):
+                    t.step_once = True
+                    self._set_state(t, "running")
+        elif name == "stop":
+            if tid is None:
+                self.request_stop()
+            else:
+                for t in self._targets(tid):
+                    self._finish(t, "stopped by user", state="stopped")
+        elif name == "hint":
+            text = str(a.get("text") or "").strip() or None
+            for t in self._targets(tid):
+                t.hint = text
+            self._emit("hint", track=tid, text=text or "")
+        elif name == "edit":
+            src = str(a.get("source") or "")
+            for t in self._targets(tid):
+                t.pending_edits.append(src)
+                if live(t) and t.state == "paused":
+                    self._set_state(t, "queued")
+        elif name in ("accept", "reject", "pin", "unpin"):
+            sha = str(a.get("sha") or "")
+            for t in self._targets(tid):
+                self._decide(t, name, sha)
+        elif name == "policy":
+            value = str(a.get("value"))
+            if self.policy_factory is None:
+                raise ValueError("this loop cannot switch policies")
+            pol = self.policy_factory(value)
+            for t in self._targets(tid):
+                t.policy = pol
+                if pol.name != "human" and t.state == "paused" and live(t):
+                    self._set_state(t, "queued")
+            if tid is None:
+                self.policy = pol
+        elif name == "baseline":
+            value = str(a.get("value"))
+            for t in self._targets(tid):
+                t.baseline = value
+                if t.best_eval:
+                    t.best_speedup = _speedup(t.best_eval.get("times_ms") or {}, value)
+                    self._emit("best", track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
+                               times_ms=dict(t.best_eval.get("times_ms") or {}))
+            if tid is None:
+                self.config.baseline = value
+        elif name == "acc":
+            for t in self._targets(tid):
+                self.add_track(t.shape, str(a.get("value")))
+        elif name == "mode":
+            value = str(a.get("value"))
+            if value not in ("offline", "server"):
+                raise ValueError("mode must be offline or server")
+            self.config.mode = value
+            if hasattr(self.evaluator, "mode"):
+                self.evaluator.mode = value
+        elif name == "reorder":
+            order = [i for i in a.get("order") or [] if i in self.tracks]
+            self.order = order + [i for i in self.order if i not in order]
+        elif name == "profile":
+            for t in self._targets(tid):
+                if t.best_sha:
+                    self._maybe_enable_profiling(t, manual=True)
+                    t.profiled_sha = None
+                    for _ in self._profile(t):
+                        pass
+        elif name == "bench_server":
+            for t in self._targets(tid):
+                self._bench_server(t)
+        else:
+            raise ValueError(f"unknown command {name!r}")
+
+    def _decide(self, t: Track, action: str, sha: str) -> None:
+        self._emit("decision", track=t.id, sha=sha, action=action, by="user")
+        if action == "accept" and sha != t.best_sha:
+            if not self.session.has_kernel(sha):
+                raise ValueError(f"unknown kernel {sha[:12]}")
+            k = t.known.get(sha, {})
+            ev = k.get("eval") or {}
+            self._set_best_quiet(t, sha, self.session.get_kernel(sha), ev, k.get("speedup"), k.get("flags") or t.flags)
+        elif action == "reject" and sha == t.best_sha and t.best_stack:
+            prev = t.best_stack.pop()
+            k = t.known.get(prev, {})
+            t.best_sha = None  # do not push the rejected one back
+            self._set_best_quiet(t, prev, self.session.get_kernel(prev), k.get("eval") or {}, k.get("speedup"),
+                                 k.get("flags") or t.flags)
+
+    def _set_best_quiet(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str]) -> None:
+        if t.best_sha and t.best_sha != sha:
+            t.best_stack.append(t.best_sha)
+        t.best_sha, t.best_source, t.best_eval, t.best_speedup, t.flags = sha, src, ev, sp, list(flags)
+        self._emit("best", track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
+
+    def _bench_server(self, t: Track) -> None:
+        if not t.best_source or not hasattr(self.evaluator, "mode"):
+            raise ValueError("server-mode timing needs a GPU evaluator with a mode setting")
+        old = self.evaluator.mode
+        try:
+            self.evaluator.mode = "server"
+            ev = as_dict(self.evaluator.evaluate(t.best_source, t.shape, t.acc, flags=t.flags, label="candidate"))
+        finally:
+            self.evaluator.mode = old
+        times = dict(ev.get("times_ms") or {})
+        self._emit("timed", track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
+                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=_speedup(times, t.baseline))
+
+    # ================================================================== resume
+    def _restore(self) -> None:
+        """Rebuild tracks and loop state from the session's events (after any stop, incl. kill -9)."""
+        events = self.session.events
+        if not any(e.get("type") == "track_added" for e in events):
+            return
+        from harness.shapes import Shape
+
+        evals: dict[str, dict] = {}
+        cand_flags: dict[str, list] = {}
+        for e in events:
+            typ, tid = e.get("type"), e.get("track")
+            t = self.tracks.get(tid) if tid else None
+            if typ == "track_added":
+                shp = Shape(*e["shape"])
+                t = Track(tid, shp, e.get("acc", "f32"), e.get("baseline") or self.config.baseline)
+                self.tracks[tid] = t
+                self.order.append(tid)
+                continue
+            if t is None:
+                continue
+            if "step" in e and isinstance(e.get("step"), int) and typ in ("stage", "candidate", "reward", "checkpoint"):
+                t.step = max(t.step, e["step"])
+            if typ == "track_state":
+                t.state = e.get("state", t.state)
+            elif typ == "candidate":
+                cand_flags[e["sha"]] = list(e.get("flags") or [])
+                if e.get("origin") == "seed" and not t.seed_lines and self.session.has_kernel(e["sha"]):
+                    t.seed_lines = code_lines(self.session.get_kernel(e["sha"]))
+                if e.get("family"):
+                    t.family = e["family"]
+            elif typ == "compiled":
+                evals.setdefault(e["sha"], {})["build"] = {"ok": e.get("ok"), "ptxas": e.get("ptxas"), "errors": e.get("errors")}
+            elif typ == "checked":
+                evals.setdefault(e["sha"], {}).update(status=e.get("status"), check={
+                    "ok": e.get("ok"), "failed": e.get("failed"), "detail": e.get("detail"),
+                    "rel_err": e.get("rel_err"), "bound": e.get("bound")})
+            elif typ == "timed":
+                d = evals.setdefault(e["sha"], {})
+                if e.get("mode", "offline") == self.config.mode or "times_ms" not in d:
+                    d.update(times_ms=e.get("times_ms") or {}, roofline_ms=e.get("roofline_ms"))
+                t.known[e["sha"]] = {"eval": d, "speedup": e.get("speedup"), "flags": cand_flags.get(e["sha"], [])}
+            elif typ == "best":
+                if t.best_sha and t.best_sha != e["sha"]:
+                    t.best_stack.append(t.best_sha)
+                t.best_sha, t.best_speedup = e["sha"], e.get("speedup")
+                t.baseline = e.get("baseline") or t.baseline
+            elif typ == "reward":
+                t.history.append(Attempt(e.get("step", 0), e.get("plan") or "", e.get("origin") or "patch",
+                                         e.get("kind", ""), e.get("sha"), e.get("speedup"), e.get("reward"),
+                                         (e.get("parts") or {}).get("reason", "")[:160]))
+            elif typ == "llm_call":
+                u = e.get("usage") or {}
+                t.tokens += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+            elif typ == "profiling_enabled":
+                t.profiling_enabled = True
+            elif typ == "profiled" and e.get("in_context"):
+                t.profile = {"verdict": e.get("verdict"), "metrics": e.get("metrics") or {}}
+                t.profiled_sha = e.get("sha")
+            elif typ == "hint":
+                t.hint = e.get("text") or None
+            elif typ == "checkpoint":
+                t.steps_done = int(e.get("steps_done", t.steps_done))
+                t.stable = int(e.get("stable", 0))
+                t.last_structure = e.get("structure")
+                t.wall_prior = float(e.get("wall_s", t.wall_prior))
+            elif typ == "track_done":
+                t.done_reason = e.get("reason") or "done"
+        for e in events:  # global hints apply to every track
+            if e.get("type") == "hint" and e.get("track") is None:
+                for t in self.tracks.values():
+                    t.hint = e.get("text") or None
+        for t in self.tracks.values():
+            if t.best_sha:
+                if self.session.has_kernel(t.best_sha):
+                    t.best_source = self.session.get_kernel(t.best_sha)
+                    t.best_eval = evals.get(t.best_sha, {})
+                    t.flags = cand_flags.get(t.best_sha, [])
+                    if t.best_eval.get("times_ms"):
+                        t.best_speedup = _speedup(t.best_eval["times_ms"], t.baseline)
+                else:
+                    t.best_sha = None
+            for a in t.history:
+                a.accepted = a.sha is not None and (a.sha == t.best_sha or a.sha in t.best_stack)
+            if t.done_reason is None:
+                t.state = "queued"  # running/paused/stopped before the stop: continue
+            else:
+                t.state = "stopped" if "stopped" in (t.done_reason or "") else ("failed" if t.state == "failed" else "done")
+        self._emit("session_resumed", from_seq=events[-1]["seq"] if events else 0)
+
+
+def _has_code(reply: str) -> bool:
+    from .patches import has_patch_markers
+
+    return has_patch_markers(reply) or "```" in reply or "l2_hgemm" in reply
+
+
+def make_loop(session: Session, cfg: Any, *, policy: Policy, evaluator: Any,
+              policy_factory: Callable[[str], Policy] | None = None) -> AgentLoop:
+    """Convenience: an AgentLoop from an ``l2tui.config.Config``."""
+    return AgentLoop(session, LoopConfig.from_config(cfg), policy=policy, evaluator=evaluator,
+                     policy_factory=policy_factory)
+
+
+__all__ = ["AgentLoop", "LoopConfig", "Track", "track_id", "make_loop", "sha256_text"]

@@ -1,0 +1,281 @@
+"""``l2tui run --headless``: the agent loop without the app, with progress lines and a summary.
+
+    l2tui run --headless --shapes 4096x4096x4096 --policy llm --session sessions/mine
+    l2tui run --headless --session sessions/mine --resume        # after any stop, incl. kill -9
+
+Without a GPU it refuses with one line, unless ``--recorded FILE`` replays
+evaluations recorded on a GPU (demos, CI; builds still run through nvcc).
+Ctrl-C (or SIGTERM) stops at the next stage boundary and the session stays
+resumable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NAME = "run"
+HELP = "run the agent loop (headless: progress lines and a summary)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--headless", action="store_true", help="no app: print progress lines and a summary")
+    p.add_argument("--shapes", dest="run_shapes", action="append", metavar="SPEC",
+                   help="grid, small, sample100, MxNxK, a list or a shapes file (repeatable)")
+    p.add_argument("--acc", choices=("f32", "f16"), help="accumulator of the tracks (default: [loop] acc)")
+    p.add_argument("--policy", dest="run_policy", choices=("llm", "search", "human"), default=None,
+                   help="who plays the roles (default: llm)")
+    p.add_argument("--session", dest="run_session", metavar="DIR", help="session folder (default: a new one under sessions/)")
+    p.add_argument("--resume", dest="run_resume", action="store_true", help="continue the session in --session")
+    p.add_argument("--config", dest="run_config", metavar="FILE", help="config file (default: ./l2tui.toml, then the user config dir)")
+    p.add_argument("--recorded", metavar="FILE", help="replay GPU evaluations recorded in FILE instead of using a GPU")
+    p.add_argument("--max-steps", type=int, metavar="N", help="refinement steps per track ([loop] max_steps)")
+    p.add_argument("--seed", dest="seed_kernel", metavar="SPEC", help="seed kernel: a .cu file or a family name ([loop] seed)")
+    p.add_argument("--baseline", help="reward baseline ([harness] baseline)")
+    p.add_argument("--mode", choices=("offline", "server"), help="timing mode ([harness] mode)")
+    p.add_argument("--base-url", help="LLM endpoint ([llm] base_url)")
+    p.add_argument("--model", help="LLM model ([llm] model)")
+    p.add_argument("--quiet", action="store_true", help="only the summary")
+
+
+def _versions() -> dict[str, Any]:
+    import platform
+
+    import harness
+    import l2tui
+
+    v: dict[str, Any] = {"l2tui": l2tui.__version__, "harness": harness.__version__, "python": platform.python_version()}
+    try:
+        import openai
+
+        v["openai"] = openai.__version__
+    except Exception:
+        pass
+    try:
+        from harness.build import nvcc_version
+
+        v["nvcc"] = nvcc_version()
+    except Exception:
+        v["nvcc"] = None
+    return v
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+
+class Progress:
+    """One line per interesting event (stdout, flushed)."""
+
+    SHOW = {"track_added", "candidate", "compiled", "checked", "timed", "patch", "reward", "best",
+            "profiling_enabled", "profiled", "error", "track_done", "llm_retry", "llm_call", "session_resumed", "hint"}
+
+    def __init__(self, quiet: bool = False, out: Any = None):
+        self.quiet = quiet
+        self.out = out or sys.stdout
+
+    def __call__(self, e: dict) -> None:
+        if self.quiet or e.get("type") not in self.SHOW:
+            return
+        line = self.format(e)
+        if line:
+            print(line, file=self.out, flush=True)
+
+    @staticmethod
+    def format(e: dict) -> str | None:
+        typ = e["type"]
+        ts = time.strftime("%H:%M:%S", time.localtime(e.get("time", time.time())))
+        head = f"[{ts}] {e.get('track') or '-':<20} "
+        step = f"step {e['step']:>2} " if isinstance(e.get("step"), int) else ""
+        sha = (e.get("sha") or "")[:10]
+        if typ == "track_added":
+            return head + f"added (baseline {e.get('baseline')})"
+        if typ == "candidate":
+            return head + step + f"candidate {sha} ({e.get('origin')}, {e.get('policy')})"
+        if typ == "compiled":
+            if e.get("ok"):
+                p = e.get("ptxas") or {}
+                return head + step + f"compiled in {_fmt(e.get('seconds'), '.1f')} s{' (cached)' if e.get('cached') else ''}: {p.get('registers', '?')} regs, {p.get('smem_bytes', '?')} B smem"
+            errs = [x for x in e.get("errors") or [] if x.get("severity") != "warning"]
+            first = errs[0].get("message", "") if errs else ""
+            return head + step + f"compile error: {first[:120]}"
+        if typ == "checked":
+            return head + step + ("check ok" if e.get("ok") else f"check {e.get('status')}: {(e.get('detail') or '')[:120]}") + (
+                f" (rel_err {_fmt(e.get('rel_err'), '.2e')})" if e.get("rel_err") is not None else "")
+        if typ == "timed":
+            t = e.get("times_ms") or {}
+            return head + step + f"{_fmt(t.get('candidate'), '.4f')} ms, {_fmt(e.get('speedup'))}x vs {e.get('baseline')} ({e.get('mode')})"
+        if typ == "patch":
+            return head + step + f"{e.get('role')} patch " + ("applied" if e.get("ok") else f"failed: {(e.get('error') or '').splitlines()[0][:140]}")
+        if typ == "reward":
+            return head + step + f"reward {_fmt(e.get('reward'))} ({e.get('kind')}, {e.get('role')})"
+        if typ == "best":
+            return head + f"new best {sha}: {_fmt(e.get('speedup'))}x vs {e.get('baseline')}"
+        if typ == "profiling_enabled":
+            return head + step + f"profiling enters the context ({e.get('reason')})"
+        if typ == "profiled":
+            return head + step + f"profiled {sha}: {e.get('verdict')}"
+        if typ == "error":
+            return head + f"error: {e.get('message')}"
+        if typ == "track_done":
+            return head + f"done ({e.get('reason')}), best {_fmt(e.get('best_speedup'))}x"
+        if typ == "llm_retry":
+            return head + step + f"{e.get('role')}: {e.get('error')}; retry {e.get('attempt')} in {_fmt(e.get('delay_s'), '.1f')} s"
+        if typ == "llm_call":
+            u = e.get("usage") or {}
+            status = "ok" if e.get("ok") else f"failed: {e.get('error')}"
+            return head + step + f"{e.get('role')} call {status} ({u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens, {_fmt(e.get('seconds'), '.1f')} s)"
+        if typ == "session_resumed":
+            return f"[{ts}] resumed the session after event {e.get('from_seq')}"
+        if typ == "hint":
+            return head + f"hint: {e.get('text')}"
+        return None
+
+
+def summary(session: Any) -> str:
+    """A table of the tracks of a session (from its events only)."""
+    tracks: dict[str, dict] = {}
+    for e in session.events:
+        tid = e.get("track")
+        if not tid:
+            continue
+        d = tracks.setdefault(tid, {"state": "", "best": None, "sha": None, "steps": 0, "tokens": 0, "reason": "", "baseline": ""})
+        typ = e["type"]
+        if typ == "track_added":
+            d["baseline"] = e.get("baseline")
+        elif typ == "track_state":
+            d["state"] = e.get("state")
+        elif typ == "best":
+            d["best"], d["sha"], d["baseline"] = e.get("speedup"), e.get("sha"), e.get("baseline")
+        elif typ == "checkpoint":
+            d["steps"] = e.get("steps_done", d["steps"])
+        elif typ == "llm_call":
+            u = e.get("usage") or {}
+            d["tokens"] += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+        elif typ == "track_done":
+            d["reason"] = e.get("reason")
+    rewards = session.rewards()
+    lines = [f"session {session.path}", f"{'track':<22} {'state':<8} {'steps':>5} {'best':>8}  {'baseline':<18} {'tokens':>8}  kernel        reason"]
+    for tid, d in tracks.items():
+        lines.append(f"{tid:<22} {d['state']:<8} {d['steps']:>5} {_fmt(d['best']) + 'x' if d['best'] is not None else '-':>8}  "
+                     f"{d['baseline'] or '-':<18} {d['tokens']:>8}  {(d['sha'] or '-')[:12]:<12}  {d['reason'] or ''}")
+    ok = sum(1 for r in rewards if r.get("kind") == "ok")
+    lines.append(f"{len(rewards)} rewarded steps ({ok} ok), {sum(d['tokens'] for d in tracks.values())} LLM tokens; "
+                 f"events: {len(session.events)}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.shapes import resolve_shapes
+
+    from ..config import load_config
+    from ..errors import UserError
+    from ..paths import sessions_root
+    from ..session import Session
+
+    session_dir = getattr(args, "run_session", None) or getattr(args, "session", None)
+    resume = bool(getattr(args, "run_resume", False) or getattr(args, "resume", False))
+    shapes_spec = getattr(args, "run_shapes", None) or getattr(args, "shapes", None)
+    policy_name = getattr(args, "run_policy", None) or getattr(args, "policy", None) or "llm"
+    config_path = getattr(args, "run_config", None) or getattr(args, "config", None)
+
+    if not args.headless:
+        try:
+            from ..tui.launch import launch_app  # the app runs the same loop
+        except ImportError:
+            raise UserError("the app is not available in this build; add --headless") from None
+        return int(launch_app(args) or 0)
+
+    cfg = load_config(config_path)
+    cfg = cfg.with_overrides({
+        "loop.max_steps": args.max_steps, "loop.seed": args.seed_kernel, "loop.acc": args.acc,
+        "harness.baseline": args.baseline, "harness.mode": args.mode,
+        "llm.base_url": args.base_url, "llm.model": args.model,
+    })
+    if cfg.harness["baseline"] not in cfg.harness["baselines"]:
+        raise UserError(f"baseline {cfg.harness['baseline']!r} is not timed: add it to [harness] baselines")
+    if resume and not session_dir:
+        raise UserError("--resume needs --session DIR (the session to continue)")
+    if policy_name == "human":
+        raise UserError("the human policy needs the app (edits come from the editor); use --policy llm or search")
+    if not resume and not shapes_spec:
+        raise UserError("no shapes: add --shapes, e.g. --shapes 4096x4096x4096 or --shapes small")
+    shapes = resolve_shapes(shapes_spec) if shapes_spec else []
+
+    # ---- evaluator (fail before creating anything)
+    evaluator: Any
+    if args.recorded:
+        from ..agent.recorded import RecordedEvaluator
+
+        evaluator = RecordedEvaluator(args.recorded, arch=cfg.harness["arch"] or None)
+        gpu = dict(evaluator.meta.get("gpu") or {})
+        gpu["replayed_from"] = str(args.recorded)
+        if evaluator.provisional:
+            gpu["provisional"] = True
+    else:
+        from harness.gpuinfo import require_gpu
+
+        info = require_gpu()   # one-line ToolMissing without a GPU
+        try:
+            from harness.evaluate import Evaluator  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UserError(f"GPU evaluation is not available ({e}); reinstall l2tui with the gpu extra") from None
+        evaluator = Evaluator(arch=cfg.harness["arch"] or None, baselines=tuple(cfg.harness["baselines"]),
+                              mode=cfg.harness["mode"], timeout_s=cfg.harness["timeout_s"])
+        gpu = info.to_dict()
+
+    try:
+        from ..agent.loop import AgentLoop, LoopConfig
+        from ..agent.policies import make_policy
+
+        policy = make_policy(policy_name, cfg, gpu=gpu)
+
+        def factory(name: str) -> Any:
+            return make_policy(name, cfg, gpu=gpu)
+
+        if resume:
+            session = Session.open(session_dir)
+            for p in session.problems:
+                print(f"l2tui: warning: {p}", file=sys.stderr)
+        else:
+            path = Path(session_dir) if session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
+            snap = cfg.snapshot()
+            snap["run"] = {"policy": policy_name, "shapes": list(shapes_spec or []), "recorded": args.recorded}
+            session = Session.create(path, config=snap, gpu=gpu, versions=_versions())
+        loop = AgentLoop(session, LoopConfig.from_config(cfg), policy=policy, evaluator=evaluator, policy_factory=factory)
+        loop.subscribe(Progress(args.quiet))
+        for s in shapes:
+            loop.add_track(s, cfg.loop["acc"])
+        if not loop.tracks:
+            raise UserError(f"session {session.path} has no tracks: add --shapes")
+        if not args.quiet:
+            print(f"session {session.path} ({len(loop.tracks)} track(s), policy {policy_name})", flush=True)
+
+        stopping = {"n": 0}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stopping["n"] += 1
+            if stopping["n"] > 1:
+                raise KeyboardInterrupt
+            print("l2tui: stopping at the next stage boundary (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+            loop.request_stop()
+
+        old_int = signal.signal(signal.SIGINT, on_signal)
+        old_term = signal.signal(signal.SIGTERM, on_signal)
+        try:
+            loop.run()
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+        print(summary(session), flush=True)
+        if stopping["n"]:
+            print(f"resume with: l2tui run --headless --session {session.path} --resume", flush=True)
+        return 0
+    finally:
+        close = getattr(evaluator, "close", None)
+        if close:
+            close()

@@ -1,0 +1,54 @@
+"""Shared pytest fixtures.
+
+* ``scripted_server`` - a real OpenAI-compatible HTTP server on 127.0.0.1
+  (tests/openai_server.py) with a scripted reply queue; usable by any test
+  (the TUI tests too): ``scripted_server.add("reply")``, ``.base_url``.
+* ``scenarios`` - the scripted agent scenarios (tests/fixtures/recorded/scenarios.py).
+* ``agent_cache`` - a build cache shared by the agent tests of one pytest run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # so `from tests.openai_server import ScriptedServer` works under plain `pytest`
+    sys.path.insert(0, str(ROOT))
+
+from tests.openai_server import ScriptedServer  # noqa: E402
+
+RECORDED_DIR = ROOT / "tests" / "fixtures" / "recorded"
+
+
+def load_scenarios():
+    spec = importlib.util.spec_from_file_location("l2tui_test_scenarios", RECORDED_DIR / "scenarios.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def scripted_server():
+    with ScriptedServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def scenarios():
+    return load_scenarios()
+
+
+@pytest.fixture(scope="session")
+def agent_cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("l2cache")
+
+
+@pytest.fixture
+def agent_cache(agent_cache_dir, monkeypatch):
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(agent_cache_dir))
+    return agent_cache_dir
