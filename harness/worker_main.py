@@ -573,22 +573,27 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
         with s:
             prev[label] = C.data.copy()
 
+    # baselines-only with light checks: one seed is all anyone looks at
+    if all(subj.light for subj in alive.values()):
+        seeds = tuple(seeds)[-1:]
+
     # ---- exact 0/1 --------------------------------------------------------------
-    with s:
-        ck.fill_binary(cp, seeds[0] + 7919, A.data, B.data)
-        Bt.data[...] = B.data.T
-        expect = ck.reference(cp, A.data, B.data).astype(cp.float16)
-    for label, subj in list(alive.items()):
-        if subj.light:
-            continue
-        if run(subj) is None:
-            continue
-        written_guards(label, "0/1 inputs")
+    if not all(subj.light for subj in alive.values()):
         with s:
-            bad = int(cp.count_nonzero(C.data != expect))
-        recs[label].put("exact", bad == 0, f"{bad} of {m * n} elements differ from the exact result on 0/1 inputs" if bad else "")
-        remember(label)
-    del expect
+            ck.fill_binary(cp, seeds[0] + 7919, A.data, B.data)
+            Bt.data[...] = B.data.T
+            expect = ck.reference(cp, A.data, B.data).astype(cp.float16)
+        for label, subj in list(alive.items()):
+            if subj.light:
+                continue
+            if run(subj) is None:
+                continue
+            written_guards(label, "0/1 inputs")
+            with s:
+                bad = int(cp.count_nonzero(C.data != expect))
+            recs[label].put("exact", bad == 0, f"{bad} of {m * n} elements differ from the exact result on 0/1 inputs" if bad else "")
+            remember(label)
+        del expect
 
     # ---- random seeds -----------------------------------------------------------
     bounds: list[float] = []
