@@ -52,7 +52,7 @@ def save(path: Path, rf: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def measure(cp: Any, stream: Any, shim_fn: Any) -> dict[str, Any]:
+def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]:
     """Worker side: measure the three ceilings (about a second of GPU time)."""
     from . import timing
 
@@ -85,12 +85,14 @@ def measure(cp: Any, stream: Any, shim_fn: Any) -> dict[str, Any]:
     r = timing.offline(cp, stream, [g], replays=7)["copy"]
     bw = 2.0 * nbytes / (r["median_ms"] * 1e-3) / 1e9
     del src, dst, g
-    empty = cp.RawKernel(r'extern "C" __global__ void l2_empty() {}', "l2_empty")
+    import ctypes
+
+    empty = shim_lib.l2_empty
+    empty.argtypes = [ctypes.c_void_p]
+    empty.restype = ctypes.c_int
 
     def launch() -> int:
-        with stream:
-            empty((1,), (32,), ())
-        return 0
+        return empty(stream.ptr)
 
     g = timing.capture(cp, stream, launch, 1000)
     res = timing.offline(cp, stream, [timing.Graph("floor", g, 1000, 0.0)], replays=7)["floor"]

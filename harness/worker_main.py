@@ -228,7 +228,7 @@ def op_roofline(shim_path: str, force: bool = False, **_: Any) -> dict[str, Any]
     if rf is None:
         shim = baselines.ctypes_fn(g.lib(shim_path), "l2_hgemm")
         g.warm_up(shim)
-        rf = roofline.measure(g.cp, g.stream, shim)
+        rf = roofline.measure(g.cp, g.stream, shim, g.lib(shim_path))
         rf["gpu"] = g.name
         rf["uuid"] = g.uuid
         try:
