@@ -1,0 +1,106 @@
+"""l2tui.runtime without a GPU: routing, manifest/hash checks, lazy thread-safe builds with real nvcc."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+import pytest
+
+from l2tui import runtime
+from l2tui.export import export_session
+from l2tui.export.manifest import ManifestError
+
+_spec = importlib.util.spec_from_file_location(
+    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("rt")
+    return export_session(fx.make_session(root / "run-1"), root / "exp").out
+
+
+def test_routes_follow_the_manifest(export_dir):
+    lib = runtime.load(export_dir)
+    assert lib.kernel_shapes == sorted(s for s, v in fx.EXPECTED.items() if v[2] is None)
+    for s, (_, _, fallback) in fx.EXPECTED.items():
+        r = lib.route(*s)
+        assert r.kind == ("cublas" if fallback else "kernel") and (r.shape is None) == bool(fallback)
+    assert lib.route(96, 80, 48).kind == "cublas"  # not exported
+    # pad: the smallest exported shape that contains (M, N, K); never into a fallback shape
+    assert lib.route(100, 60, 90, pad="nearest-larger") == runtime.Route("pad", (192, 64, 96), "zero-padded into 192x64x96")
+    assert lib.route(60, 60, 60, pad="nearest-larger").shape == (192, 64, 96)  # 64^3 is a fallback shape
+    assert lib.route(64, 64, 64, pad="nearest-larger").kind == "cublas"       # exact fallback stays cuBLAS
+    assert lib.route(4096, 1, 1, pad="nearest-larger").kind == "cublas"       # nothing large enough
+    padded = runtime.load(export_dir, pad="nearest-larger")
+    assert padded.route(100, 60, 90).kind == "pad" and lib.route(100, 60, 90).kind == "cublas"
+    with pytest.raises(runtime.UserError, match="pad policy"):
+        runtime.load(export_dir, pad="nearest")
+
+
+def test_load_refuses_changed_or_missing_files(export_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "exp"
+    shutil.copytree(export_dir, copy)
+    f = next((copy / "kernels").glob("*.cu"))
+    f.write_text(f.read_text() + "\n// edited\n")
+    with pytest.raises(runtime.KernelLoadError, match="changed after export"):
+        runtime.load(copy)
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        runtime.load(tmp_path)
+
+
+def test_matmul_rejects_non_gpu_arrays(export_dir):
+    np = pytest.importorskip("numpy")
+    lib = runtime.load(export_dir)
+    with pytest.raises(runtime.MatmulArgumentError, match="cupy arrays or torch tensors"):
+        lib.matmul(np.zeros((4, 4), np.float16), np.zeros((4, 4), np.float16))
+
+
+def test_lazy_build_is_once_and_thread_safe(export_dir, monkeypatch):
+    """Eight threads ask for the same kernel at once: one nvcc build, one ctypes function for all."""
+    lib = runtime.load(export_dir, prefer_prebuilt=False)
+    calls = []
+    real = lib._build
+
+    def counting(e, arch):
+        calls.append(e["name"])
+        return real(e, arch)
+
+    monkeypatch.setattr(lib, "_build", counting)
+    got, errors = [], []
+    barrier = threading.Barrier(8)
+
+    def worker():
+        try:
+            barrier.wait()
+            got.append(lib.kernel((128, 128, 128), "sm_90a"))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert calls == ["128_128_128"]
+    assert len({id(f) for f in got}) == 1
+    assert got[0].restype is not None and len(got[0].argtypes) == 7
+    # the cuBLAS-shim kernel builds too (it needs cuBLAS headers and library)
+    assert lib.kernel((512, 256, 128), "sm_90a") is not None
+
+
+def test_prebuilt_library_is_used_when_its_arch_matches(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rtb")
+    out = export_session(fx.make_session(root / "run-1"), root / "exp", build=True, arch="sm_90a").out
+    lib = runtime.load(out)
+    fn = lib.kernel((128, 128, 128), "sm_90a")
+    assert lib._prebuilt is not None and fn.__name__ == "l2_hgemm_128_128_128"
+    # another arch: not the prebuilt one (it would be built lazily instead)
+    assert lib._load_prebuilt("sm_80") is None
