@@ -514,6 +514,8 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     # autotune before checking so the checked algorithm is the timed one
     if "autotune_pending" in extra:
         mm, algos = extra.pop("autotune_pending")
+        with s:   # time on random data, never on constants
+            ck.fill_random(cp, seeds[-1], A.data, B.data)
         try:
             budget = bl.AUTOTUNE_SCREEN_BUDGET_S if autotune_budget_s is None else autotune_budget_s
             idx, info = _autotune(g, mm, algos, (m, n, k, acc), budget)
