@@ -1,0 +1,48 @@
+"""Command palette entries for every action of the screen it is opened on."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from . import keymap
+
+EXTRA = (
+    ("Hint for every track", "hint_all", "steer"),
+    ("Follow the running track", "follow", "view"),
+)
+
+
+class SteeringCommands(Provider):
+    """Steering, view and replay actions, each with its current key."""
+
+    def _entries(self) -> list[tuple[str, str, str]]:
+        from .screens.main import MainScreen
+        from .screens.replay import ReplayScreen
+
+        screen = self.screen
+        if not isinstance(screen, MainScreen):
+            return []
+        keys = {ab.binding.id: self.app.get_key_display(ab.binding.with_key(k))
+                for k, ab in screen.active_bindings.items() if ab.binding.id}
+        specs = list(keymap.MAIN) + (list(keymap.REPLAY) if isinstance(screen, ReplayScreen) else [])
+        out = [(f"{s.description}", s.action, keys.get(s.id, "")) for s in specs if s.palette]
+        out += [(label, action, "") for label, action, _ in EXTRA]
+        grid = screen.query_one("#grid")
+        out += [(f"Show K={k}", f"show_k({k})", "") for k in getattr(grid, "ks", [])]
+        return out
+
+    def _run(self, action: str) -> None:
+        self.app.call_later(self.screen.run_action, action)
+
+    async def discover(self) -> Hits:
+        for label, action, key in self._entries():
+            yield DiscoveryHit(label, partial(self._run, action), help=f"key: {key}" if key else None)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for label, action, key in self._entries():
+            score = matcher.match(label)
+            if score > 0:
+                yield Hit(score, matcher.highlight(label), partial(self._run, action), help=f"key: {key}" if key else None)

@@ -1,0 +1,477 @@
+"""The main screen: grid, kernel, metrics, history, telemetry, log — and the steering keys.
+
+The same screen serves live sessions (events from the AgentLoop) and replays
+(:class:`~l2tui.tui.screens.replay.ReplayScreen`, events from the log).  It
+holds no optimisation logic: every steering key becomes one command dict sent
+to the loop (docs/INTERFACES.md), whose effects come back as events.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult, SuspendNotSupported
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from .. import keymap
+from ..sessionio import read_kernel
+from ..state import Candidate, Changes, SessionModel, Track
+from ..widgets.agent_log import AgentLog
+from ..widgets.bars import TelemetryBar
+from ..widgets.feeds import EventFeed, LiveFeed
+from ..widgets.history import HistoryPanel
+from ..widgets.kernel_panel import KernelPanel
+from ..widgets.metrics_panel import MetricsPanel
+from ..widgets.shape_grid import ShapeGrid, forms_grid
+from ..widgets.track_list import TrackList
+from .modals import ChoiceScreen, EditorScreen, HelpScreen, PromptScreen, ReorderScreen
+
+if TYPE_CHECKING:
+    from ..app import UIContext
+
+POLICIES = ("llm", "search", "human")
+ACCS = ("f32", "f16")
+MODES = ("offline", "server")
+DEFAULT_BASELINES = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
+VIEWS = ("grid", "all", "list")
+
+
+class MainScreen(Screen):
+    BINDINGS = keymap.bindings(keymap.MAIN) + [
+        b for b in keymap.bindings((keymap.Spec("follow", "F", "follow", "Follow running track", "view"),))
+    ]
+
+    @dataclass
+    class CommandSent(Message):
+        """A steering command left for the loop (tests and the log listen to this)."""
+
+        command: dict
+
+    def __init__(self, ctx: "UIContext", **kw) -> None:
+        super().__init__(**kw)
+        self.ctx = ctx
+        self.model = SessionModel()
+        self.track_id: str | None = None
+        self.follow = True
+        self.view = "grid"
+        self.baseline: str | None = ctx.baseline
+        self.sent: list[dict] = []
+        self._sources: dict[str, str | None] = {}
+
+    # -- layout -------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield TelemetryBar(self.model, id="telemetry")
+        yield from self.compose_top()
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield ShapeGrid(self.model, id="grid")
+                yield TrackList(self.model, id="tracklist")
+                yield MetricsPanel(id="metrics")
+            with Vertical(id="right"):
+                yield KernelPanel(id="kernel")
+                yield HistoryPanel(self.model, id="history")
+        yield AgentLog(self.model, id="log")
+        yield self.make_feed()
+        yield Footer()
+
+    def compose_top(self) -> ComposeResult:
+        return iter(())
+
+    def make_feed(self) -> EventFeed:
+        assert self.ctx.handle is not None
+        return LiveFeed(self.ctx.handle, self.ctx.loop_factory, initial=self.ctx.events, flush_hz=self.ctx.flush_hz, id="feed")
+
+    def on_mount(self) -> None:
+        self.query_one(TrackList).display = False
+        self.query_one(TelemetryBar).note = self.ctx.note
+        self.query_one(TelemetryBar).baseline = self.baseline
+        self.query_one(AgentLog).border_title = "log: all tracks"
+        self.query_one(MetricsPanel).border_title = "metrics"
+        self.query_one(ShapeGrid).focus()
+        self._sync_all(Changes(reset=True))
+
+    # -- events in ----------------------------------------------------------------------------
+    @on(EventFeed.Batch)
+    def _on_batch(self, msg: EventFeed.Batch) -> None:
+        msg.stop()
+        if msg.reset:
+            self.model.reset()
+            ch = self.model.apply_many(msg.events)
+            ch.reset = True
+        else:
+            ch = self.model.apply_many(msg.events)
+        self._sync_all(ch)
+
+    def _sync_all(self, ch: Changes) -> None:
+        grid = self.query_one(ShapeGrid)
+        tl = self.query_one(TrackList)
+        if ch.added_tracks or ch.reset:
+            grid.rebuild_axes()
+            if ch.reset:
+                tl.resync()
+            if self.view != "list" and not forms_grid(list(self.model.tracks.values())):
+                self._set_view("list")
+        if ch.reset and self.track_id not in self.model.tracks:
+            self.track_id = None
+        if self.follow:
+            running = next((t.id for t in self.model.tracks.values() if t.state == "running"), None)
+            target = running or self.track_id or next(iter(self.model.tracks), None)
+            if target and target != self.track_id:
+                self._focus(target, move_cursor=True)
+        if ch.tracks or ch.reset:
+            grid.refresh()
+            tl.sync(ch.tracks, ch.added_tracks)
+        if ch.reset or (self.track_id and self.track_id in ch.tracks):
+            self._show_focused()
+        bar = self.query_one(TelemetryBar)
+        bar.sync()
+        log = self.query_one(AgentLog)
+        if ch.reset:
+            log.rebuild()
+        elif ch.log:
+            log.add(ch.log)
+        if ch.best or ch.reset:
+            self.query_one(HistoryPanel).update_all(force=ch.reset)
+
+    # -- focus --------------------------------------------------------------------------------
+    @property
+    def track(self) -> Track | None:
+        return self.model.tracks.get(self.track_id) if self.track_id else None
+
+    def _focus(self, tid: str | None, *, move_cursor: bool = False) -> None:
+        self.track_id = tid
+        tr = self.track
+        if tr is not None and move_cursor:
+            self.query_one(ShapeGrid).goto_track(tr)
+            tl = self.query_one(TrackList)
+            if tl.display:
+                tl.focus_track(tr.id)
+        self.query_one(AgentLog).set_filter(self.query_one(AgentLog).filter_on, tid)
+        self._show_focused()
+
+    def _source(self, sha: str | None) -> str | None:
+        if not sha:
+            return None
+        if sha not in self._sources:
+            if len(self._sources) > 256:
+                self._sources.clear()
+            self._sources[sha] = read_kernel(self.ctx.session, sha)
+        return self._sources[sha]
+
+    def shown_candidate(self) -> Candidate | None:
+        tr = self.track
+        if tr is None:
+            return None
+        return tr.current or (tr.candidates.get(tr.best_sha) if tr.best_sha else None)
+
+    def _show_focused(self) -> None:
+        tr = self.track
+        c = self.shown_candidate()
+        src = self._source(c.sha) if c else None
+        parent = self._source(c.parent) if c and c.parent else None
+        self.query_one(KernelPanel).show(tr, c, src, parent)
+        mp = self.query_one(MetricsPanel)
+        mp.baseline = self.baseline
+        mp.show(tr, c)
+        self.query_one(HistoryPanel).update_track(tr)
+
+    @on(ShapeGrid.Focused)
+    def _grid_focused(self, msg: ShapeGrid.Focused) -> None:
+        self.follow = False
+        if msg.track is not None:
+            self._focus(msg.track)
+        else:
+            self.track_id = None
+            self._show_focused()
+
+    @on(TrackList.Focused)
+    def _list_focused(self, msg: TrackList.Focused) -> None:
+        tl = self.query_one(TrackList)
+        if not (tl.display and tl.has_focus):  # rows being added move the cursor too
+            return
+        if msg.track != self.track_id:
+            self.follow = False
+            self._focus(msg.track)
+
+    # -- sending commands ---------------------------------------------------------------------
+    def send(self, name: str, track: str | None = None, **args) -> bool:
+        """Send one command to the loop; in a replay only say that it is read-only."""
+        if self.ctx.replay or self.ctx.handle is None:
+            self.notify("replay is read-only: steering needs a live session (run `l2tui`)", severity="warning", timeout=3)
+            return False
+        cmd = {"name": name, "track": track, **args}
+        self.ctx.handle.send(cmd)
+        self.sent.append(cmd)
+        self.post_message(self.CommandSent(cmd))
+        self.notify(f"sent {name}" + (f" to {track}" if track else " to all tracks"), timeout=2)
+        return True
+
+    def _need_track(self) -> Track | None:
+        tr = self.track
+        if tr is None:
+            self.notify("select a shape that has a track first (arrows in the grid)", severity="warning", timeout=3)
+        return tr
+
+    def _need_candidate(self) -> tuple[Track, Candidate] | None:
+        tr = self._need_track()
+        if tr is None:
+            return None
+        c = self.shown_candidate()
+        if c is None:
+            self.notify("this track has no candidate yet", severity="warning", timeout=3)
+            return None
+        return tr, c
+
+    # -- steering actions ---------------------------------------------------------------------
+    def action_pause(self) -> None:
+        if tr := self._need_track():
+            self.send("resume" if tr.state == "paused" else "pause", tr.id)
+
+    def action_pause_all(self) -> None:
+        paused = any(t.state == "paused" for t in self.model.tracks.values())
+        self.send("resume" if paused else "pause", None)
+
+    def action_step(self) -> None:
+        if tr := self._need_track():
+            self.send("step", tr.id)
+
+    def action_stop(self) -> None:
+        if tr := self._need_track():
+            self.send("stop", tr.id)
+
+    def action_hint(self, all_tracks: bool = False) -> None:
+        tr = None if all_tracks else self._need_track()
+        if tr is None and not all_tracks:
+            return
+        target = tr.id if tr else None
+        title = f"Hint for the planner of {target}" if target else "Hint for every track's planner"
+
+        def done(text: str | None) -> None:
+            if text:
+                self.send("hint", target, text=text)
+
+        self.app.push_screen(PromptScreen(title, "e.g. try a 128x256 tile with 4 stages"), done)
+
+    def action_hint_all(self) -> None:
+        self.action_hint(all_tracks=True)
+
+    def _editable(self) -> tuple[Track, Candidate, str] | None:
+        if self.ctx.replay:
+            self.send("edit")  # says read-only
+            return None
+        got = self._need_candidate()
+        if got is None:
+            return None
+        tr, c = got
+        src = self._source(c.sha)
+        if src is None:
+            self.notify("the kernel source is not in this session", severity="error")
+            return None
+        return tr, c, src
+
+    def action_edit(self) -> None:
+        """Edit the shown kernel in $VISUAL/$EDITOR (the app is suspended meanwhile)."""
+        got = self._editable()
+        if got is None:
+            return
+        tr, c, src = got
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        with tempfile.TemporaryDirectory(prefix="l2tui-edit-") as tmp:
+            path = Path(tmp) / f"{tr.id}-{c.sha[:8]}.cu"
+            path.write_text(src)
+            argv = shlex.split(editor) + [str(path)]
+            try:
+                try:
+                    with self.app.suspend():
+                        rc = subprocess.run(argv).returncode
+                except SuspendNotSupported:  # headless (tests) or a web driver
+                    rc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True).returncode
+            except FileNotFoundError:
+                self.notify(f"editor {editor!r} not found: set $EDITOR", severity="error")
+                return
+            new = path.read_text()
+        self._submit_edit(tr, src, new, rc)
+
+    def _submit_edit(self, tr: Track, old: str, new: str | None, rc: int = 0) -> None:
+        if rc != 0:
+            self.notify(f"editor exited with status {rc}; nothing sent", severity="warning")
+        elif new is None:
+            return
+        elif new == old:
+            self.notify("kernel unchanged; nothing sent", timeout=2)
+        else:
+            self.send("edit", tr.id, source=new)
+
+    def action_edit_inline(self) -> None:
+        got = self._editable()
+        if got is None:
+            return
+        tr, c, src = got
+        self.app.push_screen(EditorScreen(src, f"{tr.id}  #{c.step} {c.sha[:12]}  — ctrl+s submits as a human step"),
+                             lambda new: self._submit_edit(tr, src, new))
+
+    def _decide(self, action: str) -> None:
+        if got := self._need_candidate():
+            tr, c = got
+            self.send(action, tr.id, sha=c.sha)
+
+    def action_accept(self) -> None:
+        self._decide("accept")
+
+    def action_reject(self) -> None:
+        self._decide("reject")
+
+    def action_pin(self) -> None:
+        if got := self._need_candidate():
+            tr, c = got
+            self.send("unpin" if c.sha in tr.pinned else "pin", tr.id, sha=c.sha)
+
+    def action_reorder(self) -> None:
+        queue = [(t.id, f"{t.id:<24} {t.state}") for t in self.model.queue()]
+        if len(queue) < 2:
+            self.notify("fewer than two tracks in the queue", timeout=2)
+            return
+
+        def done(order: list[str] | None) -> None:
+            if order:
+                self.send("reorder", None, order=order)
+
+        self.app.push_screen(ReorderScreen(queue), done)
+
+    def _choose(self, title: str, options: list[str], current: str | None, cb) -> None:  # noqa: ANN001
+        self.app.push_screen(ChoiceScreen(title, options, current), lambda v: v and cb(v))
+
+    def action_policy(self) -> None:
+        self._choose("Policy for the focused track (all tracks if none)", list(POLICIES), self.model.policy or None,
+                     lambda v: self.send("policy", self.track_id, value=v))
+
+    def action_baseline(self) -> None:
+        options = self.model.baselines() or list(DEFAULT_BASELINES)
+        current = self.baseline or (self.track.baseline if self.track else None)
+
+        def chosen(v: str) -> None:
+            self.set_baseline(v)
+            if not self.ctx.replay:
+                self.send("baseline", self.track_id, value=v)
+
+        self._choose("Baseline (grid colours and the reward)", options, current, chosen)
+
+    def set_baseline(self, value: str) -> None:
+        self.baseline = value
+        for w in (self.query_one(ShapeGrid), self.query_one(TrackList), self.query_one(TelemetryBar)):
+            w.baseline = value
+        self.query_one(TrackList).resync()
+        self.query_one(ShapeGrid).refresh()
+        self.query_one(TelemetryBar).sync()
+        self._show_focused()
+
+    def action_acc(self) -> None:
+        tr = self.track
+        current = tr.acc if tr else self.query_one(ShapeGrid).acc
+
+        def chosen(v: str) -> None:
+            grid = self.query_one(ShapeGrid)
+            grid.acc = v
+            grid.rebuild_axes()
+            self.send("acc", self.track_id, value=v)
+
+        self._choose("Accumulator", list(ACCS), current, chosen)
+
+    def action_mode(self) -> None:
+        self._choose("Timing mode", list(MODES), self.model.mode, lambda v: self.send("mode", self.track_id, value=v))
+
+    def action_bench_server(self) -> None:
+        if tr := self._need_track():
+            self.send("bench_server", tr.id)
+
+    def action_profile(self) -> None:
+        if tr := self._need_track():
+            self.send("profile", tr.id)
+
+    def action_export(self) -> None:
+        where = self.ctx.session.path if self.ctx.session is not None else "SESSION"
+        self.notify(f"export the accepted kernels with: l2tui export {where}", timeout=6)
+
+    # -- view actions -------------------------------------------------------------------------
+    def action_k_next(self) -> None:
+        self._shift_k(1)
+
+    def action_k_prev(self) -> None:
+        self._shift_k(-1)
+
+    def _shift_k(self, d: int) -> None:
+        if self.view == "list":
+            self._set_view("grid")
+        self.query_one(ShapeGrid).shift_k(d)
+
+    def action_show_k(self, k: int) -> None:
+        if self.view == "list":
+            self._set_view("grid")
+        self.query_one(ShapeGrid).set_k(k)
+
+    def action_cycle_view(self) -> None:
+        self._set_view(VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)])
+
+    def _set_view(self, view: str) -> None:
+        self.view = view
+        grid, tl = self.query_one(ShapeGrid), self.query_one(TrackList)
+        grid.display = view != "list"
+        tl.display = view == "list"
+        grid.compact = view == "all"
+        grid.refresh(layout=True)
+        if view == "list":
+            tl.resync()
+            if self.track_id:
+                tl.focus_track(self.track_id)
+            tl.focus()
+        else:
+            grid.focus()
+
+    def action_toggle_diff(self) -> None:
+        self.query_one(KernelPanel).toggle_tab()
+
+    def action_copy(self) -> None:
+        c = self.shown_candidate()
+        src = self._source(c.sha) if c else None
+        if src is None:
+            self.notify("no kernel source to copy", severity="warning", timeout=2)
+            return
+        self.app.copy_to_clipboard(src)
+        self.notify(f"copied {c.sha[:12]} ({len(src.splitlines())} lines) to the clipboard", timeout=2)
+
+    def action_metrics_full(self) -> None:
+        mp = self.query_one(MetricsPanel)
+        mp.full = not mp.full
+        mp.refresh_view()
+
+    def action_log_filter(self) -> None:
+        log = self.query_one(AgentLog)
+        log.set_filter(not log.filter_on, self.track_id)
+
+    def action_focus_grid(self) -> None:
+        (self.query_one(TrackList) if self.view == "list" else self.query_one(ShapeGrid)).focus()
+
+    def action_follow(self) -> None:
+        self.follow = True
+        self._sync_all(Changes())
+        self.notify("following the running track", timeout=2)
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self))
+
+    @on(LiveFeed.LoopFinished)
+    def _loop_finished(self, msg: LiveFeed.LoopFinished) -> None:
+        if msg.error:
+            self.notify(f"agent loop stopped: {msg.error}", severity="error", timeout=10)
+        else:
+            self.notify("agent loop finished", timeout=4)

@@ -1,0 +1,91 @@
+"""One-line bars: GPU telemetry and session summary on top, replay position below it."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ..state import SessionModel, fmt_speedup
+
+
+def _fmt(v, unit: str, fmt: str = "{:.0f}") -> str:
+    return "—" if v is None else fmt.format(v) + unit
+
+
+class TelemetryBar(Static):
+    """SM clock, temperature, power and utilisation from telemetry events; "no GPU" without one."""
+
+    DEFAULT_CSS = """
+    TelemetryBar { height: 1; background: $panel; padding: 0 1; }
+    """
+
+    def __init__(self, model: SessionModel, **kw) -> None:
+        super().__init__("", **kw)
+        self.model = model
+        self.baseline: str | None = None
+        self.note: str = ""
+
+    def sync(self) -> None:
+        m = self.model
+        tel = m.telemetry
+        t = Text()
+        gpu = m.gpu.get("name") if m.gpu else None
+        if not gpu:
+            t.append(" no GPU ", style="black on yellow")
+        else:
+            t.append(f" {gpu} ", style="bold black on green")
+        if tel:
+            t.append(f"  SM {_fmt(tel.get('sm_clock_mhz'), ' MHz')}")
+            t.append(f" · mem {_fmt(tel.get('mem_clock_mhz'), ' MHz')}")
+            temp = tel.get("temp_c")
+            t.append(f" · {_fmt(temp, ' °C')}", style="red" if isinstance(temp, (int, float)) and temp >= 85 else "")
+            t.append(f" · {_fmt(tel.get('power_w'), '')}/{_fmt(tel.get('power_limit_w'), ' W')}")
+            t.append(f" · util {_fmt(tel.get('util_pct'), '%')}")
+            t.append(f" · {_fmt(tel.get('mem_used_mib'), ' MiB')}")
+        elif gpu:
+            t.append("  no telemetry yet", style="grey50")
+        states: dict[str, int] = {}
+        for tr in m.tracks.values():
+            states[tr.state] = states.get(tr.state, 0) + 1
+        t.append("  │ ", style="grey50")
+        t.append(f"policy {m.policy or '—'} · {m.mode} · vs {self.baseline or _first_baseline(m) or '—'}")
+        t.append("  │ ", style="grey50")
+        t.append(" ".join(f"{n} {s}" for s, n in states.items()) or "no tracks")
+        gm = m.geomean_best(self.baseline)
+        t.append(f" · geomean {fmt_speedup(gm)}")
+        if self.note:
+            t.append(f"  │ {self.note}", style="bold magenta")
+        self.update(t)
+
+
+def _first_baseline(m: SessionModel) -> str | None:
+    for tr in m.tracks.values():
+        if tr.baseline:
+            return tr.baseline
+    return None
+
+
+class ReplayBar(Static):
+    """Play state, speed, position (event and session time) and a progress bar."""
+
+    DEFAULT_CSS = """
+    ReplayBar { height: 1; background: $boost; padding: 0 1; }
+    """
+
+    def show(self, *, playing: bool, speed: float, pos: int, total: int, elapsed: float, duration: float) -> None:
+        t = Text()
+        t.append(" ▶ PLAY " if playing else " ‖ PAUSED ", style="bold black on green" if playing else "bold black on yellow")
+        t.append(f"  ×{speed:g}  ")
+        t.append(f"event {pos}/{total}  ")
+        t.append(f"{_clock(elapsed)} / {_clock(duration)}  ")
+        width = 30
+        filled = int(width * pos / total) if total else 0
+        t.append("━" * filled, style="green")
+        t.append("─" * (width - filled), style="grey42")
+        t.append("   space play · +/- speed · </> event · {/} step · : seek", style="grey50")
+        self.update(t)
+
+
+def _clock(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"

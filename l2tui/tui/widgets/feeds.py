@@ -1,0 +1,221 @@
+"""Event feeds: where the main screen's events come from.
+
+Both feeds post one :class:`EventFeed.Batch` per flush, never one message per
+event: the live feed buffers events the loop thread hands it and flushes on a
+timer (15 Hz), the replay feed releases recorded events as its clock advances.
+The loop runs in a thread worker of the ``agent-loop`` group; it reports back
+by message and never touches a widget.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from textual import on
+from textual.message import Message
+from textual.widget import Widget
+from textual.worker import Worker, WorkerState
+
+from ..replay import ReplayClock, Seek
+
+FLUSH_HZ = 15
+
+
+class EventFeed(Widget):
+    """Invisible widget that owns a source of events."""
+
+    DEFAULT_CSS = "EventFeed { display: none; }"
+
+    @dataclass
+    class Batch(Message):
+        """Events to fold into the model; with ``reset`` the model is rebuilt from them."""
+
+        events: list[dict]
+        reset: bool = False
+
+
+class LoopHandle:
+    """Thread-safe front of an AgentLoop that may not exist yet.
+
+    The loop is built in the worker thread (so agent/openai imports stay out of
+    the start-up path); commands sent before that are queued and delivered in
+    order once it is attached.
+    """
+
+    def __init__(self, loop: Any | None = None) -> None:
+        self._lock = threading.Lock()
+        self._loop = loop
+        self._pending: list[dict] = []
+
+    @property
+    def loop(self) -> Any | None:
+        return self._loop
+
+    def attach(self, loop: Any) -> None:
+        with self._lock:
+            self._loop = loop
+            pending, self._pending = self._pending, []
+        for cmd in pending:
+            loop.send(cmd)
+
+    def send(self, command: dict) -> None:
+        with self._lock:
+            if self._loop is None:
+                self._pending.append(command)
+                return
+            loop = self._loop
+        loop.send(command)
+
+    def request_stop(self) -> None:
+        if self._loop is not None and hasattr(self._loop, "request_stop"):
+            self._loop.request_stop()
+
+
+class LiveFeed(EventFeed):
+    """Events of a running AgentLoop (``subscribe``/``run`` per docs/INTERFACES.md)."""
+
+    @dataclass
+    class LoopFinished(Message):
+        """The loop's run() returned (``error`` is None) or raised (one line)."""
+
+        error: str | None
+
+    def __init__(self, handle: LoopHandle, factory: Callable[[], Any] | None = None,
+                 initial: list[dict] | None = None, flush_hz: float = FLUSH_HZ, **kw) -> None:
+        super().__init__(**kw)
+        self.flush_hz = flush_hz
+        self.handle = handle
+        self.factory = factory
+        self.initial = initial or []
+        self._buffer: deque[dict] = deque()
+        self.received = 0
+        self.batches = 0
+
+    def push(self, event: dict) -> None:
+        """Called from the loop thread: only appends (deque.append is atomic)."""
+        self._buffer.append(event)
+
+    def on_mount(self) -> None:
+        if self.initial:
+            self.post_message(self.Batch(list(self.initial), reset=True))
+        self.set_interval(1 / self.flush_hz, self.flush, name="live-flush")
+        self.run_worker(self._run_loop, thread=True, group="agent-loop", name="agent-loop",
+                        exclusive=True, exit_on_error=False)
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        events: list[dict] = []
+        pop = self._buffer.popleft
+        try:
+            while True:
+                events.append(pop())
+        except IndexError:
+            pass
+        self.received += len(events)
+        self.batches += 1
+        self.post_message(self.Batch(events))
+
+    def _run_loop(self) -> None:
+        loop = self.handle.loop
+        if loop is None and self.factory is not None:
+            loop = self.factory()
+        if loop is None:
+            return
+        loop.subscribe(self.push)
+        self.handle.attach(loop)
+        loop.run()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "agent-loop":
+            return
+        if event.state == WorkerState.SUCCESS:
+            self.flush()
+            self.post_message(self.LoopFinished(None))
+        elif event.state == WorkerState.ERROR:
+            self.flush()
+            err = event.worker.error
+            self.post_message(self.LoopFinished(f"{type(err).__name__}: {err}".splitlines()[0]))
+
+
+class ReplayFeed(EventFeed):
+    """Recorded events released by a :class:`ReplayClock` (never touches a GPU)."""
+
+    @dataclass
+    class Position(Message):
+        """Play state or position changed (for the replay bar)."""
+
+        playing: bool
+        speed: float
+        pos: int
+        total: int
+        elapsed: float
+        duration: float
+
+    def __init__(self, events: list[dict], *, speed: float = 1.0, start: int | None = None,
+                 autoplay: bool = True, **kw) -> None:
+        super().__init__(**kw)
+        self.clock = ReplayClock(events, speed=speed)
+        self.start = start
+        self.autoplay = autoplay
+        self._last = time.monotonic()
+
+    def on_mount(self) -> None:
+        if self.start is not None:
+            self._deliver(self.clock.seek_index(self.start))
+        self.clock.playing = self.autoplay and not self.clock.at_end
+        self._announce()
+        self._last = time.monotonic()
+        self.set_interval(1 / FLUSH_HZ, self._tick, name="replay-tick")
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        dt, self._last = now - self._last, now
+        if not self.clock.playing:
+            return
+        events = self.clock.tick(dt)
+        if events:
+            self.post_message(self.Batch(events))
+        self._announce()
+
+    def _deliver(self, seek: Seek) -> None:
+        if seek.events or seek.reset:
+            self.post_message(self.Batch(seek.events, reset=seek.reset))
+        self._announce()
+
+    def _announce(self) -> None:
+        c = self.clock
+        self.post_message(self.Position(c.playing, c.speed, c.pos, c.total, c.elapsed, c.duration))
+
+    # -- controls (called by the screen's actions) --------------------------------------------
+    def toggle(self) -> bool:
+        self._last = time.monotonic()
+        playing = self.clock.toggle()
+        self._announce()
+        return playing
+
+    def pause(self) -> None:
+        self.clock.playing = False
+        self._announce()
+
+    def faster(self) -> float:
+        s = self.clock.faster()
+        self._announce()
+        return s
+
+    def slower(self) -> float:
+        s = self.clock.slower()
+        self._announce()
+        return s
+
+    def step(self, n: int) -> None:
+        self.clock.playing = False
+        self._deliver(self.clock.step(n))
+
+    def seek(self, index: int) -> None:
+        self._deliver(self.clock.seek_index(index))

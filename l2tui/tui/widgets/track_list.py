@@ -1,0 +1,69 @@
+"""List view of tracks, for custom shape lists that do not form a grid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on
+from textual.message import Message
+from textual.widgets import DataTable
+
+from ..state import SessionModel, Track, fmt_speedup
+from .colors import speedup_style
+
+COLUMNS = ("shape", "acc", "state", "step", "stage", "best", "baseline")
+
+
+class TrackList(DataTable):
+    """One row per track, in queue order; highlighting a row focuses that track."""
+
+    DEFAULT_CSS = """
+    TrackList { height: 1fr; }
+    """
+
+    @dataclass
+    class Focused(Message):
+        track_list: "TrackList"
+        track: str
+
+    def __init__(self, model: SessionModel, **kw) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
+        self.model = model
+        self.baseline: str | None = None
+
+    def on_mount(self) -> None:
+        for col in COLUMNS:
+            self.add_column(col, key=col)
+
+    def _cells(self, tr: Track) -> list:
+        sp = tr.speedup_vs(self.baseline)
+        return [tr.label, tr.acc, tr.state, str(tr.step), tr.stage,
+                Text(fmt_speedup(sp), style=speedup_style(sp)), self.baseline or tr.baseline]
+
+    def sync(self, changed: set[str], added: bool) -> None:
+        """Add rows for new tracks, update rows of changed ones."""
+        if added:
+            for tid, tr in self.model.tracks.items():
+                if tid not in self.rows:
+                    self.add_row(*self._cells(tr), key=tid)
+        for tid in changed:
+            tr = self.model.tracks.get(tid)
+            if tr is None or tid not in self.rows:
+                continue
+            for col, val in zip(COLUMNS, self._cells(tr)):
+                self.update_cell(tid, col, val)
+
+    def resync(self) -> None:
+        self.clear()
+        self.sync(set(), True)
+
+    def focus_track(self, tid: str) -> None:
+        if tid in self.rows:
+            self.move_cursor(row=self.get_row_index(tid))
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        if event.row_key is not None and event.row_key.value:
+            self.post_message(self.Focused(self, str(event.row_key.value)))
