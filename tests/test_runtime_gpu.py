@@ -1,0 +1,189 @@
+"""On a GPU (``pytest -m gpu``): ``lib.matmul`` agrees with cuBLAS on exported and missing shapes,
+for cupy and torch inputs, through the prebuilt library and through lazy per-kernel builds."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+import pytest
+
+from l2tui import runtime
+from l2tui.export import export_session
+
+pytestmark = pytest.mark.gpu
+
+_spec = importlib.util.spec_from_file_location(
+    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
+
+MISSING = [(96, 80, 48), (1, 1, 1), (100, 60, 90), (333, 257, 129)]
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory) -> Path:
+    from harness.gpuinfo import require_gpu
+
+    root = tmp_path_factory.mktemp("gpu")
+    return export_session(fx.make_session(root / "run-1"), root / "exp", build=True, arch=require_gpu().arch).out
+
+
+class Cupy:
+    name = "cupy"
+
+    def __init__(self):
+        self.cp = pytest.importorskip("cupy")
+
+    def rand(self, m, n, seed):
+        rs = self.cp.random.RandomState(seed)
+        return rs.standard_normal((m, n), dtype=self.cp.float32).astype(self.cp.float16)
+
+    def ref(self, a, b):  # cuBLAS, fp32 compute
+        return self.cp.matmul(a, b)
+
+    def err(self, x, ref):
+        cp = self.cp
+        x32, r32 = x.astype(cp.float32), ref.astype(cp.float32)
+        return float(cp.linalg.norm(x32 - r32) / max(float(cp.linalg.norm(r32)), 1e-30))
+
+    def sync(self):
+        self.cp.cuda.get_current_stream().synchronize()
+
+
+class Torch:
+    name = "torch"
+
+    def __init__(self):
+        self.t = pytest.importorskip("torch")
+        if not self.t.cuda.is_available():
+            pytest.skip("torch without CUDA")
+
+    def rand(self, m, n, seed):
+        g = self.t.Generator(device="cuda").manual_seed(seed)
+        return self.t.randn((m, n), generator=g, device="cuda", dtype=self.t.float32).half()
+
+    def ref(self, a, b):
+        return self.t.matmul(a, b)
+
+    def err(self, x, ref):
+        x32, r32 = x.float(), ref.float()
+        return float((x32 - r32).norm() / r32.norm().clamp_min(1e-30))
+
+    def sync(self):
+        self.t.cuda.current_stream().synchronize()
+
+
+@pytest.fixture(params=["cupy", "torch"])
+def be(request):
+    return Cupy() if request.param == "cupy" else Torch()
+
+
+@pytest.mark.parametrize("prebuilt", [True, False], ids=["prebuilt", "lazy"])
+def test_matmul_agrees_with_cublas(export_dir, be, prebuilt):
+    lib = runtime.load(export_dir, prefer_prebuilt=prebuilt, strict=True)
+    shapes = [tuple(e["shape"]) for e in lib.manifest["kernels"]] + MISSING
+    for i, (m, n, k) in enumerate(shapes):
+        a, b = be.rand(m, k, 2 * i), be.rand(k, n, 2 * i + 1)
+        c = lib.matmul(a, b)
+        ref = be.ref(a, b)
+        be.sync()
+        assert tuple(c.shape) == (m, n)
+        assert be.err(c, ref) < 5e-3, (be.name, (m, n, k), lib.route(m, n, k))
+        out = be.rand(m, n, 99)
+        assert lib.matmul(a, b, out=out) is out
+        be.sync()
+        assert be.err(out, ref) < 5e-3
+    assert not lib._broken
+
+
+def test_pad_policy_matches_cublas(export_dir, be):
+    lib = runtime.load(export_dir, pad="nearest-larger", strict=True)
+    for i, (m, n, k) in enumerate([(100, 60, 90), (1, 1, 1), (127, 128, 100)]):
+        assert lib.route(m, n, k).kind == "pad"
+        a, b = be.rand(m, k, i), be.rand(k, n, i + 7)
+        c = lib.matmul(a, b)
+        be.sync()
+        assert be.err(c, be.ref(a, b)) < 5e-3
+
+
+def test_argument_errors(export_dir, be):
+    lib = runtime.load(export_dir)
+    a, b = be.rand(128, 128, 0), be.rand(128, 128, 1)
+    with pytest.raises(runtime.MatmulArgumentError, match="float16"):
+        lib.matmul(a.astype("float32") if be.name == "cupy" else a.float(), b)
+    with pytest.raises(runtime.MatmulArgumentError, match="contiguous"):
+        lib.matmul(a.T if be.name == "cupy" else a.t(), b[:, :64] if be.name == "cupy" else b)
+    with pytest.raises(runtime.MatmulArgumentError, match="do not multiply"):
+        lib.matmul(a, be.rand(64, 128, 2))
+    with pytest.raises(runtime.MatmulArgumentError, match="2-D"):
+        lib.matmul(a.reshape(2, 64, 128), b)
+    with pytest.raises(runtime.MatmulArgumentError, match="shape"):
+        lib.matmul(a, b, out=be.rand(64, 64, 3))
+    if be.name == "torch":
+        with pytest.raises(runtime.MatmulArgumentError, match="not a GPU"):
+            lib.matmul(a.cpu(), b.cpu())
+
+
+def test_mixed_libraries_are_refused(export_dir):
+    cp = pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    lib = runtime.load(export_dir)
+    a = cp.zeros((128, 128), cp.float16)
+    with pytest.raises(runtime.MatmulArgumentError, match="same library|different array libraries"):
+        lib.matmul(a, torch.zeros((128, 128), dtype=torch.float16, device="cuda"))
+
+
+def test_threads_and_streams(export_dir):
+    """Threads on their own streams, lazy builds racing: every result right."""
+    cp = pytest.importorskip("cupy")
+    lib = runtime.load(export_dir, prefer_prebuilt=False, strict=True)
+    shapes = [tuple(e["shape"]) for e in lib.manifest["kernels"]] + MISSING[:2]
+    errors = []
+
+    def work(i):
+        try:
+            with cp.cuda.Stream(non_blocking=True) as s:
+                for j, (m, n, k) in enumerate(shapes):
+                    rs = cp.random.RandomState(100 * i + j)
+                    a = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+                    b = rs.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+                    c = lib.matmul(a, b)
+                    ref = cp.matmul(a, b)
+                    s.synchronize()
+                    e = float(cp.linalg.norm(c.astype(cp.float32) - ref.astype(cp.float32))
+                              / cp.linalg.norm(ref.astype(cp.float32)))
+                    if e > 5e-3:
+                        errors.append(((m, n, k), e))
+        except Exception as ex:  # noqa: BLE001
+            errors.append(ex)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def test_c_dispatcher_agrees_with_cublas(export_dir):
+    """The built library's l2hgemm itself, on exported, fallback and missing shapes."""
+    import ctypes
+
+    cp = pytest.importorskip("cupy")
+    so = export_dir / "lib" / "libl2hgemm.so"
+    lib = ctypes.CDLL(str(so))
+    fn = runtime._argtypes(lib.l2hgemm)
+    man = runtime.load(export_dir).manifest
+    for i, (m, n, k) in enumerate([tuple(e["shape"]) for e in man["kernels"]] + MISSING):
+        rs = cp.random.RandomState(i)
+        a = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+        b = rs.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+        c = cp.full((m, n), cp.nan, dtype=cp.float16)
+        s = cp.cuda.get_current_stream()
+        assert fn(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr) == 0
+        ref = cp.matmul(a, b)
+        s.synchronize()
+        e = float(cp.linalg.norm(c.astype(cp.float32) - ref.astype(cp.float32)) / cp.linalg.norm(ref.astype(cp.float32)))
+        assert e < 5e-3, ((m, n, k), e)
