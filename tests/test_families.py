@@ -1,0 +1,136 @@
+"""Seed families: knob blocks, rendering, validity rules, and real nvcc builds (issue 5)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness import families as F
+from harness.shapes import Shape
+
+
+@pytest.mark.parametrize("fam", F.families(), ids=lambda f: f.name)
+def test_template_defaults_are_legal_and_documented(fam):
+    src = fam.template()
+    knobs = F.parse_knobs(src)
+    assert list(knobs) == list(fam.knob_names), "knob block order must match the registry"
+    assert F.validate(fam, knobs) == []
+    assert F.family_of(src) is fam
+    assert 'extern "C" int l2_hgemm(' in src
+    header = src.split("#include", 1)[0]
+    for k in fam.knobs:   # every knob documented with its legal values in the header comment
+        assert re.search(rf"//\s+{k.name}\s", header), k.name
+    assert F.declared_acc(src) == "f32"
+
+
+def test_render_changes_only_knob_lines_and_keeps_acc_declaration_in_step():
+    base = F.SM80.template()
+    out = F.render("sm80_mma", {"BM": 64, "STAGES": "3", "ACC": "ACC_F16"})
+    assert F.parse_knobs(out)["BM"] == "64" and F.parse_knobs(out)["STAGES"] == "3"
+    assert F.declared_acc(out) == "f16"
+    changed = [(a, b) for a, b in zip(base.splitlines(), out.splitlines()) if a != b]
+    assert len(changed) == 4   # BM, STAGES, ACC and the acc declaration
+    assert len(base.splitlines()) == len(out.splitlines())
+
+
+def test_render_rejects_illegal_values_and_invalid_combinations():
+    with pytest.raises(F.FamilyError, match="not legal"):
+        F.render("sm80_mma", {"BM": 48})
+    with pytest.raises(F.FamilyError, match="COOPERATIVE needs TILE_M"):
+        F.render("sm90_cutlass", {"TILE_M": 64, "SCHEDULE": "COOPERATIVE"})
+    with pytest.raises(F.FamilyError, match="need SCHEDULE COOPERATIVE"):
+        F.render("sm90_cutlass", {"TILE_M": 64, "SCHEDULE": "PINGPONG", "SCHEDULER": "STREAMK"})
+    with pytest.raises(F.FamilyError, match="shared memory"):
+        F.render("sm80_mma", {"BM": 256, "BN": 256, "BK": 64, "STAGES": 5, "WARPS_M": 4, "WARPS_N": 4})
+    with pytest.raises(F.FamilyError, match="unknown kernel family"):
+        F.render("nope", {})
+
+
+def test_knob_patch_is_localized_search_replace():
+    src = F.SM90.template()
+    patch = F.knob_patch(src, {"TILE_N": "128", "ACC": "ACC_F16"})
+    assert patch.count("<<<<<<< SEARCH") == 3   # two knob lines and the acc declaration
+    from l2tui.agent.patches import apply_patch
+
+    res = apply_patch(src, patch, allow_rewrite=False)
+    assert res.ok, res.error
+    assert F.parse_knobs(res.source)["TILE_N"] == "128"
+    assert F.declared_acc(res.source) == "f16"
+
+
+def test_catalog_is_valid_unique_and_per_arch():
+    for acc in ("f32", "f16"):
+        cat = F.catalog(acc)
+        names = [c.name for c in cat]
+        assert len(set(names)) == len(names)
+        for c in cat:
+            assert F.validate(c.family, c.knob_dict) == [], c.name
+            assert c.acc == acc
+            assert F.Config.from_source(c.source()) == c
+    # Ampere GPUs get no sm_90a CUTLASS kernels
+    assert all(c.family != "sm90_cutlass" for c in F.catalog("f32", "sm_80"))
+    assert any(c.family == "sm90_cutlass" for c in F.catalog("f32", "sm_90a"))
+
+
+def test_applicable_and_arch_parsing():
+    s = Shape(4096, 4096, 4096)
+    assert F.applicable("sm90_cutlass", s, "sm_90a")
+    assert not F.applicable("sm90_cutlass", s, "sm_80")
+    assert F.applicable("sm80_mma", s, "sm_80") and F.applicable("sm80_mma", s, "9.0")
+    assert not F.applicable("small_splitk", Shape(64, 60, 64), "sm_90a")   # N not a multiple of 8
+    assert F.cc_of("compute_90a") == 90 and F.cc_of(86) == 86
+    assert F.build_arch_for("sm80_mma", "sm_90a") == "sm_90a"   # sm_80 SASS does not run on sm_90
+    assert F.build_arch_for("sm80_mma", None) == "sm_80"
+
+
+def test_splits_for_mirrors_the_host_code():
+    g = F.Config.of("small_splitk", {}).geometry()      # SPLIT_K 0 = auto
+    assert g.splits_for(Shape(64, 64, 16384)) > 8       # few tiles, long K: many slices
+    assert g.splits_for(Shape(4096, 4096, 64)) == 1     # many tiles: no split
+    assert g.splits_for(Shape(64, 64, 64)) == 1         # one k-tile cannot be split
+
+
+# ---------------------------------------------------------------- real nvcc builds
+
+def _build(source: str, arch: str):
+    from harness.build import build
+
+    return build(source, arch=arch)
+
+
+@pytest.mark.parametrize("family", ["sm80_mma", "small_splitk"])
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_mma_families_build_for_sm80(family, acc, tmp_path, monkeypatch):
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    cfg = next(c for c in F.catalog(acc, "sm_80") if c.family == family)
+    res = _build(cfg.source(), "sm_80")
+    assert res.ok, res.error_text()
+    assert res.ptxas is not None
+    # no local-memory spills in the representative configuration
+    assert "0 bytes spill stores" in res.log
+
+
+def test_mma_family_split_k_variant_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.render("sm80_mma", {"SPLIT_K": 4, "BM": 64, "BN": 64, "BK": 64, "STAGES": 3})
+    res = _build(src, "sm_80")
+    assert res.ok, res.error_text()
+
+
+def test_an_illegal_edit_fails_to_compile_with_a_clear_error(tmp_path, monkeypatch):
+    """The static_asserts catch what the registry would reject, for hand edits."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.set_knobs(F.SM80.template(), {"BK": "48"})
+    res = _build(src, "sm_80")
+    assert not res.ok
+    assert "BK must be 32 or 64" in res.log
+
+
+@pytest.mark.slow
+def test_sm90_family_builds_for_sm90a_without_serialized_wgmma(tmp_path, monkeypatch):
+    """One representative CUTLASS configuration (a build takes 40-60 s on 2 cores)."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    res = _build(F.SM90.template(), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log      # wgmma pipeline not serialized (NDEBUG inside the source)

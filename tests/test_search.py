@@ -1,0 +1,132 @@
+"""The built-in search policy: seeds, legal localized patches, determinism, debug (issue 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import families as F
+from harness.shapes import Shape
+from l2tui.agent.patches import apply_patch
+from l2tui.agent.policies import Policy, make_policy
+from l2tui.agent.policies.base import Attempt, Failure, TrackContext
+from l2tui.agent.policies.search import SearchPolicy
+
+SHAPES = [Shape(4096, 4096, 4096), Shape(64, 64, 16384), Shape(1024, 128, 512), Shape(16384, 64, 4096)]
+
+
+def ctx_for(shape: Shape, acc: str = "f32", arch: str = "sm_90a", step: int = 0) -> TrackContext:
+    return TrackContext(track=f"{shape}-{acc}", shape=shape, acc=acc, baseline="cublaslt_autotune", step=step,
+                        arch=arch)
+
+
+def test_is_a_policy_and_make_policy_builds_it():
+    p = make_policy("search")
+    assert isinstance(p, SearchPolicy) and isinstance(p, Policy)
+    assert p.name == "search"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_seed_is_a_catalog_config_with_the_right_accumulator(shape, acc):
+    prop = SearchPolicy().seed(ctx_for(shape, acc))
+    cfg = F.Config.from_source(prop.source)
+    assert cfg is not None and cfg in F.catalog(acc, "sm_90a")
+    assert F.declared_acc(prop.source) == acc
+    assert prop.origin == "seed" and prop.messages and prop.completion
+    assert "predicted" in prop.plan
+
+
+def test_seed_follows_the_shape_regime():
+    big = F.Config.from_source(SearchPolicy().seed(ctx_for(Shape(16384, 16384, 16384))).source)
+    skinny = F.Config.from_source(SearchPolicy().seed(ctx_for(Shape(64, 64, 16384))).source)
+    assert big.family == "sm90_cutlass" and big.geometry().tile_m * big.geometry().tile_n >= 128 * 128
+    assert skinny.geometry().splits_for(Shape(64, 64, 16384)) > 1   # split-K for a lone tile with long K
+    on_ampere = F.Config.from_source(SearchPolicy().seed(ctx_for(Shape(4096, 4096, 4096), arch="sm_80")).source)
+    assert on_ampere.family != "sm90_cutlass"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_proposals_apply_and_stay_legal(shape):
+    pol = SearchPolicy(width=4)
+    ctx = ctx_for(shape)
+    ctx.source = pol.seed(ctx).source
+    for step in range(1, 4):
+        ctx.step = step
+        props = pol.propose(ctx)
+        assert props, "the search should always have something to try in 3 steps"
+        for p in props:
+            if p.patch is not None:
+                res = apply_patch(ctx.source, p.patch, allow_rewrite=False)
+                assert res.ok, res.error
+                new = res.source
+                # a patch touches only the knob block (and the acc declaration)
+                changed = [a for a, b in zip(ctx.source.splitlines(), new.splitlines()) if a != b]
+                assert 1 <= len(changed) <= 6
+            else:
+                assert p.origin == "rewrite"
+                new = p.source
+            cfg = F.Config.from_source(new)
+            assert cfg is not None
+            assert F.validate(cfg.family, cfg.knob_dict) == []
+            assert F.declared_acc(new) == "f32"  # the accumulator of the track never changes
+            assert p.messages[0]["role"] == "system" and p.plan in p.completion
+        ctx.source = apply_patch(ctx.source, props[0].patch).source if props[0].patch else props[0].source
+
+
+def test_never_proposes_the_same_kernel_twice_and_respects_the_budget():
+    pol = SearchPolicy(width=3, budget=5)
+    ctx = ctx_for(Shape(2048, 2048, 2048))
+    ctx.source = pol.seed(ctx).source
+    seen = set()
+    for step in range(1, 6):
+        ctx.step = step
+        for p in pol.propose(ctx):
+            new = p.source if p.source else apply_patch(ctx.source, p.patch).source
+            assert new not in seen
+            seen.add(new)
+    ctx.step = 6
+    assert pol.propose(ctx) == []
+
+
+def test_deterministic_under_a_seed():
+    def run(seed):
+        pol = SearchPolicy(seed=seed, width=3)
+        ctx = ctx_for(Shape(1024, 1024, 1024))
+        ctx.source = pol.seed(ctx).source
+        out = []
+        for step in (1, 2):
+            ctx.step = step
+            out.append([p.completion for p in pol.propose(ctx)])
+        return out
+
+    assert run(7) == run(7)
+
+
+def test_history_shas_are_not_reproposed():
+    import hashlib
+
+    pol = SearchPolicy(width=2, explore=False)
+    ctx = ctx_for(Shape(4096, 4096, 4096), step=1)
+    ctx.source = pol.seed(ctx).source
+    first = pol.propose(ctx)
+    fresh = SearchPolicy(width=2, explore=False)
+    ctx2 = ctx_for(Shape(4096, 4096, 4096), step=1)
+    ctx2.source = ctx.source
+    tried = apply_patch(ctx.source, first[0].patch).source if first[0].patch else first[0].source
+    ctx2.history = [Attempt(step=1, plan="x", origin="patch", kind="ok",
+                            sha=hashlib.sha256(tried.encode()).hexdigest())]
+    again = fresh.propose(ctx2)
+    assert first[0].completion not in [p.completion for p in again]
+
+
+def test_debug_reverts_the_failing_knob_edit_and_keeps_the_rest():
+    pol = SearchPolicy()
+    parent = F.render("sm80_mma", {"STAGES": 3})
+    bad = F.set_knobs(parent, {"STAGES": "5", "BM": "256"})
+    ctx = ctx_for(Shape(4096, 4096, 4096))
+    ctx.source = parent
+    prop = pol.debug(ctx, Failure(kind="compile_error", message="too much shared memory", source=bad,
+                                  parent_source=parent))
+    assert prop.origin == "debug" and prop.patch
+    fixed = apply_patch(bad, prop.patch, allow_rewrite=False)
+    assert fixed.ok and fixed.source == parent
