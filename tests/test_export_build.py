@@ -111,3 +111,25 @@ def test_shipped_build_script_rebuilds_the_library(built, tmp_path):
     cmake = (copy / "l2hgemm.cmake").read_text()
     assert "IMPORTED_LOCATION \"${L2HGEMM_ROOT}/lib/libl2hgemm.so\"" in cmake
     assert "CUDA::cublas" in cmake
+
+
+def test_a_program_links_against_the_library(built, tmp_path):
+    """The shipped example (header + lib) compiles and links like a user's program would."""
+    from harness.build import nvcc_path
+
+    exe = tmp_path / "example"
+    proc = subprocess.run(
+        [nvcc_path(), "-std=c++17", f"-I{built.out / 'include'}", str(built.out / "src" / "example.cpp"),
+         f"-L{built.out / 'lib'}", "-ll2hgemm", f"-Xlinker=-rpath={built.out / 'lib'}", "-o", str(exe)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert exe.is_file()
+
+
+def test_bench_forwarder_compiles():
+    """The export bench times the library through a forwarding ABI kernel; it must build."""
+    from harness.build import build
+    from l2tui.export.bench import _FORWARDER
+
+    res = build(_FORWARDER.replace("@LIB@", "/nonexistent/libl2hgemm.so"), arch="sm_90a")
+    assert res.ok, res.error_text()
