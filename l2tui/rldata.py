@@ -241,6 +241,8 @@ def trl_rows(rows: list[_Row], stats: Stats) -> list[dict]:
             out["agent_role" if k == "role" else k] = r.data.get(k)
         out["improvement"] = r.improvement
         out["session"] = r.session
+        # TRL hands every column except prompt/completion to reward functions: keep the logged text reachable
+        out["logged_completion"] = r.data["completion"]
         merged[key] = (out, [r.reward])
     result = []
     for out, rewards in merged.values():
@@ -379,3 +381,78 @@ def rl_data(
     write_jsonl(out_p, built, force=force)
     stats.rows = len(built)
     return stats
+
+
+# --------------------------------------------------------------------------- GRPO reward functions
+
+
+def _text(completion: Any) -> str:
+    """A TRL completion (conversational list of messages, or plain text) as text."""
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return str(completion)
+
+
+def logged_reward(prompts: Any = None, completions: Sequence[Any] = (), reward: Sequence[float] = (),
+                  logged_completion: Sequence[str] = (), **_: Any) -> list[float | None]:
+    """GRPO reward function: the logged reward where the generated completion *is* the logged one, else None.
+
+    TRL treats None as "no reward from this function" for that sample, so pair it
+    with :func:`live_reward` (or use it alone for replay-style / offline runs).
+    """
+    return [float(r) if _text(c).strip() == str(lc).strip() else None
+            for c, r, lc in zip(completions, reward, logged_completion)]
+
+
+def live_reward(evaluator: Any, *, reward_config: Any = None) -> Any:
+    """A GRPO reward function that scores *new* completions the way the agent loop does.
+
+    For each generated completion: take the parent kernel (``parent_sha`` from
+    ``session``), apply the completion as a patch (or whole-file rewrite), build,
+    check and time it with ``evaluator`` (``harness.evaluate.Evaluator`` on a GPU,
+    or a recorded one), and return the loop's reward (speedup over the row's
+    baseline minus error and length penalties; fixed negative rewards for
+    failures).  Reads the columns ``shape``, ``acc``, ``parent_sha``, ``session``,
+    ``baseline`` that ``--format trl`` writes.
+    """
+    from harness.shapes import Shape as _Shape
+    from l2tui.agent.patches import apply_patch
+    from l2tui.agent.rewards import (RewardConfig, code_lines, failure_reward, reference_error,
+                                     success_reward)
+    from l2tui.session import Session
+
+    cfg = reward_config or RewardConfig()
+    parents: dict[tuple[str, str], str] = {}
+
+    def parent_source(session: str, sha: str | None) -> str:
+        if not sha:
+            return ""
+        key = (session, sha)
+        if key not in parents:
+            parents[key] = Session.open(session).get_kernel(sha)
+        return parents[key]
+
+    def reward_fn(prompts: Any = None, completions: Sequence[Any] = (), shape: Sequence[Any] = (),
+                  acc: Sequence[str] = (), parent_sha: Sequence[str | None] = (), session: Sequence[str] = (),
+                  baseline: Sequence[str | None] = (), **_: Any) -> list[float]:
+        out: list[float] = []
+        for c, shp, a, psha, sess, base in zip(completions, shape, acc, parent_sha, session, baseline):
+            parent = parent_source(sess, psha)
+            res = apply_patch(parent, _text(c), allow_rewrite=True)
+            if not res.ok:
+                out.append(failure_reward("patch_failed", cfg)[0])
+                continue
+            ev = evaluator.evaluate(res.source, _Shape(*shp), a or "f32")
+            if ev.status != "ok":
+                out.append(failure_reward(ev.status, cfg)[0])
+                continue
+            check = ev.check or {}
+            lines = code_lines(res.source)
+            r, _parts = success_reward(speedup=ev.speedup(base or "cublas"), rel_err=check.get("rel_err"),
+                                       ref_err=reference_error(check), lines=lines,
+                                       seed_lines=code_lines(parent) or lines, cfg=cfg)
+            out.append(r)
+        return out
+
+    reward_fn.__name__ = "l2tui_live_reward"
+    return reward_fn

@@ -143,3 +143,46 @@ def test_rows_round_trip_through_the_datasets_loader(session, tmp_path, monkeypa
         first = _rows(out)[0]
         for c in cols:
             assert ds[0][c] == first[c]
+
+
+def test_logged_reward_matches_only_the_logged_completion(session, tmp_path):
+    from l2tui.rldata import logged_reward
+
+    out = tmp_path / "t.jsonl"
+    rl_data([session], "trl", out)
+    rows = _rows(out)
+    cols = {k: [r[k] for r in rows] for k in rows[0] if k not in ("prompt", "completion")}
+    same = [r["completion"] for r in rows]
+    assert logged_reward(prompts=[r["prompt"] for r in rows], completions=same, **cols) == [r["reward"] for r in rows]
+    other = [[{"role": "assistant", "content": "something new"}] for _ in rows]
+    assert logged_reward(completions=other, **cols) == [None] * len(rows)
+
+
+def test_live_reward_scores_new_completions_like_the_loop(session, tmp_path):
+    """Apply each completion to its parent, evaluate (recorded results, real nvcc), reward as the loop does."""
+    import json as _json
+
+    from harness.shapes import Shape as S
+    from l2tui.agent.recorded import RecordedEvaluator, record_key
+    from l2tui.rldata import live_reward
+
+    ok = {"status": "ok", "build": None, "check": {"ok": True, "rel_err": 2e-4, "bound": 1e-3},
+          "times_ms": {"candidate": 0.008, "cublas": 0.012}, "spread": {}, "roofline_ms": None, "message": "ok"}
+    wrong = {"status": "wrong", "build": None, "check": {"ok": False, "rel_err": 0.4, "bound": 1e-3},
+             "times_ms": {}, "spread": {}, "roofline_ms": None, "message": "wrong"}
+    shape = S(128, 128, 128)
+    rec = tmp_path / "rec.json"
+    rec.write_text(_json.dumps({"meta": {"arch": "sm_90a"}, "records": {
+        record_key(fx.tiled(32), shape, "f32"): ok, record_key(fx.tiled(8), shape, "f32"): wrong}}))
+    fn = live_reward(RecordedEvaluator(rec, arch="sm_90a"))
+    out = tmp_path / "t.jsonl"
+    rl_data([session], "trl", out, shapes=[shape], policy="llm")
+    rows = [r for r in _rows(out) if r["acc"] == "f32"]
+    cols = {k: [r[k] for r in rows] for k in rows[0] if k not in ("prompt", "completion")}
+    got = fn(prompts=[r["prompt"] for r in rows], completions=[r["completion"] for r in rows], **cols)
+    by = dict(zip((r["logged_completion"] for r in rows), got))
+    assert by[fx.patch(16, 32)] == pytest.approx(1.5)      # speedup 0.012 / 0.008, no penalties
+    assert by[fx.patch(16, 8)] == pytest.approx(-0.7)      # the loop's fixed reward for a wrong kernel
+    garbage = fn(completions=[[{"role": "assistant", "content": "no patch here"}]], shape=[[128, 128, 128]],
+                 acc=["f32"], parent_sha=[rows[0]["parent_sha"]], session=[rows[0]["session"]], baseline=["cublas"])
+    assert garbage == [pytest.approx(-0.8)]                # patch_failed
