@@ -272,6 +272,10 @@ def cmd_check(args, kerns) -> dict:
             except Exception as e:  # noqa: BLE001
                 r = {"ok": False, "failed": "crashed", "detail": str(e)[:300]}
             row[str(s)] = r
+            if r.get("failed") == "crashed" and "illegal" in r.get("detail", "").lower():
+                print(f"{kern.name}: sticky CUDA error on {s}; stopping (rerun without it)", flush=True)
+                results[kern.name] = row
+                return {"mode": "check", "shapes": [str(x) for x in shapes], "results": results, "failures": failures + 1}
             if not r["ok"] and r.get("failed") != "unsupported":
                 failures += 1
         bad = {k: v["failed"] for k, v in row.items() if not v["ok"]}
@@ -280,6 +284,14 @@ def cmd_check(args, kerns) -> dict:
               flush=True)
         results[kern.name] = row
     return {"mode": "check", "shapes": [str(s) for s in shapes], "results": results, "failures": failures}
+
+
+def partial_save(args, kerns, res: dict) -> None:
+    """Write what we have so far (a crash of a later kernel must not lose earlier timings)."""
+    out = Path(args.out) / f"{args.tag or args.mode}.json"
+    doc = {**res, "partial": True,
+           "configs": {k.name: {"family": k.config.family, "knobs": k.config.knob_dict, "acc": k.acc} for k in kerns}}
+    out.write_text(json.dumps(doc, indent=1))
 
 
 def cmd_time(args, kerns) -> dict:
@@ -291,6 +303,7 @@ def cmd_time(args, kerns) -> dict:
     for i, s in enumerate(shapes):
         times = time_shape(kerns, s, baselines, args.target_ms, args.reps, args.seed + i)
         rows.append({"shape": [s.m, s.n, s.k], "times_ms": times})
+        partial_save(args, kerns, {"mode": "time", "timings": rows})
         best = min(((v, k) for k, v in times.items() if v and k in {x.name for x in kerns}), default=(None, None))
         ref = times.get("cublaslt_autotune") or times.get("torch")
         sp = f"{ref / best[0]:.2f}x" if best[0] and ref else "-"
@@ -342,6 +355,8 @@ def cmd_pick(args, kerns) -> dict:
             (kdir / f"{s.m}_{s.n}_{s.k}.cu").write_text(by_name[winner].source)
         rows.append({"shape": [s.m, s.n, s.k], "times_ms": times, "winner": winner,
                      "predicted_us": {k.name: round(model.predict(k.config, s) * 1e6, 2) for k in chosen}})
+        if i % 25 == 0:
+            partial_save(args, kerns, {"mode": "pick", "timings": rows})
         el = time.time() - t0
         print(f"[{i + 1}/{len(shapes)}] {str(s):20s} winner {winner} "
               f"{winner and times[winner] * 1e3:.1f}us  elapsed {el:.0f}s ETA {el / (i + 1) * (len(shapes) - i - 1):.0f}s",
@@ -366,12 +381,25 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels-dir", default=None)
     ap.add_argument("--check-max-mnk", type=float, default=float(1 << 36))
     ap.add_argument("--tag", default=None, help="output file name stem")
+    ap.add_argument("--exclude-failed", nargs="*", default=[], help="check result files: skip configurations that failed")
     args = ap.parse_args(argv)
     if args.mode == "pick" and not args.budget_s:
         args.budget_s = 420.0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     kerns = load_kernels(Path(args.prebuilt), args.acc, args.only)
+    failed = set()
+    for f in args.exclude_failed:
+        try:
+            doc = json.loads(Path(f).read_text())
+        except (OSError, ValueError):
+            continue
+        for name, row in doc.get("results", {}).items():
+            if any(not v["ok"] and v.get("failed") != "unsupported" for v in row.values()):
+                failed.add(name)
+    if failed:
+        print(f"skipping configurations that failed checks: {sorted(failed)}", flush=True)
+        kerns = [k for k in kerns if k.name not in failed]
     print(f"{len(kerns)} configurations loaded", flush=True)
     t0 = time.time()
     res = {"mode": args.mode}

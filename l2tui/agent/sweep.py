@@ -66,6 +66,7 @@ class SweepConfig:
     arch: str | None = None
     jobs: int | None = None
     patience: int = 2               # steps without improvement before a track stops
+    build_batches: bool = True      # build each step's proposals in parallel before evaluating
 
 
 @dataclass
@@ -167,6 +168,8 @@ class Sweep:
         return results
 
     def _build_batch(self, sources: list[str]) -> None:
+        if not self.cfg.build_batches or len(sources) < 2:
+            return
         try:
             from harness.build import build_many
         except ImportError:  # pragma: no cover - harness always has it
