@@ -92,7 +92,7 @@ def make_replay_app(session_path: str | Path, *, cfg: Any = None, speed: float =
     sess = open_session(session_path)
     ctx = UIContext(session=sess, events=list(sess.events), replay=True, speed=speed, autoplay=autoplay,
                     start=start, keys=keys, note=note, title=f"l2tui replay {Path(session_path).name}",
-                    baseline=_cfg_get(cfg, "harness.baseline"))
+                    baseline=None)  # the session's own reward baseline until the user picks another
     app = L2App(ctx)
     if theme:
         app.theme = theme

@@ -144,7 +144,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog help-dialog"):
-            yield Label("Keys  (remap any of them in l2tui.toml: [keys] id = \"key\")", classes="dialog-title")
+            yield Label(Text('Keys  (remap any of them in l2tui.toml: [keys] id = "key")'), classes="dialog-title")
             with VerticalScroll():
                 yield Static(self._table(), id="help-table")
             yield Label("escape: close · ctrl+p: command palette", classes="dialog-help")

@@ -30,31 +30,32 @@ class TelemetryBar(Static):
         tel = m.telemetry
         t = Text()
         gpu = m.gpu.get("name") if m.gpu else None
+        if self.note:
+            t.append(f" {self.note} ", style="bold black on magenta")
+            t.append(" ")
         if not gpu:
             t.append(" no GPU ", style="black on yellow")
         else:
-            t.append(f" {gpu} ", style="bold black on green")
+            t.append(f" {str(gpu).replace('NVIDIA ', '')} ", style="bold black on green")
         if tel:
-            t.append(f"  SM {_fmt(tel.get('sm_clock_mhz'), ' MHz')}")
-            t.append(f" · mem {_fmt(tel.get('mem_clock_mhz'), ' MHz')}")
+            t.append(f" SM {_fmt(tel.get('sm_clock_mhz'), ' MHz')}")
             temp = tel.get("temp_c")
-            t.append(f" · {_fmt(temp, ' °C')}", style="red" if isinstance(temp, (int, float)) and temp >= 85 else "")
-            t.append(f" · {_fmt(tel.get('power_w'), '')}/{_fmt(tel.get('power_limit_w'), ' W')}")
-            t.append(f" · util {_fmt(tel.get('util_pct'), '%')}")
-            t.append(f" · {_fmt(tel.get('mem_used_mib'), ' MiB')}")
+            t.append(f" {_fmt(temp, '°C')}", style="red" if isinstance(temp, (int, float)) and temp >= 85 else "")
+            t.append(f" {_fmt(tel.get('power_w'), '')}/{_fmt(tel.get('power_limit_w'), 'W')}")
+            t.append(f" util {_fmt(tel.get('util_pct'), '%')}")
+            mem = tel.get("mem_used_mib")
+            t.append(f" {_fmt(mem / 1024 if isinstance(mem, (int, float)) else None, ' GiB', '{:.1f}')}")
         elif gpu:
             t.append("  no telemetry yet", style="grey50")
         states: dict[str, int] = {}
         for tr in m.tracks.values():
             states[tr.state] = states.get(tr.state, 0) + 1
-        t.append("  │ ", style="grey50")
-        t.append(f"policy {m.policy or '—'} · {m.mode} · vs {self.baseline or _first_baseline(m) or '—'}")
-        t.append("  │ ", style="grey50")
+        t.append(" │ ", style="grey50")
+        t.append(f"{m.policy or '—'} · {m.mode} · vs {self.baseline or _first_baseline(m) or '—'}")
+        t.append(" │ ", style="grey50")
         t.append(" ".join(f"{n} {s}" for s, n in states.items()) or "no tracks")
         gm = m.geomean_best(self.baseline)
         t.append(f" · geomean {fmt_speedup(gm)}")
-        if self.note:
-            t.append(f"  │ {self.note}", style="bold magenta")
         self.update(t)
 
 

@@ -140,8 +140,7 @@ class ShapeGrid(Widget, can_focus=True):
     # -- drawing ------------------------------------------------------------------------------
     def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
         if self.compact:
-            blocks_per_row = max(1, (width - 5) // (len(self.ns) + 2))
-            rows = -(-len(self.ks) // blocks_per_row)
+            rows = -(-len(self.ks) // self._per_row(width))
             return rows * (len(self.ms) + 1) + 1
         return len(self.ms) + 2
 
@@ -185,18 +184,20 @@ class ShapeGrid(Widget, can_focus=True):
                 out.append("\n")
         return out
 
+    def _per_row(self, width: int) -> int:
+        return max(1, (width - 5) // (len(self.ns) + 1))
+
     def _render_compact(self) -> Text:
-        width = max(20, self.size.width - 2)
-        bw = len(self.ns) + 2
-        per_row = max(1, (width - 5) // bw)
+        bw = len(self.ns) + 1
+        per_row = self._per_row(self.size.width)
         out = Text()
         for start in range(0, len(self.ks), per_row):
             ks = self.ks[start:start + per_row]
             out.append("     ")
             for k in ks:
                 sel = self.ks.index(k) == self.kidx
-                out.append(f"K={dim_label(k):<{bw - 2}}", style="bold reverse" if sel else "bold grey70")
-                out.append("  ")
+                out.append(f"K={dim_label(k):<{bw - 3}}", style="bold reverse" if sel else "bold grey70")
+                out.append(" ")
             out.append("\n")
             for r, m in enumerate(self.ms):
                 out.append(f"{dim_label(m):>4} ", style="grey70")
@@ -208,7 +209,7 @@ class ShapeGrid(Widget, can_focus=True):
                         if kk == self.kidx and r == self.row and c == self.col:
                             st = st + Style(reverse=True, bold=True)
                         out.append(ch, style=st)
-                    out.append("  ")
+                    out.append(" ")
                 out.append("\n")
         out.append("█ faster/slower than baseline  ▶ running  · queued  ✗ failed", style="grey50")
         return out

@@ -1,0 +1,52 @@
+"""SVG snapshots (pytest-textual-snapshot) of the main, replay and help screens at 160×48.
+
+Regenerate after an intended change with ``pytest tests/test_tui_snapshots.py --snapshot-update``
+and look at the report before committing.
+"""
+
+from __future__ import annotations
+
+from tui_support import GRID, LIST, SIZE, live_app, replay_app
+
+
+async def _settle(pilot) -> None:
+    for _ in range(4):
+        await pilot.pause(0.05)
+    await pilot.wait_for_scheduled_animations()
+
+
+def test_main_screen(snap_compare, tmp_path):
+    app, _ = live_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_settle)
+
+
+def test_main_screen_diff_all_k(snap_compare, tmp_path):
+    app, _ = live_app(tmp_path)
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("v", "d")
+        await _settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_replay_screen(snap_compare):
+    app = replay_app(GRID, start=1500)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_settle)
+
+
+def test_replay_list_view(snap_compare):
+    app = replay_app(LIST, start=10**6)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_settle)
+
+
+def test_help_screen(snap_compare):
+    app = replay_app(GRID, start=10**6, keys={"accept": "ctrl+y"})
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("question_mark")
+        await _settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
