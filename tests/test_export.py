@@ -44,6 +44,7 @@ def test_export_picks_per_rules_and_writes_manifest(session, tmp_path):
         assert text == _expected_source(what), shape
         assert e["sha256"] == hashlib.sha256(text.encode()).hexdigest()
         assert e["selected_by"] == how, shape
+        assert e["accepted_by"] == ("user" if how == "accepted" else None)
         assert e["fallback"] == fallback, shape
         assert e["file"] == f"kernels/{shape[0]}_{shape[1]}_{shape[2]}.cu"
         assert e["acc"] == "f32"  # the f16 track of 128^3 is faster, but f32 is preferred

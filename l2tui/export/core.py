@@ -101,6 +101,7 @@ def _entry(view: SessionView, c: Choice, source: str) -> dict:
         "origin": c.origin,
         "policy": c.policy,
         "selected_by": c.selected_by,
+        "accepted_by": c.accepted_by,
         "rel_err": c.rel_err,
         "bound": c.bound,
         "nondeterministic": "l2: nondeterministic" in source,

@@ -23,6 +23,7 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "symbol": "l2_hgemm_M_N_K", "acc": "f32" | "f16", "family": … | null,
       "flags": [nvcc flags], "track": "MxNxK-acc", "step": int | null,
       "origin": …, "policy": …, "selected_by": "accepted" | "best_passed",
+      "accepted_by": "user" | "policy" | null,
       "rel_err": float | null, "bound": float | null, "nondeterministic": bool,
       "timing_mode": "offline" | "server" | null, "times_ms": {label: ms},
       "baseline": reward baseline label | null,

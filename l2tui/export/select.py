@@ -2,8 +2,10 @@
 
 Rules (docs/readme/export.md repeats them for users):
 
-* per track, the user's word wins: the last ``decision`` event with action
-  ``accept`` names the kernel; a later ``reject`` of that kernel cancels it;
+* per track, the last ``decision`` event with action ``accept`` names the
+  kernel (the loop records one, ``by: policy``, each time a kernel becomes the
+  track's best; the user's own accept is ``by: user``); a later ``reject`` of
+  that kernel cancels it;
 * otherwise (unless ``only_accepted``) the kernel that passed every check it
   was given (``checked`` events, all ``ok``) and has a ``timed`` event, with the
   highest speedup; a kernel the user rejected is never picked this way;
@@ -41,6 +43,7 @@ class Choice:
     acc: str
     sha: str
     selected_by: str  # "accepted" | "best_passed"
+    accepted_by: str | None  # "user" | "policy" (the loop accepts each new best) | None
     step: int | None
     origin: str | None
     policy: str | None
@@ -65,6 +68,7 @@ class _Track:
     acc: str
     baseline: str | None
     accepted: str | None = None
+    accepted_by: str | None = None
     rejected: set[str] = field(default_factory=set)
     candidates: dict[str, dict] = field(default_factory=dict)
     check_ok: dict[str, bool] = field(default_factory=dict)
@@ -124,6 +128,7 @@ def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
             action = ev.get("action")
             if action == "accept":
                 t.accepted = sha
+                t.accepted_by = str(ev.get("by") or "user")
                 t.rejected.discard(sha)
             elif action == "reject":
                 t.rejected.add(sha)
@@ -162,6 +167,7 @@ def _choice(t: _Track, sha: str, how: str) -> Choice:
         acc=t.acc,
         sha=sha,
         selected_by=how,
+        accepted_by=t.accepted_by if how == "accepted" else None,
         step=cand.get("step") if isinstance(cand.get("step"), int) else None,
         origin=cand.get("origin"),
         policy=cand.get("policy"),
