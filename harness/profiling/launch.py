@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     results = run_items(spec)
     with open(a.result, "w") as fh:
         json.dump({"nvtx": spec.get("nvtx", "cupy"), "items": results}, fh, indent=1)
-    return 0 if any(r["status"] == "ok" for r in results) else 3
+    # statuses travel in the result file: a non-zero exit would only make ncu print a second,
+    # less precise error ("The application returned an error code")
+    return 0
 
 
 if __name__ == "__main__":

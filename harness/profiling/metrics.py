@@ -51,8 +51,8 @@ CANON: tuple[Canon, ...] = (
           ("lts__throughput.avg.pct_of_peak_sustained_elapsed",)),
     Canon("l1_throughput_pct", "L1/shared throughput", "%", "wavg",
           ("l1tex__throughput.avg.pct_of_peak_sustained_active",)),
-    Canon("dram_read_bytes", "DRAM bytes read", "byte", "sum", ("dram__bytes_read.sum",)),
-    Canon("dram_write_bytes", "DRAM bytes written", "byte", "sum", ("dram__bytes_write.sum",)),
+    Canon("dram_bandwidth", "DRAM bandwidth", "byte/s", "wavg", ("dram__bytes.sum.per_second",)),
+    Canon("dram_bytes", "DRAM bytes moved", "byte", "sum", ("dram__bytes.sum", "dram__bytes_read.sum")),
     Canon("l2_hit_rate_pct", "L2 hit rate", "%", "wavg", ("lts__t_sector_hit_rate.pct",)),
     Canon("l1_hit_rate_pct", "L1 hit rate", "%", "wavg", ("l1tex__t_sector_hit_rate.pct",)),
     Canon("achieved_occupancy_pct", "Achieved occupancy", "%", "wavg",
@@ -86,6 +86,10 @@ MEMORY_STALLS = ("long_scoreboard", "lg_throttle", "mio_throttle", "short_scoreb
 
 
 def _value(k: KernelRecord, c: Canon) -> float | None:
+    if c.key == "dram_bytes" and not any(k.num(n) is not None for n in c.names):
+        # MemoryWorkloadAnalysis gives the rate, not the total: bytes = rate x duration
+        rate, dur = k.num("dram__bytes.sum.per_second"), k.num("gpu__time_duration.sum")
+        return rate * dur * 1e-9 if rate is not None and dur is not None else None
     if c.pattern is not None:
         rx = re.compile(c.pattern)
         vals = [m.value for n, m in k.metrics.items() if rx.match(n) and isinstance(m.value, float)]
@@ -180,11 +184,12 @@ def fmt_value(m: Metric) -> str:
         return "n/a"
     if not isinstance(v, float):
         return str(v)
-    if u == "byte":
-        for f, s in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+    if u in ("byte", "byte/s"):
+        suffix = "/s" if u == "byte/s" else ""
+        for f, s in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
             if abs(v) >= f:
-                return f"{v / f:.2f} {s}"
-        return f"{v:.0f} B"
+                return f"{v / f:.2f} {s}{suffix}"
+        return f"{v:.0f} B{suffix}"
     if u == "%":
         return f"{v:.1f}%"
     if u == "" and abs(v) < 1 and v != 0:

@@ -163,19 +163,22 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
         rc, log = _run(cmd, timeout_s, env, what)
         rep = Path(str(report) + ".ncu-rep")
         err = classify_ncu_failure(log, what)
-        # a refused-counters error is always fatal; other ==ERROR== lines only when no report came out
-        # (ncu reports e.g. one kernel it could not profile and still profiles the rest)
-        if err is not None and (isinstance(err, CountersRefused) or not rep.is_file()):
+        if isinstance(err, CountersRefused):
             raise err
         try:
             res = json.loads(result_path.read_text())
         except (OSError, ValueError):
             res = {"items": []}
         if not rep.is_file():
-            if NO_KERNEL_MARKER in log:
+            # no report: say why, most precise first (the driver's own per-call status, then ncu's text)
+            items_ = res.get("items", [])
+            if NO_KERNEL_MARKER in log or (items_ and not any(i.get("status") == "ok" for i in items_)):
                 raise NoKernelProfiled(what, _item_detail(res))
+            if err is not None:
+                raise err
             tail = next((ln for ln in reversed(log.splitlines()) if ln.strip()), f"exit status {rc}")
             raise ProfileFailed(f"ncu wrote no report for {what}: {tail.strip()[:200]}")
+        # other ==ERROR== lines with a report: ncu still profiled the rest; keep it as a warning
         left = max(10.0, timeout_s - (time.monotonic() - t0))
         rc_raw, raw = _run(import_command(ncu, rep, "raw"), left, env, what + " (import)")
         rc_det, det = _run(import_command(ncu, rep, "details"), left, env, what + " (import)")

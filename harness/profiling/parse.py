@@ -101,7 +101,7 @@ class KernelRecord:
 def to_number(text: str) -> float | str | None:
     """``"1,234.5"`` → 1234.5; ``""``/``"n/a"`` → None; anything else stays a string."""
     s = text.strip()
-    if s == "" or s.lower() in ("n/a", "nan", "-"):
+    if s == "" or s.lower() in ("n/a", "nan", "-", "no data"):
         return None
     if _THOUSANDS.match(s):
         s = s.replace(",", "")
@@ -185,8 +185,9 @@ def parse_raw(text: str) -> list[KernelRecord]:
     skip = {i for i, h in enumerate(header) if h in _FIXED_COLS or "_Range" in h}
     out: list[KernelRecord] = []
     for row in body:
-        if not row or len(row) < len(header) or not row[i_id or 0].strip():
+        if not row or not row[i_id or 0].strip():
             continue
+        row = row + [""] * (len(header) - len(row))
         rec = KernelRecord(
             id=int(float(to_number(row[i_id]) or 0)) if i_id is not None else len(out),
             name=row[i_name] if i_name is not None else "",
@@ -217,7 +218,8 @@ def parse_details(text: str) -> list[KernelRecord]:
     nvtx_cols = [i for i, h in enumerate(header) if "Push/Pop_Range" in h]
     by_id: dict[int, KernelRecord] = {}
     for row in rows[1:]:
-        if len(row) < len(header) or not row[col["ID"]].strip():
+        row = row + [""] * (len(header) - len(row))    # ncu leaves empty trailing rule columns out
+        if not row[col["ID"]].strip():
             continue
         kid = int(float(to_number(row[col["ID"]]) or 0))
         rec = by_id.get(kid)

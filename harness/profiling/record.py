@@ -146,6 +146,39 @@ def body_json(calls: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
     return {"meta": meta, "profiles": profiles}
 
 
+def rebuild(src: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Re-derive fixture calls and the prior body from a recorded folder (no GPU needed)."""
+    class _Run:  # the two fields _calls reads
+        def __init__(self, raw: Path, det: Path | None) -> None:
+            self.raw_csv = raw.read_text()
+            self.details_csv = det.read_text() if det and det.is_file() else ""
+
+    fx: list[dict[str, Any]] = []
+    fdir = src / "fixtures" if (src / "fixtures" / "manifest.json").is_file() else src
+    if (fdir / "manifest.json").is_file():
+        man = json.loads((fdir / "manifest.json").read_text())["calls"]
+        fx = _calls(_Run(fdir / "fixtures_raw.csv", fdir / "fixtures_details.csv"), man)
+    prior: list[dict[str, Any]] = []
+    for mf in sorted((src / "prior").glob("chunk*_manifest.json")):
+        stem = mf.name.replace("_manifest.json", "")
+        raw = mf.with_name(f"{stem}_raw.csv")
+        if not raw.is_file():
+            raw = mf.with_name(f"{stem}_raw.csv.gz")
+        if raw.suffix == ".gz":
+            import gzip
+
+            r = _Run.__new__(_Run)
+            r.raw_csv, r.details_csv = gzip.decompress(raw.read_bytes()).decode(), ""
+        else:
+            r = _Run(raw, None)
+        prior += _calls(r, json.loads(mf.read_text())["calls"])
+    meta = {}
+    info = src / "info.json"
+    if info.is_file():
+        meta = json.loads(info.read_text())
+    return fx, prior, meta
+
+
 def record_no_kernel_text(out: Path, so_dir: Path) -> None:
     """Run ncu with an NVTX filter that matches nothing, to keep ncu's real message."""
     ncu = find_ncu()
@@ -185,8 +218,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-fixtures", action="store_true")
     ap.add_argument("--skip-prior", action="store_true")
     ap.add_argument("--nvtx", default="", help="NVTX backend for the prior (default: what worked for the fixtures, else cupy)")
+    ap.add_argument("--rebuild", action="store_true",
+                    help="no GPU: re-derive prior_profiles.json and the tables from the CSVs already in --out")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.rebuild:
+        fx, prior, meta = rebuild(a.out)
+        if prior:
+            (a.out / "prior_profiles.json").write_text(json.dumps(body_json(prior, meta), separators=(",", ":")))
+        clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
+        print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}))
+        if fx:
+            print(table(fx, clf))
+        if prior:
+            from collections import Counter
+
+            print("prior verdicts:", dict(Counter((c["label"], clf.classify(c["metrics"]).cls) for c in prior)))
+        return 0
     ncu = find_ncu()
     info = {"ncu": ncu_version(ncu), "sections": choose_sections(ncu), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
@@ -198,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # informational only
         info["gpu_error"] = str(e)
     print(json.dumps(info), flush=True)
+    (a.out / "info.json").write_text(json.dumps(info, indent=1))
     fx: list[dict[str, Any]] = []
     nvtx = a.nvtx or "cupy"
     if not a.skip_fixtures:
@@ -211,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_prior:
         prior = record_prior(a.out, a.so_dir, a.budget_s, a.chunks, nvtx)
         body = body_json(prior, info)
-        (a.out / "prior_profiles.json").write_text(json.dumps(body, indent=0))
+        (a.out / "prior_profiles.json").write_text(json.dumps(body, separators=(",", ":")))
     clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
     print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}), flush=True)
     if fx:

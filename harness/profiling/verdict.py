@@ -19,11 +19,16 @@ Rules, in order:
 
 1. both throughputs below their thresholds and the call shorter than the launch
    threshold → **launch-bound** (too short to fill the GPU: launch and ramp cost dominate);
-2. compute ≥ its threshold, and relatively higher than memory → **compute-bound**;
-3. memory ≥ its threshold → **memory-bandwidth-bound**;
-4. otherwise the GPU is neither busy computing nor moving bytes: **memory-latency-bound**
-   when memory stalls dominate (share ≥ its threshold), else **compute-bound**
-   (instruction latency / synchronisation, reported as such in the reasons).
+2. compute ≥ its threshold and memory not (or both high and the tensor pipe is busy,
+   or compute ≥ memory) → **compute-bound**; ncu's memory figure includes L1/shared
+   memory, which a tensor-core GEMM keeps busy too, hence the tensor-pipe tie-break;
+3. memory ≥ its threshold → **memory-bandwidth-bound** (DRAM, L2 or L1/shared: the
+   reasons name the busiest unit);
+4. otherwise the GPU is neither busy computing nor moving bytes for a long call:
+   **memory-latency-bound** (too little parallelism or too many dependent loads to hide
+   latency), except when the grid fills the GPU (≥ 1 wave) *and* memory stalls are a
+   minority (share < its threshold): then **compute-bound** (instruction latency /
+   dependency chains, reported as such).
 
 Otsu thresholds are clipped into sane ranges (``CLIP``), because a body can be
 one-sided (e.g. only big cuBLAS calls) and Otsu then splits noise.
@@ -52,14 +57,14 @@ CLASSES = (COMPUTE, BANDWIDTH, LATENCY, LAUNCH)
 #: used when a body has too few distinct values for a feature
 DEFAULTS = {"compute": 60.0, "memory": 60.0, "launch_us": 10.0, "stall_mem": 0.5}
 #: Otsu results are clipped into these ranges
-CLIP = {"compute": (35.0, 80.0), "memory": (35.0, 80.0), "launch_us": (2.0, 50.0), "stall_mem": (0.25, 0.75)}
+CLIP = {"compute": (35.0, 80.0), "memory": (35.0, 80.0), "launch_us": (2.0, 20.0), "stall_mem": (0.25, 0.75)}
 
 #: per class, the metrics that matter (what prompts and the UI show); stalls are added dynamically
 CLASS_METRICS: dict[str, tuple[str, ...]] = {
     COMPUTE: ("duration_us", "sm_throughput_pct", "tensor_pipe_pct", "ipc", "issue_active_pct",
               "achieved_occupancy_pct", "registers_per_thread", "stall_top"),
     BANDWIDTH: ("duration_us", "memory_throughput_pct", "dram_throughput_pct", "l2_throughput_pct",
-                "l1_throughput_pct", "dram_read_bytes", "dram_write_bytes", "l2_hit_rate_pct", "l1_hit_rate_pct"),
+                "l1_throughput_pct", "dram_bandwidth", "dram_bytes", "l2_hit_rate_pct", "l1_hit_rate_pct"),
     LATENCY: ("duration_us", "achieved_occupancy_pct", "theoretical_occupancy_pct", "eligible_warps",
               "warp_cycles_per_issue", "stall_memory_frac", "stall_top", "registers_per_thread",
               "smem_per_block", "l2_hit_rate_pct"),
@@ -154,25 +159,32 @@ def classify(metrics: Mapping[str, Any], thresholds: Mapping[str, float]) -> Ver
             f"{d:.1f} us in total, under the {t['launch_us']:.1f} us launch threshold",
             f"compute {c:.0f}% < {t['compute']:.0f}%, memory {m:.0f}% < {t['memory']:.0f}%: the GPU never fills up",
         ], f, t)
-    if hi_c and (not hi_m or c / t["compute"] >= m / t["memory"]):
+    tensor = _f(metrics, "tensor_pipe_pct") or 0.0
+    if hi_c and (not hi_m or tensor >= t["compute"] or c >= m):
         return Verdict(COMPUTE, [
-            f"compute throughput {c:.0f}% >= {t['compute']:.0f}%",
-            f"memory throughput {m:.0f}%" + (" (also high, but relatively lower)" if hi_m else f" < {t['memory']:.0f}%"),
+            f"compute throughput {c:.0f}% >= {t['compute']:.0f}% (tensor pipe {tensor:.0f}%)",
+            f"memory throughput {m:.0f}%" + (" (also high, but the tensor pipe / SM is the busier side)"
+                                             if hi_m else f" < {t['memory']:.0f}%"),
         ], f, t)
     if hi_m:
+        units = {"DRAM": _f(metrics, "dram_throughput_pct"), "L2": _f(metrics, "l2_throughput_pct"),
+                 "L1/shared": _f(metrics, "l1_throughput_pct")}
+        busiest = max((k for k in units if units[k] is not None), key=lambda k: units[k] or 0.0, default=None)
         return Verdict(BANDWIDTH, [
-            f"memory throughput {m:.0f}% >= {t['memory']:.0f}%",
+            f"memory throughput {m:.0f}% >= {t['memory']:.0f}%"
+            + (f"; busiest unit: {busiest} at {units[busiest]:.0f}%" if busiest else ""),
             f"compute throughput {c:.0f}% < {t['compute']:.0f}%" if not hi_c else
-            f"compute throughput {c:.0f}% (high, but relatively lower)",
+            f"compute throughput {c:.0f}% (high too, but memory is the busier side)",
         ], f, t)
+    waves = _f(metrics, "waves_per_sm")
     base = f"compute {c:.0f}% < {t['compute']:.0f}% and memory {m:.0f}% < {t['memory']:.0f}% over {d or 0:.1f} us"
-    if s is not None and s >= t["stall_mem"]:
-        return Verdict(LATENCY, [base, f"{s * 100:.0f}% of warp stalls wait on memory (>= {t['stall_mem'] * 100:.0f}%)"
-                                 + (f"; top stall: {top_s}" if top_s else "")], f, t)
-    if s is None:
-        return Verdict(LATENCY, [base, "no warp-stall data: treated as latency-bound"], f, t)
-    return Verdict(COMPUTE, [base, f"only {s * 100:.0f}% of warp stalls wait on memory; top stall: {top_s}"
-                             " (instruction latency or synchronisation, not throughput)"], f, t)
+    fill = (f"grid fills {waves:.2f} waves of the SMs: too little parallelism to hide latency"
+            if waves is not None and waves < 1 else None)
+    stall = (f"{s * 100:.0f}% of warp stalls wait on memory (threshold {t['stall_mem'] * 100:.0f}%)"
+             + (f"; top stall: {top_s}" if top_s else "")) if s is not None else "no warp-stall data"
+    if waves is not None and waves >= 1 and s is not None and s < t["stall_mem"]:
+        return Verdict(COMPUTE, [base, stall + ": instruction latency or dependency chains, not memory"], f, t)
+    return Verdict(LATENCY, [base] + ([fill] if fill else []) + [stall], f, t)
 
 
 class Classifier:
