@@ -182,6 +182,7 @@ class AgentLoop:
         self._subs: list[Callable[[dict], None]] = []
         self._commands: "queue.Queue[dict]" = queue.Queue()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._rr = 0
         self._started: float | None = None
         self._global_tokens = 0
@@ -207,10 +208,11 @@ class AgentLoop:
 
     def send(self, command: dict) -> None:
         self._commands.put(dict(command))
+        self._wake.set()
 
     def request_stop(self) -> None:
         self._stop.set()
-        self._commands.put({"name": "_wake"})
+        self._wake.set()
 
     def run(self) -> None:
         """Blocking: until every track is done/failed/stopped or a stop is requested."""
@@ -240,11 +242,8 @@ class AgentLoop:
                         active.append(t)
                 runnable = [t for t in active if t.state == "running"]
                 if not runnable:
-                    try:
-                        cmd = self._commands.get(timeout=0.2)
-                        self._commands.put(cmd)
-                    except queue.Empty:
-                        pass
+                    self._wake.wait(0.2)
+                    self._wake.clear()
                     continue
                 t = runnable[self._rr % len(runnable)]
                 self._rr += 1
@@ -767,6 +766,7 @@ class AgentLoop:
                     self._set_state(t, "paused")
         elif name == "resume":
             for t in self._targets(tid):
+                t.step_once = False
                 if live(t) and t.state in ("paused", "stopped"):
                     self._set_state(t, "queued")
         elif name == "step":

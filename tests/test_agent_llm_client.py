@@ -1,0 +1,106 @@
+"""The LLM client against a real HTTP server on 127.0.0.1 (tests/openai_server.py)."""
+
+import time
+
+import pytest
+
+from l2tui.agent.llm_client import LLMClient
+from tests.openai_server import Reply
+
+KEY = "sk-test-client-7f3a9"
+MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "ROLE: planner\nhello"}]
+
+
+@pytest.fixture
+def client(scripted_server, monkeypatch):
+    monkeypatch.setenv("L2TUI_TEST_KEY", KEY)
+    return LLMClient(base_url=scripted_server.base_url, model="m", api_key_env="L2TUI_TEST_KEY",
+                     timeout_s=1.0, max_retries=2, backoff_s=0.01)
+
+
+def test_streaming_deltas_are_batched_and_usage_reported(client, scripted_server):
+    text = "x" * 300 + " end"
+    scripted_server.add(Reply(content=text, chunk_chars=3))
+    deltas = []
+    r = client.chat(MSGS, role="planner", on_delta=deltas.append)
+    assert r.ok and r.text == text and r.attempts == 1
+    assert "".join(deltas) == text
+    assert 1 <= len(deltas) < len(text) // 3          # batched, not one event per chunk
+    assert r.usage["completion_tokens"] == len(text) // 4 and r.usage["prompt_tokens"] > 0
+    req = scripted_server.requests[-1]
+    assert req["headers"]["authorization"] == f"Bearer {KEY}"
+    assert req["body"]["stream"] is True and req["role"] == "planner"
+
+
+def test_non_streaming(client, scripted_server):
+    client.stream = False
+    scripted_server.add("plain reply")
+    r = client.chat(MSGS)
+    assert r.ok and r.text == "plain reply" and scripted_server.requests[-1]["body"].get("stream") in (None, False)
+
+
+def test_429_then_success_honours_retry_after(client, scripted_server):
+    scripted_server.add(Reply(status=429, retry_after=0.3))
+    scripted_server.add("fine")
+    retries = []
+    t0 = time.monotonic()
+    r = client.chat(MSGS, on_retry=lambda n, why, d: retries.append((n, why, d)))
+    assert r.ok and r.text == "fine" and r.attempts == 2
+    assert retries[0][0] == 1 and "429" in retries[0][1] and retries[0][2] >= 0.3
+    assert time.monotonic() - t0 >= 0.3
+
+
+def test_5xx_then_success(client, scripted_server):
+    scripted_server.add(Reply(status=503))
+    scripted_server.add("ok")
+    assert client.chat(MSGS).ok
+
+
+def test_timeout_then_success(client, scripted_server):
+    scripted_server.add(Reply(content="late", delay_s=2.5))
+    scripted_server.add("in time")
+    retries = []
+    r = client.chat(MSGS, on_retry=lambda *a: retries.append(a))
+    assert r.ok and r.text == "in time"
+    assert "timed out" in retries[0][1]
+
+
+def test_retries_exhausted_is_a_result_not_an_exception(client, scripted_server):
+    for _ in range(3):
+        scripted_server.add(Reply(status=500))
+    r = client.chat(MSGS)
+    assert not r.ok and r.attempts == 3 and "HTTP 500" in r.error and "\n" not in r.error
+
+
+def test_garbage_reply(client, scripted_server):
+    scripted_server.add(Reply(raw=b"<html>oops</html>"))
+    r = client.chat(MSGS)
+    assert not r.ok and r.error and "\n" not in r.error
+    client.stream = False
+    scripted_server.add(Reply(raw=b"not json"))
+    r = client.chat(MSGS)
+    assert not r.ok and "garbage" in r.error
+
+
+def test_empty_reply(client, scripted_server):
+    scripted_server.add("   ")
+    r = client.chat(MSGS)
+    assert not r.ok and "empty" in r.error
+
+
+def test_auth_error_is_not_retried_and_names_the_variable(client, scripted_server):
+    scripted_server.add(Reply(status=401))
+    r = client.chat(MSGS)
+    assert not r.ok and r.attempts == 1 and "$L2TUI_TEST_KEY" in r.error and KEY not in r.error
+
+
+def test_unreachable_endpoint(monkeypatch):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                         # nothing listens there now
+    c = LLMClient(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=1.0, max_retries=1, backoff_s=0.01)
+    r = c.chat(MSGS)
+    assert not r.ok and "cannot reach" in r.error and r.attempts == 2
