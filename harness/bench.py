@@ -61,6 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _git_rev() -> str:
+    """The checkout's revision; ``$L2TUI_GIT_REV`` wins (copies of a tree without .git, e.g. on a lent GPU box)."""
+    import os
+
+    if os.environ.get("L2TUI_GIT_REV"):
+        return os.environ["L2TUI_GIT_REV"]
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
         if rev.returncode != 0:
@@ -172,7 +177,7 @@ def _row_from(res: dict[str, Any], shape: Shape) -> dict[str, Any]:
     row = {"m": shape.m, "n": shape.n, "k": shape.k, "times_ms": res["times_ms"], "roofline_ms": res.get("roofline_ms"),
            "checks": res["checks"], "status": res["status"], "size_class": shape.size_class}
     for key in ("spread", "p90_ms", "device_ms", "reps", "detail_times_ms", "cublas_variant", "bound", "autotune",
-                "clocks", "absent", "errors", "seconds"):
+                "clocks", "absent", "errors", "seconds", "phases"):
         if res.get(key) not in (None, {}, []):
             row[key] = res[key]
     return row
@@ -225,7 +230,6 @@ def main(args: argparse.Namespace) -> int:
             else:
                 build_fail[s] = str(br.errors[0]) if br.errors else "compile error"
 
-    labels = ([args.label] if kernels else []) + baselines
     out = Path(args.out) if args.out else Path(
         f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")
     t0 = time.monotonic()

@@ -5,7 +5,7 @@ Measured once per GPU inside the worker and cached in
 
 * ``peak_tflops``  best of the cuBLAS shim (fp16 in/out, fp32 accumulate) on 8192^3 and
   12288^3, timed with the offline method (CUDA graph, median of replays);
-* ``bw_gbs``       a 1 GiB device-to-device copy in a graph, (read + write bytes) / time;
+* ``bw_gbs``       a 1 GiB copy kernel (16-byte loads/stores) in a graph, (read + write bytes) / time;
 * ``floor_ms``     an empty kernel launched 1000 times back to back in a graph, per launch.
 
 ``roofline_ms(shape) = max(flops / peak, min_bytes / bw, floor)`` where min_bytes reads A
@@ -23,7 +23,7 @@ from typing import Any
 
 from .shapes import Shape
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def roofline_ms(shape: Shape, rf: dict[str, Any] | None) -> float | None:
@@ -72,21 +72,25 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
         r = timing.offline(cp, stream, [g], replays=5)["peak"]
         peak = max(peak, 2.0 * n ** 3 / (r["median_ms"] * 1e-3) / 1e12)
         del a, b, c, g
+    import ctypes
+
     nbytes = 1 << 30
     with stream:
         src = cp.ones(nbytes // 4, dtype=cp.float32)
         dst = cp.empty_like(src)
+    kcopy = shim_lib.l2_copy
+    kcopy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    kcopy.restype = ctypes.c_int
+    sptr, dptr = int(src.data.ptr), int(dst.data.ptr)
 
     def copy() -> int:
-        cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
-        return 0
+        return kcopy(dptr, sptr, nbytes, stream.ptr)
 
     g = timing.make_graph(cp, stream, "copy", copy, target_ms=2.0)
     r = timing.offline(cp, stream, [g], replays=7)["copy"]
     bw = 2.0 * nbytes / (r["median_ms"] * 1e-3) / 1e9
-    del src, dst, g
-    import ctypes
-
+    g = None
+    src = dst = None
     empty = shim_lib.l2_empty
     empty.argtypes = [ctypes.c_void_p]
     empty.restype = ctypes.c_int
@@ -103,6 +107,6 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
         "bw_gbs": round(bw, 1),
         "floor_ms": floor,
         "measured_s": round(time.monotonic() - t0, 2),
-        "method": "peak: cuBLAS shim 8192^3/12288^3 graph-timed; bw: 1 GiB D2D copy in a graph (2x bytes);"
+        "method": "peak: cuBLAS shim 8192^3/12288^3 graph-timed; bw: 1 GiB int4 copy kernel in a graph (2x bytes);"
                   " floor: empty kernel x1000 in a graph",
     }

@@ -331,9 +331,6 @@ def serve() -> int:
                 os._exit(70)
 
 
-if __name__ == "__main__":
-    sys.exit(serve())
-
 
 # --------------------------------------------------------------------------- one shape
 
@@ -527,6 +524,8 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
             subjects.pop("cublaslt_autotune", None)
             errors["cublaslt_autotune"] = f"{type(e).__name__}: {e}"[:300]
 
+    phases = {"setup": round(time.monotonic() - t_start, 4)}
+    t_phase = time.monotonic()
     recs = {label: ck.CheckRecord() for label in subjects}
     alive = dict(subjects)
     nan = cp.float16(float("nan"))
@@ -671,6 +670,8 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
             return False
         return status[label] == "ok" if subj.kind == "candidate" else True
 
+    phases["checks"] = round(time.monotonic() - t_phase, 4)
+    t_phase = time.monotonic()
     timed: dict[str, dict[str, Any]] = {}
     clocks_before = g.nvml.clocks()
     if mode == "offline":
@@ -710,6 +711,7 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
         calls = {lb: subjects[lb].call for lb in subjects if timeable(lb)}
         timed = timing.server(cp, s, calls, qps=qps, calls_per_subject=server_calls, rng=rng) if calls else {}
     clocks_after = g.nvml.clocks()
+    phases["timing"] = round(time.monotonic() - t_phase, 4)
 
     # ---- assemble -----------------------------------------------------------------
     def merge_cublas(d: dict[str, Any]) -> None:
@@ -759,5 +761,9 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
         "autotune": extra.get("autotune"),
         "clocks": {"before": clocks_before, "after": clocks_after},
         "roofline_ms": roofline.roofline_ms(shape, rf),
-        "seconds": round(time.monotonic() - t_start, 3),
+        "seconds": round(time.monotonic() - t_start, 3), "phases": phases,
     }
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

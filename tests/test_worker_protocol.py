@@ -96,3 +96,20 @@ def test_gpu_op_without_gpu_reports_no_gpu(worker):
     with pytest.raises(WorkerRemoteError) as ei:
         worker.call("gpu_info")
     assert "no NVIDIA GPU found" in str(ei.value)
+
+
+@pytest.mark.parametrize("op, args", [
+    ("evaluate_shape", {"m": 64, "n": 64, "k": 64, "shim_path": "/nonexistent.so"}),
+    ("roofline", {"shim_path": "/nonexistent.so"}),
+    ("_debug_sticky", {}),
+])
+def test_every_gpu_op_is_wired_and_fails_cleanly_without_gpu(worker, op, args):
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("cupy installed: this checks the message on a machine without it")
+    except ImportError:
+        pass
+    with pytest.raises(WorkerRemoteError) as ei:
+        worker.call(op, **args)
+    assert "no NVIDIA GPU found" in str(ei.value), str(ei.value)
+    assert worker.call("ping")["pid"] > 0
