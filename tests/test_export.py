@@ -190,3 +190,18 @@ def test_cli_export_and_one_line_errors(session, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("l2tui: error:") and "--force" in err[0]
     assert cli_main(["export", str(tmp_path / "nosuch"), "--out", str(tmp_path / "x")]) == 2
     assert "not a session folder" in capsys.readouterr().err
+
+
+def test_fallback_is_decided_by_what_the_fallback_runs():
+    from l2tui.export.manifest import fallback_for
+
+    # cuBLAS faster: dispatch to cuBLAS
+    assert fallback_for({"candidate": 1.0, "cublas": 0.9, "cublaslt_autotune": 0.8}, 1.0) == \
+        ("cublas", ["cublas", "cublaslt_autotune"])
+    # only autotuned cuBLASLt faster: keep the kernel (cuBLAS would be slower still), but say so
+    assert fallback_for({"candidate": 1.0, "cublas": 1.1, "cublaslt_autotune": 0.95}, 1.0) == \
+        (None, ["cublaslt_autotune"])
+    # no cublas label: torch (cuBLAS underneath) decides
+    assert fallback_for({"candidate": 1.0, "torch": 0.97}, 1.0) == ("cublas", ["torch"])
+    assert fallback_for({"candidate": 1.0, "cublas": 1.0}, 1.0) == (None, [])
+    assert fallback_for({}, None) == (None, [])

@@ -43,8 +43,12 @@ def run(args: argparse.Namespace) -> int:
     ks = res.manifest["kernels"]
     fb = sum(1 for e in ks if e.get("fallback"))
     acc = sum(1 for e in ks if e["selected_by"] == "accepted")
+    beaten = sum(1 for e in ks if not e.get("fallback") and e.get("slower_than"))
     print(f"exported {len(ks)} shape(s) to {res.out} ({acc} accepted, {len(ks) - acc} best passed, "
-          f"{fb} dispatched to cuBLAS because a library was faster)")
+          f"{fb} dispatched to cuBLAS because cuBLAS was faster)")
+    if beaten:
+        print(f"note: on {beaten} shape(s) another library (e.g. autotuned cuBLASLt) beat the kernel; "
+              "the kernel stays because it beats cuBLAS, the dispatcher's fallback")
     for e in ks:
         m, n, k = e["shape"]
         sp = e["speedup"].get(e.get("baseline") or "", None)

@@ -22,7 +22,7 @@ from harness.shapes import Shape
 from l2tui.errors import UserError
 
 from . import cdispatch
-from .manifest import ABI, MANIFEST_NAME, SCHEMA, kernel_name, speedups, symbol_name, validate
+from .manifest import ABI, MANIFEST_NAME, SCHEMA, fallback_for, kernel_name, speedups, symbol_name, validate
 from .select import Choice, select_kernels
 from .sessionio import SessionView, open_session
 
@@ -85,8 +85,8 @@ def _entry(view: SessionView, c: Choice, source: str) -> dict:
     times = dict(tm.times_ms) if tm else {}
     kernel_ms, sp = speedups(times, tm.baseline if tm else None, tm.speedup if tm else None)
     fastest = min(sp, key=lambda lab: times[lab]) if sp else None
-    # never slower than a library: when a baseline was faster on this very shape, dispatch to cuBLAS
-    fallback = "cublas" if sp and min(sp.values()) < 1.0 else None
+    # never slower than cuBLAS: when cuBLAS was faster on this very shape, dispatch to cuBLAS
+    fallback, slower_than = fallback_for(times, kernel_ms)
     return {
         "shape": [c.shape.m, c.shape.n, c.shape.k],
         "name": name,
@@ -112,6 +112,7 @@ def _entry(view: SessionView, c: Choice, source: str) -> dict:
         "baseline": c.baseline or (tm.baseline if tm else None),
         "speedup": sp,
         "fastest_baseline": fastest,
+        "slower_than": slower_than,
         "fallback": fallback,
     }
 

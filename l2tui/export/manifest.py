@@ -29,7 +29,8 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "baseline": reward baseline label | null,
       "speedup": {baseline label: baseline_ms / kernel_ms},
       "fastest_baseline": label | null,
-      "fallback": null | "cublas"        # a baseline was faster: dispatch to cuBLAS
+      "slower_than": [labels of baselines that were faster than the kernel],
+      "fallback": null | "cublas"        # cuBLAS was faster: dispatch this shape to cuBLAS
     }
 """
 
@@ -86,6 +87,25 @@ def speedups(times_ms: dict[str, float], baseline: str | None, reported: float |
     if not cand or cand <= 0:
         return None, {}
     return cand, {lab: t / cand for lab, t in sorted(times_ms.items()) if lab != CANDIDATE_LABEL and t > 0}
+
+
+#: baseline labels that measure what the fallback itself runs (cublasGemmEx; cupy/torch matmul)
+FALLBACK_LABELS = ("cublas", "torch")
+
+
+def fallback_for(times_ms: dict[str, float], kernel_ms: float | None) -> tuple[str | None, list[str]]:
+    """(``"cublas"`` when cuBLAS was faster than the kernel else None, labels of every faster baseline).
+
+    The dispatchers' fallback *is* cuBLAS, so only cuBLAS's own time decides it:
+    routing a shape to cuBLAS because, say, autotuned cuBLASLt beat the kernel
+    would make the library slower there.  Those shapes are listed in
+    ``slower_than`` instead, and the export bench reports them.
+    """
+    if not kernel_ms:
+        return None, []
+    faster = sorted(lab for lab, t in times_ms.items() if lab != CANDIDATE_LABEL and 0 < t < kernel_ms)
+    ref = next((times_ms[lab] for lab in FALLBACK_LABELS if times_ms.get(lab)), None)
+    return ("cublas" if ref is not None and ref < kernel_ms else None), faster
 
 
 def _req(d: dict, key: str, types: tuple, where: str, nullable: bool = False) -> Any:
