@@ -188,6 +188,7 @@ class AgentLoop:
         self._global_tokens = 0
         self._global_wall_prior = 0.0
         self._seed_cache: dict[str, str | None] = {}
+        self._resumed_from: int | None = None
         self._restore()
 
     # ================================================================== public API
@@ -218,6 +219,9 @@ class AgentLoop:
         """Blocking: until every track is done/failed/stopped or a stop is requested."""
         self._started = time.monotonic()
         reason = "finished"
+        if self._resumed_from is not None:
+            self._emit("session_resumed", from_seq=self._resumed_from)
+            self._resumed_from = None
         try:
             while not self._stop.is_set():
                 self._apply_commands()
@@ -964,7 +968,8 @@ class AgentLoop:
                 t.state = "queued"  # running/paused/stopped before the stop: continue
             else:
                 t.state = "stopped" if "stopped" in (t.done_reason or "") else ("failed" if t.state == "failed" else "done")
-        self._emit("session_resumed", from_seq=events[-1]["seq"] if events else 0)
+        # announced when run() starts, so subscribers (the UI, progress lines) see it
+        self._resumed_from = events[-1]["seq"] if events else 0
 
 
 def _has_code(reply: str) -> bool:
