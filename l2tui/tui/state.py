@@ -234,13 +234,15 @@ class SessionModel:
         return c
 
     def _apply(self, ev: dict, changes: Changes) -> None:  # noqa: C901 - one branch per type
+        seq = ev.get("seq")
+        if isinstance(seq, int) and seq <= self.last_seq:
+            return  # already folded (a live backlog overlapping what the UI had)
         typ = ev.get("type")
         t = ev.get("time")
         if isinstance(t, (int, float)):
             if self.t0 is None:
                 self.t0 = float(t)
             self.t_last = float(t)
-        seq = ev.get("seq")
         if isinstance(seq, int):
             self.last_seq = seq
         self.n_events += 1

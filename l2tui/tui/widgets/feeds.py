@@ -126,6 +126,10 @@ class LiveFeed(EventFeed):
             loop = self.factory()
         if loop is None:
             return
+        # events the loop wrote while it was built (track_added...) come first; the
+        # model skips any it already has by seq.  Nothing runs between this and subscribe.
+        for ev in list(getattr(getattr(loop, "session", None), "events", []) or []):
+            self.push(ev)
         loop.subscribe(self.push)
         self.handle.attach(loop)
         loop.run()
