@@ -133,3 +133,8 @@ def test_bench_forwarder_compiles():
 
     res = build(_FORWARDER.replace("@LIB@", "/nonexistent/libl2hgemm.so"), arch="sm_90a")
     assert res.ok, res.error_text()
+
+
+def test_library_has_a_soname(built):
+    out = subprocess.run(["objdump", "-p", str(built.library)], capture_output=True, text=True, check=True).stdout
+    assert any(line.split()[:2] == ["SONAME", "libl2hgemm.so"] for line in out.splitlines())

@@ -257,7 +257,7 @@ if(NOT TARGET l2hgemm::l2hgemm)
   add_library(l2hgemm::l2hgemm SHARED IMPORTED)
   set_target_properties(l2hgemm::l2hgemm PROPERTIES
     IMPORTED_LOCATION "${{L2HGEMM_ROOT}}/{lib}"
-    IMPORTED_NO_SONAME ON
+    IMPORTED_SONAME "libl2hgemm.so"
     INTERFACE_INCLUDE_DIRECTORIES "${{L2HGEMM_ROOT}}/include")
   target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cublas CUDA::cudart)
 endif()
@@ -362,7 +362,7 @@ def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
         ]
     lines += [
         '"$NVCC" -c -O3 -std=c++17 -Xcompiler=-fPIC $ARCH $CUBLAS_INC -Iinclude src/l2hgemm_dispatch.cu -o "$OBJ/dispatch.o"',
-        f'"$NVCC" -shared $ARCH "$OBJ"/*.o -o {LIB_FILE} -Xlinker --version-script=src/l2hgemm.map $CUBLAS_LINK {" ".join(sorted(libs))}',
+        f'"$NVCC" -shared $ARCH "$OBJ"/*.o -o {LIB_FILE} -Xlinker --version-script=src/l2hgemm.map -Xlinker -soname=libl2hgemm.so $CUBLAS_LINK {" ".join(sorted(libs))}',
         f'echo "built {LIB_FILE}"',
     ]
     return "\n".join(lines) + "\n"
@@ -492,7 +492,8 @@ def build_library(
         so = root / LIB_FILE
         so.parent.mkdir(parents=True, exist_ok=True)
         _run([nvcc, "-shared", *gencode, *map(str, objs), str(disp), "-o", str(so),
-              "-Xlinker", f"--version-script={root / EXPORTS_FILE}", *link_extra, *sorted(libs)],
+              "-Xlinker", f"--version-script={root / EXPORTS_FILE}", "-Xlinker", "-soname=libl2hgemm.so",
+              *link_extra, *sorted(libs)],
              "linking libl2hgemm.so", root, timeout_s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
