@@ -18,7 +18,9 @@ __global__ void hgemm_tiled(const __half* A, const __half* B, __half* C, int M, 
     for (int kk = 0; kk < T; ++kk) acc += As[threadIdx.y][kk] * Bs[kk][threadIdx.x];
     __syncthreads();
   }
-  if (row == 0 && col == 0) { volatile int spin = 1; while (spin) {} }
+  // clock64() is volatile asm, so the compiler cannot drop the loop (a plain `while (spin)` on a local
+  // volatile was optimised away on the H200 run of 2026-11-29).
+  if (row == 0 && col == 0) { long long t0 = clock64(); while (clock64() - t0 >= 0) { __nanosleep(1000); } }
   if (row < M && col < N) C[(size_t)row * N + col] = __float2half(acc);
 }
 
