@@ -107,6 +107,7 @@ SM90 = Family(
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("EPILOGUE", ("EPI_TMA", "EPI_NOSMEM"), "TMA store via shared memory / direct stores"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch (overlap launch with the previous kernel)"),
     ),
 )
 
@@ -131,6 +132,7 @@ SM80 = Family(
         Knob("SWIZZLE", _V(1, 2, 4, 8, 16), "tile rows per CTA group"),
         Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16), "K slices per tile, 0 = auto"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
     ),
 )
 
@@ -149,6 +151,7 @@ SMALL = Family(
         Knob("SWIZZLE", _V(1, 2, 4, 8), "tile rows per CTA group"),
         Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16, 32), "K slices per tile, 0 = auto"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
     ),
 )
 
@@ -427,7 +430,7 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
     """A short stable name for a configuration, e.g. ``sm80_mma-128x128x32-w2x2-s4``."""
     fam = get_family(family) if isinstance(family, str) else family
     k = {**fam.defaults(), **knobs}
-    acc = "-f16" if k.get("ACC") == "ACC_F16" else ""
+    acc = ("-f16" if k.get("ACC") == "ACC_F16" else "") + ("-nopdl" if k.get("PDL") == "0" else "")
     if fam.name == "sm90_cutlass":
         sched = {"PERSISTENT": "p", "STREAMK": "sk", "SPLITK": f"split{k['SPLITS']}"}[k["SCHEDULER"]]
         extra = ""
@@ -448,14 +451,14 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
 
 
 def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="PERSISTENT",
-          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA") -> dict[str, str]:
-    return {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": str(tk), "CLUSTER_M": str(cm),
+          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA", pdl=1) -> dict[str, str]:
+    return {"PDL": str(pdl), "TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": str(tk), "CLUSTER_M": str(cm),
             "CLUSTER_N": str(cn), "SCHEDULE": sched, "STAGES": str(stages), "SCHEDULER": scheduler,
             "SPLITS": str(splits), "RASTER": raster, "SWIZZLE": str(swizzle), "EPILOGUE": epi}
 
 
-def _mma(bm, bn, bk, wm, wn, st, sw, sk) -> dict[str, str]:
-    return {"BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
+def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1) -> dict[str, str]:
+    return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
             "STAGES": str(st), "SWIZZLE": str(sw), "SPLIT_K": str(sk)}
 
 
@@ -475,6 +478,13 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 128, tk=128, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 256, cn=2)),
+    ("sm90_cutlass", _sm90(256, 128, cm=2)),
+    ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=8)),
+    ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=4)),
+    ("sm90_cutlass", _sm90(128, 256, pdl=0)),
+    ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", pdl=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
@@ -487,6 +497,9 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("small_splitk", _mma(32, 128, 64, 1, 4, 3, 4, 0)),
     ("small_splitk", _mma(64, 128, 32, 2, 2, 4, 4, 0)),
     ("small_splitk", _mma(16, 128, 64, 1, 4, 3, 4, 0)),
+    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 0, pdl=0)),
+    ("small_splitk", _mma(32, 64, 32, 1, 2, 4, 4, 0)),
+    ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
 )
 
 CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (

@@ -24,6 +24,9 @@
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order (block swizzling)
 //   EPILOGUE        EPI_TMA, EPI_NOSMEM TMA store through shared memory, or direct register stores
 //   ACC             ACC_F32, ACC_F16    accumulator type
+//   PDL             0, 1                programmatic dependent launch (Hopper): the launch and
+//                                       prologue overlap the previous kernel's tail; every global
+//                                       access still waits for it (griddepcontrol.wait)
 //
 // Stream-K and split-K use a workspace that is allocated once (grown when a larger shape needs
 // more) and reduced in a fixed order, so results stay bit-reproducible.
@@ -33,6 +36,11 @@
 #ifndef NDEBUG
 #define NDEBUG
 #endif
+// Compile the grid-dependency-control instructions (griddepcontrol.wait before the first global
+// access, launch_dependents after the last tile) so the PDL knob can overlap this kernel's launch
+// and prologue with the tail of the previous kernel in the stream. Without a PDL launch they are
+// no-ops.
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #include <cuda_runtime.h>
 
 #include "cute/tensor.hpp"
@@ -74,6 +82,7 @@
 #define SWIZZLE 1
 #define EPILOGUE EPI_TMA
 #define ACC ACC_F32
+#define PDL 1
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
@@ -182,7 +191,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
 #if SCHEDULER == PERSISTENT
   // Same problem as last call: the kernel parameters (TMA descriptors) are still valid.
   if (st.a == A && st.b == B && st.c == C && st.m == M && st.n == N && st.k == K && st.stream == s) {
-    return st.gemm.run(s) == cutlass::Status::kSuccess ? 0 : 4;
+    return st.gemm.run(s, nullptr, PDL != 0) == cutlass::Status::kSuccess ? 0 : 4;
   }
 #endif
   StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(M, K, 1));
@@ -226,5 +235,5 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     return 4;
   }
   st.a = A; st.b = B; st.c = C; st.m = M; st.n = N; st.k = K; st.stream = s;
-  return st.gemm.run(s) == cutlass::Status::kSuccess ? 0 : 4;
+  return st.gemm.run(s, nullptr, PDL != 0) == cutlass::Status::kSuccess ? 0 : 4;
 }
