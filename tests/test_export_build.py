@@ -138,3 +138,18 @@ def test_bench_forwarder_compiles():
 def test_library_has_a_soname(built):
     out = subprocess.run(["objdump", "-p", str(built.library)], capture_output=True, text=True, check=True).stdout
     assert any(line.split()[:2] == ["SONAME", "libl2hgemm.so"] for line in out.splitlines())
+
+
+def test_cmake_snippet_links_the_example(built, tmp_path):
+    """`include(l2hgemm.cmake)` + `target_link_libraries(app l2hgemm::l2hgemm)` configures and links."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not installed")
+    b = tmp_path / "cmake-build"
+    for cmd in ([cmake, "-S", str(built.out), "-B", str(b)], [cmake, "--build", str(b)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    exe = b / "l2hgemm_example"
+    assert exe.is_file()
+    ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+    assert str(built.library) in ldd

@@ -259,7 +259,11 @@ if(NOT TARGET l2hgemm::l2hgemm)
     IMPORTED_LOCATION "${{L2HGEMM_ROOT}}/{lib}"
     IMPORTED_SONAME "libl2hgemm.so"
     INTERFACE_INCLUDE_DIRECTORIES "${{L2HGEMM_ROOT}}/include")
-  target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cublas CUDA::cudart)
+  # libl2hgemm.so finds cuBLAS itself (DT_NEEDED + RUNPATH); these give your code the CUDA headers
+  target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cudart)
+  if(TARGET CUDA::cublas)
+    target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cublas)
+  endif()
 endif()
 """
 
