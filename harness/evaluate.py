@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from .baselines import DEFAULT_BASELINES, build_shim, parse_baselines
 from .build import BuildResult, build
-from .errors import HarnessError
+from .errors import HarnessError, ToolMissing
 from .shapes import Shape, parse_accumulator
 from .worker import GpuWorker, WorkerError
 
@@ -44,7 +44,8 @@ class Evaluation:
     message: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def speedup(self, baseline: str, label: str = "candidate") -> float | None:
+    def speedup(self, baseline: str, label: str | None = None) -> float | None:
+        label = label or self.extra.get("label", "candidate")
         b = self.times_ms.get(baseline)
         c = self.times_ms.get(label)
         if not b or not c:
@@ -142,11 +143,13 @@ class Evaluator:
         try:
             res = self.run_shape(shape, acc, cand, self.baselines if time_baselines else [])
         except WorkerError as e:
+            text = str(e).splitlines()[0]
+            if "no NVIDIA GPU found" in text:
+                raise ToolMissing("no NVIDIA GPU found: " + text.split("no NVIDIA GPU found:", 1)[1].strip()[:200]) from None
+            # timeout -> "timeout"; a dead worker, a poisoned context or an error raised in the
+            # worker while running this candidate -> "crashed" (the message says which)
             status = "timeout" if e.kind == "timeout" else "crashed"
-            if e.kind == "error":
-                # a healthy worker raised: treat as a crash of this candidate, but say why
-                status = "crashed"
-            return Evaluation(status, br, message=str(e).splitlines()[0][:300])
+            return Evaluation(status, br, message=text[:300], extra={"label": label})
         st = res["status"].get(label, "crashed")
         check = res["checks"].get(label)
         times = {k: v for k, v in res["times_ms"].items() if v is not None}
@@ -162,5 +165,7 @@ class Evaluator:
             msg = "unsupported: l2_hgemm returned non-zero for this shape"
         else:
             msg = f"wrong: check '{check.get('failed')}' failed: {check.get('detail')}" if check else st
-        extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound", "absent", "errors")}
+        extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound",
+                                         "absent", "errors", "phases")}
+        extra["label"] = label
         return Evaluation(st, br, check, times, spread, res.get("roofline_ms"), msg, extra)

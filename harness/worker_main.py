@@ -22,6 +22,8 @@ import traceback
 from typing import Any, Callable
 
 _HDR = struct.Struct(">Q")
+IDLE_REWARM_S = 2.0          # re-warm the GPU after this much idle time
+MAX_LIBS = 256               # exit (parent restarts lazily) after loading this many kernel libraries
 
 STICKY_MARKERS = (
     "IllegalAddress", "illegal memory access", "LaunchFailure", "unspecified launch failure",
@@ -71,6 +73,7 @@ class Gpu:
         self.roofline: dict[str, Any] | None = None
         self.nvml = _Nvml(self.uuid)
         self.warmed = False
+        self.last_active = 0.0
         self.ctx: Any = None   # last ShapeContext (buffers reused when the next request is the same shape)
 
     def lib(self, path: str) -> Any:
@@ -87,21 +90,36 @@ class Gpu:
             "driver": self.nvml.driver(), "cupy": self.cp.__version__,
         }
 
-    def warm_up(self, shim_fn: Callable[..., int], seconds: float = 0.3) -> None:
-        """Run big GEMMs until the SM clock is up (it idles at a few hundred MHz)."""
-        if self.warmed:
+    def warm_up(self, shim_fn: Callable[..., int], min_s: float = 0.2, max_s: float = 1.5) -> None:
+        """Run big GEMMs until the SM clock is up (it idles at a few hundred MHz).
+
+        Done when the worker starts and again whenever the GPU sat idle for more than
+        IDLE_REWARM_S (an agent thinking between evaluations lets the clock drop).
+        """
+        now = time.monotonic()
+        if self.warmed and now - self.last_active < IDLE_REWARM_S:
+            self.last_active = now
             return
         cp, s = self.cp, self.stream
         n = 4096
         with s:
             a = cp.ones((n, n), dtype=cp.float16)
             c = cp.empty((n, n), dtype=cp.float16)
+        target = self.nvml.max_sm_mhz()
         t0 = time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            for _ in range(20):
+        while True:
+            for _ in range(10):
                 shim_fn(a.data.ptr, a.data.ptr, c.data.ptr, n, n, n, s.ptr)
             s.synchronize()
+            el = time.monotonic() - t0
+            if el >= max_s:
+                break
+            if el >= min_s:
+                clk = self.nvml.clocks().get("sm_mhz") if target else None
+                if not target or clk is None or clk >= 0.9 * target:
+                    break
         self.warmed = True
+        self.last_active = time.monotonic()
 
 
 def _fmt_uuid(raw: Any) -> str:
@@ -138,6 +156,14 @@ class _Nvml:
         try:
             v = self.mod.nvmlSystemGetDriverVersion()
             return v.decode() if isinstance(v, bytes) else v
+        except Exception:
+            return None
+
+    def max_sm_mhz(self) -> int | None:
+        if self.h is None:
+            return None
+        try:
+            return int(self.mod.nvmlDeviceGetMaxClockInfo(self.h, self.mod.NVML_CLOCK_SM))
         except Exception:
             return None
 
@@ -315,6 +341,11 @@ def serve() -> int:
         try:
             result = fn(**args)
             _write(out_fd, {"id": rid, "ok": True, "result": result})
+            if _GPU is not None:
+                _GPU.last_active = time.monotonic()
+                if len(_GPU.libs) > MAX_LIBS:
+                    return 0      # bound the number of loaded kernel libraries; the parent restarts us
+
         except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
             sticky = isinstance(e, Sticky) or is_sticky(e)
             if not sticky and not isinstance(e, (KeyboardInterrupt, SystemExit)):
