@@ -25,10 +25,12 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
         except ImportError as e:
             raise UserError(f"the search policy is not available ({e}); use --policy llm") from None
         opts = dict(getattr(config, "search", {}) or {}) if config is not None else {}
-        try:
-            return SearchPolicy(**opts, **kwargs)
-        except TypeError:
-            return SearchPolicy()
+        arch = None
+        if config is not None:
+            arch = config.harness.get("arch") or None
+        gpu = kwargs.get("gpu") or {}
+        arch = arch or gpu.get("arch")
+        return SearchPolicy(seed=opts.get("seed", 0), width=opts.get("candidates_per_step", 4), arch=arch)
     if name == "human":
         from .human import HumanPolicy
 
