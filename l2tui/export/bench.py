@@ -100,7 +100,6 @@ def dispatch_overhead(root: Path, so: Path, manifest: dict, shapes: list[tuple[i
                       qps: float, calls: int, missing: tuple[int, int, int]) -> list[dict]:
     import cupy as cp
 
-    from harness.timing import server
     from l2tui import runtime
 
     lib = runtime.load(root)
@@ -111,41 +110,52 @@ def dispatch_overhead(root: Path, so: Path, manifest: dict, shapes: list[tuple[i
     except ImportError:
         torch = None  # type: ignore[assignment]
     stream = cp.cuda.Stream(non_blocking=True)
-    rows = []
     with stream:
-        tstream = torch.cuda.ExternalStream(stream.ptr) if torch is not None else None
-        for s in list(shapes) + [missing]:
-            m, n, k = s
-            a = cp.random.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
-            b = cp.random.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
-            c = cp.empty((m, n), dtype=cp.float16)
-            pa, pb, pc, sp = a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr
-            subjects: dict[str, Any] = {}
-            if s != missing:
-                direct = runtime._argtypes(getattr(cdll, manifest_symbol(manifest, s)))
-                subjects["direct_ctypes"] = lambda: direct(pa, pb, pc, m, n, k, sp)
-            else:
-                subjects["cupy_matmul"] = lambda: (cp.matmul(a, b, out=c), 0)[1]
-            subjects["c_dispatch"] = lambda: disp(pa, pb, pc, m, n, k, sp)
-            subjects["py_matmul_cupy"] = lambda: (lib.matmul(a, b, out=c), 0)[1]
+        if torch is not None:  # torch's current stream = cupy's, so every subject enqueues on one stream
+            prev = torch.cuda.current_stream()
+            torch.cuda.set_stream(torch.cuda.ExternalStream(stream.ptr))
+        try:
+            rows = _overhead_rows(cp, torch, stream, lib, cdll, disp, manifest, shapes, qps, calls, missing)
+        finally:
             if torch is not None:
-                with torch.cuda.stream(tstream):
-                    ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
-                def py_torch(ta=ta, tb=tb, tc=tc) -> int:
-                    with torch.cuda.stream(tstream):
-                        lib.matmul(ta, tb, out=tc)
-                    return 0
-                subjects["py_matmul_torch"] = py_torch
-            res = server(cp, stream, subjects, qps=qps, calls_per_subject=calls)
-            ref = "direct_ctypes" if s != missing else "cupy_matmul"
-            base = res[ref]["median_ms"]
-            row = {"shape": list(s), "route": lib.route(m, n, k).kind, "reference": ref,
-                   "median_us": {lab: v["median_ms"] * 1e3 for lab, v in res.items()},
-                   "p90_us": {lab: v["p90_ms"] * 1e3 for lab, v in res.items()},
-                   "overhead_us": {lab: (v["median_ms"] - base) * 1e3 for lab, v in res.items() if lab != ref}}
-            rows.append(row)
-            print(f"  {m}x{n}x{k} {row['route']:6} ref {ref} {base * 1e3:.1f} us; overhead "
-                  + ", ".join(f"{lab} {o:+.1f} us" for lab, o in row["overhead_us"].items()), file=sys.stderr)
+                torch.cuda.set_stream(prev)
+    return rows
+
+
+def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: Any, manifest: dict,
+                   shapes: list[tuple[int, int, int]], qps: float, calls: int,
+                   missing: tuple[int, int, int]) -> list[dict]:
+    from harness.timing import server
+    from l2tui import runtime
+
+    rows = []
+    for s in list(shapes) + [missing]:
+        m, n, k = s
+        a = cp.random.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+        b = cp.random.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+        c = cp.empty((m, n), dtype=cp.float16)
+        pa, pb, pc, sp = a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr
+        subjects: dict[str, Any] = {}
+        if s != missing:
+            direct = runtime._argtypes(getattr(cdll, manifest_symbol(manifest, s)))
+            subjects["direct_ctypes"] = lambda: direct(pa, pb, pc, m, n, k, sp)
+        else:
+            subjects["cupy_matmul"] = lambda: (cp.matmul(a, b, out=c), 0)[1]
+        subjects["c_dispatch"] = lambda: disp(pa, pb, pc, m, n, k, sp)
+        subjects["py_matmul_cupy"] = lambda: (lib.matmul(a, b, out=c), 0)[1]
+        if torch is not None:
+            ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
+            subjects["py_matmul_torch"] = lambda: (lib.matmul(ta, tb, out=tc), 0)[1]
+        res = server(cp, stream, subjects, qps=qps, calls_per_subject=calls)
+        ref = "direct_ctypes" if s != missing else "cupy_matmul"
+        base = res[ref]["median_ms"]
+        row = {"shape": list(s), "route": lib.route(m, n, k).kind, "reference": ref,
+               "median_us": {lab: v["median_ms"] * 1e3 for lab, v in res.items()},
+               "p90_us": {lab: v["p90_ms"] * 1e3 for lab, v in res.items()},
+               "overhead_us": {lab: (v["median_ms"] - base) * 1e3 for lab, v in res.items() if lab != ref}}
+        rows.append(row)
+        print(f"  {m}x{n}x{k} {row['route']:6} ref {ref} {base * 1e3:.1f} us; overhead "
+              + ", ".join(f"{lab} {o:+.1f} us" for lab, o in row["overhead_us"].items()), file=sys.stderr)
     return rows
 
 
@@ -168,11 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="exported kernel shapes to measure overhead on (smallest first; default 4)")
     p.add_argument("--missing", default="96x80x48", metavar="MxNxK", help="a shape without a kernel (cuBLAS path)")
     p.add_argument("--skip-offline", action="store_true", help="only the overhead measurement")
+    p.add_argument("--shapes", action="append", metavar="SPEC", help="only these exported shapes (MxNxK, a set, a file)")
     args = p.parse_args(argv)
 
     from harness.errors import HarnessError
     from harness.gpuinfo import require_gpu
-    from harness.shapes import parse_shape
+    from harness.shapes import parse_shape, resolve_shapes
     from l2tui.export.core import git_revision
     from l2tui.export.manifest import load as load_manifest
     from l2tui.paths import REPO_ROOT
@@ -183,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = load_manifest(root)
         gpu = require_gpu()
         so = _library(root, manifest, gpu.arch, keep)
-        shapes = sorted(tuple(e["shape"]) for e in manifest["kernels"])
-        kernel_shapes = sorted((tuple(e["shape"]) for e in manifest["kernels"] if not e.get("fallback")),
+        want = {(x.m, x.n, x.k) for x in resolve_shapes(args.shapes)} if args.shapes else None
+        chosen = [e for e in manifest["kernels"] if want is None or tuple(e["shape"]) in want]
+        shapes = sorted(tuple(e["shape"]) for e in chosen)
+        kernel_shapes = sorted((tuple(e["shape"]) for e in chosen if not e.get("fallback")),
                                key=lambda s: (s[0] * s[1] * s[2], s))
         ms = parse_shape(args.missing)
         missing = (ms.m, ms.n, ms.k)
