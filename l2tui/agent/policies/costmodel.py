@@ -43,6 +43,7 @@ class FamilyParams:
     peak_tflops: float       # dense fp16 tensor rate the family can reach on the whole GPU
     fill_ktiles: float       # k-tiles of pipeline fill before steady state
     ktile_latency_us: float  # latency floor of one k-tile when few CTAs run (memory latency)
+    reduce_gbs: float = 100.0  # rate at which a tile's split-K partials are added (per tile, GB/s)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class CostModel:
         latency = k_per_cta * p.ktile_latency_us * 1e-6 / max(1, g.stages - 1) * 2
         bytes_ = s.min_bytes + (2 * 4 * ctas * tm * tn if splits > 1 else 0)
         memory = bytes_ / (self.params.bandwidth_gbs * 1e9)
-        reduce = (splits * tm * tn * 4 / 40e9) if splits > 1 else 0.0
+        reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
         body = max(compute, memory, latency)
         bound = "compute" if body == compute else ("memory" if body == memory else "latency")
         total = p.fixed_us * 1e-6 + body + reduce
@@ -193,12 +194,20 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
     params = base or DEFAULT_PARAMS
     fams = sorted({c.family for c, _, _ in records})
     for _ in range(rounds):
+        best = None
+        for ih in (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0):
+            cand = replace(params, intensity_half=ih)
+            err = log_error(CostModel(cand), records)
+            if best is None or err < best[0] - 1e-12:
+                best = (err, cand)
+        params = best[1]
         for fam in fams:
             recs = [r for r in records if r[0].family == fam]
             for attr, grid in (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
-                               ("peak_tflops", [250, 320, 400, 480, 560, 640, 720, 800, 880]),
+                               ("peak_tflops", [120, 160, 200, 250, 320, 400, 480, 560, 640, 720, 800, 880]),
                                ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
-                               ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0])):
+                               ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0]),
+                               ("reduce_gbs", [10, 25, 50, 100, 200, 400, 800])):
                 best = None
                 for v in grid:
                     fp = replace(params.families[fam], **{attr: float(v)})

@@ -1,0 +1,56 @@
+"""Fit the cost model's per-family constants to recorded H200 timings and save them.
+
+    python tools/calibrate_costmodel.py tests/fixtures/h200_timings/time_*.json
+
+Writes ``l2tui/agent/policies/costmodel_h200.json`` (loaded by ``CostModel()``) and prints how
+well the model ranks: mean Spearman correlation per shape, and the geomean regret (measured time
+of the predicted-best configuration / measured best; also for the best of the predicted top 3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from l2tui.agent.policies.costmodel import (  # noqa: E402
+    CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_timings, log_error, spearman)
+
+
+def ranking_quality(model: CostModel, records) -> dict:
+    by = defaultdict(list)
+    for c, s, t in records:
+        by[s].append((c, t))
+    rho, r1, r3 = [], [], []
+    for s, rows in by.items():
+        pred = [model.predict(c, s) for c, _ in rows]
+        meas = [t for _, t in rows]
+        rho.append(spearman(pred, meas))
+        order = sorted(range(len(rows)), key=lambda i: pred[i])
+        r1.append(meas[order[0]] / min(meas))
+        r3.append(min(meas[i] for i in order[:3]) / min(meas))
+    g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+    return {"spearman": sum(rho) / len(rho), "regret_top1": g(r1), "regret_top3": g(r3),
+            "log2_mse": log_error(model, records), "shapes": len(by), "records": len(records)}
+
+
+def main(argv=None) -> int:
+    paths = argv if argv is not None else sys.argv[1:]
+    records = load_timings(paths)
+    before = ranking_quality(CostModel(DEFAULT_PARAMS), records)
+    params = fit(records, DEFAULT_PARAMS)
+    after = ranking_quality(CostModel(params), records)
+    CALIBRATED_FILE.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
+                                           "quality": after}, indent=1) + "\n")
+    print("defaults:", json.dumps(before))
+    print("fitted:  ", json.dumps(after))
+    print(f"wrote {CALIBRATED_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
