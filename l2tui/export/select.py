@@ -189,6 +189,9 @@ def _pick(t: _Track, only_accepted: bool, warnings: list[str]) -> Choice | None:
         else:
             if t.accepted not in t.check_ok:
                 warnings.append(f"{t.track}: accepted kernel {t.accepted[:12]} was never checked")
+            if _timing(t, t.accepted) is None:
+                warnings.append(f"{t.track}: accepted kernel {t.accepted[:12]} was never timed; "
+                                "exported without the cuBLAS-fallback guard")
             return _choice(t, t.accepted, "accepted")
     if only_accepted:
         return None
