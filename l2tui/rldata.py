@@ -377,7 +377,9 @@ def rl_data(
         hint = {"openai-sft": "no accepted improvements (reward > 0 and became best/accepted)",
                 "openai-dpo": "no two completions with different rewards for the same parent and prompt",
                 "trl": "no rows with messages and a completion"}[fmt]
-        raise RlDataError(f"nothing to write: {hint} after filters; relax --min-reward/--policy/--shapes")
+        raise RlDataError(f"nothing to write: {hint} among {stats.read} row(s) read ({stats.invalid} without "
+                          f"messages/completion/reward, {stats.filtered} filtered out); relax the filters or pick "
+                          "sessions recorded by the llm policy")
     write_jsonl(out_p, built, force=force)
     stats.rows = len(built)
     return stats
