@@ -263,3 +263,14 @@ def test_pause_step_resume_and_stop(tmp_path, scenarios, recorded, agent_cache, 
     states = [e["state"] for e in by_type(s, "track_state", track=tid)]
     assert "paused" in states and states[-1] == "stopped"
     assert by_type(s, "track_done")[0]["reason"] == "stopped by user"
+
+
+def test_token_budget_ends_the_track(tmp_path, scenarios, recorded, agent_cache, scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["*"] = "nothing useful"
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=50, token_budget=1000)
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    done = by_type(s, "track_done")
+    assert done[0]["reason"] == "token_budget (1000)"
+    assert len(by_type(s, "checkpoint")) == 1    # the first step used more than the budget

@@ -614,7 +614,7 @@ class AgentLoop:
         self._stage(t, step, "time", "start")
         times = dict(ev.get("times_ms") or {})
         sp = _speedup(times, t.baseline)
-        self._emit("timed", track=t.id, step=step, sha=sha, mode=ev.get("mode") or self.config.mode,
+        self._emit("timed", track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
                    times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp)
         self._stage(t, step, "time", "end")
         return "ok", ev

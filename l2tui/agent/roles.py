@@ -26,7 +26,7 @@ def wants_rewrite(plan: str) -> bool:
     """True when the planner asked for a full rewrite (first non-blank line is REWRITE)."""
     for line in (plan or "").splitlines():
         if line.strip():
-            return line.strip().strip("*#` ").upper().startswith("REWRITE")
+            return re.match(r"REWRITE\b", line.strip().strip("*#` ")) is not None
     return False
 
 

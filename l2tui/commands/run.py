@@ -114,7 +114,8 @@ class Progress:
         if typ == "reward":
             return head + step + f"reward {_fmt(e.get('reward'))} ({e.get('kind')}, {e.get('role')})"
         if typ == "best":
-            return head + f"new best {sha}: {_fmt(e.get('speedup'))}x vs {e.get('baseline')}"
+            sp = f"{_fmt(e.get('speedup'))}x vs {e.get('baseline')}" if e.get("speedup") is not None else "speedup unknown"
+            return head + f"new best {sha}: {sp}"
         if typ == "profiling_enabled":
             return head + step + f"profiling enters the context ({e.get('reason')})"
         if typ == "profiled":
@@ -184,6 +185,9 @@ def run(args: argparse.Namespace) -> int:
     config_path = getattr(args, "run_config", None) or getattr(args, "config", None)
 
     if not args.headless:
+        # the app reads the top-level names
+        args.session, args.resume, args.shapes = session_dir, resume, shapes_spec
+        args.policy, args.config = policy_name, config_path
         try:
             from ..tui.launch import launch_app  # the app runs the same loop
         except ImportError:
