@@ -92,8 +92,17 @@ def main(argv=None) -> int:
                 continue
             (out / f"{cfg.name}.cu").write_text(src)
             todo.append((cfg, sha, arch))
-    # slowest (CUTLASS) first so the parallel pool ends together
-    todo.sort(key=lambda t: t[0].family != "sm90_cutlass")
+    # priority: f32 CUTLASS (catalog order), then the fast mma families, then f16 CUTLASS, then
+    # the no-PDL comparison builds; a device run can start with whatever is done
+    def prio(t):
+        c = t[0]
+        k = c.knob_dict
+        if c.family != "sm90_cutlass":
+            return 1
+        if k.get("PDL") == "0":
+            return 3
+        return 0 if c.acc == "f32" else 2
+    todo.sort(key=prio)
     print(f"building {len(todo)} configurations with {args.jobs} jobs", flush=True)
     t0 = time.time()
     with cf.ThreadPoolExecutor(args.jobs) as pool:

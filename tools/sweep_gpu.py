@@ -68,6 +68,12 @@ def load_kernels(prebuilt: Path, acc: str | None, only: str = "") -> list[Kernel
         if not entry.get("ok") or (acc and entry["acc"] != acc) or (only and not re.search(only, name)):
             continue
         so = prebuilt / f"{name}.so"
+        src = prebuilt / f"{name}.cu"
+        import hashlib
+
+        if src.exists() and hashlib.sha256(src.read_text().encode()).hexdigest() != entry.get("sha"):
+            print(f"skipping {name}: its .so is stale (source changed, not rebuilt yet)", flush=True)
+            continue
         try:
             out.append(Kernel(name, entry, so, (prebuilt / f"{name}.cu").read_text()))
         except OSError as e:
