@@ -29,7 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="time limit for ncu (default 120 s)")
 
 
-def render(profile, all_: bool = False, out: TextIO = sys.stdout) -> None:
+def render(profile, all_: bool = False, out: TextIO | None = None) -> None:
+    """Print the verdict, its reasons and the filtered metrics (``all_``: every metric, every kernel)."""
+    out = out or sys.stdout
     v = profile.verdict
     k = len(profile.kernels)
     print(f"{profile.label} on {profile.shape} ({profile.acc}): {v.cls}"
