@@ -19,7 +19,8 @@ three formats a training job reads directly:
     "non_preferred_output": [assistant msg]}``: for the same parent kernel and
     the same prompt, a completion with a higher reward is preferred over one
     with a lower reward (gap > ``margin``); at most ``max_pairs`` pairs per
-    prompt, largest reward gaps first.
+    prompt, largest reward gaps first.  ``pair_by="parent"`` pairs by parent
+    kernel alone (see :func:`dpo_rows`).
 
 Filters: ``min_reward`` (rows; for DPO the preferred side), ``policy``,
 ``role``, ``shapes``.  Every written row is validated against the format's
@@ -270,19 +271,28 @@ def sft_rows(rows: list[_Row], stats: Stats) -> list[dict]:
     return out
 
 
+PAIR_BY = ("parent+prompt", "parent")
+
+
 def dpo_rows(rows: list[_Row], stats: Stats, *, min_reward: float | None, margin: float,
-             max_pairs: int) -> list[dict]:
+             max_pairs: int, pair_by: str = "parent+prompt") -> list[dict]:
+    """Preference pairs.  ``pair_by="parent"`` also pairs completions for the same parent kernel
+    (same track and role) whose prompts differ (the loop's prompts grow with the history); the
+    pair's input is then the preferred completion's prompt."""
     groups: dict[str, dict[str, list]] = {}
-    prompts: dict[str, list[dict]] = {}
+    prompts: dict[str, dict[str, list[dict]]] = {}
     for r in rows:
         msgs = r.data["messages"]
         if msgs[-1]["role"] == "assistant":
             stats.invalid += 1
             continue
-        gkey = _digest([r.data.get("parent_sha"), msgs])
-        prompts[gkey] = msgs
+        if pair_by == "parent" and r.data.get("parent_sha"):
+            gkey = _digest([r.data.get("track"), r.data.get("role"), r.data.get("parent_sha")])
+        else:
+            gkey = _digest([r.data.get("parent_sha"), msgs])
         comps = groups.setdefault(gkey, {})
         comp = r.data["completion"]
+        prompts.setdefault(gkey, {}).setdefault(comp, msgs)
         if comp in comps:
             stats.duplicates += 1
             comps[comp].append(r.reward)
@@ -306,7 +316,7 @@ def dpo_rows(rows: list[_Row], stats: Stats, *, min_reward: float | None, margin
                 stats.duplicates += 1
                 continue
             seen.add(key)
-            out.append({"input": {"messages": prompts[gkey]}, "preferred_output": _assistant(ca),
+            out.append({"input": {"messages": prompts[gkey][ca]}, "preferred_output": _assistant(ca),
                         "non_preferred_output": _assistant(cb)})
             stats.rewards.append(ra)
     return out
@@ -347,11 +357,14 @@ def rl_data(
     shapes: Iterable[Shape] | None = None,
     margin: float = 0.0,
     max_pairs: int = 8,
+    pair_by: str = "parent+prompt",
     force: bool = False,
 ) -> Stats:
     """Read the sessions, build ``fmt`` rows, validate them, write ``out``; return the stats."""
     if fmt not in FORMATS:
         raise RlDataError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if pair_by not in PAIR_BY:
+        raise RlDataError(f"unknown --pair-by {pair_by!r}: use {' or '.join(PAIR_BY)}")
     if not sessions:
         raise RlDataError("no session given: pass one or more session folders")
     out_p = Path(out).expanduser()
@@ -367,7 +380,8 @@ def rl_data(
     elif fmt == "openai-sft":
         built = sft_rows(rows, stats)
     else:
-        built = dpo_rows(rows, stats, min_reward=min_reward, margin=margin, max_pairs=max(1, max_pairs))
+        built = dpo_rows(rows, stats, min_reward=min_reward, margin=margin, max_pairs=max(1, max_pairs),
+                         pair_by=pair_by)
     for i, row in enumerate(built):
         try:
             validate_row(fmt, row)

@@ -69,3 +69,13 @@ def test_rl_data_of_a_loop_session(loop_session, tmp_path, fmt):
     if fmt == "trl":
         assert {r["agent_role"] for r in rows} <= {"planner", "coder", "debugger", "compiler"}
         assert all(r["policy"] == "llm" for r in rows)
+
+
+def test_dpo_pairs_by_parent_in_a_loop_session(loop_session, tmp_path):
+    """The loop's prompts grow with its history, so same-prompt pairs are rare; --pair-by parent finds them."""
+    out = tmp_path / "dpo.jsonl"
+    st = rl_data([loop_session.path], "openai-dpo", out, pair_by="parent")
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and st.rows == len(rows)
+    for r in rows:
+        validate_row("openai-dpo", r)

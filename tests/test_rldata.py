@@ -186,3 +186,13 @@ def test_live_reward_scores_new_completions_like_the_loop(session, tmp_path):
     garbage = fn(completions=[[{"role": "assistant", "content": "no patch here"}]], shape=[[128, 128, 128]],
                  acc=["f32"], parent_sha=[rows[0]["parent_sha"]], session=[rows[0]["session"]], baseline=["cublas"])
     assert garbage == [pytest.approx(-0.8)]                # patch_failed
+
+
+def test_dpo_pair_by_parent_pairs_across_prompts(session, tmp_path):
+    same = rl_data([session], "openai-dpo", tmp_path / "a.jsonl")
+    by_parent = rl_data([session], "openai-dpo", tmp_path / "b.jsonl", pair_by="parent")
+    assert by_parent.rows >= same.rows
+    for r in _rows(tmp_path / "b.jsonl"):
+        validate_row("openai-dpo", r)
+    with pytest.raises(RlDataError, match="pair-by"):
+        rl_data([session], "openai-dpo", tmp_path / "c.jsonl", pair_by="prompt")

@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.0, metavar="D",
                    help="DPO: the preferred reward must exceed the other by more than D (default 0)")
     p.add_argument("--max-pairs", type=int, default=8, metavar="N", help="DPO: pairs per prompt at most (default 8)")
+    p.add_argument("--pair-by", choices=("parent+prompt", "parent"), default="parent+prompt",
+                   help="DPO: pair completions of the same parent and prompt (default), or of the same parent "
+                        "kernel whatever the prompt (the input is then the preferred one's prompt)")
     p.add_argument("--force", action="store_true", help="overwrite FILE")
 
 
@@ -37,6 +40,6 @@ def run(args: argparse.Namespace) -> int:
     shapes = resolve_shapes(args.rl_shapes) if args.rl_shapes else None
     stats = rl_data(args.sessions, args.rl_format, args.out, min_reward=args.min_reward, policy=args.rl_policy,
                     role=args.rl_role, shapes=shapes, margin=args.margin, max_pairs=args.max_pairs,
-                    force=args.force)
+                    pair_by=args.pair_by, force=args.force)
     print(stats.line(args.out))
     return 0
