@@ -223,6 +223,10 @@ class Config:
     def snapshot(self) -> dict[str, Any]:
         """What a session stores: every section, no secrets (there are none by construction)."""
         snap = copy.deepcopy(self.data)
+        import re
+
+        # credentials embedded in a URL (https://user:secret@host/v1) never reach a snapshot
+        snap["llm"]["base_url"] = re.sub(r"^(https?://)[^/@]*@", r"\1", snap["llm"]["base_url"])
         if self.source is not None:
             snap["source"] = str(self.source)
         return snap

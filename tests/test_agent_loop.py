@@ -40,7 +40,7 @@ def recorded(scenarios):
 
 
 @pytest.fixture(scope="module")
-def main_run(scenarios, tmp_path_factory):
+def main_run(scenarios, tmp_path_factory, agent_cache_dir):
     """One run of the main scenario on shape A (shared by the assertions below)."""
     import os
 
@@ -49,7 +49,7 @@ def main_run(scenarios, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("main")
     old = {k: os.environ.get(k) for k in (ENV, "L2TUI_CACHE_DIR")}
     os.environ[ENV] = SECRET
-    os.environ["L2TUI_CACHE_DIR"] = str(tmp / "cache")
+    os.environ["L2TUI_CACHE_DIR"] = str(agent_cache_dir)
     try:
         ev = RecordedEvaluator(scenarios.RECORDINGS)
         with ScriptedServer() as srv:
@@ -274,3 +274,14 @@ def test_token_budget_ends_the_track(tmp_path, scenarios, recorded, agent_cache,
     done = by_type(s, "track_done")
     assert done[0]["reason"] == "token_budget (1000)"
     assert len(by_type(s, "checkpoint")) == 1    # the first step used more than the budget
+
+
+def test_profiling_triggers_when_structure_is_stable(tmp_path, scenarios, recorded, agent_cache, scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["*"] = "nothing useful"     # the best kernel never changes
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=4, profile_after=100, stable_steps=2)
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    en = by_type(s, "profiling_enabled")
+    assert len(en) == 1 and en[0]["reason"] == "structure stable for 2 steps" and en[0]["step"] == 3
+    assert [e["stable"] for e in by_type(s, "checkpoint")] == [0, 1, 2, 3]

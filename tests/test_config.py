@@ -98,3 +98,9 @@ def test_snapshot_has_no_secret(monkeypatch):
     cfg = parse_config({})
     assert cfg.api_key() == "sk-should-not-appear"
     assert "sk-should-not-appear" not in repr(cfg.snapshot())
+
+
+def test_url_credentials_are_not_snapshotted():
+    cfg = parse_config({"llm": {"base_url": "https://bob:s3cret@llm.example.com/v1"}})
+    assert cfg.snapshot()["llm"]["base_url"] == "https://llm.example.com/v1"
+    assert cfg.llm["base_url"] == "https://bob:s3cret@llm.example.com/v1"  # still used for requests
