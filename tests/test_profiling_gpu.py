@@ -68,3 +68,12 @@ def test_telemetry_reads_the_gpu():
     assert s is not None and s["sm_clock_mhz"] and s["sm_clock_mhz"] > 0
     assert s["power_limit_w"] and s["power_limit_w"] > 0
     assert len(t.samples()) >= 3
+
+
+def test_profile_source_is_the_agents_profile_hook():
+    from harness.profiling import profile_source
+
+    d = profile_source((KDIR / "naive.cu").read_text(), "128x128x1024", "f32")
+    assert d["verdict"]["class"] in CLASSES
+    assert d["event"]["verdict"] == d["verdict"]["class"]
+    assert d["kernel_names"] and "kernels" not in d

@@ -14,6 +14,7 @@ for user-caused problems; see :mod:`.errors`)::
     p.to_dict(); Profile.from_dict(d); p.event_payload()   # the `profiled` event's verdict/metrics
 
     profile_many([Request(shape, so_path=..., label=...), ...])  # several calls, one ncu process
+    profile_source(source, shape, acc) -> dict                   # EvaluatorLike.profile for the agent loop
 
     from harness.profiling import Classifier, filtered_metrics
     clf = Classifier.from_prior().update(session_profiles)        # refine thresholds with own profiles
@@ -39,11 +40,11 @@ from .otsu import otsu_split, otsu_threshold
 from .parse import KernelRecord, Metric, parse_details, parse_raw
 from .telemetry import TelemetrySampler
 from .verdict import CLASSES, Classifier, Verdict, filtered_metrics
-from .api import BASELINES, Profile, Request, profile_kernel, profile_many
+from .api import BASELINES, Profile, Request, profile_kernel, profile_many, profile_source
 
 __all__ = [
     "BASELINES", "CLASSES", "Classifier", "CountersRefused", "KernelRecord", "Metric", "NcuMissing",
     "NoKernelProfiled", "Profile", "ProfileFailed", "ProfileTimeout", "Request", "TelemetrySampler",
     "Verdict", "aggregate", "filtered_metrics", "otsu_split", "otsu_threshold", "parse_details",
-    "parse_raw", "profile_kernel", "profile_many",
+    "parse_raw", "profile_kernel", "profile_many", "profile_source",
 ]

@@ -175,6 +175,12 @@ def groups_of(run: NcuRun, names: list[str]) -> dict[str, list[KernelRecord]]:
     return split_by_range(kernels, [n for n in names if n in ok])
 
 
+def _label_of(kernel: str | os.PathLike[str]) -> str:
+    """A file's stem, or "kernel" for source text."""
+    s = str(kernel)
+    return "kernel" if "\n" in s or "l2_hgemm" in s else Path(s).stem
+
+
 def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, acc: str = "f32", *,
                    baseline: str | None = None, timeout_s: float = 120.0, arch: str | None = None,
                    flags: Sequence[str] = (), label: str | None = None,
@@ -190,11 +196,21 @@ def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, ac
     if baseline is not None:
         req = baseline_request(baseline, shp, acc, arch)
     else:
-        req = Request(shp, acc, so_path=resolve_kernel(kernel, arch, flags),
-                      label=label or (Path(str(kernel)).stem if len(str(kernel)) < 4096 and "\n" not in str(kernel) else "kernel"))
+        req = Request(shp, acc, so_path=resolve_kernel(kernel, arch, flags), label=_label_of(kernel))
     if label:
         req.label = label
     res = profile_many([req], timeout_s=timeout_s, classifier=classifier)[0]
     if isinstance(res, HarnessError):
         raise res
     return res
+
+
+def profile_source(source: str, shape: Shape | str, acc: str = "f32", **kw: Any) -> dict[str, Any]:
+    """``EvaluatorLike.profile(source, shape, acc) -> dict`` of INTERFACES.md: ``Profile.to_dict()``
+    without the per-kernel raw dump (verdict, reasons, thresholds, filtered and canonical metrics),
+    plus ``event`` = the ``profiled`` event's ``verdict``/``metrics`` fields."""
+    p = profile_kernel(source, shape, acc, **kw)
+    d = p.to_dict(kernels=False)
+    d["kernel_names"] = [k.name for k in p.kernels]
+    d["event"] = p.event_payload()
+    return d
