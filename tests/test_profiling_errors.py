@@ -8,7 +8,6 @@ cases print the texts recorded from ncu 2025.3.1 on the H200 (fixtures/ncu/error
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 import time

@@ -31,7 +31,7 @@ class _Nvtx:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         if backend == "torch":
-            import torch  # noqa: F401
+            import torch  # noqa: F401  (fail early, before any range is open)
 
     def push(self, name: str) -> None:
         if self.backend == "cupy":

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HarnessError
-from ..shapes import Shape, sample100
+from ..shapes import sample100
 from .metrics import aggregate, fmt_value
 from .ncu import find_ncu, ncu_version, profile_command, run_ncu, choose_sections
 from .parse import merge, parse_details, parse_raw, split_by_range
