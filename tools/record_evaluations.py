@@ -155,4 +155,10 @@ def _ncu_profile(rec):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from harness.errors import HarnessError
+
+    try:
+        sys.exit(main())
+    except HarnessError as e:
+        print(f"record_evaluations: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -463,17 +463,21 @@ class AgentLoop:
         self._stage(t, step, "generate", "end", f"{len(props)} proposal(s)")
         if not props:
             props = [Proposal(error=f"policy {pol.name} proposed nothing")]
+        # every proposal of a step is relative to the best at the start of the step
+        base_src, base_sha = t.best_source or "", t.best_sha
         for prop in props:
             self._note_plan(ctx, prop)
             yield
-            yield from self._try_proposal(t, step, prop)
+            yield from self._try_proposal(t, step, prop, base_src, base_sha)
 
-    def _try_proposal(self, t: Track, step: int, prop: Proposal) -> Gen:
-        base = t.best_source or ""
+    def _try_proposal(self, t: Track, step: int, prop: Proposal, base: str | None = None,
+                      base_sha: str | None = None) -> Gen:
+        if base is None:
+            base, base_sha = t.best_source or "", t.best_sha
         if prop.error or (prop.source is None and prop.patch is None):
             why = prop.error or "the policy returned no code"
             self._error(t, f"step {step}: {why}")
-            self._reward_failure(t, step, prop, t.best_sha, None, "no_patch", why)
+            self._reward_failure(t, step, prop, base_sha, None, "no_patch", why)
             t.feedback = why
             return
         if prop.source is not None:
@@ -486,17 +490,17 @@ class AgentLoop:
             if not pr.ok and not _has_code(prop.patch or ""):
                 # nothing that even looks like code: the reply is unusable, not a bad patch
                 self._emit("patch", track=t.id, step=step, role=prop.role, ok=False, error=err)
-                self._reward_failure(t, step, prop, t.best_sha, None, "no_patch", err or "no patch")
+                self._reward_failure(t, step, prop, base_sha, None, "no_patch", err or "no patch")
                 t.feedback = err
                 return
         self._emit("patch", track=t.id, step=step, role=prop.role, ok=err is None, error=err)
         if err is not None:
-            self._reward_failure(t, step, prop, t.best_sha, None, "patch_failed", err)
+            self._reward_failure(t, step, prop, base_sha, None, "patch_failed", err)
             t.feedback = err
             return
         t.feedback = None
         origin = prop.origin if prop.origin in ("patch", "rewrite", "human", "debug", "seed") else "patch"
-        yield from self._evaluate_with_debug(t, step, new, base, t.best_sha, prop, origin, diff=diff)
+        yield from self._evaluate_with_debug(t, step, new, base, base_sha, prop, origin, diff=diff)
 
     def _human_step(self, t: Track, source: str) -> Gen:
         t.step += 1
@@ -793,7 +797,11 @@ class AgentLoop:
             src = str(a.get("source") or "")
             for t in self._targets(tid):
                 t.pending_edits.append(src)
-                if live(t) and t.state == "paused":
+                if t.done_reason is not None and t.state == "done" and t.best_sha:
+                    # an edit reopens a finished track for that one human step
+                    t.done_reason, t.gen = None, None
+                    self._set_state(t, "queued")
+                elif live(t) and t.state == "paused":
                     self._set_state(t, "queued")
         elif name in ("accept", "reject", "pin", "unpin"):
             sha = str(a.get("sha") or "")
