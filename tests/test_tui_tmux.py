@@ -45,6 +45,16 @@ class Tmux:
                 raise AssertionError(f"{text!r} never appeared; screen was:\n{scr}")
             time.sleep(0.2)
 
+    def wait_gone(self, text: str, timeout: float = 30.0) -> str:
+        end = time.monotonic() + timeout
+        while True:
+            scr = self.screen()
+            if text not in scr:
+                return scr
+            if time.monotonic() > end:
+                raise AssertionError(f"{text!r} never went away; screen was:\n{scr}")
+            time.sleep(0.2)
+
     def kill(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
@@ -70,8 +80,10 @@ def test_replay_binary_in_tmux(tmp_path, tmux_env):
         t.keys("v")
         t.wait_for("K=16k")                        # compact all-K view
         t.keys("?")
-        t.wait_for("Pause/resume track")           # help screen from the live bindings
-        t.keys("Escape", "Space")
+        t.wait_for("remap any of them")            # help screen from the live bindings
+        t.keys("Escape")                           # alone: ESC + key would read as alt+key
+        t.wait_gone("remap any of them")
+        t.keys("Space")
         t.wait_for("PLAY")
         t.keys("Space", "q")
         end = time.monotonic() + 20

@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,7 @@ ACCS = ("f32", "f16")
 MODES = ("offline", "server")
 DEFAULT_BASELINES = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
 VIEWS = ("grid", "all", "list")
+HISTORY_EVERY_S = 1.0
 
 
 class MainScreen(Screen):
@@ -67,6 +69,7 @@ class MainScreen(Screen):
         self.baseline: str | None = ctx.baseline
         self.sent: list[dict] = []
         self._sources: dict[str, str | None] = {}
+        self._history_at = 0.0
 
     # -- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -140,7 +143,9 @@ class MainScreen(Screen):
             log.rebuild()
         elif ch.log:
             log.add(ch.log)
-        if ch.best or ch.reset:
+        now = time.monotonic()
+        if ch.reset or (ch.best and now - self._history_at >= HISTORY_EVERY_S):
+            self._history_at = now  # the all-shapes plot is redrawn at most once a second
             self.query_one(HistoryPanel).update_all(force=ch.reset)
 
     # -- focus --------------------------------------------------------------------------------

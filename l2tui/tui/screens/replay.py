@@ -16,7 +16,7 @@ class ReplayScreen(MainScreen):
     BINDINGS = keymap.bindings(keymap.REPLAY)
 
     def compose_top(self) -> ComposeResult:
-        yield ReplayBar("", id="replaybar")
+        yield ReplayBar(id="replaybar")
 
     def make_feed(self) -> EventFeed:
         return ReplayFeed(self.ctx.events, speed=self.ctx.speed, start=self.ctx.start,

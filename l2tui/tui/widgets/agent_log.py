@@ -9,6 +9,7 @@ from textual.widgets import RichLog
 
 from ..state import LogEntry, SessionModel
 
+MAX_PER_FLUSH = 60
 KIND_STYLE = {
     "error": "red", "best": "bold green", "llm": "grey62", "plan": "magenta", "hint": "italic magenta",
     "command": "bold cyan", "decision": "cyan", "reward": "grey70", "session": "bold", "profile": "magenta",
@@ -40,9 +41,21 @@ class AgentLog(RichLog):
         return not self.filter_on or e.track is None or e.track == self.only_track
 
     def add(self, entries: Iterable[LogEntry]) -> None:
-        for e in entries:
-            if self._wanted(e):
-                self.write(self._line(e))
+        """Write a batch as one renderable (one RichLog write per flush, not per line);
+        under a flood only the newest MAX_PER_FLUSH lines are drawn (all stay in the model)."""
+        wanted = [e for e in entries if self._wanted(e)]
+        if not wanted:
+            return
+        out = Text()
+        if len(wanted) > MAX_PER_FLUSH:
+            out.append(f"          … {len(wanted) - MAX_PER_FLUSH} lines skipped in this burst (l filters by track)\n",
+                       style="grey50 italic")
+            wanted = wanted[-MAX_PER_FLUSH:]
+        for i, e in enumerate(wanted):
+            if i:
+                out.append("\n")
+            out.append_text(self._line(e))
+        self.write(out)
 
     def rebuild(self) -> None:
         self.clear()

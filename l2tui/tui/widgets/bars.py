@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from ..state import SessionModel, fmt_speedup
 
@@ -12,7 +12,29 @@ def _fmt(v, unit: str, fmt: str = "{:.0f}") -> str:
     return "—" if v is None else fmt.format(v) + unit
 
 
-class TelemetryBar(Static):
+class _Line(Widget):
+    """A one-line bar drawn from a Text; redrawn without a layout pass (it never changes size)."""
+
+    def __init__(self, *args, **kw) -> None:
+        kw.pop("markup", None)
+        super().__init__(**kw)
+        self._text = Text("")
+
+    def update(self, text: Text) -> None:
+        if text == self._text or (text.plain == self._text.plain and text.spans == self._text.spans):
+            return
+        self._text = text
+        self.refresh()
+
+    @property
+    def content(self) -> Text:
+        return self._text
+
+    def render(self) -> Text:
+        return self._text
+
+
+class TelemetryBar(_Line):
     """SM clock, temperature, power and utilisation from telemetry events; "no GPU" without one."""
 
     DEFAULT_CSS = """
@@ -20,7 +42,7 @@ class TelemetryBar(Static):
     """
 
     def __init__(self, model: SessionModel, **kw) -> None:
-        super().__init__("", **kw)
+        super().__init__(**kw)
         self.model = model
         self.baseline: str | None = None
         self.note: str = ""
@@ -66,7 +88,7 @@ def _first_baseline(m: SessionModel) -> str | None:
     return None
 
 
-class ReplayBar(Static):
+class ReplayBar(_Line):
     """Play state, speed, position (event and session time) and a progress bar."""
 
     DEFAULT_CSS = """

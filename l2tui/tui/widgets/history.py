@@ -14,6 +14,7 @@ from textual_plotext import PlotextPlot
 from ..state import SessionModel, Track
 
 MIN_PLOT_HEIGHT = 7
+MAX_POINTS = 400
 
 
 class HistoryPanel(Horizontal):
@@ -83,6 +84,9 @@ class HistoryPanel(Horizontal):
         plt.clear_figure()
         n = sum(1 for t in self.model.tracks.values() if t.best_speedup)
         plt.title(f"geomean best speedup, {n}/{len(self.model.tracks)} shapes")
+        if len(series) > MAX_POINTS:  # keep the last point, thin the rest evenly
+            stride = len(series) / MAX_POINTS
+            series = [series[int(i * stride)] for i in range(MAX_POINTS - 1)] + [series[-1]]
         if series:
             plt.plot([s for s, _ in series], [g for _, g in series], color="green")
             plt.horizontal_line(1.0, color="red")

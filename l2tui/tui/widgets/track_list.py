@@ -42,7 +42,10 @@ class TrackList(DataTable):
                 Text(fmt_speedup(sp), style=speedup_style(sp)), self.baseline or tr.baseline]
 
     def sync(self, changed: set[str], added: bool) -> None:
-        """Add rows for new tracks, update rows of changed ones."""
+        """Add rows for new tracks, update rows of changed ones (nothing while hidden:
+        :meth:`resync` runs when the list is shown)."""
+        if not self.display:
+            return
         if added:
             for tid, tr in self.model.tracks.items():
                 if tid not in self.rows:
@@ -56,6 +59,8 @@ class TrackList(DataTable):
 
     def resync(self) -> None:
         self.clear()
+        if not self.display:
+            return
         self.sync(set(), True)
 
     def focus_track(self, tid: str) -> None:
