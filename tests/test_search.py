@@ -130,3 +130,14 @@ def test_debug_reverts_the_failing_knob_edit_and_keeps_the_rest():
     assert prop.origin == "debug" and prop.patch
     fixed = apply_patch(bad, prop.patch, allow_rewrite=False)
     assert fixed.ok and fixed.source == parent
+
+
+def test_families_option_restricts_seeds_and_switches():
+    pol = SearchPolicy(families=["small_splitk", "sm80_mma"])
+    ctx = ctx_for(Shape(8192, 8192, 8192))
+    seed = F.Config.from_source(pol.seed(ctx).source)
+    assert seed.family in ("small_splitk", "sm80_mma")
+    ctx.source, ctx.step = pol.seed(ctx).source, 1
+    for p in pol.propose(ctx):
+        new = p.source or apply_patch(ctx.source, p.patch).source
+        assert F.Config.from_source(new).family in ("small_splitk", "sm80_mma")

@@ -73,7 +73,8 @@ class SearchPolicy:
     model = None
 
     def __init__(self, seed: int = 0, width: int = 3, budget: int = 8, explore: bool = True,
-                 arch: str | None = None, cost_model: CostModel | None = None, **_: Any) -> None:
+                 arch: str | None = None, cost_model: CostModel | None = None,
+                 families: Iterable[str] | None = None, **_: Any) -> None:
         self.rng_seed = int(seed)
         self.width = max(1, int(width))
         self.budget = max(0, int(budget))
@@ -81,6 +82,8 @@ class SearchPolicy:
         self.arch = arch
         self.model = None  # no LLM
         self.cost = cost_model or CostModel()
+        # restrict the search to some families (e.g. the fast-building mma ones in CI)
+        self.families = set(families) if families else None
         self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
         self._bad: dict[str, set[str]] = {}     # track -> shas that failed
 
@@ -106,6 +109,8 @@ class SearchPolicy:
     def candidates(self, shape: Shape, acc: str, arch: str) -> list[Config]:
         """Seed pool: the prebuilt catalog of every family that runs on ``arch``."""
         fams = {f.name for f in families_for(arch)}
+        if self.families is not None:
+            fams &= self.families
         return [c for c in catalog(acc, arch) if c.family in fams]
 
     def rank(self, configs: Iterable[Config], shape: Shape) -> list[tuple[float, Config]]:
@@ -211,7 +216,7 @@ class SearchPolicy:
                 if bn * f in (32, 64, 128, 256):
                     add({"BN": str(bn * f), "WARPS_N": str(min(4, int(cur["WARPS_N"]) * f))},
                         "double BN with twice the warps along N")
-        # family switches: the best catalog configuration of each other family
+        # family switches: the best catalog configuration of each other (allowed) family
         ranked = self.rank([c for c in self.candidates(shape, acc, arch) if c.family != cfg.family], shape)
         seen_fams = set()
         for _, c in ranked:
