@@ -291,6 +291,7 @@ class Geometry:
     cluster: int
     pingpong: bool
     acc: str
+    pdl: bool = True
 
     def splits_for(self, shape: Shape, sm_count: int = 132) -> int:
         """The split-K factor the kernel will use on ``shape`` (mirrors the .cu host code)."""
@@ -332,7 +333,7 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         split = _i(knobs, "SPLITS") if knobs["SCHEDULER"] == "SPLITK" else 1
         return Geometry(fam.name, tm, tn, tk, 384, smem, regs, 1, stages, split,
                         True, knobs["SCHEDULER"] == "STREAMK",
-                        _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc)
+                        _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc, knobs.get("PDL", "1") == "1")
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
@@ -344,7 +345,7 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     by_regs = REGS_PER_SM // (threads * max(regs, 32))
     cps = max(1, min(by_smem, by_regs, 2048 // threads, 32))
     return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, st, _i(knobs, "SPLIT_K"),
-                    False, False, 1, False, acc)
+                    False, False, 1, False, acc, knobs.get("PDL", "1") == "1")
 
 
 def validate(family: Family | str, knobs: Mapping[str, str]) -> list[str]:

@@ -44,6 +44,7 @@ class FamilyParams:
     fill_ktiles: float       # k-tiles of pipeline fill before steady state
     ktile_latency_us: float  # latency floor of one k-tile when few CTAs run (memory latency)
     reduce_gbs: float = 100.0  # rate at which a tile's split-K partials are added (per tile, GB/s)
+    pdl_us: float = 0.0        # launch latency hidden by programmatic dependent launch (PDL knob)
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,9 @@ class CostModel:
         reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
         body = max(compute, memory, latency)
         bound = "compute" if body == compute else ("memory" if body == memory else "latency")
-        total = p.fixed_us * 1e-6 + body + reduce
-        if p.fixed_us * 1e-6 > body:
+        fixed = max(0.2, p.fixed_us - (p.pdl_us if g.pdl else 0.0)) * 1e-6
+        total = fixed + body + reduce
+        if fixed > body:
             bound = "fixed"
         quant = (tiles * tm * tn * ktiles * tk) / (s.m * s.n * s.k)
         return Estimate(total, float(waves), ctas, splits, quant, intensity, bound, g.smem_bytes <= SMEM_PER_SM)
@@ -207,7 +209,8 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
                                ("peak_tflops", [120, 160, 200, 250, 320, 400, 480, 560, 640, 720, 800, 880]),
                                ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
                                ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0]),
-                               ("reduce_gbs", [10, 25, 50, 100, 200, 400, 800])):
+                               ("reduce_gbs", [10, 25, 50, 100, 200, 400, 800]),
+                               ("pdl_us", [0.0, 0.25, 0.5, 0.75, 1.0, 1.5])):
                 best = None
                 for v in grid:
                     fp = replace(params.families[fam], **{attr: float(v)})
