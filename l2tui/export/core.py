@@ -143,23 +143,36 @@ def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[s
 
 
 def _install(tmp: Path, out: Path) -> None:
-    """Move the finished export into place, replacing an old one only now."""
-    backup: Path | None = None
-    if out.exists():
-        if any(out.iterdir()):
-            backup = out.with_name(f".{out.name}.old-{os.getpid()}")
-            shutil.rmtree(backup, ignore_errors=True)
-            os.replace(out, backup)
-        else:
-            out.rmdir()
-    try:
+    """Move the finished export into place, replacing an old one only now.
+
+    A new folder is one atomic rename.  An existing folder (empty, or an old
+    export under ``--force``) keeps its identity, so a shell sitting in it or a
+    path someone holds stays valid: its old entries go to a sibling backup,
+    the new ones are renamed in (cheap renames, after all the real work), and
+    the backup is removed; if a rename fails the old entries are put back.
+    """
+    if not out.exists():
         os.replace(tmp, out)
+        return
+    backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    moved_old: list[str] = []
+    moved_new: list[str] = []
+    try:
+        for p in list(out.iterdir()):
+            os.replace(p, backup / p.name)
+            moved_old.append(p.name)
+        for p in list(tmp.iterdir()):
+            os.replace(p, out / p.name)
+            moved_new.append(p.name)
     except OSError:
-        if backup is not None:
-            os.replace(backup, out)
-        raise
-    if backup is not None:
+        for name in moved_new:
+            os.replace(out / name, tmp / name)
+        for name in moved_old:
+            os.replace(backup / name, out / name)
         shutil.rmtree(backup, ignore_errors=True)
+        raise
+    tmp.rmdir()
+    shutil.rmtree(backup, ignore_errors=True)
 
 
 def export_session(
@@ -176,7 +189,7 @@ def export_session(
     progress: Callable[[str], None] | None = None,
 ) -> ExportResult:
     """Write ``out/kernels/M_N_K.cu`` + ``out/manifest.json`` (+ C dispatcher sources, + the .so with ``build``)."""
-    out_p = Path(out).expanduser()
+    out_p = Path(out).expanduser().resolve()
     view = open_session(session)
     check_target(out_p, force, view.path)
     want = set(shapes) if shapes is not None else None
