@@ -84,8 +84,10 @@ def test_non_empty_target_needs_force(session, tmp_path):
     with pytest.raises(ExportError, match="--force"):
         export_session(session, out)
     assert json.loads((out / "manifest.json").read_text()) == first  # untouched
+    ino = out.stat().st_ino
     res = export_session(session, out, force=True)
     assert len(res.manifest["kernels"]) == len(fx.EXPECTED)
+    assert out.stat().st_ino == ino  # replaced in place: a shell sitting in DIR stays valid
     assert not (out / "kernels" / "64_64_64.cu").read_text() == ""
     # --force never deletes a folder that is not an export
     other = tmp_path / "notes"
