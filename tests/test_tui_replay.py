@@ -200,3 +200,23 @@ async def test_help_lists_live_keys_with_remaps():
         await pilot.press("escape")
         await settle(pilot)
         assert isinstance(app.screen, ReplayScreen)
+
+
+async def test_export_from_replay(tmp_path):
+    from textual.widgets import Input
+
+    app = replay_app(start=10**6)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("X")
+        await settle(pilot)
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one(Input).value = str(tmp_path / "lib")
+        await pilot.press("enter")
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if (tmp_path / "lib" / "manifest.json").exists() and any(
+                    "exported" in str(n.message) for n in app._notifications):
+                break
+        assert (tmp_path / "lib" / "manifest.json").exists()
+        assert any("exported" in str(n.message) and "kernel(s)" in str(n.message) for n in app._notifications)

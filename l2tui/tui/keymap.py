@@ -60,6 +60,7 @@ MAIN = (
     Spec("metrics_full", "m", "metrics_full", "Full metrics table", "view"),
     Spec("log_filter", "l", "log_filter", "Log: all / this track", "view"),
     Spec("grid_focus", "g", "focus_grid", "Focus the grid", "view"),
+    Spec("follow", "F", "follow", "Follow the running track", "view"),
 )
 
 REPLAY = (

@@ -10,7 +10,6 @@ from . import keymap
 
 EXTRA = (
     ("Hint for every track", "hint_all", "steer"),
-    ("Follow the running track", "follow", "view"),
 )
 
 

@@ -49,9 +49,7 @@ HISTORY_EVERY_S = 1.0
 
 
 class MainScreen(Screen):
-    BINDINGS = keymap.bindings(keymap.MAIN) + [
-        b for b in keymap.bindings((keymap.Spec("follow", "F", "follow", "Follow running track", "view"),))
-    ]
+    BINDINGS = keymap.bindings(keymap.MAIN)
 
     @dataclass
     class CommandSent(Message):
@@ -403,9 +401,45 @@ class MainScreen(Screen):
         if tr := self._need_track():
             self.send("profile", tr.id)
 
+    @dataclass
+    class ExportDone(Message):
+        """The export worker finished (``ok`` False: ``text`` is the one-line error)."""
+
+        ok: bool
+        text: str
+
     def action_export(self) -> None:
-        where = self.ctx.session.path if self.ctx.session is not None else "SESSION"
-        self.notify(f"export the accepted kernels with: l2tui export {where}", timeout=6)
+        """Export the accepted (else best) kernels as a library; allowed in replay (no GPU, no session writes)."""
+        if self.ctx.session is None:
+            self.notify("no session to export", severity="warning")
+            return
+        src = Path(self.ctx.session.path)
+        default = str(src.parent / f"{src.name}-export")
+
+        def chosen(out: str | None) -> None:
+            if out:
+                self.notify(f"exporting to {out} …", timeout=3)
+                self._export(src, Path(out))
+
+        self.app.push_screen(PromptScreen("Export the session's kernels to the folder", default, default), chosen)
+
+    @work(thread=True, group="export", exclusive=True, exit_on_error=False, name="export")
+    def _export(self, session_dir: Path, out: Path) -> None:
+        """Runs in a worker thread; reports back only by message."""
+        from harness.errors import HarnessError
+
+        try:
+            from ...export import export_session
+
+            res = export_session(session_dir, out)
+            n = len(res.manifest.get("kernels", []))
+            self.post_message(self.ExportDone(True, f"exported {n} kernel(s) to {res.out}"))
+        except (HarnessError, OSError, ImportError) as e:
+            self.post_message(self.ExportDone(False, str(e).splitlines()[0] if str(e) else type(e).__name__))
+
+    @on(ExportDone)
+    def _export_done(self, msg: "MainScreen.ExportDone") -> None:
+        self.notify(msg.text, severity="information" if msg.ok else "error", timeout=8)
 
     # -- view actions -------------------------------------------------------------------------
     def action_k_next(self) -> None:

@@ -120,12 +120,13 @@ class LiveFeed(EventFeed):
         self.batches += 1
         self.post_message(self.Batch(events))
 
-    def _run_loop(self) -> None:
+    def _run_loop(self) -> bool:
+        """Runs in the worker thread; False when there is no loop to run (a read-only view)."""
         loop = self.handle.loop
         if loop is None and self.factory is not None:
             loop = self.factory()
         if loop is None:
-            return
+            return False
         # events the loop wrote while it was built (track_added...) come first; the
         # model skips any it already has by seq.  Nothing runs between this and subscribe.
         for ev in list(getattr(getattr(loop, "session", None), "events", []) or []):
@@ -133,6 +134,7 @@ class LiveFeed(EventFeed):
         loop.subscribe(self.push)
         self.handle.attach(loop)
         loop.run()
+        return True
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
@@ -140,6 +142,8 @@ class LiveFeed(EventFeed):
             return
         if event.state == WorkerState.SUCCESS:
             self.flush()
+            if not event.worker.result:
+                return
             self.post_message(self.LoopFinished(None))
         elif event.state == WorkerState.ERROR:
             self.flush()
