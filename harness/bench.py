@@ -257,49 +257,14 @@ def main(args: argparse.Namespace) -> int:
             "roofline": rfl, "cupy": info.get("cupy"), "complete": False,
         }
         rf = ResultFile(meta, [])
-        prog = Progress(len(shapes))
-        stopped = False
-        for i, shape in enumerate(shapes):
-            if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
-                stopped = True
-                break
-            cands = [so_for[shape]] if shape in so_for else []
-            try:
-                res = ev.run_shape(shape, acc, cands, baselines)
-                row = _row_from(res, shape)
-            except WorkerError as e:
-                st = "timeout" if e.kind == "timeout" else "crashed"
-                msg = str(e).splitlines()[0][:300]
-                if cands:
-                    try:
-                        res = ev.run_shape(shape, acc, [], baselines)
-                        row = _row_from(res, shape)
-                    except WorkerError as e2:
-                        row = _failed_row(shape, baselines, "timeout" if e2.kind == "timeout" else "crashed", str(e2)[:300])
-                    row["times_ms"][args.label] = None
-                    row["status"][args.label] = st
-                    row["checks"][args.label] = {"ok": False, "failed": st, "detail": msg}
-                else:
-                    row = _failed_row(shape, baselines, st, msg)
-            if shape in build_fail:
-                row["times_ms"][args.label] = None
-                row["status"][args.label] = "compile_error"
-                row["checks"][args.label] = {"ok": False, "failed": "compile_error", "detail": build_fail[shape][:300]}
-            elif kernels and shape not in kernels:
-                row["times_ms"].setdefault(args.label, None)
-                row["status"][args.label] = "absent"
-            rf.rows.append(row)
-            note = f"{shape}"
-            t = row["times_ms"]
-            if t.get("cublas"):
-                note += f" cublas {t['cublas']:.4g}ms"
-            if kernels and t.get(args.label):
-                note += f" {args.label} {t[args.label]:.4g}ms"
-            prog.update(i + 1, note)
-            if (i + 1) % CHECKPOINT_EVERY == 0:
-                rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
+        try:
+            stopped = _run_shapes(args, ev, shapes, acc, baselines, kernels, so_for, build_fail, rf, out, t0)
+        except KeyboardInterrupt:
+            rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
+            if rf.rows:
                 save(rf, out)
-        prog.finish()
+                print(f"bench: interrupted; {len(rf.rows)} shapes written to {out}", file=sys.stderr)
+            raise
     rf.meta["complete"] = not stopped
     rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
     rf.meta["worker_starts"] = ev.worker.starts
@@ -308,3 +273,55 @@ def main(args: argparse.Namespace) -> int:
     print(f"bench: {len(rf.rows)} of {len(shapes)} shapes in {rf.meta['elapsed_s']:.0f} s"
           f"{' (stopped by --limit-seconds)' if stopped else ''}; wrote {jp} and {cp_}")
     return 0
+
+
+def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str, baselines: list[str],
+                kernels: dict[Shape, Path], so_for: dict[Shape, dict[str, Any]], build_fail: dict[Shape, str],
+                rf: ResultFile, out: Path, t0: float) -> bool:
+    """One request per shape; returns True when --limit-seconds stopped it early."""
+    from .worker import WorkerError
+
+    prog = Progress(len(shapes))
+    stopped = False
+    for i, shape in enumerate(shapes):
+        if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
+            stopped = True
+            break
+        cands = [so_for[shape]] if shape in so_for else []
+        try:
+            res = ev.run_shape(shape, acc, cands, baselines)
+            row = _row_from(res, shape)
+        except WorkerError as e:
+            st = "timeout" if e.kind == "timeout" else "crashed"
+            msg = str(e).splitlines()[0][:300]
+            if cands:
+                try:
+                    res = ev.run_shape(shape, acc, [], baselines)
+                    row = _row_from(res, shape)
+                except WorkerError as e2:
+                    row = _failed_row(shape, baselines, "timeout" if e2.kind == "timeout" else "crashed", str(e2)[:300])
+                row["times_ms"][args.label] = None
+                row["status"][args.label] = st
+                row["checks"][args.label] = {"ok": False, "failed": st, "detail": msg}
+            else:
+                row = _failed_row(shape, baselines, st, msg)
+        if shape in build_fail:
+            row["times_ms"][args.label] = None
+            row["status"][args.label] = "compile_error"
+            row["checks"][args.label] = {"ok": False, "failed": "compile_error", "detail": build_fail[shape][:300]}
+        elif kernels and shape not in kernels:
+            row["times_ms"].setdefault(args.label, None)
+            row["status"][args.label] = "absent"
+        rf.rows.append(row)
+        note = f"{shape}"
+        t = row["times_ms"]
+        if t.get("cublas"):
+            note += f" cublas {t['cublas']:.4g}ms"
+        if kernels and t.get(args.label):
+            note += f" {args.label} {t[args.label]:.4g}ms"
+        prog.update(i + 1, note)
+        if (i + 1) % CHECKPOINT_EVERY == 0:
+            rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
+            save(rf, out)
+    prog.finish()
+    return stopped

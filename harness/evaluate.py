@@ -168,4 +168,5 @@ class Evaluator:
         extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound",
                                          "absent", "errors", "phases")}
         extra["label"] = label
+        extra["mode"] = self.mode
         return Evaluation(st, br, check, times, spread, res.get("roofline_ms"), msg, extra)
