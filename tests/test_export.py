@@ -207,3 +207,17 @@ def test_fallback_is_decided_by_what_the_fallback_runs():
     assert fallback_for({"candidate": 1.0, "torch": 0.97}, 1.0) == ("cublas", ["torch"])
     assert fallback_for({"candidate": 1.0, "cublas": 1.0}, 1.0) == (None, [])
     assert fallback_for({}, None) == (None, [])
+
+
+def test_export_never_writes_to_the_session(session, tmp_path):
+    """A run may still be appending: a partial last line is skipped, not trimmed away."""
+    import shutil
+
+    live = tmp_path / "live"
+    shutil.copytree(session, live)
+    with open(live / "events.jsonl", "a") as f:
+        f.write('{"seq": 99999, "type": "tim')  # a line being written right now
+    before = (live / "events.jsonl").read_bytes()
+    res = export_session(live, tmp_path / "exp")
+    assert len(res.manifest["kernels"]) == len(fx.EXPECTED)
+    assert (live / "events.jsonl").read_bytes() == before

@@ -1,7 +1,8 @@
 """Read-only view of a recorded session for export and rl-data.
 
 A thin layer over :class:`l2tui.session.Session` that adds what an exporter
-must be sure of: a kernel's text really hashes to its name (a damaged store
+must be sure of: the folder is only read (never repaired: a run may still be
+appending to it), a kernel's text really hashes to its name (a damaged store
 is never shipped as a library), and one-line errors for a folder that is not a
 session.
 """
@@ -9,6 +10,7 @@ session.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,12 +42,56 @@ class SessionView:
         return text
 
 
+def _rows(path: Path) -> list[dict]:
+    """JSON lines of a file that may be growing: a partial last line is skipped, never repaired."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n")
+    rows: list[dict] = []
+    for i, line in enumerate(data[: end + 1].splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise SessionError(f"{path}: line {i + 1} is not valid JSON; the session file is corrupted") from None
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _read_only(p: Path) -> Session:
+    """A Session over ``p`` without :meth:`Session.open`'s repair step.
+
+    ``Session.open`` trims a torn last line so it can append again; an exporter
+    must not write, because the folder may belong to a run that is still
+    appending (the TUI's export action runs beside the live loop).
+    """
+    doc: dict = {}
+    tf = p / "session.toml"
+    if tf.is_file():
+        try:
+            import tomllib  # type: ignore[import-not-found]
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        try:
+            doc = tomllib.loads(tf.read_text())
+        except (ValueError, OSError):
+            doc = {}
+    events = _rows(p / "events.jsonl")
+    rewards = _rows(p / "rewards.jsonl")
+    first = events[0] if events and events[0].get("type") == "session_started" else {}
+    return Session(p, doc.get("config") or first.get("config") or {}, doc.get("gpu") or first.get("gpu") or {},
+                   doc.get("versions") or first.get("versions") or {}, events, rewards, [])
+
+
 def open_session(path: str | Path) -> SessionView:
-    """Open a session folder for reading."""
+    """Open a session folder for reading (never writes to it, even while a run appends)."""
     p = Path(path).expanduser()
     if not p.is_dir() or not (p / "events.jsonl").is_file():
         raise SessionError(f"{p} is not a session folder (no events.jsonl); pass a folder under sessions/")
-    s = Session.open(p)
+    s = _read_only(p)
     gpu = dict(s.gpu or {})
     if not gpu:
         for ev in s.iter_events({"session_started"}):
