@@ -94,6 +94,10 @@ def test_kill_9_then_resume(tmp_path, scenarios, scripted_server, agent_cache, k
     assert len(seeds) == (1 if seed_done else 2) and len({e["sha"] for e in seeds}) == 1
     new_steps = [e["step"] for e in ev[resumed[0]["seq"]:] if e["type"] == "stage"]
     assert min(new_steps) > steps_before - 1
+    # delayed profiling (profile_after = 3) triggered exactly once across both runs, and stayed on
+    en = [e for e in ev if e["type"] == "profiling_enabled"]
+    assert len(en) == 1 and en[0]["reason"] == "after 3 steps"
+    assert [e["profiling_enabled"] for e in ev if e["type"] == "checkpoint"] == [False] * 3 + [True] * 3
     # every kernel an event or a reward row names is stored
     for e in ev:
         if e["type"] in ("candidate", "best") or (e["type"] == "reward" and e.get("sha")):
@@ -134,3 +138,15 @@ def test_headless_usage_errors(tmp_path, scenarios):
     r = subprocess.run(cmd(tmp_path / "s", scenarios, "--shapes", "512x512x512"), cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown key [loop] max_stepz" in r.stderr and "l2tui.toml" in r.stderr
+
+
+def test_llm_without_key_or_endpoint_is_a_one_line_error(tmp_path, scenarios):
+    env = env_for(tmp_path, tmp_path / "cache")
+    env.pop("OPENAI_API_KEY", None)
+    env["L2TUI_CONFIG_DIR"] = str(tmp_path / "nocfg")
+    r = subprocess.run(cmd(tmp_path / "s", scenarios, "--shapes", "512x512x512"), cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "l2tui: error: no API key: export $OPENAI_API_KEY, or point [llm] base_url at your endpoint "
+        "(or use --policy search)")
+    assert not (tmp_path / "s").exists()

@@ -204,9 +204,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"baseline {cfg.harness['baseline']!r} is not timed: add it to [harness] baselines")
     if resume and not session_dir:
         raise UserError("--resume needs --session DIR (the session to continue)")
-    if policy_name == "llm" and cfg.llm["base_url"].startswith("https://api.openai.com") and cfg.api_key() is None:
-        raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
-                        f"(or use --policy search)")
     if policy_name == "human":
         raise UserError("the human policy needs the app (edits come from the editor); use --policy llm or search")
     if not resume and not shapes_spec:
@@ -236,6 +233,9 @@ def run(args: argparse.Namespace) -> int:
         gpu = info.to_dict()
 
     try:
+        if policy_name == "llm" and cfg.llm["base_url"].startswith("https://api.openai.com") and cfg.api_key() is None:
+            raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
+                            f"(or use --policy search)")
         from ..agent.loop import AgentLoop, LoopConfig
         from ..agent.policies import make_policy
 
