@@ -285,3 +285,22 @@ def test_profiling_triggers_when_structure_is_stable(tmp_path, scenarios, record
     en = by_type(s, "profiling_enabled")
     assert len(en) == 1 and en[0]["reason"] == "structure stable for 2 steps" and en[0]["step"] == 3
     assert [e["stable"] for e in by_type(s, "checkpoint")] == [0, 1, 2, 3]
+
+
+def test_request_stop_then_run_again_continues(tmp_path, scenarios, recorded, agent_cache, scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["*"] = "nothing useful"
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=3)
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+
+    def stop_after_first_step(e):
+        if e["type"] == "checkpoint" and e["steps_done"] == 1:
+            loop.request_stop()
+
+    loop.subscribe(stop_after_first_step)
+    loop.run()
+    assert [e["reason"] for e in by_type(s, "session_ended")] == ["stopped"]
+    assert not by_type(s, "track_done")
+    loop.run()
+    assert by_type(s, "track_done")[0]["reason"] == "max_steps (3)"
+    assert [e["steps_done"] for e in by_type(s, "checkpoint")] == [1, 2, 3]

@@ -218,7 +218,11 @@ class AgentLoop:
     def run(self) -> None:
         """Blocking: until every track is done/failed/stopped or a stop is requested."""
         self._started = time.monotonic()
+        self._stop.clear()
         reason = "finished"
+        for t in self.tracks.values():  # a second run() continues what a stop interrupted
+            if t.state == "stopped" and t.done_reason is None:
+                self._set_state(t, "queued")
         if self._resumed_from is not None:
             self._emit("session_resumed", from_seq=self._resumed_from)
             self._resumed_from = None
