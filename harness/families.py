@@ -107,7 +107,7 @@ SM90 = Family(
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("EPILOGUE", ("EPI_TMA", "EPI_NOSMEM"), "TMA store via shared memory / direct stores"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
-        Knob("PDL", ("0", "1"), "programmatic dependent launch (overlap launch with the previous kernel)"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch (PERSISTENT scheduler only)"),
     ),
 )
 
@@ -333,7 +333,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         split = _i(knobs, "SPLITS") if knobs["SCHEDULER"] == "SPLITK" else 1
         return Geometry(fam.name, tm, tn, tk, 384, smem, regs, 1, stages, split,
                         True, knobs["SCHEDULER"] == "STREAMK",
-                        _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc, knobs.get("PDL", "1") == "1")
+                        _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc,
+                        knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] == "PERSISTENT")
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
@@ -480,11 +481,8 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 128, tk=128, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, cn=2)),
-    ("sm90_cutlass", _sm90(256, 128, cm=2)),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=8)),
     ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=4)),
-    ("sm90_cutlass", _sm90(128, 256, pdl=0)),
     ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", pdl=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),

@@ -73,6 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--acc", nargs="+", default=["f32", "f16"])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--only", default="", help="regex on config names")
+    ap.add_argument("--first", default="", help="regex: build matching configurations first")
     ap.add_argument("--plain-nvcc", action="store_true", help="bypass the harness build cache")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
         if k.get("PDL") == "0":
             return 3
         return 0 if c.acc == "f32" else 2
-    todo.sort(key=prio)
+    todo.sort(key=lambda t: (not (args.first and re.search(args.first, t[0].name)), prio(t)))
     print(f"building {len(todo)} configurations with {args.jobs} jobs", flush=True)
     t0 = time.time()
     with cf.ThreadPoolExecutor(args.jobs) as pool:

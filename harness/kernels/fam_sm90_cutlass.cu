@@ -26,33 +26,11 @@
 //   ACC             ACC_F32, ACC_F16    accumulator type
 //   PDL             0, 1                programmatic dependent launch (Hopper): the launch and
 //                                       prologue overlap the previous kernel's tail; every global
-//                                       access still waits for it (griddepcontrol.wait)
+//                                       access still waits for it (griddepcontrol.wait);
+//                                       PERSISTENT scheduler only (ignored otherwise)
 //
 // Stream-K and split-K use a workspace that is allocated once (grown when a larger shape needs
 // more) and reduced in a fixed order, so results stay bit-reproducible.
-
-// Device-side asserts inside the WGMMA mainloop are function calls that serialize the wgmma
-// pipeline (ptxas warning C7510): build without them.
-#ifndef NDEBUG
-#define NDEBUG
-#endif
-// Compile the grid-dependency-control instructions (griddepcontrol.wait before the first global
-// access, launch_dependents after the last tile) so the PDL knob can overlap this kernel's launch
-// and prologue with the tail of the previous kernel in the stream. Without a PDL launch they are
-// no-ops.
-#define CUTLASS_ENABLE_GDC_FOR_SM90 1
-#include <cuda_runtime.h>
-
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/numeric_types.h"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/thread/linear_combination.h"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#include "cutlass/util/packed_stride.hpp"
 
 // Names for knob values (do not edit).
 #define COOPERATIVE 1
@@ -86,6 +64,36 @@
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
+
+// Device-side asserts inside the WGMMA mainloop are function calls that serialize the wgmma
+// pipeline (ptxas warning C7510): build without them.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+// PDL: compile CUTLASS's grid-dependency control (griddepcontrol.wait before the first global
+// access, launch_dependents after the last tile), so the launch and prologue overlap the previous
+// kernel's tail. Persistent scheduler only: CUTLASS 4.2's stream-K scheduler does not compile
+// with it.
+#if PDL && SCHEDULER == PERSISTENT
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#define L2_LAUNCH_PDL true
+#else
+#define L2_LAUNCH_PDL false
+#endif
+
+#include <cuda_runtime.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/thread/linear_combination.h"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
 
 using namespace cute;
 
@@ -191,7 +199,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
 #if SCHEDULER == PERSISTENT
   // Same problem as last call: the kernel parameters (TMA descriptors) are still valid.
   if (st.a == A && st.b == B && st.c == C && st.m == M && st.n == N && st.k == K && st.stream == s) {
-    return st.gemm.run(s, nullptr, PDL != 0) == cutlass::Status::kSuccess ? 0 : 4;
+    return st.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
   }
 #endif
   StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(M, K, 1));
@@ -235,5 +243,5 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     return 4;
   }
   st.a = A; st.b = B; st.c = C; st.m = M; st.n = N; st.k = K; st.stream = s;
-  return st.gemm.run(s, nullptr, PDL != 0) == cutlass::Status::kSuccess ? 0 : 4;
+  return st.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
 }
