@@ -152,6 +152,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "allowed_flags": Key(["-O3", "-O2", "-maxrregcount=255", "-maxrregcount=168", "-maxrregcount=128", "-Xptxas=-v", "--use_fast_math"],
                              _str_list(), "nvcc flags the compiler role may choose from"),
         "acc": Key("f32", _choice("f32", "f16"), "default accumulator of new tracks"),
+        "telemetry_s": Key(5.0, _float(0.0), "seconds between NVML telemetry events in the session (0 = none; needs a GPU)"),
         "parallel_tracks": Key(4, _int(1, 1024), "tracks worked on at once (round-robin between stages); the rest wait queued"),
     },
     "harness": {

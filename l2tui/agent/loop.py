@@ -63,6 +63,7 @@ class LoopConfig:
     mode: str = "offline"
     arch: str | None = None
     parallel_tracks: int = 4
+    telemetry_s: float = 0.0
     rewards: RewardConfig = field(default_factory=RewardConfig)
     options: dict = field(default_factory=dict)
 
@@ -75,7 +76,7 @@ class LoopConfig:
             global_wall_time_s=lp["global_wall_time_s"], global_token_budget=lp["global_token_budget"],
             context_tokens=lp["context_tokens"], debug_max_lines=lp["debug_max_lines"], seed=lp["seed"],
             allowed_flags=list(lp["allowed_flags"]), acc=lp["acc"], baseline=h["baseline"], mode=h["mode"],
-            arch=h["arch"] or None, parallel_tracks=lp["parallel_tracks"],
+            arch=h["arch"] or None, parallel_tracks=lp["parallel_tracks"], telemetry_s=lp["telemetry_s"],
             rewards=RewardConfig.from_section(cfg.rewards), options=dict(cfg.search),
         )
 
@@ -189,6 +190,8 @@ class AgentLoop:
         self._global_wall_prior = 0.0
         self._seed_cache: dict[str, str | None] = {}
         self._resumed_from: int | None = None
+        self._telemetry: Any = None
+        self._telemetry_next = 0.0
         self._restore()
 
     # ================================================================== public API
@@ -256,9 +259,13 @@ class AgentLoop:
                 t = runnable[self._rr % len(runnable)]
                 self._rr += 1
                 self._advance(t)
+                self._maybe_telemetry()
             else:
                 reason = "stopped"
         finally:
+            if self._telemetry is not None:
+                self._telemetry.stop()
+                self._telemetry = None
             now = time.monotonic()
             for t in self.tracks.values():
                 if t.run_started is not None:
@@ -267,6 +274,36 @@ class AgentLoop:
                 if t.state in ("running", "queued", "paused") and t.done_reason is None:
                     self._set_state(t, "stopped")
             self._emit("session_ended", reason=reason)
+
+    # ================================================================== telemetry
+    TELEMETRY_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "power_limit_w", "util_pct", "mem_used_mib")
+
+    def _maybe_telemetry(self) -> None:
+        """A ``telemetry`` event every ``telemetry_s`` seconds (NVML sampler thread, read here)."""
+        from .recorded import RecordedEvaluator
+
+        if not self.config.telemetry_s or isinstance(self.evaluator, RecordedEvaluator):
+            return  # off, or replaying recorded results (this machine's GPU is not the one measured)
+        now = time.monotonic()
+        if now < self._telemetry_next:
+            return
+        self._telemetry_next = now + self.config.telemetry_s
+        if self._telemetry is None:
+            try:
+                from harness.profiling.telemetry import TelemetrySampler
+
+                self._telemetry = TelemetrySampler(hz=1.0)
+            except Exception:
+                self.config.telemetry_s = 0.0
+                return
+            if not self._telemetry.available:
+                self.config.telemetry_s = 0.0
+                return
+            self._telemetry.start()
+        s = self._telemetry.latest() if hasattr(self._telemetry, "latest") else None
+        s = s or self._telemetry.sample()
+        if s:
+            self._emit("telemetry", **{k: s.get(k) for k in self.TELEMETRY_KEYS})
 
     # ================================================================== events
     def _emit(self, type: str, **payload: Any) -> dict:
