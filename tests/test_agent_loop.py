@@ -304,3 +304,32 @@ def test_request_stop_then_run_again_continues(tmp_path, scenarios, recorded, ag
     loop.run()
     assert by_type(s, "track_done")[0]["reason"] == "max_steps (3)"
     assert [e["steps_done"] for e in by_type(s, "checkpoint")] == [1, 2, 3]
+
+
+def test_llm_writes_the_first_kernel_when_no_seed_is_configured(tmp_path, scenarios, recorded, agent_cache,
+                                                                scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["planner"] = scenarios.PLAN
+    scripted_server.add("Here is a first kernel:\n```cuda\n" + scenarios.SEED.read_text() + "```\n", role="coder")
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=1, seed="")
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    seed = by_type(s, "candidate", step=0)[0]
+    assert seed["origin"] == "seed" and s.get_kernel(seed["sha"]) == scenarios.SEED.read_text()
+    row = [r for r in s.rewards() if r["step"] == 0][0]
+    assert row["role"] == "coder" and "Write a first, correct" in row["messages"][1]["content"]
+    assert by_type(s, "checked", step=0)[0]["status"] == "ok"   # the recorded seed
+
+
+def test_unusable_first_generation_falls_back_to_the_reference_kernel(tmp_path, scenarios, recorded, agent_cache,
+                                                                      scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["*"] = "I cannot write kernels."
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=1, seed="")
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    assert [r["kind"] for r in s.rewards() if r["step"] == 0][0] == "no_patch"
+    assert any("starting from the reference kernel" in e["message"] for e in by_type(s, "error"))
+    seed = by_type(s, "candidate", step=0)[0]
+    assert "hgemm_naive" in s.get_kernel(seed["sha"])
+    assert by_type(s, "best", sha=seed["sha"])   # anchors the track even without a recorded time
