@@ -333,3 +333,18 @@ def test_unusable_first_generation_falls_back_to_the_reference_kernel(tmp_path, 
     seed = by_type(s, "candidate", step=0)[0]
     assert "hgemm_naive" in s.get_kernel(seed["sha"])
     assert by_type(s, "best", sha=seed["sha"])   # anchors the track even without a recorded time
+
+
+def test_planner_requested_rewrite(tmp_path, scenarios, recorded, agent_cache, scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    new = scenarios.SEED.read_text().replace("#define BK 16", "#define BK 32")
+    scripted_server.add("REWRITE\nRestructure the k loop.", role="planner")
+    scripted_server.add("```cuda\n" + new + "```", role="coder")
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=1)
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    cand = by_type(s, "candidate", step=1)[0]
+    assert cand["origin"] == "rewrite" and s.get_kernel(cand["sha"]) == new
+    row = [r for r in s.rewards() if r["step"] == 1][0]
+    assert "complete kernel file in ONE fenced block" in row["messages"][-1]["content"]
+    assert by_type(s, "checked", step=1)[0]["status"] == "ok"
