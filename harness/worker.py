@@ -193,13 +193,14 @@ class GpuWorker:
             n = os.write(self._wfd, view)
             view = view[n:]
 
-    def _read_exact(self, n: int, deadline: float, what: str) -> bytes:
+    def _read_exact(self, n: int, deadline: float, what: str, timeout: float | None = None) -> bytes:
         chunks: list[bytes] = []
         assert self._rfd is not None
         while n > 0:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WorkerTimeout(f"{what}: no answer within the timeout; the GPU worker was killed")
+                within = f"{timeout:.0f} s" if timeout is not None else "the timeout"
+                raise WorkerTimeout(f"{what}: no answer within {within}; the GPU worker was killed")
             r, _, _ = select.select([self._rfd], [], [], min(left, 1.0))
             if not r:
                 continue
@@ -210,10 +211,10 @@ class GpuWorker:
             n -= len(chunk)
         return b"".join(chunks)
 
-    def _read_frame(self, deadline: float, what: str) -> Any:
+    def _read_frame(self, deadline: float, what: str, timeout: float | None = None) -> Any:
         try:
-            (n,) = _HDR.unpack(self._read_exact(_HDR.size, deadline, what))
-            return pickle.loads(self._read_exact(n, deadline, what))
+            (n,) = _HDR.unpack(self._read_exact(_HDR.size, deadline, what, timeout))
+            return pickle.loads(self._read_exact(n, deadline, what, timeout))
         except WorkerTimeout:
             self._kill()
             raise
@@ -258,7 +259,7 @@ class GpuWorker:
                 rc = self._proc.wait(timeout=10) if self._proc is not None else None
                 self._kill()
                 raise WorkerCrashed(f"{op}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})") from None
-            resp = self._read_frame(time.monotonic() + timeout, f"{op} after {timeout:.0f} s")
+            resp = self._read_frame(time.monotonic() + timeout, op, timeout)
             if not isinstance(resp, dict) or resp.get("id") != rid:
                 self._kill()
                 raise WorkerCrashed(f"{op}: the GPU worker answered out of turn; it was restarted")

@@ -28,6 +28,7 @@ def test_segfault_is_reported_as_crash_and_worker_restarts(worker):
     with pytest.raises(WorkerCrashed) as ei:
         worker.call("_debug_segfault")
     assert "SIGSEGV" in str(ei.value)
+    assert str(ei.value).startswith("_debug_segfault: the GPU worker died")
     assert ei.value.kind == "crashed"
     assert not worker.alive
     pid2 = worker.call("ping")["pid"]          # restarted lazily
@@ -40,6 +41,7 @@ def test_hang_times_out_kills_and_restarts(worker):
     with pytest.raises(WorkerTimeout) as ei:
         worker.call("_debug_hang", timeout_s=1.5)
     assert ei.value.kind == "timeout"
+    assert "no answer within 2 s" in str(ei.value)
     assert time.monotonic() - t0 < 15
     with pytest.raises(ProcessLookupError):
         os.kill(pid1, 0)                        # the hung worker is gone
