@@ -264,6 +264,14 @@ class GpuWorker:
                 self._kill()
                 raise WorkerCrashed(f"{op}: the GPU worker answered out of turn; it was restarted")
             if resp.get("ok"):
+                if resp.get("retire"):
+                    # the worker exits after this answer (too many libraries loaded): not a crash
+                    try:
+                        if self._proc is not None:
+                            self._proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    self._kill()
                 return resp.get("result")
             kind = resp.get("kind", "error")
             err = resp.get("error", "unknown error")

@@ -229,6 +229,16 @@ def op_debug_exit(code: int = 3, **_: Any) -> None:
     os._exit(code)
 
 
+_RETIRE_NEXT = False
+
+
+def op_debug_retire(**_: Any) -> str:
+    """Answer, then retire like a worker that loaded too many libraries (CI test of the restart)."""
+    global _RETIRE_NEXT
+    _RETIRE_NEXT = True
+    return "retiring"
+
+
 def op_gpu_info(**_: Any) -> dict[str, Any]:
     return gpu().info()
 
@@ -279,6 +289,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "_debug_sleep": op_debug_sleep,
     "_debug_raise": op_debug_raise,
     "_debug_exit": op_debug_exit,
+    "_debug_retire": op_debug_retire,
     "_debug_sticky": op_debug_sticky,
 }
 
@@ -340,11 +351,12 @@ def serve() -> int:
             continue
         try:
             result = fn(**args)
-            _write(out_fd, {"id": rid, "ok": True, "result": result})
+            retire = _RETIRE_NEXT or (_GPU is not None and len(_GPU.libs) > MAX_LIBS)
+            _write(out_fd, {"id": rid, "ok": True, "result": result, "retire": retire})
             if _GPU is not None:
                 _GPU.last_active = time.monotonic()
-                if len(_GPU.libs) > MAX_LIBS:
-                    return 0      # bound the number of loaded kernel libraries; the parent restarts us
+            if retire:
+                return 0      # bound the number of loaded kernel libraries; the parent restarts us lazily
 
         except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
             sticky = isinstance(e, Sticky) or is_sticky(e)

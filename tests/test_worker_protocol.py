@@ -115,3 +115,11 @@ def test_every_gpu_op_is_wired_and_fails_cleanly_without_gpu(worker, op, args):
         worker.call(op, **args)
     assert "no NVIDIA GPU found" in str(ei.value), str(ei.value)
     assert worker.call("ping")["pid"] > 0
+
+
+def test_retiring_worker_is_not_a_crash(worker):
+    pid = worker.call("ping")["pid"]
+    assert worker.call("_debug_retire") == "retiring"
+    assert not worker.alive
+    assert worker.call("ping")["pid"] != pid     # restarted lazily, no error
+    assert worker.starts == 2
