@@ -404,13 +404,23 @@ class ShapeContext:
         for b in self.buffers:
             b.reset_guards()
 
+    def close(self) -> None:
+        """Release cuBLASLt plans and workspaces (nvmath asks for an explicit free())."""
+        for mm, _ in self.nvmath.values():
+            try:
+                mm.free()
+            except Exception:
+                pass
+        self.nvmath.clear()
+
 
 def _shape_ctx(g: Gpu, m: int, n: int, k: int) -> ShapeContext:
     if g.ctx is not None and g.ctx.key == (m, n, k):
         return g.ctx
     if g.ctx is not None:
-        g.ctx = None
         g.stream.synchronize()
+        g.ctx.close()
+        g.ctx = None
         g.cp.get_default_memory_pool().free_all_blocks()
     g.ctx = ShapeContext(g, m, n, k)
     return g.ctx
