@@ -123,3 +123,16 @@ def test_retiring_worker_is_not_a_crash(worker):
     assert not worker.alive
     assert worker.call("ping")["pid"] != pid     # restarted lazily, no error
     assert worker.starts == 2
+
+
+def test_parent_side_imports_no_cuda_stack():
+    """The calling process must never create a CUDA context: no cupy/torch/nvmath on import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.evaluate, harness.bench, harness.worker, harness.results, harness.baselines, "
+            "harness.roofline, harness.timing, harness.checks, l2tui.commands.bench; "
+            "print(sorted(m for m in ('cupy', 'torch', 'nvmath', 'cuda.bindings.runtime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
