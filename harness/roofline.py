@@ -5,7 +5,8 @@ Measured once per GPU inside the worker and cached in
 
 * ``peak_tflops``  best of the cuBLAS shim (fp16 in/out, fp32 accumulate) on 8192^3 and
   12288^3, timed with the offline method (CUDA graph, median of replays);
-* ``bw_gbs``       a 1 GiB copy kernel (16-byte loads/stores) in a graph, (read + write bytes) / time;
+* ``bw_gbs``       the larger of a 1 GiB copy kernel ((read + write bytes) / time) and a 1 GiB
+                   read-only kernel, 16-byte accesses, each in a graph (GEMM traffic is mostly reads);
 * ``floor_ms``     an empty kernel launched 1000 times back to back in a graph, per launch.
 
 ``roofline_ms(shape) = max(flops / peak, min_bytes / bw, floor)`` where min_bytes reads A
@@ -23,7 +24,7 @@ from typing import Any
 
 from .shapes import Shape
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def roofline_ms(shape: Shape, rf: dict[str, Any] | None) -> float | None:
@@ -88,7 +89,19 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
 
     g = timing.make_graph(cp, stream, "copy", copy, target_ms=2.0)
     r = timing.offline(cp, stream, [g], replays=7)["copy"]
-    bw = 2.0 * nbytes / (r["median_ms"] * 1e-3) / 1e9
+    bw_copy = 2.0 * nbytes / (r["median_ms"] * 1e-3) / 1e9
+    g = None
+    kread = shim_lib.l2_read
+    kread.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    kread.restype = ctypes.c_int
+
+    def read() -> int:
+        return kread(sptr, nbytes, dptr, stream.ptr)
+
+    g = timing.make_graph(cp, stream, "read", read, target_ms=2.0)
+    r = timing.offline(cp, stream, [g], replays=7)["read"]
+    bw_read = nbytes / (r["median_ms"] * 1e-3) / 1e9
+    bw = max(bw_copy, bw_read)
     g = None
     src = dst = None
     empty = shim_lib.l2_empty
@@ -105,8 +118,11 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
         "version": CACHE_VERSION,
         "peak_tflops": round(peak, 2),
         "bw_gbs": round(bw, 1),
+        "bw_copy_gbs": round(bw_copy, 1),
+        "bw_read_gbs": round(bw_read, 1),
         "floor_ms": floor,
         "measured_s": round(time.monotonic() - t0, 2),
-        "method": "peak: cuBLAS shim 8192^3/12288^3 graph-timed; bw: 1 GiB int4 copy kernel in a graph (2x bytes);"
+        "method": "peak: cuBLAS shim 8192^3/12288^3 graph-timed; bw: max of a 1 GiB int4 copy kernel (2x bytes)"
+                  " and a 1 GiB int4 read-only kernel, each in a graph;"
                   " floor: empty kernel x1000 in a graph",
     }
