@@ -58,6 +58,8 @@ def harness_build(src: Path, so: Path, arch: str) -> dict:
     r = build(src.read_text(), arch=arch, name=src.stem)
     if r.ok:
         shutil.copyfile(r.so_path, so)
+        # host symbol tables are not needed to dlopen the library: keep the carry small
+        subprocess.run(["strip", "--strip-unneeded", str(so)], capture_output=True)
     p = r.ptxas
     log = r.log or ""
     return {"ok": r.ok, "seconds": round(time.time() - t0, 1), "cached": r.cached,
