@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+torch = None  # imported in main() (not needed by `materialize`, which runs without a GPU)
 
 from harness.families import Config  # noqa: E402
 from harness.shapes import Shape, resolve_shapes  # noqa: E402
@@ -225,13 +225,15 @@ class Baselines:
 
 
 def time_shape(kerns: list[Kernel], shape: Shape, baselines: Baselines | None, target_ms: float, reps: int,
-               seed: int) -> dict[str, float | None]:
+               seed: int, beat=None) -> dict[str, float | None]:
     m, n, k = shape.m, shape.n, shape.k
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     jobs = {}
     for kern in kerns:
+        if beat:
+            beat(f"{kern.name}@{shape}")
         if kern(a, b, c, m, n, k) != 0:
             jobs[kern.name] = None
             continue
@@ -246,7 +248,12 @@ def time_shape(kerns: list[Kernel], shape: Shape, baselines: Baselines | None, t
     out: dict[str, float | None] = {}
     for name in names:
         fn = jobs[name]
+        if beat:
+            beat(f"{name}@{shape}")
+        t1 = time.time()
         out[name] = None if fn is None else time_graph(fn, target_ms, reps)
+        if time.time() - t1 > 5:
+            print(f"  slow: {name} on {shape} took {time.time() - t1:.1f}s to time", flush=True)
     del hold
     return out
 
@@ -314,13 +321,45 @@ def cmd_time(args, kerns) -> dict:
         ref = times.get("cublaslt_autotune") or times.get("torch")
         sp = f"{ref / best[0]:.2f}x" if best[0] and ref else "-"
         el = time.time() - t0
-        print(f"[{i + 1}/{len(shapes)}] {str(s):20s} best {best[1]} {best[0] and best[0] * 1e3:.1f}us "
-              f"torch {times.get('torch') and times['torch'] * 1e3:.1f}us lt {times.get('cublaslt_autotune') and times['cublaslt_autotune'] * 1e3:.1f}us "
+        us = lambda v: f"{v * 1e3:.1f}us" if v else "-"  # noqa: E731
+        print(f"[{i + 1}/{len(shapes)}] {str(s):20s} best {best[1]} {us(best[0])} "
+              f"torch {us(times.get('torch'))} lt {us(times.get('cublaslt_autotune'))} "
               f"speedup {sp}  ETA {el / (i + 1) * (len(shapes) - i - 1):.0f}s", flush=True)
         if args.budget_s and el > args.budget_s:
             print("time budget reached", flush=True)
             break
     return {"mode": "time", "timings": rows}
+
+
+class Watchdog:
+    """Ends the process (after saving) when one shape makes no progress for ``limit_s`` seconds.
+
+    A kernel that hangs cannot be interrupted from Python; without this a single hang would
+    cost the whole device call.  The partial results and the winners so far are kept, and
+    ``pick --resume`` continues from them.
+    """
+
+    def __init__(self, limit_s: float, on_fire):
+        import threading
+
+        self.limit_s, self.on_fire = limit_s, on_fire
+        self.last = time.time()
+        self.what = "start"
+        t = threading.Thread(target=self._run, daemon=True)
+        t.start()
+
+    def beat(self, what: str) -> None:
+        self.last, self.what = time.time(), what
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(1.0)
+            if time.time() - self.last > self.limit_s:
+                print(f"WATCHDOG: no progress for {self.limit_s:.0f}s at {self.what}; saving and exiting", flush=True)
+                try:
+                    self.on_fire(self.what)
+                finally:
+                    os._exit(3)
 
 
 def cmd_pick(args, kerns) -> dict:
@@ -333,9 +372,28 @@ def cmd_pick(args, kerns) -> dict:
     if kdir:
         kdir.mkdir(parents=True, exist_ok=True)
     by_name = {k.name: k for k in kerns}
+    rows = []
+    hung: list[str] = []
+    if args.resume and Path(args.resume).exists():
+        prev = json.loads(Path(args.resume).read_text())
+        rows = [r for r in prev.get("timings", []) if r.get("winner")]
+        hung = list(prev.get("hung", []))
+        done = {tuple(r["shape"]) for r in rows}
+        shapes = [s for s in shapes if (s.m, s.n, s.k) not in done]
+        print(f"resuming: {len(done)} shapes already picked, {len(shapes)} to go; skipping {hung}", flush=True)
+
+    def save(hang: str | None = None) -> None:
+        doc = {"mode": "pick", "timings": rows, "hung": hung + ([hang] if hang else []),
+               "configs": {k.name: {"family": k.config.family, "knobs": k.config.knob_dict, "acc": k.acc}
+                           for k in kerns}}
+        tmp = Path(args.out) / f"{args.tag or 'pick'}.json.tmp"
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, Path(args.out) / f"{args.tag or 'pick'}.json")
+
+    dog = Watchdog(args.watchdog_s, save)
     warm_up()
     t0 = time.time()
-    rows = []
+    skip = {h.split("@", 1)[0] for h in hung}
     for i, s in enumerate(shapes):
         left = args.budget_s - (time.time() - t0)
         per_shape = left / max(1, len(shapes) - i)
@@ -346,11 +404,14 @@ def cmd_pick(args, kerns) -> dict:
             extra = next((k for k in ranked if k.config.family == fam), None)
             if extra is not None and extra not in chosen and per_shape > 0.15:
                 chosen.append(extra)
-        times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i)
+        chosen = [k for k in chosen if k.name not in skip]
+        dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
+        times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)
         order = sorted((v, name) for name, v in times.items() if v and name in by_name)
         winner = None
         for v, name in order:  # the fastest that also passes a quick check on this shape
             if s.m * s.n * s.k <= args.check_max_mnk:
+                dog.beat(f"{name}@{s} (check)")
                 r = check(by_name[name], s, seed=args.seed)
                 if not r["ok"]:
                     print(f"  {name} failed {r['failed']} on {s}", flush=True)
@@ -361,18 +422,53 @@ def cmd_pick(args, kerns) -> dict:
             (kdir / f"{s.m}_{s.n}_{s.k}.cu").write_text(by_name[winner].source)
         rows.append({"shape": [s.m, s.n, s.k], "times_ms": times, "winner": winner,
                      "predicted_us": {k.name: round(model.predict(k.config, s) * 1e6, 2) for k in chosen}})
-        if i % 25 == 0:
-            partial_save(args, kerns, {"mode": "pick", "timings": rows})
+        if i % 10 == 0 or i == len(shapes) - 1:
+            save()
         el = time.time() - t0
-        print(f"[{i + 1}/{len(shapes)}] {str(s):20s} winner {winner} "
-              f"{winner and times[winner] * 1e3:.1f}us  elapsed {el:.0f}s ETA {el / (i + 1) * (len(shapes) - i - 1):.0f}s",
-              flush=True)
-    return {"mode": "pick", "timings": rows}
+        wt = f"{times[winner] * 1e3:.1f}us" if winner else "-"
+        print(f"[{i + 1}/{len(shapes)}] {str(s):20s} winner {winner} {wt}  elapsed {el:.0f}s "
+              f"ETA {el / (i + 1) * (len(shapes) - i - 1):.0f}s", flush=True)
+        if el > args.budget_s * 1.15 and i < len(shapes) - 1:
+            print(f"over the time budget: stopping after {i + 1} shapes (continue with --resume)", flush=True)
+            save()
+            break
+    if kdir:
+        pack_kernels(kdir, Path(args.out) / "kernels.tar.gz")
+    return {"mode": "pick", "timings": rows, "hung": hung}
+
+
+def pack_kernels(kdir: Path, tar_path: Path) -> None:
+    """One file instead of a thousand: a device call returns only a few files."""
+    import tarfile
+
+    with tarfile.open(tar_path, "w:gz") as tf:
+        for p in sorted(kdir.glob("*.cu")):
+            tf.add(p, arcname=f"kernels/{p.name}")
+
+
+def cmd_materialize(args) -> dict:
+    """Write ``M_N_K.cu`` winners from a pick file and the prebuilt sources (no GPU needed)."""
+    doc = json.loads(Path(args.pick).read_text())
+    kdir = Path(args.kernels_dir or "kernels")
+    kdir.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for row in doc["timings"]:
+        w = row.get("winner")
+        if not w:
+            continue
+        m, nn, k = row["shape"]
+        (kdir / f"{m}_{nn}_{k}.cu").write_text((Path(args.prebuilt) / f"{w}.cu").read_text())
+        n += 1
+    print(f"wrote {n} kernels to {kdir}", flush=True)
+    return {"mode": "materialize", "written": n}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("check", "time", "pick"))
+    ap.add_argument("mode", choices=("check", "time", "pick", "materialize"))
+    ap.add_argument("--pick", help="materialize: the pick JSON")
+    ap.add_argument("--resume", help="pick: a previous pick JSON to continue from")
+    ap.add_argument("--watchdog-s", type=float, default=60.0, help="pick: exit after this long without progress")
     ap.add_argument("--prebuilt", default=".carry/prebuilt")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--shapes", action="append")
@@ -391,8 +487,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.mode == "pick" and not args.budget_s:
         args.budget_s = 420.0
+    if args.mode == "materialize":
+        cmd_materialize(args)
+        return 0
+    global torch
+    import torch as _torch
+
+    torch = _torch
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    t_load = time.time()
     kerns = load_kernels(Path(args.prebuilt), args.acc, args.only)
     failed = set()
     for f in args.exclude_failed:
@@ -406,7 +510,7 @@ def main(argv=None) -> int:
     if failed:
         print(f"skipping configurations that failed checks: {sorted(failed)}", flush=True)
         kerns = [k for k in kerns if k.name not in failed]
-    print(f"{len(kerns)} configurations loaded", flush=True)
+    print(f"{len(kerns)} configurations loaded in {time.time() - t_load:.1f}s", flush=True)
     t0 = time.time()
     res = {"mode": args.mode}
     if args.mode == "check":
