@@ -141,3 +141,12 @@ def test_families_option_restricts_seeds_and_switches():
     for p in pol.propose(ctx):
         new = p.source or apply_patch(ctx.source, p.patch).source
         assert F.Config.from_source(new).family in ("small_splitk", "sm80_mma")
+
+
+def test_config_keys_map_onto_the_policy():
+    from l2tui.config import load_config
+
+    cfg = load_config(None)
+    pol = make_policy("search", cfg)
+    assert pol.width == cfg.search["candidates_per_step"]
+    assert pol.rng_seed == cfg.search["seed"]

@@ -74,9 +74,11 @@ class SearchPolicy:
 
     def __init__(self, seed: int = 0, width: int = 3, budget: int = 8, explore: bool = True,
                  arch: str | None = None, cost_model: CostModel | None = None,
-                 families: Iterable[str] | None = None, **_: Any) -> None:
+                 families: Iterable[str] | None = None, candidates_per_step: int | None = None,
+                 **_: Any) -> None:
         self.rng_seed = int(seed)
-        self.width = max(1, int(width))
+        # ``candidates_per_step`` is the [search] config key for the width
+        self.width = max(1, int(candidates_per_step if candidates_per_step is not None else width))
         self.budget = max(0, int(budget))
         self.explore = bool(explore)
         self.arch = arch
@@ -247,6 +249,7 @@ class SearchPolicy:
         else:
             moves = self.neighbours(cfg, shape, ctx.acc, arch)
         scored = []
+        step_shas: set[str] = set()   # two moves can reach the same kernel (a jump == a knob edit)
         for mv in moves:
             src = mv.config.source() if (mv.rewrite or cfg is None) else None
             if src is None:
@@ -263,8 +266,9 @@ class SearchPolicy:
             else:
                 new_src, text = src, None
             sha = _sha(new_src)
-            if sha in tried or sha in bad:
+            if sha in tried or sha in bad or sha in step_shas:
                 continue
+            step_shas.add(sha)
             scored.append((self.cost.predict(mv.config, shape), len(scored), mv, new_src, text, sha))
         if not scored:
             return []
