@@ -433,7 +433,7 @@ def cmd_pick(args, kerns) -> dict:
             save()
             break
     if kdir:
-        pack_kernels(kdir, Path(args.out) / "kernels.tar.gz")
+        pack_kernels(kdir, Path(args.out) / f"{args.tag or 'pick'}-kernels.tar.gz")
     return {"mode": "pick", "timings": rows, "hung": hung}
 
 
