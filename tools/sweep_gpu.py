@@ -481,7 +481,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=5)
     ap.add_argument("--kernels-dir", default=None)
-    ap.add_argument("--check-max-mnk", type=float, default=float(1 << 36))
+    ap.add_argument("--check-max-mnk", type=float, default=float("inf"), help="pick: check winners up to this M*N*K")
     ap.add_argument("--tag", default=None, help="output file name stem")
     ap.add_argument("--exclude-failed", nargs="*", default=[], help="check result files: skip configurations that failed")
     args = ap.parse_args(argv)
