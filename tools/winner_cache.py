@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,8 @@ def main(argv=None) -> int:
             dst = Path(args.out) / "builds" / entry.parent.name / entry.name
             if not dst.exists():
                 shutil.copytree(entry, dst)
+                # host symbol tables are not needed to load the library: keep the carry small
+                subprocess.run(["strip", "--strip-unneeded", str(dst / "kernel.so")], capture_output=True)
             found += 1
     print(f"{len(wanted)} distinct kernels, {found} cache entries copied to {args.out}")
     return 0 if found >= len(wanted) else 1
