@@ -185,6 +185,8 @@ class SearchPolicy:
         for knob in fam.knobs:
             if knob.name == "ACC":
                 continue
+            if knob.name == "SPLITS" and cur.get("SCHEDULER") != "SPLITK":
+                continue   # ignored by the kernel unless SCHEDULER is SPLITK: a no-op edit
             vals = list(knob.values)
             i = vals.index(cur[knob.name])
             if knob.name in ORDINAL:
@@ -248,6 +250,7 @@ class SearchPolicy:
             moves = [Move(c, {}, f"start over from {c.name}", rewrite=True) for _, c in ranked]
         else:
             moves = self.neighbours(cfg, shape, ctx.acc, arch)
+        catalog_set = set(self.candidates(shape, ctx.acc, arch))
         scored = []
         step_shas: set[str] = set()   # two moves can reach the same kernel (a jump == a knob edit)
         for mv in moves:
@@ -269,7 +272,10 @@ class SearchPolicy:
             if sha in tried or sha in bad or sha in step_shas:
                 continue
             step_shas.add(sha)
-            scored.append((self.cost.predict(mv.config, shape), len(scored), mv, new_src, text, sha))
+            t = self.cost.predict(mv.config, shape)
+            if mv.config in catalog_set:
+                t *= 0.98   # prebuilt (cached build): cheaper to try, preferred on a near-tie
+            scored.append((t, len(scored), mv, new_src, text, sha))
         if not scored:
             return []
         scored.sort(key=lambda t: (t[0], t[1]))
