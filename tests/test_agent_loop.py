@@ -348,3 +348,24 @@ def test_planner_requested_rewrite(tmp_path, scenarios, recorded, agent_cache, s
     row = [r for r in s.rewards() if r["step"] == 1][0]
     assert "complete kernel file in ONE fenced block" in row["messages"][-1]["content"]
     assert by_type(s, "checked", step=1)[0]["status"] == "ok"
+
+
+def test_reject_and_accept_commands_move_the_best(tmp_path, scenarios, recorded, agent_cache, scripted_server, monkeypatch):
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["planner"] = scenarios.PLAN
+    scripted_server.add(scenarios.GOOD_BK, role="coder")
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=1)
+    tid = loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    seed_sha = by_type(s, "candidate", step=0)[0]["sha"]
+    cand_sha = by_type(s, "candidate", step=1)[0]["sha"]
+    best = loop.tracks[tid].best_sha
+    other = seed_sha if best == cand_sha else cand_sha
+    loop.send({"name": "accept", "track": tid, "sha": other})
+    loop.run()
+    assert loop.tracks[tid].best_sha == other and by_type(s, "best")[-1]["sha"] == other
+    loop.send({"name": "reject", "track": tid, "sha": other})
+    loop.run()
+    assert loop.tracks[tid].best_sha == best and by_type(s, "best")[-1]["sha"] == best
+    decisions = [(d["action"], d["by"]) for d in by_type(s, "decision") if d["by"] == "user"]
+    assert decisions == [("accept", "user"), ("reject", "user")]
