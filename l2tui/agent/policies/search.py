@@ -272,10 +272,10 @@ class SearchPolicy:
             if sha in tried or sha in bad or sha in step_shas:
                 continue
             step_shas.add(sha)
-            t = self.cost.predict(mv.config, shape)
-            if mv.config in catalog_set:
-                t *= 0.98   # prebuilt (cached build): cheaper to try, preferred on a near-tie
-            scored.append((t, len(scored), mv, new_src, text, sha))
+            raw = self.cost.predict(mv.config, shape)
+            # prebuilt (cached build): cheaper to try, preferred on a near-tie
+            t = raw * 0.98 if mv.config in catalog_set else raw
+            scored.append((t, len(scored), mv, new_src, text, sha, raw))
         if not scored:
             return []
         scored.sort(key=lambda t: (t[0], t[1]))
@@ -286,9 +286,9 @@ class SearchPolicy:
             chosen = chosen[:-1] + [pick]
         base_t = self.cost.predict(cfg, shape) if cfg is not None else None
         state = self._state_text(ctx, shape)
-        table = "\n".join(f"  {t * 1e6:8.1f} us  {mv.config.name}: {mv.why}" for t, _, mv, *_ in scored[:10])
+        table = "\n".join(f"  {r[6] * 1e6:8.1f} us  {r[2].config.name}: {r[2].why}" for r in scored[:10])
         out = []
-        for t, _, mv, new_src, text, sha in chosen:
+        for _, _, mv, new_src, text, sha, t in chosen:
             tried.add(sha)
             gain = f" ({base_t / t:.2f}x predicted vs current)" if base_t else ""
             plan = f"{mv.why}. Cost model: {self.cost.estimate(mv.config, shape).rationale()}{gain}."
