@@ -293,3 +293,21 @@ async def test_palette_has_every_action(tmp_path):
         for spec in keymap.MAIN:
             assert spec.action in actions
             assert hasattr(MainScreen, f"action_{spec.action}")
+
+
+async def test_live_telemetry_worker(tmp_path):
+    """The NVML sampler runs in its own worker group; without a GPU it ends at once with the reason."""
+    from harness.gpuinfo import gpu_present
+
+    app, loop = live_app(tmp_path, telemetry_hz=5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 5)
+        from l2tui.tui.widgets.feeds import LiveFeed
+
+        w = app.screen.query_one(LiveFeed).telemetry_worker
+        assert w is not None and w.group == "telemetry"
+        if gpu_present():
+            assert w.is_running
+            assert main_screen(app).model.telemetry.get("sm_clock_mhz") is not None
+        else:
+            assert w.is_finished and isinstance(w.result, str) and ("NVML" in w.result or "pynvml" in w.result)

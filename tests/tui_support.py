@@ -67,13 +67,14 @@ class RecordingLoop:
         self._stop.set()
 
 
-def live_app(tmp_path: Path, *, keys: dict | None = None, src: Path = GRID) -> tuple[L2App, RecordingLoop]:
+def live_app(tmp_path: Path, *, keys: dict | None = None, src: Path = GRID,
+             telemetry_hz: float = 0.0) -> tuple[L2App, RecordingLoop]:
     """The main (live) screen on a copy of a fixture session, steering a RecordingLoop."""
     path = copy_session(src, tmp_path / "session")
     sess = Session.open(path)
     loop = RecordingLoop(sess)
     ctx = UIContext(session=sess, events=list(sess.events), replay=False, handle=LoopHandle(loop),
-                    keys=keys or {}, baseline=None, title="l2tui test")
+                    keys=keys or {}, baseline=None, title="l2tui test", telemetry_hz=telemetry_hz)
     return L2App(ctx), loop
 
 

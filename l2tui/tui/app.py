@@ -30,6 +30,7 @@ class UIContext:
     note: str = ""
     title: str = "l2tui"
     flush_hz: float = 15.0
+    telemetry_hz: float = 0.0  # live NVML sampling in the UI (0: only telemetry events from the session)
 
 
 class L2App(App):

@@ -161,7 +161,8 @@ def make_live_app(args: argparse.Namespace, cfg: Any):
                                  versions={"l2tui": __version__})
     ctx = UIContext(session=session, events=list(session.events), replay=False, handle=LoopHandle(),
                     loop_factory=_loop_factory(cfg, session, policy, shapes, acc, resume),
-                    keys=keys, baseline=cfg.harness["baseline"], title=f"l2tui {path.name}", flush_hz=hz)
+                    keys=keys, baseline=cfg.harness["baseline"], title=f"l2tui {path.name}", flush_hz=hz,
+                    telemetry_hz=1.0 if cfg.ui.get("show_telemetry", True) else 0.0)
     app = L2App(ctx)
     if theme:
         app.theme = theme

@@ -90,7 +90,8 @@ class MainScreen(Screen):
 
     def make_feed(self) -> EventFeed:
         assert self.ctx.handle is not None
-        return LiveFeed(self.ctx.handle, self.ctx.loop_factory, initial=self.ctx.events, flush_hz=self.ctx.flush_hz, id="feed")
+        return LiveFeed(self.ctx.handle, self.ctx.loop_factory, initial=self.ctx.events, flush_hz=self.ctx.flush_hz,
+                        telemetry_hz=self.ctx.telemetry_hz, id="feed")
 
     def on_mount(self) -> None:
         self.query_one(TrackList).display = False

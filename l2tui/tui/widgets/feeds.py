@@ -85,9 +85,13 @@ class LiveFeed(EventFeed):
         error: str | None
 
     def __init__(self, handle: LoopHandle, factory: Callable[[], Any] | None = None,
-                 initial: list[dict] | None = None, flush_hz: float = FLUSH_HZ, **kw) -> None:
+                 initial: list[dict] | None = None, flush_hz: float = FLUSH_HZ, telemetry_hz: float = 0.0,
+                 **kw) -> None:
         super().__init__(**kw)
         self.flush_hz = flush_hz
+        self.telemetry_hz = telemetry_hz
+        self._sampler_stop = threading.Event()
+        self.telemetry_worker = None
         self.handle = handle
         self.factory = factory
         self.initial = initial or []
@@ -105,6 +109,32 @@ class LiveFeed(EventFeed):
         self.set_interval(1 / self.flush_hz, self.flush, name="live-flush")
         self.run_worker(self._run_loop, thread=True, group="agent-loop", name="agent-loop",
                         exclusive=True, exit_on_error=False)
+        if self.telemetry_hz > 0:
+            self.telemetry_worker = self.run_worker(self._sample_telemetry, thread=True, group="telemetry", name="telemetry",
+                            exclusive=True, exit_on_error=False)
+
+    def on_unmount(self) -> None:
+        """The app is closing: stop the loop (its thread would keep the process alive) and the sampler."""
+        self._sampler_stop.set()
+        self.handle.request_stop()
+
+    def _sample_telemetry(self) -> str | None:
+        """NVML readings (no CUDA context) for the telemetry bar, as UI-only ``telemetry`` events
+        (no seq: they are not in the session).  Returns why not when there is no NVML/GPU."""
+        from harness.profiling.telemetry import TelemetrySampler
+
+        def on_sample(s: dict) -> None:
+            self.push({"type": "telemetry", **{k: v for k, v in s.items() if k != "throttle"}})
+
+        sampler = TelemetrySampler(hz=self.telemetry_hz, on_sample=on_sample)
+        if not sampler.available:
+            return sampler.reason
+        sampler.start()
+        try:
+            self._sampler_stop.wait()
+        finally:
+            sampler.stop()
+        return None
 
     def flush(self) -> None:
         if not self._buffer:
