@@ -14,8 +14,8 @@ from l2tui.config import parse_config
 from l2tui.session import Session
 from l2tui.tui.app import L2App, UIContext
 from l2tui.tui.screens.main import MainScreen
-from l2tui.tui.screens.modals import PromptScreen
 from l2tui.tui.widgets.feeds import LoopHandle
+from tests.openai_server import Reply
 
 from tui_support import SIZE
 
@@ -44,7 +44,8 @@ async def test_steering_the_real_loop(tmp_path, scripted_server, scenarios, agen
     monkeypatch.delenv("VISUAL", raising=False)
 
     cfg = parse_config(scenarios.scenario_config(scripted_server.base_url, api_key_env=ENV, max_steps=4), "test")
-    scripted_server.defaults["planner"] = scenarios.PLAN
+    # a slow planner leaves time to steer between stages, whatever the machine's speed
+    scripted_server.defaults["planner"] = Reply(content=scenarios.PLAN, delay_s=1.0)
     scripted_server.defaults["coder"] = scenarios.GOOD_BK
     session = Session.create(tmp_path / "s", config=cfg.snapshot(), gpu={}, versions={"test": "tui"})
     shape = parse_shape(scenarios.SHAPE_A)
@@ -62,12 +63,12 @@ async def test_steering_the_real_loop(tmp_path, scripted_server, scenarios, agen
         scr = app.screen
         assert isinstance(scr, MainScreen)
         await wait_until(pilot, lambda: tid in scr.model.tracks and scr.track_id == tid, "the track to appear")
+        await wait_until(pilot, lambda: scr.shown_candidate() is not None
+                         and scr._source(scr.shown_candidate().sha) is not None, "the seed candidate")
         await pilot.press("p")                                        # pause
         await wait_until(pilot, lambda: scr.model.tracks[tid].state == "paused", "the loop to pause the track")
         await pilot.press("h", *"try BK 32", "enter")                  # hint
         await wait_until(pilot, lambda: scr.model.tracks[tid].hint == "try BK 32", "the hint event")
-        await wait_until(pilot, lambda: scr.shown_candidate() is not None
-                         and scr._source(scr.shown_candidate().sha) is not None, "a candidate", 60)
         await pilot.press("e")                                        # edit in $EDITOR -> human step
         await wait_until(pilot, lambda: any(c.origin == "human" for c in scr.model.tracks[tid].candidates.values()),
                          "the human candidate")

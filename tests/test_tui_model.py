@@ -134,3 +134,44 @@ def test_ui_settings_validate_keys(tmp_path, monkeypatch):
     p.write_text('[keys]\nnope = "ctrl+y"\n')
     with pytest.raises(ConfigError, match="unknown binding id"):
         ui_settings(load_config(p))
+
+
+async def test_keys_from_config_file_reach_the_app(tmp_path):
+    from l2tui.config import load_config
+    from l2tui.tui.launch import make_replay_app
+    from l2tui.tui.widgets.feeds import ReplayFeed
+
+    p = tmp_path / "l2tui.toml"
+    p.write_text('[keys]\n"replay.play" = "ctrl+t"\n"replay.forward" = "n"\n')
+    app = make_replay_app(GRID, cfg=load_config(p), autoplay=False, start=0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.2)
+        clock = app.screen.query_one(ReplayFeed).clock
+        await pilot.press("greater_than_sign")   # the old key is gone
+        await pilot.press("n", "n")
+        await pilot.pause(0.2)
+        assert clock.pos == 2
+        await pilot.press("ctrl+t")
+        assert clock.playing
+
+
+def test_live_app_creates_the_session_with_the_config_policy(tmp_path, monkeypatch):
+    import argparse
+
+    from l2tui.config import parse_config
+    from l2tui.errors import SessionError
+    from l2tui.tui.launch import make_live_app
+
+    monkeypatch.setenv("L2TUI_SESSIONS_DIR", str(tmp_path / "sessions"))
+    cfg = parse_config({"llm": {"base_url": "http://127.0.0.1:9/v1"}})
+    cfg.source = None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    args = argparse.Namespace(session=str(tmp_path / "s"), resume=False, policy=None, shapes=["64x64x64"], config=None)
+    app = make_live_app(args, cfg)       # nothing runs until the app is on screen
+    assert app.ctx.session.events[0]["type"] == "session_started"
+    assert app.ctx.session.config["policy"] == "llm"
+    assert "sk-x" not in (tmp_path / "s" / "session.toml").read_text()
+    with pytest.raises(SessionError, match="--resume"):
+        make_live_app(args, cfg)
+    args.resume = True
+    assert make_live_app(args, cfg).ctx.session.path == tmp_path / "s"

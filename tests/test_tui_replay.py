@@ -8,7 +8,7 @@ from l2tui.tui.widgets.feeds import ReplayFeed
 from l2tui.tui.widgets.shape_grid import ShapeGrid
 from l2tui.tui.widgets.track_list import TrackList
 
-from tui_support import GRID, LIST, SIZE, plain, replay_app
+from tui_support import LIST, SIZE, plain, replay_app
 
 
 async def settle(pilot, n: int = 3) -> None:

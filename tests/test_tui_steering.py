@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, OptionList, TabbedContent, TextArea
+from textual.widgets import OptionList, TabbedContent, TextArea
 
 from l2tui.tui.screens.main import MainScreen
 from l2tui.tui.screens.modals import ChoiceScreen, EditorScreen, PromptScreen, ReorderScreen
@@ -46,15 +45,19 @@ async def test_opens_on_the_running_track(tmp_path):
 @pytest.mark.parametrize("key,name", [("full_stop", "step"), ("x", "stop"), ("s", "bench_server"), ("f", "profile")])
 async def test_track_commands(tmp_path, key, name):
     app, loop = live_app(tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    seen: list[MainScreen.CommandSent] = []
+
+    def hook(message) -> None:  # noqa: ANN001 - every message the app handles
+        if isinstance(message, MainScreen.CommandSent) and all(m is not message for m in seen):
+            seen.append(message)
+
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
         await settle(pilot, app)
-        sent: list = []
-        app.screen.CommandSent  # the message class exists on the screen
         await pilot.press(key)
         await settle(pilot, app)
         assert loop.commands == [{"name": name, "track": RUNNING}]
         assert main_screen(app).sent == loop.commands
-        del sent
+        assert [m.command for m in seen] == loop.commands
 
 
 async def test_pause_then_resume_follows_the_loop_state(tmp_path):

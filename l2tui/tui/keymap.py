@@ -96,7 +96,12 @@ REORDER = (
     Spec("reorder.cancel", "escape", "cancel", "Cancel", "reorder", show=True, palette=False),
 )
 
-ALL: tuple[Spec, ...] = APP + MAIN + REPLAY + GRID + EDITOR + REORDER
+DIALOG = (
+    Spec("modal.cancel", "escape", "cancel", "Close the dialog", "dialog", palette=False),
+    Spec("help.close", "question_mark,f1,q", "cancel", "Close the help", "dialog", palette=False),
+)
+
+ALL: tuple[Spec, ...] = APP + MAIN + REPLAY + GRID + EDITOR + REORDER + DIALOG
 BY_ID = {s.id: s for s in ALL}
 
 

@@ -6,7 +6,6 @@ from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Label, ListItem, ListView, OptionList, Static, TextArea
@@ -14,7 +13,7 @@ from textual.widgets.option_list import Option
 
 from .. import keymap
 
-CANCEL = Binding("escape", "cancel", "Cancel", id="modal.cancel")
+CANCEL = keymap.bindings(keymap.DIALOG[:1])[0]
 
 
 class PromptScreen(ModalScreen[str | None]):
@@ -136,7 +135,7 @@ class ReorderScreen(ModalScreen[list[str] | None]):
 class HelpScreen(ModalScreen[None]):
     """Every key of the screen underneath, read from its live bindings (so remaps show)."""
 
-    BINDINGS = [CANCEL, Binding("question_mark,f1,q", "cancel", "Close", id="help.close")]
+    BINDINGS = keymap.bindings(keymap.DIALOG)
 
     def __init__(self, under, **kw) -> None:  # noqa: ANN001 - the screen the help is about
         super().__init__(**kw)
