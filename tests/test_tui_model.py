@@ -175,3 +175,24 @@ def test_live_app_creates_the_session_with_the_config_policy(tmp_path, monkeypat
         make_live_app(args, cfg)
     args.resume = True
     assert make_live_app(args, cfg).ctx.session.path == tmp_path / "s"
+
+
+def test_start_up_imports_nothing_heavy():
+    """The app reaches its first frame without cupy, torch, openai or the agent in the process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys\n"
+        "from l2tui.tui.launch import make_replay_app\n"
+        f"app = make_replay_app({str(GRID)!r}, autoplay=False, start=10**6)\n"
+        "async def main():\n"
+        "    async with app.run_test(size=(160, 48)) as pilot:\n"
+        "        await pilot.pause(0.2)\n"
+        "asyncio.run(main())\n"
+        "print(' '.join(m for m in ('cupy', 'torch', 'openai', 'l2tui.agent', 'harness.evaluate', 'harness.worker')"
+        " if m in sys.modules) or 'none')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "none"
