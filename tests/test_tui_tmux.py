@@ -117,3 +117,38 @@ def test_no_gpu_opens_the_demo_or_says_why(tmp_path, tmux_env):
             assert scr.count("no NVIDIA GPU found") == 1
     finally:
         t.kill()
+
+
+def test_external_editor_suspends_the_app_in_a_real_terminal(tmp_path, tmux_env):
+    """``e`` suspends the app, runs $EDITOR on the kernel in the terminal, and sends the saved text."""
+    editor = tmp_path / "editor.sh"
+    editor.write_text("#!/bin/sh\necho EDITOR-RAN-IN-TERMINAL\nsleep 1\necho '// edited in tmux' >> \"$1\"\n")
+    editor.chmod(0o755)
+    out = tmp_path / "commands.json"
+    script = tmp_path / "run_app.py"
+    script.write_text(
+        "import json, sys, pathlib\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from tui_support import live_app\n"
+        f"app, loop = live_app(pathlib.Path({str(tmp_path)!r}))\n"
+        "app.run()\n"
+        f"pathlib.Path({str(out)!r}).write_text(json.dumps(loop.commands))\n"
+    )
+    env = {**tmux_env, "EDITOR": str(editor), "VISUAL": ""}
+    t = Tmux(f"l2tui-editor-{os.getpid()}", f"cd {tmp_path} && {sys.executable} {script}; sleep 30", env)
+    try:
+        t.wait_for("4096x4096x4096-f32")
+        t.keys("e")
+        t.wait_for("EDITOR-RAN-IN-TERMINAL")          # the app gave the terminal to the editor
+        t.wait_for("4096x4096x4096-f32")              # and took it back
+        t.keys("q")
+        end = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        import json
+
+        cmds = json.loads(out.read_text())
+        assert [c["name"] for c in cmds] == ["edit"]
+        assert cmds[0]["source"].endswith("// edited in tmux\n")
+    finally:
+        t.kill()
