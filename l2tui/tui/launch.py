@@ -94,9 +94,19 @@ def make_replay_app(session_path: str | Path, *, cfg: Any = None, speed: float =
                     start=start, keys=keys, note=note, title=f"l2tui replay {Path(session_path).name}",
                     baseline=None)  # the session's own reward baseline until the user picks another
     app = L2App(ctx)
-    if theme:
-        app.theme = theme
+    _apply_theme(app, theme)
     return app
+
+
+def _apply_theme(app: Any, theme: str | None) -> None:
+    if not theme:
+        return
+    if theme not in app.available_themes:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"[ui] theme = {theme!r} is not a Textual theme; use one of: "
+                          f"{', '.join(sorted(app.available_themes))}")
+    app.theme = theme
 
 
 def _cfg_get(cfg: Any, dotted: str) -> Any:
@@ -164,8 +174,7 @@ def make_live_app(args: argparse.Namespace, cfg: Any):
                     keys=keys, baseline=cfg.harness["baseline"], title=f"l2tui {path.name}", flush_hz=hz,
                     telemetry_hz=1.0 if cfg.ui.get("show_telemetry", True) else 0.0)
     app = L2App(ctx)
-    if theme:
-        app.theme = theme
+    _apply_theme(app, theme)
     return app
 
 

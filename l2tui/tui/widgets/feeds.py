@@ -163,7 +163,12 @@ class LiveFeed(EventFeed):
             self.push(ev)
         loop.subscribe(self.push)
         self.handle.attach(loop)
-        loop.run()
+        try:
+            loop.run()
+        finally:
+            evaluator = getattr(loop, "evaluator", None)
+            if self.factory is not None and hasattr(evaluator, "close"):
+                evaluator.close()  # we built it: end its GPU worker process with the loop
         return True
 
     @on(Worker.StateChanged)

@@ -69,6 +69,8 @@ class HistoryPanel(Horizontal):
                 best.append(run)
             plt.plot([p[0] for p in pts], best, color="green", label="best")
             plt.horizontal_line(1.0, color="red")
+            if track is not None and track.profiling_step is not None:
+                plt.vertical_line(track.profiling_step, color="magenta")  # NCU metrics enter the context
         plt.xlabel("step")
         plot.refresh()
         self.query_one("#hp-track-spark", Sparkline).data = [v for _, v in pts] or [0.0]
