@@ -349,8 +349,15 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
                     False, False, 1, False, acc, knobs.get("PDL", "1") == "1")
 
 
-def validate(family: Family | str, knobs: Mapping[str, str]) -> list[str]:
-    """Problems with a full knob assignment ([] when it is legal and should compile)."""
+UNSAFE_SCHEDULERS = frozenset({"STREAMK", "SPLITK"})
+
+
+def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bool = False) -> list[str]:
+    """Problems with a full knob assignment ([] when it is legal and should compile).
+
+    ``allow_unsafe`` admits the CUTLASS stream-K/split-K schedulers, which compile but hung on
+    the H200 under repeated calls (CATALOG_UNSAFE); policies never pass it.
+    """
     fam = get_family(family) if isinstance(family, str) else family
     problems: list[str] = []
     for k in fam.knobs:
@@ -369,6 +376,8 @@ def validate(family: Family | str, knobs: Mapping[str, str]) -> list[str]:
             problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
         if knobs["SCHEDULER"] == "SPLITK" and knobs["SPLITS"] == "1":
             problems.append("SPLITK needs SPLITS > 1")
+        if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and not allow_unsafe:
+            problems.append(f"SCHEDULER {knobs['SCHEDULER']} hung on the H200 under repeated calls: use PERSISTENT (see CATALOG_UNSAFE)")
         if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
             problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
         if g.regs_per_thread > 232:
@@ -476,16 +485,8 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 128, tk=128, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, cn=2)),
     ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=4)),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=8)),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=4)),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=8)),
     ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", pdl=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
@@ -507,11 +508,28 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
 CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 256, cm=2)),
     ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
     ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),
     ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
+)
+
+
+# Stream-K and split-K (CUTLASS tile scheduler) configurations hung on the H200 when timed by
+# repeated CUDA-graph replay (2026-11-29 grid pick: 512x4096x16384 with stream-K and
+# 256x12288x12288 with 4 splits never finished). Until that is understood they are kept out
+# of the catalog the search and the sweep draw from; `validate` refuses these schedulers, so
+# no policy proposes them. They still build (tests build one) for whoever investigates.
+CATALOG_UNSAFE: tuple[tuple[str, dict[str, str]], ...] = (
+    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 128, tk=128, scheduler="STREAMK")),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=4)),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=8)),
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=4)),
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=8)),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
 )
 
 

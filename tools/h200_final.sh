@@ -1,0 +1,66 @@
+#!/bin/bash
+# The lead's consolidated H200 call (one device call, <= 10 min): pick the best prebuilt
+# configuration per grid shape, bench the winners against every baseline on all 1,000 shapes,
+# run the GPU tests, record the agent's demo session, server mode and f16 on sample100.
+#
+#   carry: [".whl", ".carry/final"]     (.carry/final = build-cache entries of the catalog +
+#                                        its manifest, made by tools/final_carry.py)
+#   command: L2TUI_GIT_REV=<rev> bash tools/h200_final.sh
+#
+# Every step has a time cap so the call ends inside the device limit; outputs land in $OUT:
+# kernels-offline.json/.csv, kernels-server-sample100.json, kernels-f16-sample100.json,
+# final.log and rest.tar.gz (pick files, pytest logs, the recorded session and evaluations).
+set -u
+source tools/device-setup.sh
+export L2TUI_GIT_REV=${L2TUI_GIT_REV:-unknown}
+DEADLINE=${DEADLINE:-565}
+LOG=$OUT/final.log
+W=/tmp/final; mkdir -p $W
+mkdir -p /tmp/l2cache && cp -r .carry/final/cache/builds /tmp/l2cache/
+export L2TUI_CACHE_DIR=/tmp/l2cache
+
+# the pick tool wants a prebuilt folder (<config>.so/.cu + manifest.json): link it from the cache
+python3 - <<'PY'
+import json, os
+from pathlib import Path
+m = json.loads(Path(".carry/final/manifest.json").read_text())
+pre = Path("/tmp/prebuilt"); pre.mkdir(exist_ok=True)
+for name, e in m.items():
+    entry = Path("/tmp/l2cache/builds") / e["key"][:2] / e["key"]
+    for ext, f in ((".so", "kernel.so"), (".cu", "kernel.cu")):
+        dst = pre / (name + ext)
+        if not dst.exists():
+            os.symlink(entry / f, dst)
+(pre / "manifest.json").write_text(json.dumps(m))
+print(f"{len(m)} prebuilt configurations linked")
+PY
+
+step() {
+  local name=$1 cap=$2; shift 2
+  local left=$(( DEADLINE - SECONDS )); local t=$(( left < cap ? left : cap ))
+  if [ "$t" -lt 15 ]; then echo "SKIP $name (no time left)" | tee -a "$LOG"; return; fi
+  echo "== $name (cap ${t}s) at ${SECONDS}s" | tee -a "$LOG"
+  timeout -k 5 "$t" "$@" >> "$LOG" 2>&1
+  echo "== $name rc=$? at ${SECONDS}s" | tee -a "$LOG"
+}
+B="cublas,cublaslt_heuristic,cublaslt_autotune,torch"
+
+step pick-f32 60 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes grid --acc f32 \
+  --kernels-dir $W/k32 --budget-s 35 --top-k 4 --baselines --tag pick-f32
+step bench-grid 205 python3 -m harness bench --shapes grid --kernels $W/k32 --label l2 --baselines $B \
+  --out $OUT/kernels-offline.json --limit-seconds 190
+step pytest-gpu 110 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" -o timeout=60 tests \
+  --deselect tests/test_agent_gpu.py::test_full_loop_on_two_shapes_on_the_gpu --junitxml=$W/pytest-gpu.xml
+step agent-gpu 90 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/test_agent_gpu.py \
+  --basetemp=$W/agent --junitxml=$W/pytest-agent.xml
+step server 60 python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
+  --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 50
+step pick-f16 25 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes sample100 --acc f16 \
+  --kernels-dir $W/k16 --budget-s 10 --top-k 3 --baselines --tag pick-f16
+step bench-f16 60 python3 -m harness bench --shapes sample100 --acc f16 --kernels $W/k16 --label l2 \
+  --baselines cublas,cublaslt_heuristic,cublaslt_autotune --out $OUT/kernels-f16-sample100.json --limit-seconds 50
+
+cp "$LOG" $W/ 2>/dev/null
+tar -C /tmp -czf $OUT/rest.tar.gz --exclude='*.so' final 2>/dev/null
+ls -la $OUT
+grep -E "^== |SKIP|passed|failed" "$LOG" | tail -30
