@@ -184,3 +184,52 @@ def write_csv_file(rf: ResultFile, path: Path) -> None:
 
 def _fmt(x: Any) -> str:
     return "" if x is None else f"{x:.6g}"
+
+
+def subset(rf: ResultFile, labels: list[str], *, source: str = "") -> ResultFile:
+    """The same measurements restricted to some labels (e.g. the baselines of a kernels run).
+
+    Per-label row entries (times, checks, status, spread, ...) of other labels are dropped;
+    meta records where the file came from, so a derived file never passes for a separate run.
+    """
+    keep = set(labels)
+    rows = []
+    for r in rf.rows:
+        row = {}
+        for key, val in r.items():
+            if isinstance(val, dict) and key != "clocks" and set(val) & (set(rf.labels())):
+                row[key] = {lb: v for lb, v in val.items() if lb in keep or lb not in rf.labels()}
+            else:
+                row[key] = val
+        rows.append(row)
+    meta = dict(rf.meta)
+    meta["derived_from"] = source or "another result file"
+    meta["derived_labels"] = sorted(keep)
+    return ResultFile(meta, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.results subset IN OUT --labels a,b``: keep some labels of a result file."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m harness.results", description=main.__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sp = sub.add_parser("subset", help="write a result file with only some labels (records derived_from)")
+    sp.add_argument("src")
+    sp.add_argument("dst")
+    sp.add_argument("--labels", default=",".join(BASELINE_LABELS), help="comma separated (default: the four baselines)")
+    args = ap.parse_args(argv)
+    try:
+        rf = load(args.src)
+        out = subset(rf, [x for x in args.labels.split(",") if x], source=str(args.src))
+        save(out, args.dst)
+    except HarnessError as e:
+        print(f"harness.results: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.dst} ({len(out.rows)} rows, labels {', '.join(out.labels())})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
