@@ -45,17 +45,17 @@ step() {
 }
 B="cublas,cublaslt_heuristic,cublaslt_autotune,torch"
 
-step pick-f32 60 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes grid --acc f32 \
-  --kernels-dir $W/k32 --budget-s 35 --top-k 4 --baselines --tag pick-f32
-step bench-grid 205 python3 -m harness bench --shapes grid --kernels $W/k32 --label l2 --baselines $B \
-  --out $OUT/kernels-offline.json --limit-seconds 190
-step pytest-gpu 110 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" -o timeout=60 tests \
+step pick-f32 45 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes grid --acc f32 \
+  --kernels-dir $W/k32 --budget-s 25 --top-k 4 --baselines --tag pick-f32
+step bench-grid 195 python3 -m harness bench --shapes grid --kernels $W/k32 --label l2 --baselines $B \
+  --out $OUT/kernels-offline.json --limit-seconds 180
+step pytest-gpu 150 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" -o timeout=60 tests \
   --deselect tests/test_agent_gpu.py::test_full_loop_on_two_shapes_on_the_gpu --junitxml=$W/pytest-gpu.xml
-step agent-gpu 90 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/test_agent_gpu.py \
+step agent-gpu 85 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/test_agent_gpu.py \
   --basetemp=$W/agent --junitxml=$W/pytest-agent.xml
-step server 60 python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
-  --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 50
-step pick-f16 25 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes sample100 --acc f16 \
+step server 50 python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
+  --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 40
+step pick-f16 20 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes sample100 --acc f16 \
   --kernels-dir $W/k16 --budget-s 10 --top-k 3 --baselines --tag pick-f16
 step bench-f16 60 python3 -m harness bench --shapes sample100 --acc f16 --kernels $W/k16 --label l2 \
   --baselines cublas,cublaslt_heuristic,cublaslt_autotune --out $OUT/kernels-f16-sample100.json --limit-seconds 50
