@@ -50,3 +50,13 @@ def test_help_screen(snap_compare):
         await _settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_replay_of_the_real_h200_demo_session(snap_compare):
+    """The bundled demo session, recorded on the H200 by the scripted-LLM loop, at its end."""
+    from l2tui.paths import demo_session
+
+    demo = demo_session()
+    assert demo is not None and demo.name == "demo-h200-scripted"
+    app = replay_app(demo, start=10**6)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_settle)

@@ -1,0 +1,1 @@
+configs/sm80-64x128x64-w2x2-st3-sw4-sk0-f16.cu
