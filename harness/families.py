@@ -54,13 +54,23 @@ class Family:
     summary: str
     deterministic: bool = True
     presets: tuple[Mapping[str, str], ...] = field(default=(), compare=False)
+    # a family that is the same kernel as another with other knob ranges keeps only its header
+    # and knob block in ``file`` and borrows the kernel body of ``body_from`` (no copied code)
+    body_from: str | None = None
 
     @property
     def path(self):
         return KERNELS_DIR / self.file
 
     def template(self) -> str:
-        return _read_template(self.file)
+        own = _read_template(self.file)
+        if self.body_from is None:
+            return own
+        head, sep, _ = own.partition(_BODY_MARKER)
+        _, sep2, body = _read_template(self.body_from).partition(_BODY_MARKER)
+        if not sep or not sep2:
+            raise FamilyError(f"family {self.name}: {self.file} or {self.body_from} lacks the knob-block end marker")
+        return head + _BODY_MARKER + body
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
@@ -77,6 +87,9 @@ class Family:
 
     def runs_on(self, cc: int) -> bool:
         return cc >= self.min_cc and (self.max_cc is None or cc <= self.max_cc)
+
+
+_BODY_MARKER = "// (the line above declares the accumulator to the harness: keep it equal to ACC)\n"
 
 
 @lru_cache(maxsize=None)
@@ -138,7 +151,8 @@ SM80 = Family(
 
 SMALL = Family(
     name="small_splitk",
-    file="fam_small_splitk.cu",
+    file="fam_small_splitk.head.cu",
+    body_from="fam_sm80_mma.cu",
     min_cc=80,
     max_cc=None,
     build_arch="sm_80",
