@@ -208,8 +208,36 @@ def subset(rf: ResultFile, labels: list[str], *, source: str = "") -> ResultFile
     return ResultFile(meta, rows)
 
 
+MERGE_SAME = ("gpu", "driver", "mode", "acc", "method")
+
+
+def merge(files: list[tuple[str, ResultFile]]) -> ResultFile:
+    """Rows of several runs of the same method on the same GPU, e.g. a run continued later.
+
+    Refuses files whose GPU, driver, mode, accumulator or method differ (they would not be
+    comparable); a shape present twice keeps the later file's row.  meta lists every part
+    (file, date, git revision).
+    """
+    if not files:
+        raise ResultFormatError("nothing to merge")
+    first = files[0][1].meta
+    rows: dict[tuple[int, int, int], dict[str, Any]] = {}
+    parts = []
+    for name, rf in files:
+        for key in MERGE_SAME:
+            if rf.meta.get(key) != first.get(key):
+                raise ResultFormatError(f"cannot merge {name}: its {key} differs from {files[0][0]}'s")
+        for r in rf.rows:
+            rows[(r["m"], r["n"], r["k"])] = r
+        parts.append({"file": name, "date": rf.meta.get("date"), "git_rev": rf.meta.get("git_rev"), "rows": len(rf.rows)})
+    meta = dict(files[-1][1].meta)
+    meta["merged_from"] = parts
+    meta["git_rev"] = ",".join(dict.fromkeys(str(p["git_rev"]) for p in parts))
+    return ResultFile(meta, [rows[k] for k in sorted(rows)])
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.results subset IN OUT --labels a,b``: keep some labels of a result file."""
+    """``python -m harness.results subset|merge ...``: derive result files from measured ones."""
     import argparse
     import sys
 
@@ -219,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("src")
     sp.add_argument("dst")
     sp.add_argument("--labels", default=",".join(BASELINE_LABELS), help="comma separated (default: the four baselines)")
+    mp = sub.add_parser("merge", help="join runs of the same method on the same GPU (e.g. a continued run)")
+    mp.add_argument("dst")
+    mp.add_argument("srcs", nargs="+")
     args = ap.parse_args(argv)
     try:
-        rf = load(args.src)
-        out = subset(rf, [x for x in args.labels.split(",") if x], source=str(args.src))
+        if args.cmd == "merge":
+            out = merge([(s, load(s)) for s in args.srcs])
+        else:
+            out = subset(load(args.src), [x for x in args.labels.split(",") if x], source=str(args.src))
         save(out, args.dst)
     except HarnessError as e:
         print(f"harness.results: error: {e}", file=sys.stderr)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness import results
 
 SMOKE = Path(__file__).resolve().parent.parent / "results" / "h200" / "harness-smoke-offline.json"
@@ -32,3 +34,20 @@ def test_subset_of_a_broken_file_is_a_one_line_error(tmp_path, capsys):
     assert results.main(["subset", str(bad), str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("harness.results: error:") and "\n" not in err
+
+
+def test_merge_joins_parts_of_one_method_and_refuses_other_methods(tmp_path):
+    src = results.load(SMOKE)
+    a = results.ResultFile(dict(src.meta), src.rows[:10])
+    b = results.ResultFile(dict(src.meta, date="later", git_rev="abc"), src.rows[8:])
+    results.save(a, tmp_path / "a.json")
+    results.save(b, tmp_path / "b.json")
+    assert results.main(["merge", str(tmp_path / "m.json"), str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    m = results.load(tmp_path / "m.json")
+    assert len(m.rows) == len(src.rows)
+    assert [p["rows"] for p in m.meta["merged_from"]] == [10, len(src.rows) - 8]
+    assert "abc" in m.meta["git_rev"]
+    other = results.ResultFile(dict(src.meta, mode="server"), src.rows[:2])
+    results.save(other, tmp_path / "o.json")
+    with pytest.raises(results.ResultFormatError, match="mode differs"):
+        results.merge([("a", a), ("o", other)])
