@@ -31,7 +31,7 @@ BASELINES: tuple[str, ...] = ("cublas", "cublaslt_heuristic", "cublaslt_autotune
 DEFAULT_BASELINES: tuple[str, ...] = BASELINES
 SHIM_FILE = KERNELS_DIR / "cublas_shim.cu"
 
-#: autotune caps (documented in docs/readme/harness-timing.md)
+#: autotune caps (documented in the README, "Checking and timing kernels")
 AUTOTUNE_MAX_CANDIDATES = 100
 AUTOTUNE_SCREEN_BUDGET_S = 0.08      # wall time spent screening candidates per shape
 AUTOTUNE_MIN_CANDIDATES = 4          # screened even when the budget is spent

@@ -17,7 +17,7 @@ checks are identical for all.  Named checks, in the order a failure is reported:
 ``graph_replay``  after timing, C is poisoned and the timed CUDA graph replayed once; the output
                   must again pass written/guards/accuracy
 
-Bounds (see docs/readme/harness-timing.md):
+Bounds (see the README, "Checking and timing kernels"):
   f32:  max(2 * e32, 1e-6)             e32 = the cuBLAS shim's own error (CUBLAS_COMPUTE_32F)
   f16:  max(2 * e16, 2 * e32, 1e-3)    e16 = the cuBLAS shim's error with CUBLAS_COMPUTE_16F
 """

@@ -1,4 +1,4 @@
-"""Per-step rewards (docs/readme/agent.md has the formula for users).
+"""Per-step rewards (the README, "The agent loop" has the formula for users).
 
 For a candidate that passed the checks and was timed::
 

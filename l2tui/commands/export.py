@@ -2,7 +2,7 @@
 
 Writes ``DIR/kernels/M_N_K.cu``, ``DIR/manifest.json``, the C dispatcher
 sources (``include/l2hgemm.h``, ``src/``, ``l2hgemm.cmake``, ``build.sh``) and,
-with ``--build``, ``DIR/lib/libl2hgemm.so``.  See docs/readme/export.md.
+with ``--build``, ``DIR/lib/libl2hgemm.so``.  See the README, "Export".
 """
 
 from __future__ import annotations

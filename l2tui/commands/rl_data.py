@@ -1,6 +1,6 @@
 """``l2tui rl-data SESSION… --format trl|openai-sft|openai-dpo --out FILE``: training rows.
 
-See :mod:`l2tui.rldata` for the formats and docs/readme/export.md for how a
+See :mod:`l2tui.rldata` for the formats and the README, "Export" for how a
 trainer consumes them.
 """
 

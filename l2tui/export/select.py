@@ -1,6 +1,6 @@
 """Which kernel of a session goes into the export, one per shape.
 
-Rules (docs/readme/export.md repeats them for users):
+Rules (the README, "Export" repeats them for users):
 
 * per track, the last ``decision`` event with action ``accept`` names the
   kernel (the loop records one, ``by: policy``, each time a kernel becomes the
