@@ -68,7 +68,7 @@ def test_recordings_cover_the_scenario(main_run):
     s, ev, _ = main_run
     statuses = [e["status"] for e in by_type(s, "checked")]
     assert NOT_RECORDED not in statuses, (
-        f"recordings are stale for {ev.misses}: run tools/record_evaluations.py on the GPU (see the README, "The agent loop")")
+        f"recordings are stale for {ev.misses}: run tools/record_evaluations.py on the GPU (see the README, 'The agent loop')")
     assert statuses and all(x == "ok" for x in statuses)
 
 
