@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record the GPU evaluations the agent-loop CI tests replay, and a demo session.
 
-Run on the H200 (the lead does this once the harness Evaluator is in)::
+Run on a GPU (done on the H200 for the committed recordings)::
 
     source tools/device-setup.sh; python tools/record_evaluations.py \
         --out tests/fixtures/recorded/evaluations.json \
@@ -18,16 +18,11 @@ profiles once delayed profiling triggers), and saves
   (``--out``; the CI tests replay them with ``RecordedEvaluator``);
 * the session itself (``--session-out``): the first real demo session.
 
-``--provisional`` (no GPU) writes hand-made, clearly marked placeholder
-results instead (meta.provisional = true, every record "provisional": true)
-so the CI tests can run before the real recording exists.  A real run never
-keeps provisional records.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -48,45 +43,6 @@ def _load_scenarios():
     return mod
 
 
-class ProvisionalEvaluator:
-    """Placeholder results for CI before a GPU recording exists.  NOT measurements.
-
-    Builds are real (nvcc); check/time numbers are made up from the source
-    hash and the shape, and every record says ``provisional``.
-    """
-
-    gpu_info = {"name": "provisional (no GPU)", "provisional": True}
-
-    def __init__(self, baselines=("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")):
-        self.baselines = baselines
-        self.mode = "offline"
-
-    def evaluate(self, source, shape, acc="f32", *, flags=(), label="candidate", time_baselines=True):
-        from harness.build import build
-
-        b = build(source, flags=list(flags)).to_dict()
-        if not b["ok"]:
-            return {"status": "compile_error", "build": b, "check": None, "times_ms": {}, "spread": {},
-                    "roofline_ms": None, "message": "compile error", "provisional": True}
-        h = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16)
-        base = shape.flops / 400e12 * 1e3 + 0.004
-        times = {name: base * (1.0 + 0.05 * i) for i, name in enumerate(self.baselines)}
-        times[label] = base * (0.8 + (h % 1000) / 1000.0)
-        return {"status": "ok", "build": b,
-                "check": {"ok": True, "failed": None, "detail": "provisional", "rel_err": 2.0e-4, "bound": 1.0e-3,
-                          "checks": {}},
-                "times_ms": times, "spread": {k: 0.01 for k in times}, "roofline_ms": base * 0.5,
-                "message": "provisional result (not measured)", "mode": self.mode, "provisional": True}
-
-    def profile(self, source, shape, acc="f32"):
-        return {"verdict": "memory-latency", "provisional": True,
-                "filtered": {"sm__throughput.avg.pct_of_peak_sustained_elapsed": {"value": 41.0, "unit": "%"},
-                             "l1tex__t_sector_hit_rate.pct": {"value": 63.0, "unit": "%"}}}
-
-    def close(self):
-        pass
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sc = _load_scenarios()
@@ -94,7 +50,6 @@ def main(argv=None) -> int:
     ap.add_argument("--session-out", default=str(ROOT / "sessions" / "demo-h200-scripted"),
                     help="where to save the session of the recording run (replaced if it exists)")
     ap.add_argument("--shapes", default=f"{sc.SHAPE_A},{sc.SHAPE_B}", help="comma-separated shapes")
-    ap.add_argument("--provisional", action="store_true", help="no GPU: write placeholder results (marked provisional)")
     ap.add_argument("--baselines", default="cublas,cublaslt_heuristic,cublaslt_autotune,torch")
     args = ap.parse_args(argv)
 
@@ -103,17 +58,12 @@ def main(argv=None) -> int:
 
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     baselines = tuple(b for b in args.baselines.split(",") if b)
-    if args.provisional:
-        inner = ProvisionalEvaluator(baselines)
-        meta = {"provisional": True, "gpu": inner.gpu_info,
-                "note": "hand-made placeholders; overwrite with a GPU run of tools/record_evaluations.py"}
-    else:
-        from harness.evaluate import Evaluator
-        from harness.gpuinfo import require_gpu
+    from harness.evaluate import Evaluator
+    from harness.gpuinfo import require_gpu
 
-        info = require_gpu()
-        inner = Evaluator(baselines=baselines, mode="offline")
-        meta = {"provisional": False, "gpu": info.to_dict(), "arch": info.arch}
+    info = require_gpu()
+    inner = Evaluator(baselines=baselines, mode="offline")
+    meta = {"provisional": False, "gpu": info.to_dict(), "arch": info.arch}
     rec = RecordingEvaluator(inner, meta=meta, existing=None)
     rec.gpu_info = meta["gpu"]  # type: ignore[attr-defined]
     if not hasattr(inner, "profile"):
