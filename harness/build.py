@@ -546,6 +546,10 @@ def build(
         flags=flags_v,
         nvcc_version=ver,
     )
+    if not ok and not _source_caused(errors):
+        # a timeout or a broken toolchain/environment: retrying later may work, so no entry
+        shutil.rmtree(work, ignore_errors=True)
+        return result
     (work / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
     entry = _cache_entry(key)
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -563,6 +567,13 @@ def build(
         result.so_path = entry / LIB_NAME
         (entry / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result
+
+
+def _source_caused(errors: Sequence[CompileError]) -> bool:
+    """Whether a failed build is the source's fault (a diagnostic on one of its lines, or no
+    ``l2_hgemm`` export), so caching the failure is safe."""
+    return any(e.severity in ("error", "fatal") and e.file == SOURCE_NAME
+               and (e.line is not None or "l2_hgemm" in e.message) for e in errors)
 
 
 def build_file(path: str | Path, **kw: Any) -> BuildResult:

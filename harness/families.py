@@ -241,15 +241,17 @@ def set_knobs(source: str, changes: Mapping[str, str | int]) -> str:
     return out
 
 
-def render(family: Family | str, knobs: Mapping[str, str | int] | None = None) -> str:
+def render(family: Family | str, knobs: Mapping[str, str | int] | None = None, *,
+           allow_unsafe: bool = False) -> str:
     """The family's template with ``knobs`` applied (others keep their defaults).
 
-    Raises :class:`FamilyError` for unknown knobs, illegal values or invalid combinations.
+    Raises :class:`FamilyError` for unknown knobs, illegal values or invalid combinations
+    (``allow_unsafe`` as in :func:`validate`).
     """
     fam = get_family(family) if isinstance(family, str) else family
     knobs = {k: str(v) for k, v in (knobs or {}).items()}
     full = {**fam.defaults(), **knobs}
-    problems = validate(fam, full)
+    problems = validate(fam, full, allow_unsafe=allow_unsafe)
     if problems:
         raise FamilyError(f"{fam.name}: {problems[0]}")
     return set_knobs(fam.template(), knobs) if knobs else fam.template()

@@ -19,7 +19,8 @@ def cache_dir() -> Path:
     """Root of all harness caches (build cache, roofline cache)."""
     env = os.environ.get("L2TUI_CACHE_DIR")
     if env:
-        return Path(env)
+        # absolute: nvcc runs inside the build dir, where a relative cache path means nothing
+        return Path(env).expanduser().resolve()
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("l2tui", appauthor=False))

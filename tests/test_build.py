@@ -170,3 +170,21 @@ def test_cutlass_headers_found_and_compile():
     dirs = B.cutlass_include_dirs()
     assert dirs, "nvidia-cutlass must be installed (test extra)"
     assert (dirs[0] / "cute" / "tensor.hpp").is_file()
+
+
+def test_a_build_that_timed_out_is_not_cached(cache):
+    """Only failures the source causes are cached: a timeout (or a broken toolchain) is retried."""
+    first = B.build(NAIVE, arch="sm_80", timeout_s=0.001)
+    assert not first.ok and "timed out" in first.log
+    again = B.build(NAIVE, arch="sm_80")
+    assert again.ok and not again.cached, again.error_text()
+
+
+def test_relative_cache_dir_is_made_absolute(tmp_path, monkeypatch):
+    """nvcc runs inside the build folder, so a relative $L2TUI_CACHE_DIR must be resolved first."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("L2TUI_CACHE_DIR", "rel-cache")
+    r = B.build(NAIVE, arch="sm_80")
+    assert r.ok, r.error_text()
+    assert r.so_path is not None and r.so_path.is_absolute()
+    assert r.so_path.is_relative_to(tmp_path / "rel-cache")

@@ -170,6 +170,7 @@ struct State {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int sm_count = 0;
+  int max_active_clusters = -1;  // -1: not queried yet; 0: the query failed (CUTLASS uses sm_count)
   // arguments of the last initialize(), so repeated identical calls skip host-side setup
   const void* a = nullptr;
   const void* b = nullptr;
@@ -181,6 +182,38 @@ struct State {
 static State& state() {
   static State s;
   return s;
+}
+
+// How many clusters of this kernel can be resident at once. CUTLASS sizes the persistent grid
+// from sm_count alone when this is unknown; with clusters, the GPCs' SM counts need not be
+// multiples of the cluster size, so such a grid can exceed what fits and its last clusters wait
+// for a second wave (a tail for the persistent scheduler; for stream-K, CTAs spinning on peers
+// that are not resident). The query needs the kernel's real dynamic shared memory.
+static int query_max_active_clusters() {
+  using Kernel = typename Gemm::GemmKernel;
+  const void* fn = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CLUSTER_M;
+  attr[0].val.clusterDim.y = CLUSTER_N;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(CLUSTER_M, CLUSTER_N, 1);
+  cfg.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, fn, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 }  // namespace l2
@@ -196,6 +229,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     cudaGetDevice(&dev);
     st.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
   }
+  if (st.max_active_clusters < 0) st.max_active_clusters = query_max_active_clusters();
 #if SCHEDULER == PERSISTENT
   // Same problem as last call: the kernel parameters (TMA descriptors) are still valid.
   if (st.a == A && st.b == B && st.c == C && st.m == M && st.n == N && st.k == K && st.stream == s) {
@@ -208,6 +242,9 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   cutlass::KernelHardwareInfo hw;
   hw.device_id = 0;
   hw.sm_count = st.sm_count;
+#ifndef L2_NO_CLUSTER_QUERY
+  hw.max_active_clusters = st.max_active_clusters;
+#endif
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
       {M, N, K, 1},
@@ -229,10 +266,14 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   args.scheduler.splits = SPLITS;
   args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 #endif
+#if SCHEDULER != PERSISTENT && defined(L2_SK_NONDETERMINISTIC)
+  args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Nondeterministic;
+#endif
   if (st.gemm.can_implement(args) != cutlass::Status::kSuccess) return 2;
   size_t need = Gemm::get_workspace_size(args);
   if (need > st.workspace_bytes) {  // grown once per larger shape, never per call
-    if (st.workspace) cudaFree(st.workspace);
+    // The old buffer is not freed: a CUDA graph captured earlier may still point at it, and
+    // replaying it over memory handed to someone else would corrupt the stream-K barriers.
     st.workspace = nullptr;
     st.workspace_bytes = 0;
     if (cudaMalloc(&st.workspace, need) != cudaSuccess) return 3;
