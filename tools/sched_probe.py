@@ -125,10 +125,30 @@ with torch.cuda.stream(st):
 """
 
 
+def _meta(timeout: float) -> dict:
+    """GPU, driver, date and revision, so the result file says where it was measured."""
+    import datetime as _dt
+
+    def sh(*cmd: str) -> str | None:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    return {"gpu": sh("nvidia-smi", "--query-gpu=name", "--format=csv,noheader"),
+            "driver": sh("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "git_rev": os.environ.get("L2TUI_GIT_REV") or sh("git", "rev-parse", "--short", "HEAD"),
+            "command": "python tools/sched_probe.py run", "timeout_s": timeout,
+            "note": "a hang probe: 'ms' is from one 20-call graph without clock warm-up, "
+                    "not comparable with harness timings"}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     probe = Path(args.probe)
     manifest = json.loads((probe / "manifest.json").read_text())
-    rows = []
+    rows: list[dict] = []
+    meta = _meta(args.timeout)
     stage_file = "/tmp/sched_probe.stage"
     shapes = SHAPES if not args.shapes else [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     for name, e in manifest.items():
@@ -155,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             row["wall_s"] = round(time.time() - t0, 1)
             print(json.dumps(row), flush=True)
             rows.append(row)
-            Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
+            Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 
 

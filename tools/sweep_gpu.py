@@ -404,6 +404,10 @@ def cmd_pick(args, kerns) -> dict:
             extra = next((k for k in ranked if k.config.family == fam), None)
             if extra is not None and extra not in chosen and per_shape > 0.15:
                 chosen.append(extra)
+        # and one stream-K configuration: the model's stream-K term is the least calibrated
+        extra = next((k for k in ranked if k.config.knob_dict.get("SCHEDULER") == "STREAMK"), None)
+        if extra is not None and extra not in chosen and per_shape > 0.15:
+            chosen.append(extra)
         chosen = [k for k in chosen if k.name not in skip]
         dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
         times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)
