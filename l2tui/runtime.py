@@ -8,8 +8,13 @@ or torch tensors (fp16, 2-D, row-major contiguous, on one GPU) and:
   shape that contains it (exact: zero rows/columns add nothing to the product)
   and copies the result back;
 * else, or where the manifest says a library was faster on that shape
-  (``"fallback": "cublas"``), or when a kernel reports the shape unsupported,
-  calls the array library's own matmul (cuBLAS, fp32 compute).
+  (``"fallback"``), or when a kernel reports the shape unsupported, runs the
+  export's C fallback ``l2hgemm_fallback``: cuBLASLt (fp32 compute) with the
+  fastest of its heuristic algorithms, timed on the first call of each shape
+  (``L2HGEMM_FALLBACK`` picks a simpler path).  It comes from the prebuilt
+  library, or from a small fallback-only library built from the same
+  generated C on first use.  Only when that cannot be built or loaded does
+  ``matmul`` warn once and call the array library's own matmul.
 
 Kernels are built lazily on first use with :func:`harness.build.build` (its
 content-addressed cache makes later processes fast), or taken from the
@@ -32,6 +37,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from l2tui.errors import UserError
+from l2tui.export.cdispatch import FALLBACK_SYMBOL, fallback_mode
 from l2tui.export.manifest import load as load_manifest
 
 PAD_POLICIES = (None, "nearest-larger")
@@ -47,7 +53,13 @@ class KernelLoadError(UserError):
 
 @dataclass(frozen=True)
 class Route:
-    """How one (M, N, K) is computed: ``kind`` is "kernel", "pad" or "cublas"."""
+    """How one (M, N, K) is computed.
+
+    ``kind``: "kernel" (the exported kernel), "pad" (a larger exported kernel on
+    zero-padded copies), or the fallback: "cublaslt" (cuBLASLt, autotuned or
+    heuristic per ``L2HGEMM_FALLBACK``), "cublas" (``L2HGEMM_FALLBACK=cublas``)
+    or "array" (the array library's matmul: the C fallback is unavailable here).
+    """
 
     kind: str
     shape: tuple[int, int, int] | None  # the exported shape that runs (kernel / pad)
@@ -218,6 +230,18 @@ class ExportedLibrary:
         self._prebuilt_lock = threading.Lock()
         self._routes: dict[tuple[int, int, int], Route] = {}
         self._arch_of: dict[tuple[str, int], str] = {}
+        #: L2HGEMM_FALLBACK, read once like the C library does
+        self.fallback_mode = fallback_mode()
+        self._fallbacks: dict[str, Any] = {}       # arch -> ctypes l2hgemm_fallback
+        self._fallback_broken: set[str] = set()    # archs where it could not be built or loaded
+        self._warned: set[str] = set()
+
+    @property
+    def fallback_kind(self) -> str:
+        """What fallback routes run: "cublaslt", "cublas", or "array" once the C fallback proved unavailable."""
+        if self._fallback_broken:
+            return "array"
+        return "cublas" if self.fallback_mode == "cublas" else "cublaslt"
 
     # ------------------------------------------------------------- routing (no GPU needed)
     def route(self, m: int, n: int, k: int, pad: str | None | bool = True) -> Route:
@@ -232,16 +256,16 @@ class ExportedLibrary:
         if e is not None and not e.get("fallback"):
             r = Route("kernel", key, "exported kernel")
         elif e is not None:
-            r = Route("cublas", None, "manifest: cuBLAS was faster than the kernel")
+            r = Route(self.fallback_kind, None, "manifest: a library was faster than the kernel")
         elif use_pad == "nearest-larger" and min(key) > 0:
             fits = [s for s in self.kernel_shapes if s[0] >= m and s[1] >= n and s[2] >= k]
             if fits:
                 best = min(fits, key=lambda s: (s[0] * s[1] * s[2], s))
                 r = Route("pad", best, f"zero-padded into {best[0]}x{best[1]}x{best[2]}")
             else:
-                r = Route("cublas", None, "no exported shape is large enough to pad into")
+                r = Route(self.fallback_kind, None, "no exported shape is large enough to pad into")
         else:
-            r = Route("cublas", None, "no exported kernel for this shape")
+            r = Route(self.fallback_kind, None, "no exported kernel for this shape")
         if pad is True:
             self._routes[key] = r
         return r
@@ -302,14 +326,80 @@ class ExportedLibrary:
                 self._fns[key] = fn
         return fn
 
-    def warmup(self, arch: str | None = None, shapes: list[tuple[int, int, int]] | None = None) -> None:
-        """Build and load every kernel now (for servers that must not build on the first request)."""
+    def warmup(self, arch: str | None = None, shapes: list[tuple[int, int, int]] | None = None,
+               fallback: bool = True) -> None:
+        """Build and load every kernel (and the fallback) now, for servers that must not build on a request.
+
+        The fallback's per-shape autotuning still happens on each shape's first call:
+        it times algorithms on the caller's stream and data, which only a call has.
+        """
         if arch is None:
             from harness.gpuinfo import detect_arch
 
             arch = detect_arch() or str(self.manifest.get("arch"))
         for s in shapes or self.kernel_shapes:
             self.kernel(s, arch)
+        if fallback:
+            self.fallback_fn(arch)
+
+    # ------------------------------------------------------------- the fallback
+    def fallback_fn(self, arch: str) -> Any:
+        """The ctypes ``l2hgemm_fallback`` for ``arch`` (loaded or built once; thread-safe), None if unavailable."""
+        fn = self._fallbacks.get(arch)
+        if fn is not None or arch in self._fallback_broken:
+            return fn
+        with self._lock:
+            lock = self._locks.setdefault(("<fallback>", arch), threading.Lock())
+        with lock:
+            fn = self._fallbacks.get(arch)
+            if fn is None and arch not in self._fallback_broken:
+                try:
+                    fn = self._fallbacks[arch] = self._load_fallback(arch)
+                except (HarnessError, OSError, AttributeError) as err:
+                    if self.strict:
+                        raise
+                    with self._lock:
+                        self._fallback_broken.add(arch)
+                        self._routes.clear()  # cached routes name the fallback kind
+                    self._warn_once(f"fallback:{arch}", f"the cuBLASLt fallback is unavailable ({err}); "
+                                    "shapes without a kernel use the array library's matmul")
+        return fn
+
+    def _load_fallback(self, arch: str) -> Any:
+        """From the prebuilt library when it has one, else a fallback-only library from the same generated C."""
+        pre = self._load_prebuilt(arch)
+        if pre is not None and hasattr(pre, FALLBACK_SYMBOL):  # libraries built before the fallback lack it
+            return _argtypes(getattr(pre, FALLBACK_SYMBOL))
+        from harness.build import build
+
+        from l2tui.export.cdispatch import cublas_flags, render_fallback_library
+
+        res = build(render_fallback_library(), arch=arch, flags=cublas_flags(), name="export-fallback")
+        if not res.ok:
+            first = res.errors[0] if res.errors else res.log.strip()[-200:]
+            raise KernelLoadError(f"the fallback library does not build for {arch}: {first}")
+        return _argtypes(getattr(ctypes.CDLL(str(res.so_path)), FALLBACK_SYMBOL))
+
+    def _fallback(self, be: Any, dev: int, a: Any, b: Any, out: Any, m: int, n: int, k: int) -> Any:
+        """One call's fallback: the C ``l2hgemm_fallback``, else (unavailable, or an error) the array library's matmul."""
+        fn = self.fallback_fn(self._arch(be, dev)) if min(m, n, k) > 0 else None
+        if fn is None:
+            return be.matmul(a, b, out)
+        if out is None:
+            out = be.empty(a, m, n)
+        rc = fn(be.ptr(a), be.ptr(b), be.ptr(out), m, n, k, be.stream(dev))
+        if rc != 0:
+            self._warn_once(f"fallback-rc:{rc}", f"the fallback returned {rc} (a CUDA/cuBLAS error) on {m}x{n}x{k}; "
+                            f"using {be.name}.matmul for such calls")
+            return be.matmul(a, b, out)
+        return out
+
+    def _warn_once(self, key: str, text: str) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        warnings.warn(f"l2tui.runtime: {text}", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------- the call
     def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
@@ -332,12 +422,12 @@ class ExportedLibrary:
         r = self.route(m, n, k)
         ctx = be.device(dev) or _nullctx()
         with ctx:
-            if r.kind == "cublas" or min(m, n, k) == 0:
-                return be.matmul(a, b, out)
+            if r.kind not in ("kernel", "pad") or min(m, n, k) == 0:
+                return self._fallback(be, dev, a, b, out, m, n, k)
             arch = self._arch(be, dev)
             fn = self._fn_or_none(r.shape, arch)
             if fn is None:
-                return be.matmul(a, b, out)
+                return self._fallback(be, dev, a, b, out, m, n, k)
             if out is None:
                 out = be.empty(a, m, n)
             stream = be.stream(dev)
@@ -347,7 +437,7 @@ class ExportedLibrary:
                 rc = self._padded(be, fn, r.shape, a, b, out, m, n, k, stream)
             if rc != 0:
                 self._mark_broken(r.shape, arch, f"returned {rc} (unsupported shape or launch error)")
-                return be.matmul(a, b, out)
+                return self._fallback(be, dev, a, b, out, m, n, k)
             return out
 
     def _padded(self, be: Any, fn: Any, shape: tuple[int, int, int], a: Any, b: Any, out: Any,
@@ -389,11 +479,11 @@ class ExportedLibrary:
         with self._lock:
             self._broken.add((name, arch))
             self._fns.pop((name, arch), None)
-        warnings.warn(f"l2tui.runtime: kernel {name} {why}; using cuBLAS for it", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"l2tui.runtime: kernel {name} {why}; using the fallback for it", RuntimeWarning, stacklevel=3)
 
     def __repr__(self) -> str:
         return (f"ExportedLibrary({str(self.root)!r}, kernels={len(self.kernel_shapes)}, "
-                f"fallback={len(self._entries) - len(self.kernel_shapes)}, pad={self.pad!r})")
+                f"fallback={len(self._entries) - len(self.kernel_shapes)} ({self.fallback_kind}), pad={self.pad!r})")
 
 
 def load(path: str | Path, *, pad: str | None = None, prefer_prebuilt: bool = True,
@@ -401,8 +491,9 @@ def load(path: str | Path, *, pad: str | None = None, prefer_prebuilt: bool = Tr
     """Open an export folder.  Checks the manifest and that every kernel file matches its hash.
 
     ``pad="nearest-larger"`` zero-pads shapes without a kernel into the smallest
-    exported shape that contains them.  ``strict=True`` raises when a kernel
-    cannot be built instead of warning and using cuBLAS.
+    exported shape that contains them.  ``strict=True`` raises when a kernel or
+    the fallback cannot be built, instead of warning and falling back (to the
+    fallback, or to the array library's matmul).  ``L2HGEMM_FALLBACK`` is read now.
     """
     root = Path(path).expanduser()
     manifest = load_manifest(root)

@@ -54,7 +54,7 @@ def test_export_picks_per_rules_and_writes_manifest(session, tmp_path):
     e = got[(128, 128, 128)]
     assert e["speedup"]["cublas"] == pytest.approx(0.012 / 0.0082)
     assert e["fastest_baseline"] == "cublas"
-    # the fallback marker follows the timings: cuBLAS was faster on 64^3
+    # the fallback marker follows the timings: cuBLAS (and so the cuBLASLt fallback) was faster on 64^3
     assert got[(64, 64, 64)]["speedup"]["cublas"] < 1.0
     assert all(min(x["speedup"].values()) >= 1.0 for x in man["kernels"] if not x["fallback"])
     assert man["gpu"]["name"] == "NVIDIA H200" and man["arch"] == "sm_90a" and man["driver"] == "580.159"
@@ -197,16 +197,36 @@ def test_cli_export_and_one_line_errors(session, tmp_path, capsys):
 def test_fallback_is_decided_by_what_the_fallback_runs():
     from l2tui.export.manifest import fallback_for
 
-    # cuBLAS faster: dispatch to cuBLAS
+    # cuBLAS faster: dispatch to the fallback (autotuned cuBLASLt, at least as fast)
     assert fallback_for({"candidate": 1.0, "cublas": 0.9, "cublaslt_autotune": 0.8}, 1.0) == \
-        ("cublas", ["cublas", "cublaslt_autotune"])
-    # only autotuned cuBLASLt faster: keep the kernel (cuBLAS would be slower still), but say so
+        ("cublaslt", ["cublas", "cublaslt_autotune"])
+    # only autotuned cuBLASLt faster: the fallback *is* autotuned cuBLASLt now, so it takes the shape
     assert fallback_for({"candidate": 1.0, "cublas": 1.1, "cublaslt_autotune": 0.95}, 1.0) == \
-        (None, ["cublaslt_autotune"])
-    # no cublas label: torch (cuBLAS underneath) decides
-    assert fallback_for({"candidate": 1.0, "torch": 0.97}, 1.0) == ("cublas", ["torch"])
+        ("cublaslt", ["cublaslt_autotune"])
+    assert fallback_for({"candidate": 1.0, "cublaslt_heuristic": 0.99, "cublas": 1.2}, 1.0) == \
+        ("cublaslt", ["cublaslt_heuristic"])
+    # torch runs cuBLAS(Lt) underneath: it counts too
+    assert fallback_for({"candidate": 1.0, "torch": 0.97}, 1.0) == ("cublaslt", ["torch"])
+    # a baseline outside the cuBLAS family is reported, not matched by the fallback
+    assert fallback_for({"candidate": 1.0, "cublas": 1.1, "other_lib": 0.5}, 1.0) == (None, ["other_lib"])
     assert fallback_for({"candidate": 1.0, "cublas": 1.0}, 1.0) == (None, [])
     assert fallback_for({}, None) == (None, [])
+
+
+def test_old_fallback_marker_still_reads(session, tmp_path):
+    """Exports written while the fallback was plain cuBLAS said "cublas": same meaning, still valid."""
+    from l2tui import runtime
+
+    out = tmp_path / "exp"
+    man = export_session(session, out).manifest
+    assert {e["fallback"] for e in man["kernels"]} == {None, "cublaslt"}
+    for e in man["kernels"]:
+        if e["fallback"]:
+            e["fallback"] = "cublas"
+    (out / "manifest.json").write_text(json.dumps(man))
+    lib = runtime.load(out)
+    assert lib.route(64, 64, 64).kind == "cublaslt" and lib.route(64, 64, 64).shape is None
+    assert (64, 64, 64) not in lib.kernel_shapes
 
 
 def test_export_never_writes_to_the_session(session, tmp_path):

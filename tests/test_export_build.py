@@ -42,7 +42,8 @@ def test_library_builds_and_exports_every_kernel(built):
     for e in man["kernels"]:
         if e["fallback"]:
             assert e["symbol"] not in syms  # a shape cuBLAS wins is not even compiled in
-    api = {"l2hgemm", "l2hgemm_cublas", "l2hgemm_has_kernel", "l2hgemm_num_shapes", "l2hgemm_shape"}
+    api = {"l2hgemm", "l2hgemm_fallback", "l2hgemm_fallback_mode", "l2hgemm_fallback_tuned", "l2hgemm_cublas",
+           "l2hgemm_has_kernel", "l2hgemm_num_shapes", "l2hgemm_shape"}
     assert api <= syms
     # nothing else leaks out: not the kernels' own helpers, not the static CUDA runtime
     assert syms == api | {e["symbol"] for e in kernels}
@@ -110,7 +111,8 @@ def test_shipped_build_script_rebuilds_the_library(built, tmp_path):
     assert exported_symbols(copy / "lib" / "libl2hgemm.so") == exported_symbols(built.library)
     cmake = (copy / "l2hgemm.cmake").read_text()
     assert "IMPORTED_LOCATION \"${L2HGEMM_ROOT}/lib/libl2hgemm.so\"" in cmake
-    assert "CUDA::cublas" in cmake
+    assert "CUDA::cublas" in cmake and "CUDA::cublasLt" in cmake
+    assert "-lcublasLt" in (copy / "build.sh").read_text()
 
 
 def test_a_program_links_against_the_library(built, tmp_path):
@@ -153,3 +155,114 @@ def test_cmake_snippet_links_the_example(built, tmp_path):
     assert exe.is_file()
     ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
     assert str(built.library) in ldd
+
+
+def test_library_links_cublaslt(built):
+    """The fallback is cuBLASLt: the library needs it (and finds it through its RUNPATH)."""
+    out = subprocess.run(["objdump", "-p", str(built.library)], capture_output=True, text=True, check=True).stdout
+    needed = [ln.split()[1] for ln in out.splitlines() if ln.split()[:1] == ["NEEDED"]]
+    assert any(n.startswith("libcublasLt.so") for n in needed), needed
+    assert any(n.startswith("libcublas.so") for n in needed), needed
+
+
+def test_generated_fallback_source(built):
+    """What the fallback promises, visible in the generated dispatcher (the GPU tests check the behaviour)."""
+    src = (built.out / "src" / "l2hgemm_dispatch.cu").read_text()
+    header = (built.out / "include" / "l2hgemm.h").read_text()
+    assert "int l2hgemm_fallback(const void* A, const void* B, void* C, int M, int N, int K, void* stream);" in header
+    assert "L2HGEMM_FALLBACK" in header
+    # shapes without a kernel and kernels returning non-zero go to the fallback, the fallback to cuBLAS last
+    assert "return l2hgemm_fallback(A, B, C, M, N, K, stream);" in src
+    assert "return l2hgemm_cublas(A, B, C, M, N, K, stream);" in src
+    # cuBLASLt, fp32 compute, NN on the swapped operands, heuristic candidates with a workspace
+    for needle in ("cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)",
+                   "cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16F, N, K, N)",
+                   "cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, K, M, K)",
+                   "cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16F, N, M, N)",
+                   "cublasLtMatmulAlgoGetHeuristic", "CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES",
+                   "kMaxAlgos = 32", "cudaEventElapsedTime", "std::mutex"):
+        assert needle in src, needle
+    # the capture guard: no timing while the stream is captured into a graph
+    assert "cudaStreamIsCapturing" in src
+    assert "!capturing(c.s)" in src.split("bool choose(", 1)[1].split("\n}\n", 1)[0]
+    # the environment variable and its three values, read once
+    assert 'std::getenv("L2HGEMM_FALLBACK")' in src and "static const int m = parse_mode(" in src
+    for value in ("cublaslt-autotune", "cublaslt-heuristic", "cublas"):
+        assert f'"{value}"' in src
+    # the runtime's fallback-only library is the same C
+    from l2tui.export.cdispatch import render_fallback_library
+
+    alone = render_fallback_library()
+    assert "extern \"C\" int l2hgemm_fallback(" in alone and "extern \"C\" int l2_hgemm(" in alone
+    body = alone[alone.index("// The fallback: what runs"):alone.index("extern \"C\" int l2_hgemm(")]
+    assert body.strip() in src
+
+
+@pytest.mark.parametrize("value,code,warns", [
+    (None, 0, False), ("", 0, False), ("cublaslt-autotune", 0, False), ("cublaslt-heuristic", 1, False),
+    ("cublas", 2, False), ("CUBLAS", 0, True), ("fastest", 0, True),
+])
+def test_fallback_env_is_parsed_by_the_library(built, value, code, warns):
+    """``l2hgemm_fallback_mode()`` of the built library (no GPU needed), and the Python parser agrees."""
+    import sys
+    import warnings
+
+    from l2tui.export.cdispatch import FALLBACK_MODES, fallback_mode
+
+    env = {k: v for k, v in os.environ.items() if k != "L2HGEMM_FALLBACK"}
+    if value is not None:
+        env["L2HGEMM_FALLBACK"] = value
+    prog = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+            "print(lib.l2hgemm_fallback_mode(), lib.l2hgemm_fallback_mode())")
+    proc = subprocess.run([sys.executable, "-c", prog, str(built.library)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    if proc.returncode != 0 and "cannot open shared object" in proc.stderr:  # pragma: no cover
+        pytest.skip(f"cannot load the library on this machine: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(code), str(code)]
+    assert ("is not cublaslt-autotune, cublaslt-heuristic or cublas" in proc.stderr) == warns
+    assert proc.stderr.count("L2HGEMM_FALLBACK") == (1 if warns else 0)  # read (and warned about) once
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert fallback_mode({} if value is None else {"L2HGEMM_FALLBACK": value}) == FALLBACK_MODES[code]
+    assert bool(got) == warns
+
+
+def test_bench_reports_path_and_every_ratio():
+    """The export bench's per-shape rows and verdict (pure functions; the GPU run fills them)."""
+    from l2tui.export.bench import path_of, ratio_row, summarize
+
+    man = {"kernels": [{"shape": [128, 128, 128], "fallback": None}, {"shape": [64, 64, 64], "fallback": "cublaslt"},
+                       {"shape": [32, 32, 32], "fallback": "cublas"}]}
+    assert path_of(man, (128, 128, 128)) == "kernel"
+    assert path_of(man, (64, 64, 64)) == path_of(man, (32, 32, 32)) == path_of(man, (96, 80, 48)) == "fallback"
+    times = {"library": 0.010, "cublas": 0.012, "cublaslt_autotune": 0.0105, "torch": None}
+    row = ratio_row((128, 128, 128), "kernel", True, times)
+    assert row["best_library"] == "cublaslt_autotune" and row["ratio_vs_best"] == pytest.approx(1.05)
+    assert row["ratio_vs"] == {"cublas": pytest.approx(1.2), "cublaslt_autotune": pytest.approx(1.05)}
+    slow = ratio_row((96, 80, 48), "fallback", False, {"library": 0.010, "cublaslt_autotune": 0.009})
+    rows = [dict(row, status="ok"), dict(slow, status="ok")]
+    verdict = summarize(rows)
+    assert verdict["min_ratio_vs_best"] == pytest.approx(1.05)  # the promise covers exported shapes
+    assert verdict["per_path"]["fallback"] == {"shapes": 1, "min_ratio_vs_best": pytest.approx(0.9)}
+    assert verdict["below_1"] == [{"shape": [96, 80, 48], "path": "fallback", "best_library": "cublaslt_autotune",
+                                   "ratio_vs_best": pytest.approx(0.9)}]
+    assert verdict["all_ok"] and ratio_row((1, 1, 1), "kernel", True, {"library": None})["ratio_vs_best"] is None
+
+
+def test_bench_fallback_option_sets_the_environment(tmp_path, monkeypatch, capsys):
+    from l2tui.export.bench import main
+
+    monkeypatch.delenv("L2HGEMM_FALLBACK", raising=False)
+    assert main([str(tmp_path / "nosuch"), "--fallback", "cublaslt-heuristic"]) == 2
+    assert os.environ["L2HGEMM_FALLBACK"] == "cublaslt-heuristic"
+    assert "no manifest.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--fallback", "fastest"])
+
+
+def test_bench_uses_a_library_with_the_fallback(built):
+    from l2tui.export.bench import _library
+
+    keep: list = []
+    assert _library(built.out, built.manifest, "sm_90a", keep) == built.library.resolve() and not keep

@@ -24,20 +24,26 @@ def export_dir(tmp_path_factory) -> Path:
     return export_session(fx.make_session(root / "run-1"), root / "exp").out
 
 
+@pytest.fixture(autouse=True)
+def default_fallback(monkeypatch):
+    """Tests see the default fallback whatever the caller's environment says."""
+    monkeypatch.delenv("L2HGEMM_FALLBACK", raising=False)
+
+
 def test_routes_follow_the_manifest(export_dir):
     lib = runtime.load(export_dir)
     assert lib.kernel_shapes == sorted(s for s, v in fx.EXPECTED.items() if v[2] is None)
     for s, (_, _, fallback) in fx.EXPECTED.items():
         r = lib.route(*s)
-        assert r.kind == ("cublas" if fallback else "kernel") and (r.shape is None) == bool(fallback)
-    assert lib.route(96, 80, 48).kind == "cublas"  # not exported
+        assert r.kind == ("cublaslt" if fallback else "kernel") and (r.shape is None) == bool(fallback)
+    assert lib.route(96, 80, 48).kind == "cublaslt"  # not exported: the autotuned cuBLASLt fallback
     # pad: the smallest exported shape that contains (M, N, K); never into a fallback shape
     assert lib.route(100, 60, 90, pad="nearest-larger") == runtime.Route("pad", (192, 64, 96), "zero-padded into 192x64x96")
     assert lib.route(60, 60, 60, pad="nearest-larger").shape == (192, 64, 96)  # 64^3 is a fallback shape
-    assert lib.route(64, 64, 64, pad="nearest-larger").kind == "cublas"       # exact fallback stays cuBLAS
-    assert lib.route(4096, 1, 1, pad="nearest-larger").kind == "cublas"       # nothing large enough
+    assert lib.route(64, 64, 64, pad="nearest-larger").kind == "cublaslt"     # exact fallback stays the fallback
+    assert lib.route(4096, 1, 1, pad="nearest-larger").kind == "cublaslt"     # nothing large enough
     padded = runtime.load(export_dir, pad="nearest-larger")
-    assert padded.route(100, 60, 90).kind == "pad" and lib.route(100, 60, 90).kind == "cublas"
+    assert padded.route(100, 60, 90).kind == "pad" and lib.route(100, 60, 90).kind == "cublaslt"
     with pytest.raises(runtime.UserError, match="pad policy"):
         runtime.load(export_dir, pad="nearest")
 
@@ -102,5 +108,80 @@ def test_prebuilt_library_is_used_when_its_arch_matches(tmp_path_factory):
     lib = runtime.load(out)
     fn = lib.kernel((128, 128, 128), "sm_90a")
     assert lib._prebuilt is not None and fn.__name__ == "l2_hgemm_128_128_128"
+    assert lib.fallback_fn("sm_90a") is lib._prebuilt.l2hgemm_fallback  # the fallback comes from it too
     # another arch: not the prebuilt one (it would be built lazily instead)
     assert lib._load_prebuilt("sm_80") is None
+
+
+@pytest.mark.parametrize("value,mode,kind", [
+    ("", "cublaslt-autotune", "cublaslt"),
+    ("cublaslt-autotune", "cublaslt-autotune", "cublaslt"),
+    ("cublaslt-heuristic", "cublaslt-heuristic", "cublaslt"),
+    ("cublas", "cublas", "cublas"),
+])
+def test_fallback_env_sets_the_fallback_route(export_dir, monkeypatch, value, mode, kind):
+    monkeypatch.setenv("L2HGEMM_FALLBACK", value)
+    lib = runtime.load(export_dir)
+    assert lib.fallback_mode == mode and lib.fallback_kind == kind
+    assert lib.route(96, 80, 48).kind == kind and lib.route(64, 64, 64).kind == kind
+    assert lib.route(128, 128, 128).kind == "kernel"
+    monkeypatch.setenv("L2HGEMM_FALLBACK", "cublas" if mode != "cublas" else "")
+    assert lib.route(96, 80, 48).kind == kind  # read once, at load()
+
+
+def test_unknown_fallback_env_warns_and_uses_the_default(export_dir, monkeypatch):
+    monkeypatch.setenv("L2HGEMM_FALLBACK", "fastest-please")
+    with pytest.warns(RuntimeWarning, match="L2HGEMM_FALLBACK=fastest-please is not one of"):
+        lib = runtime.load(export_dir)
+    assert lib.fallback_mode == "cublaslt-autotune"
+
+
+def test_fallback_only_library_builds_when_there_is_no_prebuilt_one(export_dir):
+    """No --build here: the fallback comes from a small library built from the same generated C (real nvcc)."""
+    from l2tui.export.cdispatch import exported_symbols
+
+    lib = runtime.load(export_dir)
+    assert lib.manifest["library"] is None
+    fn = lib.fallback_fn("sm_90a")
+    assert fn is not None and fn.__name__ == "l2hgemm_fallback"
+    assert fn.restype is not None and len(fn.argtypes) == 7
+    assert lib.fallback_fn("sm_90a") is fn  # loaded once
+    from harness.build import build
+    from l2tui.export.cdispatch import cublas_flags, render_fallback_library
+
+    res = build(render_fallback_library(), arch="sm_90a", flags=cublas_flags(), name="export-fallback")
+    assert res.ok and res.cached  # the runtime's build is in the harness cache
+    syms = exported_symbols(res.so_path)
+    assert {"l2_hgemm", "l2hgemm_fallback", "l2hgemm_cublas", "l2hgemm_fallback_mode"} <= syms
+
+
+def test_fallback_only_library_is_built_for_an_old_prebuilt_library(export_dir, monkeypatch):
+    """A library built before the fallback existed has no l2hgemm_fallback: the runtime builds its own."""
+    import types
+
+    lib = runtime.load(export_dir)
+    monkeypatch.setattr(lib, "_load_prebuilt", lambda arch: types.SimpleNamespace())
+    assert lib.fallback_fn("sm_90a").__name__ == "l2hgemm_fallback"
+
+
+def test_unavailable_fallback_warns_once_and_routes_to_the_array_library(export_dir, monkeypatch):
+    from harness.errors import HarnessError
+
+    lib = runtime.load(export_dir)
+    assert lib.route(96, 80, 48).kind == "cublaslt"
+    calls = []
+
+    def broken(arch):
+        calls.append(arch)
+        raise HarnessError("cuBLASLt not found next to cuBLAS in /nowhere: install nvidia-cublas")
+
+    monkeypatch.setattr(lib, "_load_fallback", broken)
+    with pytest.warns(RuntimeWarning, match="fallback is unavailable.*array library's matmul"):
+        assert lib.fallback_fn("sm_90a") is None
+    assert lib.fallback_fn("sm_90a") is None and calls == ["sm_90a"]  # not retried, not warned again
+    assert lib.route(96, 80, 48).kind == "array" and lib.route(64, 64, 64).kind == "array"
+    assert lib.route(128, 128, 128).kind == "kernel"
+    strict = runtime.load(export_dir, strict=True)
+    monkeypatch.setattr(strict, "_load_fallback", broken)
+    with pytest.raises(HarnessError, match="cuBLASLt not found"):
+        strict.fallback_fn("sm_90a")

@@ -187,3 +187,140 @@ def test_c_dispatcher_agrees_with_cublas(export_dir):
         s.synchronize()
         e = float(cp.linalg.norm(c.astype(cp.float32) - ref.astype(cp.float32)) / cp.linalg.norm(ref.astype(cp.float32)))
         assert e < 5e-3, ((m, n, k), e)
+
+
+# --------------------------------------------------------------------------- the cuBLASLt fallback
+
+FALLBACK_SHAPES = [(96, 80, 48), (100, 60, 90), (333, 257, 129), (2048, 1024, 512)]
+
+
+def _cdll(export_dir):
+    import ctypes
+
+    lib = ctypes.CDLL(str(export_dir / "lib" / "libl2hgemm.so"))
+    for name in ("l2hgemm_fallback", "l2hgemm_cublas"):
+        runtime._argtypes(getattr(lib, name))
+    return lib
+
+
+@pytest.mark.parametrize("prebuilt", [True, False], ids=["prebuilt", "fallback-only-lib"])
+def test_fallback_matmul_agrees_on_missing_shapes(export_dir, be, prebuilt):
+    """Shapes without a kernel go through the C fallback (not the array library) and agree with it."""
+    lib = runtime.load(export_dir, prefer_prebuilt=prebuilt, strict=True)
+    fallback_shapes = [tuple(e["shape"]) for e in lib.manifest["kernels"] if e["fallback"]]
+    for i, (m, n, k) in enumerate(FALLBACK_SHAPES + fallback_shapes):
+        assert lib.route(m, n, k).kind == lib.fallback_kind != "array"
+        a, b = be.rand(m, k, 10 * i), be.rand(k, n, 10 * i + 1)
+        ref = be.ref(a, b)
+        for _ in range(2):  # the first call autotunes, the second uses the cached winner
+            c = lib.matmul(a, b)
+            be.sync()
+            assert be.err(c, ref) < 5e-3, (be.name, (m, n, k))
+    assert lib._fallbacks and not lib._fallback_broken
+    # pointers that are not 256-byte aligned (a view one row in) take their own plan
+    m, n, k = 333, 257, 129
+    big, b = be.rand(m + 1, k, 7), be.rand(k, n, 8)
+    a = big[1:]
+    c = lib.matmul(a, b)
+    be.sync()
+    assert be.err(c, be.ref(a, b)) < 5e-3
+
+
+def test_c_fallback_twice_matches_cublas(export_dir):
+    """l2hgemm_fallback run twice = cublasGemmEx within fp16 tolerance, and the same bits both times."""
+    cp = pytest.importorskip("cupy")
+    lib = _cdll(export_dir)
+    autotune = lib.l2hgemm_fallback_mode() == 0
+    s = cp.cuda.get_current_stream()
+    odd = [(1, 1, 1), (17, 3, 2049)]  # cuBLASLt may have nothing for these: cublasGemmEx then (tuned -1)
+    for i, (m, n, k) in enumerate(FALLBACK_SHAPES + odd):
+        rs = cp.random.RandomState(100 + i)
+        a = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+        b = rs.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+        outs = []
+        for fn in (lib.l2hgemm_fallback, lib.l2hgemm_fallback, lib.l2hgemm_cublas):
+            c = cp.full((m, n), cp.nan, dtype=cp.float16)
+            assert fn(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr) == 0
+            outs.append(c)
+        s.synchronize()
+        first, second, cublas = (x.astype(cp.float32) for x in outs)
+        norm = float(cp.linalg.norm(cublas))
+        assert float(cp.linalg.norm(first - cublas)) / norm < 5e-3, (m, n, k)
+        assert bool(cp.array_equal(first, second)), (m, n, k)  # the cached winner is what ran first
+        tuned = lib.l2hgemm_fallback_tuned(m, n, k)
+        if (m, n, k) in odd:
+            assert tuned != 0 if autotune else tuned <= 0, ((m, n, k), tuned)
+        else:
+            assert (tuned > 0) if autotune else (tuned <= 0), ((m, n, k), tuned)
+
+
+def test_c_fallback_under_graph_capture(export_dir):
+    """A captured call does not autotune (events would be illegal) yet computes the right thing."""
+    cp = pytest.importorskip("cupy")
+    lib = _cdll(export_dir)
+    m, n, k = 200, 136, 72  # a shape no other test uses: not tuned yet in this process
+    rs = cp.random.RandomState(5)
+    a = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+    b = rs.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+    ref = cp.matmul(a, b).astype(cp.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+
+    def captured() -> float:
+        c = cp.full((m, n), cp.nan, dtype=cp.float16)
+        s.synchronize()
+        s.begin_capture()
+        try:
+            rc = lib.l2hgemm_fallback(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr)
+        finally:
+            graph = s.end_capture()
+        assert rc == 0
+        graph.launch(s)
+        s.synchronize()
+        return float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+
+    assert captured() < 5e-3
+    assert lib.l2hgemm_fallback_tuned(m, n, k) == 0  # nothing was timed during the capture
+    c = cp.empty((m, n), dtype=cp.float16)
+    assert lib.l2hgemm_fallback(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr) == 0
+    s.synchronize()
+    if lib.l2hgemm_fallback_mode() == 0:
+        assert lib.l2hgemm_fallback_tuned(m, n, k) > 0  # tuned on the first uncaptured call
+    assert captured() < 5e-3  # and the cached winner is what a later capture records
+
+
+_MODE_PROBE = """
+import ctypes, sys
+import cupy as cp
+lib = ctypes.CDLL(sys.argv[1])
+fn = lib.l2hgemm_fallback
+fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+m, n, k = 384, 200, 136
+rs = cp.random.RandomState(3)
+a = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+b = rs.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+c = cp.empty((m, n), dtype=cp.float16)
+s = cp.cuda.get_current_stream()
+rc = fn(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr)
+ref = cp.matmul(a, b).astype(cp.float32)
+s.synchronize()
+err = float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+print(rc, lib.l2hgemm_fallback_mode(), lib.l2hgemm_fallback_tuned(m, n, k), err)
+"""
+
+
+@pytest.mark.parametrize("value,code", [("cublaslt-autotune", 0), ("cublaslt-heuristic", 1), ("cublas", 2)])
+def test_each_fallback_mode_computes_the_product(export_dir, value, code):
+    """L2HGEMM_FALLBACK is read by the library in a fresh process: every path is right, only autotune times."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("cupy")
+    env = dict(os.environ, L2HGEMM_FALLBACK=value)
+    proc = subprocess.run([sys.executable, "-c", _MODE_PROBE, str(export_dir / "lib" / "libl2hgemm.so")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rc, mode, tuned, err = proc.stdout.split()
+    assert (int(rc), int(mode)) == (0, code)
+    assert (int(tuned) > 0) == (code == 0)
+    assert float(err) < 5e-3

@@ -3,20 +3,27 @@
 Two measurements, written as JSON (``--out``) and printed as a table:
 
 1. **Exported library vs the best library, every exported shape** (offline
-   mode, the harness's own method).  A forwarding kernel whose ``l2_hgemm``
-   calls the built library's ``l2hgemm`` goes through
-   :class:`harness.evaluate.Evaluator` like any candidate: checked against the
-   fp32 reference, then timed by CUDA-graph replay interleaved with every
-   baseline (cuBLAS, cuBLASLt heuristic/autotuned, torch).  The ratio
-   ``min(baseline ms) / library ms`` must be >= 1.00 on every shape, fallback
-   shapes included (there the library *is* cuBLAS, so expect ~1.00).
+   mode, the harness's own method), plus ``--missing`` shapes the export has
+   no kernel for.  A forwarding kernel whose ``l2_hgemm`` calls the built
+   library's ``l2hgemm`` goes through :class:`harness.evaluate.Evaluator`
+   like any candidate: checked against the fp32 reference, then timed by
+   CUDA-graph replay interleaved with every baseline (cuBLAS, cuBLASLt
+   heuristic/autotuned, torch).  Per shape: which path served it (``kernel``
+   or ``fallback``), the ratio ``baseline ms / library ms`` for every
+   baseline, and vs the best one, which must be >= 1.00 on every exported
+   shape.  On fallback shapes the library is autotuned cuBLASLt (it tunes on
+   the checks' first call, before any graph is captured), so expect ~1.00
+   against ``cublaslt_autotune`` and >= 1.00 against the rest.
 2. **Dispatcher per-call overhead** (server mode: Poisson arrivals, each call
    host-timed to stream completion, :func:`harness.timing.server`): per shape,
    the kernel's entry called directly through ctypes vs the C dispatcher
    ``l2hgemm`` vs ``runtime.load(DIR).matmul`` with cupy arrays (and torch
-   tensors when torch is there), and on a shape without a kernel
-   ``matmul``'s cuBLAS path vs ``cupy.matmul`` itself.  Overhead = median
-   difference in microseconds.
+   tensors when torch is there), and on a shape without a kernel the C
+   fallback ``l2hgemm_fallback``, ``l2hgemm`` and ``matmul``'s fallback path
+   vs ``cupy.matmul`` itself.  Overhead = median difference in microseconds.
+
+``--fallback`` sets ``L2HGEMM_FALLBACK`` for this process and the harness
+worker (both read it once), to compare the fallback paths.
 
 Needs a GPU, cupy and a library built with ``l2tui export --build`` (or one is
 built into a temporary copy).
@@ -33,7 +40,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 _FORWARDER = r"""
 // Forwards the l2tui ABI to an exported library's shape dispatcher (export bench).
@@ -53,22 +60,59 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
 
 
 def _library(root: Path, manifest: dict, arch: str, keep: list[Path]) -> Path:
-    """The export's built library for ``arch``; built into a temporary copy when missing."""
-    lib = manifest.get("library")
-    if lib and lib.get("arch") == arch and (root / lib["file"]).is_file():
-        return (root / lib["file"]).resolve()
-    from l2tui.export.cdispatch import build_library
+    """The export's built library for ``arch``; built into a temporary copy when missing or out of date.
 
+    A library built before the cuBLASLt fallback existed (no ``l2hgemm_fallback``) would
+    measure the old cuBLAS fallback, so it is rebuilt from the current generator too.
+    """
+    from l2tui.export.cdispatch import FALLBACK_SYMBOL, build_library, exported_symbols
+
+    lib = manifest.get("library")
+    why = f"no library for {arch}"
+    if lib and lib.get("arch") == arch and (root / lib["file"]).is_file():
+        so = (root / lib["file"]).resolve()
+        if FALLBACK_SYMBOL in exported_symbols(so):
+            return so
+        why = f"{so} predates the cuBLASLt fallback"
     tmp = Path(tempfile.mkdtemp(prefix="l2hgemm-bench-"))
     keep.append(tmp)
     copy = tmp / "export"
     shutil.copytree(root, copy)
-    print(f"building the library for {arch} in {copy} ...", file=sys.stderr)
+    print(f"{why}: building it for {arch} in {copy} ...", file=sys.stderr)
     return build_library(copy, manifest, arch=arch).so_path.resolve()
 
 
+def path_of(manifest: dict, s: tuple[int, int, int]) -> str:
+    """Which path of the library serves ``s``: "kernel", or "fallback" (a marker, or no kernel exported)."""
+    for e in manifest["kernels"]:
+        if tuple(e["shape"]) == s:
+            return "fallback" if e.get("fallback") else "kernel"
+    return "fallback"
+
+
+def ratio_row(s: tuple[int, int, int], path: str, exported: bool, times_ms: dict[str, float]) -> dict:
+    """One shape's library time against every baseline: ``baseline ms / library ms`` (>= 1: library faster)."""
+    lib_ms = times_ms.get("library")
+    base = {k: v for k, v in times_ms.items() if k != "library" and v}
+    best = min(base, key=base.get) if base else None
+    return {
+        "shape": list(s), "path": path, "exported": exported, "library_ms": lib_ms, "baselines_ms": base,
+        "ratio_vs": {k: v / lib_ms for k, v in sorted(base.items())} if lib_ms else {},
+        "best_library": best, "ratio_vs_best": base[best] / lib_ms if best and lib_ms else None,
+    }
+
+
+def _print_ratio_row(row: dict) -> None:
+    s, ratio, lib_ms = row["shape"], row["ratio_vs_best"], row["library_ms"]
+    each = " ".join(f"{k} {v:.3f}x" for k, v in row["ratio_vs"].items())
+    print(f"  {s[0]}x{s[1]}x{s[2]} {row['path']:8}{'' if row['exported'] else ' (not exported)'} "
+          f"{row['status']:8} {'%.4f ms' % lib_ms if lib_ms else '-':>11}  "
+          f"vs best ({row['best_library']}) {'%.3fx' % ratio if ratio else '-'}  [{each}]", file=sys.stderr)
+
+
 def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]], *, arch: str,
-                    baselines: str, replays: int) -> list[dict]:
+                    baselines: str, replays: int, missing: Sequence[tuple[int, int, int]] = ()) -> list[dict]:
+    """Offline ratios of the library against every baseline, exported shapes first, then ``missing`` ones."""
     from harness.evaluate import Evaluator
     from harness.shapes import Shape
 
@@ -76,24 +120,32 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
     rows = []
     with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays) as ev:
-        for s in shapes:
+        for s in list(shapes) + [m for m in missing if m not in entries]:
             e = entries.get(s)
-            acc = e["acc"] if e else "f32"
-            r = ev.evaluate(source, Shape(*s), acc, label="library")
-            lib_ms = r.times_ms.get("library")
-            base = {k: v for k, v in r.times_ms.items() if k != "library" and v}
-            best = min(base, key=base.get) if base else None
-            ratio = base[best] / lib_ms if best and lib_ms else None
-            rows.append({
-                "shape": list(s), "route": ("cublas" if (e is None or e.get("fallback")) else "kernel"),
-                "status": r.status, "message": r.message, "library_ms": lib_ms, "baselines_ms": base,
-                "best_library": best, "ratio_vs_best": ratio,
-                "rel_err": (r.check or {}).get("rel_err"),
-            })
-            print(f"  {s[0]}x{s[1]}x{s[2]} {rows[-1]['route']:6} {r.status:8} "
-                  f"{'%.4f ms' % lib_ms if lib_ms else '-':>11}  best {best} "
-                  f"{'%.3fx' % ratio if ratio else '-'}", file=sys.stderr)
+            r = ev.evaluate(source, Shape(*s), e["acc"] if e else "f32", label="library")
+            row = ratio_row(s, path_of(manifest, s), e is not None, r.times_ms)
+            row.update(status=r.status, message=r.message, rel_err=(r.check or {}).get("rel_err"))
+            rows.append(row)
+            _print_ratio_row(row)
     return rows
+
+
+def summarize(rows: list[dict]) -> dict[str, Any]:
+    """The verdict over exported shapes (the promise), per path, and the shapes that miss it."""
+    exported = [r for r in rows if r["exported"]]
+    ratios = [r["ratio_vs_best"] for r in exported if r["ratio_vs_best"]]
+    per_path = {}
+    for path in ("kernel", "fallback"):
+        xs = [r["ratio_vs_best"] for r in rows if r["path"] == path and r["ratio_vs_best"]]
+        per_path[path] = {"shapes": len(xs), "min_ratio_vs_best": min(xs) if xs else None}
+    return {
+        "min_ratio_vs_best": min(ratios) if ratios else None,
+        "all_ok": all(r["status"] == "ok" for r in rows),
+        "per_path": per_path,
+        "below_1": [{"shape": r["shape"], "path": r["path"], "best_library": r["best_library"],
+                     "ratio_vs_best": r["ratio_vs_best"]} for r in rows
+                    if r["ratio_vs_best"] is not None and r["ratio_vs_best"] < 1.0],
+    }
 
 
 def dispatch_overhead(root: Path, so: Path, manifest: dict, shapes: list[tuple[int, int, int]], *,
@@ -141,6 +193,9 @@ def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: 
             subjects["direct_ctypes"] = lambda: direct(pa, pb, pc, m, n, k, sp)
         else:
             subjects["cupy_matmul"] = lambda: (cp.matmul(a, b, out=c), 0)[1]
+            if hasattr(cdll, "l2hgemm_fallback"):
+                fallback = runtime._argtypes(cdll.l2hgemm_fallback)
+                subjects["c_fallback"] = lambda: fallback(pa, pb, pc, m, n, k, sp)
         subjects["c_dispatch"] = lambda: disp(pa, pb, pc, m, n, k, sp)
         subjects["py_matmul_cupy"] = lambda: (lib.matmul(a, b, out=c), 0)[1]
         if torch is not None:
@@ -150,12 +205,15 @@ def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: 
         ref = "direct_ctypes" if s != missing else "cupy_matmul"
         base = res[ref]["median_ms"]
         row = {"shape": list(s), "route": lib.route(m, n, k).kind, "reference": ref,
+               "fallback_tuned": (cdll.l2hgemm_fallback_tuned(m, n, k)
+                                  if s == missing and hasattr(cdll, "l2hgemm_fallback_tuned") else None),
                "median_us": {lab: v["median_ms"] * 1e3 for lab, v in res.items()},
                "p90_us": {lab: v["p90_ms"] * 1e3 for lab, v in res.items()},
                "overhead_us": {lab: (v["median_ms"] - base) * 1e3 for lab, v in res.items() if lab != ref}}
         rows.append(row)
-        print(f"  {m}x{n}x{k} {row['route']:6} ref {ref} {base * 1e3:.1f} us; overhead "
-              + ", ".join(f"{lab} {o:+.1f} us" for lab, o in row["overhead_us"].items()), file=sys.stderr)
+        tuned = "" if row["fallback_tuned"] is None else f" (fallback tuned over {row['fallback_tuned']} algorithms)"
+        print(f"  {m}x{n}x{k} {row['route']:8} ref {ref} {base * 1e3:.1f} us; overhead "
+              + ", ".join(f"{lab} {o:+.1f} us" for lab, o in row["overhead_us"].items()) + tuned, file=sys.stderr)
     return rows
 
 
@@ -167,6 +225,8 @@ def manifest_symbol(manifest: dict, s: tuple[int, int, int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from l2tui.export.cdispatch import FALLBACK_ENV, FALLBACK_MODES, fallback_mode
+
     p = argparse.ArgumentParser(prog="python -m l2tui.export.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", metavar="DIR", help="export folder (from l2tui export [--build])")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here")
@@ -176,10 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=200, help="server mode calls per subject (default 200)")
     p.add_argument("--overhead-shapes", type=int, default=4, metavar="N",
                    help="exported kernel shapes to measure overhead on (smallest first; default 4)")
-    p.add_argument("--missing", default="96x80x48", metavar="MxNxK", help="a shape without a kernel (cuBLAS path)")
+    p.add_argument("--missing", action="append", metavar="MxNxK",
+                   help="a shape without a kernel (fallback path), timed offline too and the first one in the "
+                        "overhead section; repeatable (default 96x80x48)")
+    p.add_argument("--fallback", choices=FALLBACK_MODES,
+                   help=f"set {FALLBACK_ENV} for this run (default: as in the environment, else {FALLBACK_MODES[0]})")
     p.add_argument("--skip-offline", action="store_true", help="only the overhead measurement")
     p.add_argument("--shapes", action="append", metavar="SPEC", help="only these exported shapes (MxNxK, a set, a file)")
     args = p.parse_args(argv)
+    if args.fallback:  # before anything loads the library or starts the harness worker: both read it once
+        os.environ[FALLBACK_ENV] = args.fallback
 
     from harness.errors import HarnessError
     from harness.gpuinfo import require_gpu
@@ -199,20 +265,19 @@ def main(argv: list[str] | None = None) -> int:
         shapes = sorted(tuple(e["shape"]) for e in chosen)
         kernel_shapes = sorted((tuple(e["shape"]) for e in chosen if not e.get("fallback")),
                                key=lambda s: (s[0] * s[1] * s[2], s))
-        ms = parse_shape(args.missing)
-        missing = (ms.m, ms.n, ms.k)
+        missing_all = [(x.m, x.n, x.k) for x in (parse_shape(t) for t in (args.missing or ["96x80x48"]))]
+        missing = missing_all[0]
         doc: dict[str, Any] = {
             "what": "l2tui export bench", "export": str(root), "gpu": gpu.to_dict(),
+            "fallback": fallback_mode(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "git_revision": git_revision(REPO_ROOT), "library": str(so), "command": sys.argv,
         }
         if not args.skip_offline:
             print("library vs best baseline (offline, graph replay, checked):", file=sys.stderr)
             doc["offline"] = library_vs_best(so, manifest, shapes, arch=gpu.arch, baselines=args.baselines,
-                                             replays=args.replays)
-            ratios = [r["ratio_vs_best"] for r in doc["offline"] if r["ratio_vs_best"]]
-            doc["min_ratio_vs_best"] = min(ratios) if ratios else None
-            doc["all_ok"] = all(r["status"] == "ok" for r in doc["offline"])
+                                             replays=args.replays, missing=missing_all)
+            doc.update(summarize(doc["offline"]))
         print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
         doc["overhead"] = dispatch_overhead(root, so, manifest, kernel_shapes[: args.overhead_shapes],
                                             qps=args.qps, calls=args.calls, missing=missing)
@@ -227,8 +292,16 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
     if "min_ratio_vs_best" in doc:
-        print(f"min library/best-baseline speed ratio over {len(doc['offline'])} shapes: "
-              f"{doc['min_ratio_vs_best']:.3f}x; all checks ok: {doc['all_ok']}")
+        exported = sum(1 for r in doc["offline"] if r["exported"])
+        best = doc["min_ratio_vs_best"]
+        print(f"fallback: {doc['fallback']}; min library/best-baseline speed ratio over {exported} exported "
+              f"shape(s): {'%.3fx' % best if best else '-'}; all checks ok: {doc['all_ok']}")
+        for path, v in doc["per_path"].items():
+            if v["shapes"]:
+                print(f"  {path}: {v['shapes']} shape(s), min ratio vs best {v['min_ratio_vs_best']:.3f}x")
+        for r in doc["below_1"]:
+            print(f"  below 1.00x: {'x'.join(map(str, r['shape']))} ({r['path']}) "
+                  f"{r['ratio_vs_best']:.3f}x vs {r['best_library']}")
     for r in doc["overhead"]:
         print(f"{'x'.join(map(str, r['shape']))} ({r['route']}): " +
               ", ".join(f"{k} {v:+.1f} us" for k, v in r["overhead_us"].items()))

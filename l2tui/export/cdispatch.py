@@ -14,10 +14,18 @@ Why it is built this way:
   (whole-program nvcc, no ``-rdc``), so nothing on the GPU side depends on
   those host names.
 * One dispatcher TU (``src/l2hgemm_dispatch.cu``) holds a sorted table
-  ``{M, N, K, fn}``; ``fn == NULL`` marks a shape where a baseline was faster
-  (manifest ``"fallback": "cublas"``), and any shape not in the table, or a
-  kernel returning non-zero, goes to ``cublasGemmEx`` (fp16 in/out, fp32
-  compute), so the library is never worse than cuBLAS by construction.
+  ``{M, N, K, fn}``; ``fn == NULL`` marks a shape where a library was faster
+  than the kernel (manifest ``"fallback"``), and any shape not in the table,
+  or a kernel returning non-zero, goes to the fallback ``l2hgemm_fallback``.
+* The fallback is cuBLASLt (fp16 in/out, fp32 compute) with the fastest of up
+  to 32 heuristic algorithms, timed on the caller's stream the first time a
+  shape is seen.  A plain cuBLAS call would be the heuristic's pick, and the
+  export bench compares against *autotuned* cuBLASLt: on the shapes where that
+  wins, a heuristic fallback would make the library lose.  Timing needs events
+  and a synchronisation, which a CUDA-graph capture forbids, so a captured
+  call uses the cached winner or heuristic #1.  ``cublasGemmEx`` is the last
+  resort; ``L2HGEMM_FALLBACK`` selects a simpler path for comparisons.  The
+  same C++ (:data:`_FALLBACK`) is built alone for :mod:`l2tui.runtime`.
 * A linker version script exports only the API (``l2hgemm*`` and the
   ``l2_hgemm_M_N_K`` entries), so the static CUDA runtime and the renamed
   helpers stay private.
@@ -31,10 +39,11 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from harness.errors import HarnessError, ToolMissing
 
@@ -49,6 +58,13 @@ CMAKE_EXAMPLE = "CMakeLists.txt"
 BUILD_SCRIPT = "build.sh"
 TABLE_BEGIN = "// l2hgemm-table begin"
 TABLE_END = "// l2hgemm-table end"
+FALLBACK_SYMBOL = "l2hgemm_fallback"
+#: environment variable the generated C reads once per process (and l2tui.runtime mirrors)
+FALLBACK_ENV = "L2HGEMM_FALLBACK"
+#: its values, in the order of ``l2hgemm_fallback_mode()``'s return codes; the first is the default
+FALLBACK_MODES = ("cublaslt-autotune", "cublaslt-heuristic", "cublas")
+#: libraries the combined library and the fallback link
+CUBLAS_LIBS = ("-lcublas", "-lcublasLt")
 
 #: flags a session may carry into a build (anything else is refused: a session is data, not a script)
 _FLAG_OK = re.compile(
@@ -61,6 +77,23 @@ _FLAG_OK = re.compile(
 
 #: machine-specific search paths a session may have recorded; the export supplies its own
 _FLAG_DROP = re.compile(r"^(-I|-L|-Xlinker=-rpath=|-Xlinker=-rpath,)")
+
+
+def fallback_mode(environ: Mapping[str, str] | None = None) -> str:
+    """The fallback ``L2HGEMM_FALLBACK`` selects, parsed like the generated C does.
+
+    Unset or empty means the default (autotuned cuBLASLt); an unknown value warns
+    once per call site and falls back to the default too, rather than failing a
+    program over a tuning knob.
+    """
+    value = (os.environ if environ is None else environ).get(FALLBACK_ENV, "")
+    if value == "":
+        return FALLBACK_MODES[0]
+    if value not in FALLBACK_MODES:
+        warnings.warn(f"{FALLBACK_ENV}={value[:64]} is not one of {', '.join(FALLBACK_MODES)}; "
+                      f"using {FALLBACK_MODES[0]}", RuntimeWarning, stacklevel=2)
+        return FALLBACK_MODES[0]
+    return value
 
 
 def check_flags(flags: Sequence[str], where: str) -> list[str]:
@@ -84,7 +117,7 @@ class TableEntry:
     m: int
     n: int
     k: int
-    symbol: str | None  # None: cuBLAS
+    symbol: str | None  # None: the fallback runs this shape
     note: str
 
 
@@ -93,7 +126,7 @@ def entries_from_manifest(manifest: dict) -> list[TableEntry]:
     for e in manifest["kernels"]:
         m, n, k = e["shape"]
         if e.get("fallback"):
-            out.append(TableEntry(m, n, k, None, "cuBLAS: measured faster than the kernel"))
+            out.append(TableEntry(m, n, k, None, "fallback: a library was measured faster than the kernel"))
         else:
             out.append(TableEntry(m, n, k, e["symbol"], f"{e['file']} sha256={e['sha256'][:16]}"))
     out.sort(key=lambda t: (t.m, t.n, t.k))
@@ -107,30 +140,44 @@ _HEADER = """\
  *
  * C = A * B with A (M x K), B (K x N), C (M x N), all row-major fp16 on the
  * device, beta = 0.  Work is enqueued on `stream` (a cudaStream_t; NULL is the
- * legacy default stream).  Shapes without an exported kernel, shapes where cuBLAS
- * was measured faster, and kernels that return non-zero run cuBLAS (cublasGemmEx,
- * fp32 compute).
+ * legacy default stream).  Shapes without an exported kernel, shapes where a
+ * library was measured faster, and kernels that return non-zero run the fallback
+ * (l2hgemm_fallback): cuBLASLt (fp32 compute) with the fastest of its heuristic
+ * algorithms, timed on the caller's stream on the first call of each shape
+ * (never while the stream is being captured into a CUDA graph); cublasGemmEx when
+ * cuBLASLt cannot run a call.  L2HGEMM_FALLBACK=cublaslt-autotune (default),
+ * cublaslt-heuristic or cublas picks the path (read once per process).
  * Returns 0 on success, non-zero on a CUDA/cuBLAS error.
  *
- * Generated by `l2tui export` for {arch}; {count} exported shape(s).
+ * Generated by `l2tui export` for @ARCH@; @COUNT@ exported shape(s).
  */
 #ifndef L2HGEMM_H
 #define L2HGEMM_H
 
 #ifdef __cplusplus
-extern "C" {{
+extern "C" {
 #endif
 
-#define L2HGEMM_NUM_SHAPES {count}
+#define L2HGEMM_NUM_SHAPES @COUNT@
 
 typedef int (*l2hgemm_fn)(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
 
 int l2hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
 
-/* The cuBLAS path on its own (what l2hgemm uses for shapes it has no kernel for). */
+/* The fallback on its own (what l2hgemm runs for shapes it has no kernel for). */
+int l2hgemm_fallback(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
+
+/* cublasGemmEx alone (fp32 compute): the fallback's last resort. */
 int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
 
-/* 1 when (M, N, K) runs an exported kernel, 0 when it runs cuBLAS. */
+/* The fallback in use: 0 cublaslt-autotune, 1 cublaslt-heuristic, 2 cublas. */
+int l2hgemm_fallback_mode(void);
+
+/* Algorithms the autotune timed for (M, N, K) on the current device (256-byte aligned
+ * pointers): > 0 once tuned, 0 not yet, -1 when it could not tune (heuristic or cuBLAS). */
+int l2hgemm_fallback_tuned(int M, int N, int K);
+
+/* 1 when (M, N, K) runs an exported kernel, 0 when it runs the fallback. */
 int l2hgemm_has_kernel(int M, int N, int K);
 
 /* Table introspection: shape i of L2HGEMM_NUM_SHAPES, and whether it runs a kernel. */
@@ -138,64 +185,393 @@ int l2hgemm_num_shapes(void);
 int l2hgemm_shape(int i, int* M, int* N, int* K, int* has_kernel);
 
 /* The exported kernels themselves, one per shape (same ABI as l2hgemm). */
-{decls}
+@DECLS@
 
 #ifdef __cplusplus
-}}
+}
 #endif
 
 #endif /* L2HGEMM_H */
 """
 
-_DISPATCH = """\
-// Generated by `l2tui export`: the shape dispatcher of libl2hgemm.so.
-// Do not edit; re-export instead.  See l2hgemm.h for the contract.
+#: the fallback (cuBLASLt autotuned per shape, cublasGemmEx last), shared by the combined
+#: library's dispatcher and the runtime's fallback-only library; self-contained C++
+_FALLBACK = r"""// ---------------------------------------------------------------------------------------------
+// The fallback: what runs every shape without an exported kernel.
+//
+// cuBLASLt, with the fastest of its heuristic algorithms timed on the caller's stream the first
+// time a shape is seen (a plain heuristic pick loses to autotuned cuBLASLt on some shapes, and the
+// library promises never to be slower than the best library).  cublasGemmEx is the last resort
+// when cuBLASLt cannot run a call.  L2HGEMM_FALLBACK (read once) picks the path:
+// cublaslt-autotune (default), cublaslt-heuristic (heuristic #1, never timed) or cublas.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <cstddef>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 
-#include "l2hgemm.h"
-
-namespace {{
-
-struct Entry {{
-  int m, n, k;
-  l2hgemm_fn fn;  // nullptr: cuBLAS was measured faster for this shape
-}};
-
-// Sorted by (M, N, K) for binary search.
-{begin}
-const Entry kTable[] = {{
-{rows}
-}};
-{end}
-constexpr int kCount = {count};
-
-const Entry* find(int m, int n, int k) {{
-  int lo = 0, hi = kCount - 1;
-  while (lo <= hi) {{
-    int mid = (lo + hi) / 2;
-    const Entry& e = kTable[mid];
-    if (e.m == m && e.n == n && e.k == k) return &e;
-    bool less = e.m < m || (e.m == m && (e.n < n || (e.n == n && e.k < k)));
-    if (less) lo = mid + 1; else hi = mid - 1;
-  }}
-  return nullptr;
-}}
+namespace l2fb {
 
 constexpr int kMaxDevices = 64;
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // what cuBLAS itself uses on Hopper
+constexpr int kMaxWorkspaces = 16;     // per device; streams beyond get algorithms without workspace
+constexpr int kMaxAlgos = 32;          // heuristic candidates timed per shape
+constexpr int kTimedBatches = 3;       // after one warm-up run
+constexpr float kBatchMs = 0.2f;       // a timed batch lasts about this long (events resolve ~1 us)
+constexpr int kMaxBatchReps = 64;
+constexpr float kTuneBudgetMs = 1000.f;  // GPU time after which no further candidate is timed...
+constexpr int kMinTimed = 4;             // ...once this many were
 
-}}  // namespace
+enum Mode { kAutotune = 0, kHeuristic = 1, kCublas = 2 };
 
-extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {{
+int parse_mode(const char* s) {
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "cublaslt-autotune") == 0) return kAutotune;
+  if (std::strcmp(s, "cublaslt-heuristic") == 0) return kHeuristic;
+  if (std::strcmp(s, "cublas") == 0) return kCublas;
+  std::fprintf(stderr,
+               "l2hgemm: L2HGEMM_FALLBACK=%.64s is not cublaslt-autotune, cublaslt-heuristic or cublas; "
+               "using cublaslt-autotune\n", s);
+  return kAutotune;
+}
+
+// Read once: a process does not switch fallbacks half-way.
+int mode() {
+  static const int m = parse_mode(std::getenv("L2HGEMM_FALLBACK"));
+  return m;
+}
+
+// Plan state bits, published (release) after the fields they guard are written.
+enum : int { kHeurReady = 1, kTuned = 2, kTuneFailed = 4, kLtFailed = 8 };
+
+// One (M, N, K, alignment) on one device: its layouts and chosen algorithms.  Never freed.
+struct Plan {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  std::mutex mu;  // one thread asks the heuristic / tunes this shape at a time
+  std::atomic<int> state{0};
+  cublasLtMatmulAlgo_t heur{}, best{};
+  size_t heur_ws = 0, best_ws = 0;
+  int timed = 0;  // algorithms the autotune timed
+};
+
+using Key = std::array<int, 4>;  // M, N, K, pointer alignment
+
+struct Device {
+  std::once_flag once;
+  int init_rc = 0;
+  cublasLtHandle_t lt = nullptr;  // thread-safe: stream and workspace are per call
+  cublasLtMatmulDesc_t op = nullptr;
+  std::mutex mu;  // guards the maps; held for lookups and inserts only
+  std::map<Key, Plan*> plans;
+  std::map<uintptr_t, void*> workspaces;  // per stream: concurrent split-K runs must not share one
+};
+
+// Heap-allocated and never destroyed, so calls racing with process exit find them intact.
+Device& device(int dev) {
+  static Device* devices = new Device[kMaxDevices];
+  return devices[dev];
+}
+
+int init(Device& d) {
+  std::call_once(d.once, [&d] {
+    cublasOperation_t op_n = CUBLAS_OP_N;
+    if (cublasLtCreate(&d.lt) != CUBLAS_STATUS_SUCCESS) d.init_rc = 20;
+    else if (cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) d.init_rc = 21;
+    else if (cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_n, sizeof op_n) != CUBLAS_STATUS_SUCCESS ||
+             cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n) != CUBLAS_STATUS_SUCCESS)
+      d.init_rc = 22;
+  });
+  return d.init_rc;
+}
+
+// The largest power of two (at most 256, cuBLASLt's default assumption) dividing all three pointers.
+int alignment(const void* A, const void* B, const void* C) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) |
+                   reinterpret_cast<uintptr_t>(C) | uintptr_t(256);
+  return static_cast<int>(bits & (~bits + 1));
+}
+
+// Events and allocations are "unsafe" while another thread captures a graph in global mode;
+// relaxed mode for this thread makes them legal (this thread's own stream is checked separately).
+struct RelaxedCapture {
+  cudaStreamCaptureMode prev = cudaStreamCaptureModeRelaxed;
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&prev); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&prev); }
+};
+
+// True when `s` is being captured into a graph, or when that cannot be asked (then: no timing).
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();  // do not leave our error for the caller's next check
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+uintptr_t stream_key(cudaStream_t s) {
+  if (s == cudaStreamPerThread) {  // one handle value, a different stream in every thread
+    thread_local char token;
+    return reinterpret_cast<uintptr_t>(&token);
+  }
+  return reinterpret_cast<uintptr_t>(s);
+}
+
+void destroy_layouts(Plan* p) {
+  if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+  if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+  if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+}
+
+Plan* plan_for(Device& d, const Key& key) {
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.plans.find(key);
+  if (it != d.plans.end()) return it->second;
+  const int M = key[0], N = key[1], K = key[2];
+  Plan* p = new Plan;
+  // Row-major C = A B is column-major C^T = B^T A^T: cuBLASLt's "A" is our B (N x K, ld N),
+  // its "B" is our A (K x M, ld K), and C is N x M with ld N.
+  if (cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16F, N, K, N) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, K, M, K) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16F, N, M, N) != CUBLAS_STATUS_SUCCESS) {
+    destroy_layouts(p);
+    delete p;
+    return nullptr;
+  }
+  d.plans.emplace(key, p);
+  return p;
+}
+
+// This stream's workspace (allocated on first use; none while capturing or past the cap).
+size_t workspace_for(Device& d, cudaStream_t s, void** ws) {
+  const uintptr_t key = stream_key(s);
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.workspaces.find(key);
+  if (it != d.workspaces.end()) {
+    *ws = it->second;
+    return it->second ? kWorkspaceBytes : 0;
+  }
+  *ws = nullptr;
+  if (static_cast<int>(d.workspaces.size()) >= kMaxWorkspaces || capturing(s)) return 0;
+  void* p = nullptr;
+  {
+    RelaxedCapture relaxed;
+    if (cudaMalloc(&p, kWorkspaceBytes) != cudaSuccess) {
+      cudaGetLastError();
+      p = nullptr;  // remembered: out of memory is not retried on every call
+    }
+  }
+  d.workspaces.emplace(key, p);
+  *ws = p;
+  return p ? kWorkspaceBytes : 0;
+}
+
+struct Call {
+  const void* A;
+  const void* B;
+  void* C;
+  cudaStream_t s;
+  void* ws;
+  size_t ws_size;
+};
+
+cublasStatus_t run(const Device& d, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Call& c) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(d.lt, d.op, &alpha, c.B, p.a, c.A, p.b, &beta, c.C, p.c, c.C, p.c, &algo, c.ws,
+                        c.ws_size, c.s);
+}
+
+// cuBLASLt's candidates for a plan, best first.  Split-K partial sums only in fp32 (the INPLACE and
+// OUTPUT_TYPE schemes add them up in fp16, which would break the fp32-compute contract).
+int candidates(const Device& d, const Plan& p, int align, size_t ws, cublasLtMatmulHeuristicResult_t* out,
+               int max) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
+  const uint64_t ws64 = ws;
+  const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, al = static_cast<uint32_t>(align);
+  const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  bool ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64,
+                                                 sizeof ws64) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
+                                                 sizeof mask) == CUBLAS_STATUS_SUCCESS;
+  for (auto attr : aligns)
+    ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al) == CUBLAS_STATUS_SUCCESS;
+  int n = 0;
+  if (!ok || cublasLtMatmulAlgoGetHeuristic(d.lt, d.op, p.a, p.b, p.c, p.c, pref, max, out, &n) !=
+                 CUBLAS_STATUS_SUCCESS)
+    n = 0;
+  cublasLtMatmulPreferenceDestroy(pref);
+  int kept = 0;
+  for (int i = 0; i < n; ++i)
+    if (out[i].state == CUBLAS_STATUS_SUCCESS && out[i].workspaceSize <= ws) out[kept++] = out[i];
+  return kept;
+}
+
+// Per-run milliseconds of `reps` back-to-back runs between two events, or -1.
+float time_batch(const Device& d, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Call& c, int reps,
+                 cudaEvent_t e0, cudaEvent_t e1, float* spent) {
+  if (cudaEventRecord(e0, c.s) != cudaSuccess) return -1.0f;
+  for (int r = 0; r < reps; ++r)
+    if (run(d, p, algo, c) != CUBLAS_STATUS_SUCCESS) return -1.0f;
+  float ms = 0.0f;
+  if (cudaEventRecord(e1, c.s) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+    return -1.0f;
+  *spent += ms;
+  return ms / reps;
+}
+
+// Times the candidates on the caller's stream (1 warm-up, then the fastest of kTimedBatches
+// batches) and keeps the fastest in the plan.  The caller holds p.mu.  False when none ran.
+bool autotune(const Device& d, Plan& p, int align, const Call& c) {
+  cublasLtMatmulHeuristicResult_t cand[kMaxAlgos];
+  const int n = candidates(d, p, align, c.ws_size, cand, kMaxAlgos);
+  if (n == 0) return false;
+  RelaxedCapture relaxed;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+    if (e0) cudaEventDestroy(e0);
+    cudaGetLastError();
+    return false;
+  }
+  int best = -1, timed = 0, reps = 0;
+  float best_ms = INFINITY, spent = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (timed >= kMinTimed && spent > kTuneBudgetMs) break;
+    if (run(d, p, cand[i].algo, c) != CUBLAS_STATUS_SUCCESS) {  // warm-up; some refuse a shape
+      cudaGetLastError();
+      continue;
+    }
+    if (reps == 0) {  // batch length from the first candidate that runs
+      float one = time_batch(d, p, cand[i].algo, c, 1, e0, e1, &spent);
+      if (one < 0.0f) break;  // events failing: the stream is unusable for timing
+      reps = one > 0.0f ? static_cast<int>(std::ceil(kBatchMs / one)) : kMaxBatchReps;
+      reps = reps < 1 ? 1 : (reps > kMaxBatchReps ? kMaxBatchReps : reps);
+    }
+    float ms = INFINITY;
+    for (int b = 0; b < kTimedBatches; ++b) {
+      float t = time_batch(d, p, cand[i].algo, c, reps, e0, e1, &spent);
+      if (t < 0.0f) { ms = -1.0f; break; }
+      ms = t < ms ? t : ms;
+    }
+    if (ms < 0.0f) {
+      cudaGetLastError();
+      continue;
+    }
+    ++timed;
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (best < 0) {
+    cudaGetLastError();
+    return false;
+  }
+  p.best = cand[best].algo;
+  p.best_ws = cand[best].workspaceSize;
+  p.timed = timed;
+  return true;
+}
+
+// Heuristic #1 for this call's workspace; cached when the workspace is the full one.
+bool heuristic(const Device& d, Plan& p, int align, const Call& c, cublasLtMatmulAlgo_t* out) {
+  int st = p.state.load(std::memory_order_acquire);
+  if ((st & kHeurReady) && p.heur_ws <= c.ws_size) {
+    *out = p.heur;
+    return true;
+  }
+  cublasLtMatmulHeuristicResult_t r[1];
+  if (c.ws_size != kWorkspaceBytes) {  // a smaller workspace than the plan's: ask, do not cache
+    if (candidates(d, p, align, c.ws_size, r, 1) == 0) return false;
+    *out = r[0].algo;
+    return true;
+  }
+  std::lock_guard<std::mutex> g(p.mu);
+  st = p.state.load(std::memory_order_acquire);
+  if (!(st & kHeurReady)) {
+    if (candidates(d, p, align, c.ws_size, r, 1) == 0) {
+      p.state.fetch_or(kLtFailed, std::memory_order_release);  // cuBLASLt has nothing for this shape
+      return false;
+    }
+    p.heur = r[0].algo;
+    p.heur_ws = r[0].workspaceSize;
+    p.state.fetch_or(kHeurReady, std::memory_order_release);
+  }
+  *out = p.heur;
+  return true;
+}
+
+// The algorithm for this call: the autotuned one (tuning now on first use, never during a graph
+// capture, where events and synchronization are illegal), else heuristic #1.
+bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtMatmulAlgo_t* out) {
+  if (m == kAutotune) {
+    int st = p.state.load(std::memory_order_acquire);
+    if ((st & kTuned) && p.best_ws <= c.ws_size) {
+      *out = p.best;
+      return true;
+    }
+    if (!(st & (kTuned | kTuneFailed)) && c.ws_size == kWorkspaceBytes && !capturing(c.s)) {
+      std::lock_guard<std::mutex> g(p.mu);
+      st = p.state.load(std::memory_order_acquire);
+      if (!(st & (kTuned | kTuneFailed))) {
+        const int bit = autotune(d, p, align, c) ? kTuned : kTuneFailed;
+        st = p.state.fetch_or(bit, std::memory_order_release) | bit;
+      }
+      if (st & kTuned) {
+        *out = p.best;
+        return true;
+      }
+    }
+  }
+  return heuristic(d, p, align, c, out);
+}
+
+// C = A B through cuBLASLt; non-zero when cuBLASLt cannot (the caller then uses cublasGemmEx).
+int lt_gemm(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t s, int m) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 30;
+  }
+  if (dev < 0 || dev >= kMaxDevices) return 30;
+  Device& d = device(dev);
+  if (init(d) != 0) return 31;
+  const int align = alignment(A, B, C);
+  Plan* p = plan_for(d, Key{M, N, K, align});
+  if (p == nullptr || (p->state.load(std::memory_order_acquire) & kLtFailed)) return 32;
+  Call c{A, B, C, s, nullptr, 0};
+  c.ws_size = workspace_for(d, s, &c.ws);
+  cublasLtMatmulAlgo_t algo;
+  if (!choose(d, *p, align, c, m, &algo)) return 33;
+  if (run(d, *p, algo, c) != CUBLAS_STATUS_SUCCESS) {  // after tuning: the winner runs last
+    cudaGetLastError();
+    return 34;
+  }
+  return 0;
+}
+
+}  // namespace l2fb
+
+extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   if (M < 0 || N < 0 || K < 0) return 1;
   if (M == 0 || N == 0) return 0;
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 3;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= l2fb::kMaxDevices) return 3;
   // One handle per thread and device: a handle's workspace must not be shared by
   // streams running concurrently.  Handles live until the process ends.
-  thread_local cublasHandle_t handles[kMaxDevices] = {{}};
+  thread_local cublasHandle_t handles[l2fb::kMaxDevices] = {};
   if (handles[dev] == nullptr && cublasCreate(&handles[dev]) != CUBLAS_STATUS_SUCCESS) return 4;
   cublasHandle_t h = handles[dev];
   if (cublasSetStream(h, static_cast<cudaStream_t>(stream)) != CUBLAS_STATUS_SUCCESS) return 5;
@@ -205,29 +581,107 @@ extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int 
                                    CUDA_R_16F, K, &beta, C, CUDA_R_16F, N, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT);
   return st == CUBLAS_STATUS_SUCCESS ? 0 : 6;
-}}
+}
 
-extern "C" int l2hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {{
+extern "C" int l2hgemm_fallback(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  if (M < 0 || N < 0 || K < 0) return 1;
+  if (M == 0 || N == 0) return 0;
+  const int m = l2fb::mode();
+  // K == 0 (C = 0) is cublasGemmEx's: cuBLASLt layouts need a positive leading dimension.
+  if (m != l2fb::kCublas && K > 0 &&
+      l2fb::lt_gemm(A, B, C, M, N, K, static_cast<cudaStream_t>(stream), m) == 0)
+    return 0;
+  return l2hgemm_cublas(A, B, C, M, N, K, stream);
+}
+
+extern "C" int l2hgemm_fallback_mode(void) { return l2fb::mode(); }
+
+extern "C" int l2hgemm_fallback_tuned(int M, int N, int K) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (dev < 0 || dev >= l2fb::kMaxDevices) return 0;
+  l2fb::Device& d = l2fb::device(dev);
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.plans.find(l2fb::Key{M, N, K, 256});
+  if (it == d.plans.end()) return 0;
+  const int st = it->second->state.load(std::memory_order_acquire);
+  if (st & l2fb::kTuned) return it->second->timed;
+  return (st & (l2fb::kTuneFailed | l2fb::kLtFailed)) ? -1 : 0;
+}
+"""
+
+_DISPATCH = """\
+// Generated by `l2tui export`: the shape dispatcher of libl2hgemm.so.
+// Do not edit; re-export instead.  See l2hgemm.h for the contract.
+#include <cstddef>
+
+#include "l2hgemm.h"
+
+@FALLBACK@
+// ---------------------------------------------------------------------------------------------
+// The shape table.
+namespace {
+
+struct Entry {
+  int m, n, k;
+  l2hgemm_fn fn;  // nullptr: a library was measured faster for this shape (the fallback runs it)
+};
+
+// Sorted by (M, N, K) for binary search.
+@BEGIN@
+const Entry kTable[] = {
+@ROWS@
+};
+@END@
+constexpr int kCount = @COUNT@;
+
+const Entry* find(int m, int n, int k) {
+  int lo = 0, hi = kCount - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    const Entry& e = kTable[mid];
+    if (e.m == m && e.n == n && e.k == k) return &e;
+    bool less = e.m < m || (e.m == m && (e.n < n || (e.n == n && e.k < k)));
+    if (less) lo = mid + 1; else hi = mid - 1;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" int l2hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   const Entry* e = find(M, N, K);
   if (e != nullptr && e->fn != nullptr && e->fn(A, B, C, M, N, K, stream) == 0) return 0;
-  return l2hgemm_cublas(A, B, C, M, N, K, stream);
-}}
+  return l2hgemm_fallback(A, B, C, M, N, K, stream);
+}
 
-extern "C" int l2hgemm_has_kernel(int M, int N, int K) {{
+extern "C" int l2hgemm_has_kernel(int M, int N, int K) {
   const Entry* e = find(M, N, K);
   return e != nullptr && e->fn != nullptr;
-}}
+}
 
-extern "C" int l2hgemm_num_shapes(void) {{ return kCount; }}
+extern "C" int l2hgemm_num_shapes(void) { return kCount; }
 
-extern "C" int l2hgemm_shape(int i, int* M, int* N, int* K, int* has_kernel) {{
+extern "C" int l2hgemm_shape(int i, int* M, int* N, int* K, int* has_kernel) {
   if (i < 0 || i >= kCount) return 1;
   if (M) *M = kTable[i].m;
   if (N) *N = kTable[i].n;
   if (K) *K = kTable[i].k;
   if (has_kernel) *has_kernel = kTable[i].fn != nullptr;
   return 0;
-}}
+}
+"""
+
+_FALLBACK_LIBRARY = """\
+// Generated by l2tui: the fallback of an export on its own, in the kernel ABI, for
+// l2tui.runtime where no combined libl2hgemm.so was built for this GPU.  See l2hgemm.h.
+@FALLBACK@
+extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  return l2hgemm_fallback(A, B, C, M, N, K, stream);
+}
 """
 
 _EXPORTS = """\
@@ -247,7 +701,7 @@ _CMAKE = """\
 #   include(path/to/export/l2hgemm.cmake)
 #   target_link_libraries(my_app PRIVATE l2hgemm::l2hgemm)
 #
-# Needs the CUDA toolkit (cuBLAS) at run time.  The library was built for {arch}.
+# Needs cuBLAS and cuBLASLt at run time.  The library was built for {arch}.
 cmake_minimum_required(VERSION 3.18)
 find_package(CUDAToolkit REQUIRED)
 set(L2HGEMM_ROOT "${{CMAKE_CURRENT_LIST_DIR}}")
@@ -260,10 +714,14 @@ if(NOT TARGET l2hgemm::l2hgemm)
     IMPORTED_LOCATION "${{L2HGEMM_ROOT}}/{lib}"
     IMPORTED_SONAME "libl2hgemm.so"
     INTERFACE_INCLUDE_DIRECTORIES "${{L2HGEMM_ROOT}}/include")
-  # libl2hgemm.so finds cuBLAS itself (DT_NEEDED + RUNPATH); these give your code the CUDA headers
+  # libl2hgemm.so finds cuBLAS and cuBLASLt itself (DT_NEEDED + RUNPATH); these give your code
+  # the CUDA headers and the same libraries on its link line
   target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cudart)
   if(TARGET CUDA::cublas)
     target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cublas)
+  endif()
+  if(TARGET CUDA::cublasLt)
+    target_link_libraries(l2hgemm::l2hgemm INTERFACE CUDA::cublasLt)
   endif()
 endif()
 """
@@ -286,7 +744,7 @@ _EXAMPLE = """\
 
 int main() {
   int shapes = l2hgemm_num_shapes();
-  int extra[3] = {96, 80, 48};  // not exported: runs cuBLAS
+  int extra[3] = {96, 80, 48};  // not exported: runs the fallback (cuBLASLt, autotuned on this first call)
   for (int i = 0; i <= shapes; ++i) {
     int M, N, K, has = 0;
     if (i < shapes) l2hgemm_shape(i, &M, &N, &K, &has);
@@ -296,7 +754,7 @@ int main() {
     cudaMemset(A, 0, (size_t)M * K * 2); cudaMemset(B, 0, (size_t)K * N * 2);
     int rc = l2hgemm(A, B, C, M, N, K, nullptr);
     cudaError_t err = cudaDeviceSynchronize();
-    std::printf("%dx%dx%d %s rc=%d %s\\n", M, N, K, has ? "kernel" : "cublas", rc, cudaGetErrorString(err));
+    std::printf("%dx%dx%d %s rc=%d %s\\n", M, N, K, has ? "kernel" : "fallback", rc, cudaGetErrorString(err));
     cudaFree(A); cudaFree(B); cudaFree(C);
     if (rc != 0 || err != cudaSuccess) return 1;
   }
@@ -310,8 +768,8 @@ def render_header(manifest: dict) -> str:
     decls = "\n".join(
         f"int {e.symbol}(const void* A, const void* B, void* C, int M, int N, int K, void* stream);"
         for e in ents if e.symbol
-    ) or "/* (none: every shape runs cuBLAS) */"
-    return _HEADER.format(arch=safe_label(manifest.get("arch")), count=len(ents), decls=decls)
+    ) or "/* (none: every shape runs the fallback) */"
+    return _fill(_HEADER, ARCH=safe_label(manifest.get("arch")), COUNT=str(len(ents)), DECLS=decls)
 
 
 def render_dispatch(manifest: dict) -> str:
@@ -322,7 +780,29 @@ def render_dispatch(manifest: dict) -> str:
     ]
     if not rows:
         rows = ["    {0, 0, 0, nullptr},  // (empty export: never matches real shapes)"]
-    return _DISPATCH.format(begin=TABLE_BEGIN, end=TABLE_END, rows="\n".join(rows), count=len(ents))
+    return _fill(_DISPATCH, FALLBACK=_FALLBACK, BEGIN=TABLE_BEGIN, END=TABLE_END, ROWS="\n".join(rows),
+                 COUNT=str(len(ents)))
+
+
+def render_fallback_library() -> str:
+    """The fallback alone as an ABI kernel source (``l2_hgemm`` = ``l2hgemm_fallback``).
+
+    :mod:`l2tui.runtime` builds it with the harness's cached nvcc driver when no combined
+    library was built for the GPU at hand, so Python callers get the same fallback as C ones.
+    The text does not depend on the export, so one build serves every export on a machine.
+    """
+    return _fill(_FALLBACK_LIBRARY, FALLBACK=_FALLBACK)
+
+
+def _fill(template: str, **values: str) -> str:
+    """``@NAME@`` placeholders (not ``str.format``: the C++ is full of braces)."""
+    out = template
+    for name, value in values.items():
+        out = out.replace(f"@{name}@", value)
+    left = re.search(r"@[A-Z]+@", out)
+    if left:
+        raise AssertionError(f"unfilled placeholder {left.group(0)} in generated source")
+    return out
 
 
 def parse_table(dispatch_source: str) -> list[tuple[int, int, int, str | None]]:
@@ -344,14 +824,14 @@ def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
         'NVCC="${NVCC:-nvcc}"',
         f'ARCH="${{ARCH:-{" ".join(arch_flags)}}}"',
         'CUTLASS_INC="${CUTLASS_INC:-}"',
-        '# cuBLAS outside the toolkit (the nvidia-cublas wheel): CUBLAS_INC="-I.../include" CUBLAS_LINK="-L.../lib"',
+        '# cuBLAS/cuBLASLt outside the toolkit (the nvidia-cublas wheel): CUBLAS_INC="-I.../include" CUBLAS_LINK="-L.../lib"',
         'CUBLAS_INC="${CUBLAS_INC:-}"',
         'CUBLAS_LINK="${CUBLAS_LINK:-}"',
         "OBJ=$(mktemp -d)",
         "trap 'rm -rf \"$OBJ\"' EXIT",
         "mkdir -p lib",
     ]
-    libs = {"-lcublas"}
+    libs = set(CUBLAS_LIBS)
     for e in manifest["kernels"]:
         if e.get("fallback"):
             continue
@@ -396,12 +876,21 @@ def write_sources(root: Path, manifest: dict, arch_flags: Sequence[str]) -> list
 
 
 def cublas_flags() -> list[str]:
-    """nvcc flags that find cuBLAS here (toolkit or the nvidia-cublas wheel), from the harness."""
+    """nvcc flags that find cuBLAS and cuBLASLt here (toolkit or the nvidia-cublas wheel), from the harness.
+
+    The harness looks for cuBLAS; the fallback also needs cuBLASLt, which ships next
+    to it in both layouts.  Checked here so a missing one is a one-line error, not a
+    link failure deep in the build log.
+    """
     try:
         from harness.baselines import cublas_build_flags
     except ImportError:  # older harness: rely on the toolkit next to nvcc
         return []
-    return list(cublas_build_flags())
+    flags = list(cublas_build_flags())
+    libdirs = [Path(f[2:]) for f in flags if f.startswith("-L")]
+    if libdirs and not any(any(d.glob("libcublasLt.so*")) for d in libdirs):
+        raise ToolMissing(f"cuBLASLt not found next to cuBLAS in {libdirs[0]}: install nvidia-cublas or a full CUDA toolkit")
+    return flags
 
 
 def _tool(name: str) -> str:
@@ -467,7 +956,7 @@ def build_library(
     common = ["-c", "-O3", "-std=c++17", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr", *gencode]
     write_sources(root, manifest, gencode)
     kernels = [e for e in manifest["kernels"] if not e.get("fallback")]
-    libs = {"-lcublas"}
+    libs = set(CUBLAS_LIBS)
     for e in kernels:
         e["_flags"] = check_flags(e.get("flags", []), e["file"])
         libs.update(f for f in e["_flags"] if f.startswith("-l"))

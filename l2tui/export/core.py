@@ -85,7 +85,7 @@ def _entry(view: SessionView, c: Choice, source: str) -> dict:
     times = dict(tm.times_ms) if tm else {}
     kernel_ms, sp = speedups(times, tm.baseline if tm else None, tm.speedup if tm else None)
     fastest = min(sp, key=lambda lab: times[lab]) if sp else None
-    # never slower than cuBLAS: when cuBLAS was faster on this very shape, dispatch to cuBLAS
+    # never slower than the libraries: when one was faster on this very shape, dispatch to the fallback
     fallback, slower_than = fallback_for(times, kernel_ms)
     return {
         "shape": [c.shape.m, c.shape.n, c.shape.k],

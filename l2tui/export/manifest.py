@@ -30,8 +30,13 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "speedup": {baseline label: baseline_ms / kernel_ms},
       "fastest_baseline": label | null,
       "slower_than": [labels of baselines that were faster than the kernel],
-      "fallback": null | "cublas"        # cuBLAS was faster: dispatch this shape to cuBLAS
+      "fallback": null | "cublaslt" | "cublas"
     }
+
+``fallback`` non-null means a library was faster than the kernel on this shape, so
+both dispatchers send it to their fallback (autotuned cuBLASLt) instead.  Exports
+write ``"cublaslt"``; ``"cublas"`` is what exports wrote while the fallback was
+plain cuBLAS, and is read with the same meaning.
 """
 
 from __future__ import annotations
@@ -89,23 +94,29 @@ def speedups(times_ms: dict[str, float], baseline: str | None, reported: float |
     return cand, {lab: t / cand for lab, t in sorted(times_ms.items()) if lab != CANDIDATE_LABEL and t > 0}
 
 
-#: baseline labels that measure what the fallback itself runs (cublasGemmEx; cupy/torch matmul)
-FALLBACK_LABELS = ("cublas", "torch")
+#: the marker exports write; FALLBACK_MARKERS are the values a manifest may hold
+FALLBACK_MARKER = "cublaslt"
+FALLBACK_MARKERS = ("cublaslt", "cublas")
+
+#: baseline labels whose algorithms the fallback (cuBLASLt, fastest of its heuristic
+#: candidates timed per shape) chooses among: cuBLAS and torch run cuBLAS(Lt) kernels too
+FALLBACK_LABELS = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
 
 
 def fallback_for(times_ms: dict[str, float], kernel_ms: float | None) -> tuple[str | None, list[str]]:
-    """(``"cublas"`` when cuBLAS was faster than the kernel else None, labels of every faster baseline).
+    """(``"cublaslt"`` when the fallback is faster than the kernel else None, labels of every faster baseline).
 
-    The dispatchers' fallback *is* cuBLAS, so only cuBLAS's own time decides it:
-    routing a shape to cuBLAS because, say, autotuned cuBLASLt beat the kernel
-    would make the library slower there.  Those shapes are listed in
-    ``slower_than`` instead, and the export bench reports them.
+    The dispatchers' fallback autotunes cuBLASLt per shape, so it runs about as
+    fast as the best of the cuBLAS-family baselines: any of them beating the
+    kernel sends the shape to the fallback.  A faster baseline outside that
+    family (none today) could not be matched by the fallback: it would only
+    show in ``slower_than``, and the export bench would report the shape.
     """
     if not kernel_ms:
         return None, []
     faster = sorted(lab for lab, t in times_ms.items() if lab != CANDIDATE_LABEL and 0 < t < kernel_ms)
-    ref = next((times_ms[lab] for lab in FALLBACK_LABELS if times_ms.get(lab)), None)
-    return ("cublas" if ref is not None and ref < kernel_ms else None), faster
+    refs = [times_ms[lab] for lab in FALLBACK_LABELS if times_ms.get(lab)]
+    return (FALLBACK_MARKER if refs and min(refs) < kernel_ms else None), faster
 
 
 def _req(d: dict, key: str, types: tuple, where: str, nullable: bool = False) -> Any:
@@ -165,8 +176,8 @@ def validate(doc: Any, root: Path | None = None) -> dict:
         _req(e, "rel_err", (int, float), w, nullable=True)
         _req(e, "family", (str,), w, nullable=True)
         _req(e, "nondeterministic", (bool,), w)
-        if e.get("fallback") not in (None, "cublas"):
-            raise ManifestError(f"{w}: fallback must be null or \"cublas\"")
+        if e.get("fallback") not in (None, *FALLBACK_MARKERS):
+            raise ManifestError(f"{w}: fallback must be null, \"cublaslt\" or \"cublas\"")
         if root is not None and not (root / e["file"]).is_file():
             raise ManifestError(f"{w}: {e['file']} is missing from {root}; re-run l2tui export")
     return doc
