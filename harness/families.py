@@ -115,7 +115,7 @@ SM90 = Family(
         Knob("SCHEDULE", ("COOPERATIVE", "PINGPONG"), "consumer warpgroups share a tile / alternate tiles"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
         Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK"), "tile scheduler"),
-        Knob("SPLITS", _V(1, 2, 3, 4, 8), "K splits for SPLITK"),
+        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK, 0 = fill one wave per call"),
         Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("EPILOGUE", ("EPI_TMA", "EPI_NOSMEM"), "TMA store via shared memory / direct stores"),
@@ -315,6 +315,8 @@ class Geometry:
         ktiles = math.ceil(shape.k / self.tile_k)
         s = self.split_k
         if self.family == "sm90_cutlass":
+            if s == 0:  # SPLITS 0: one wave of (tile, split) units, >= 4 k-tiles per split
+                return max(1, min(sm_count // max(tiles, 1), ktiles // 4))
             return max(1, s)
         if s == 0:
             s = min(sm_count // tiles, ktiles // 2, 64)
@@ -391,9 +393,10 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
         if knobs["SCHEDULER"] != "PERSISTENT" and g.pingpong:
             problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
         if knobs["SCHEDULER"] == "SPLITK" and knobs["SPLITS"] == "1":
-            problems.append("SPLITK needs SPLITS > 1")
-        if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and not allow_unsafe:
-            problems.append(f"SCHEDULER {knobs['SCHEDULER']} hung once on the H200 under repeated calls: use PERSISTENT or STREAMK (see CATALOG_UNSAFE)")
+            problems.append("SPLITK needs SPLITS > 1 (or 0 = automatic)")
+        if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
+            problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
+                            "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see CATALOG_UNSAFE)")
         if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
             problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
         if g.regs_per_thread > 232:
@@ -508,6 +511,11 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 128, cm=2, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, cm=2, scheduler="STREAMK")),
+    # split-K, as many splits as fill one wave: few output tiles with a long K (CUTLASS's
+    # stream-K falls back to data-parallel when the tiles are fewer than the SMs)
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=0)),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=0)),
+    ("sm90_cutlass", _sm90(128, 64, tk=128, scheduler="SPLITK", splits=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
@@ -529,6 +537,8 @@ CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 256, cm=2)),
     ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
+    # split-K also shortens the fp16 accumulation chains of a long K (K / splits terms each)
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
     ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),

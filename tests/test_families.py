@@ -134,3 +134,17 @@ def test_sm90_family_builds_for_sm90a_without_serialized_wgmma(tmp_path, monkeyp
     res = _build(F.SM90.template(), "sm_90a")
     assert res.ok, res.error_text()
     assert "C7510" not in res.log      # wgmma pipeline not serialized (NDEBUG inside the source)
+
+
+def test_split_k_is_legal_only_with_automatic_splits():
+    """SPLITS 0 keeps every (tile, split) unit in one resident wave; fixed splits hung once."""
+    base = {**F.get_family("sm90_cutlass").defaults(), "SCHEDULE": "COOPERATIVE", "TILE_M": "128",
+            "SCHEDULER": "SPLITK"}
+    assert F.validate("sm90_cutlass", {**base, "SPLITS": "0"}) == []
+    assert any("SPLITS 0" in p for p in F.validate("sm90_cutlass", {**base, "SPLITS": "4"}))
+    assert F.validate("sm90_cutlass", {**base, "SPLITS": "4"}, allow_unsafe=True) == []
+    g = F.geometry("sm90_cutlass", {**base, "SPLITS": "0", "TILE_N": "64"})
+    # 256x256 in 128x64 tiles = 8 tiles: 132 // 8 = 16 splits, capped at a quarter of the k-tiles
+    assert g.splits_for(Shape(256, 256, 16384)) == 16
+    assert g.splits_for(Shape(256, 256, 512)) == 2
+    assert g.splits_for(Shape(4096, 4096, 4096)) == 1

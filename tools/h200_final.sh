@@ -46,12 +46,19 @@ step() {
 }
 B="cublas,cublaslt_heuristic,cublaslt_autotune,torch"
 
+# BASE_PICK (a pick file from an earlier call) + PICK_SHAPES: start from the earlier winners and
+# re-pick only those shapes (e.g. after configurations joined the catalog)
+PICK_SHAPES=${PICK_SHAPES:-grid}
+if [ -n "${BASE_PICK:-}" ]; then
+  step materialize-base 30 python3 tools/sweep_gpu.py materialize --pick "$BASE_PICK" --prebuilt /tmp/prebuilt \
+    --kernels-dir $W/k32 --out $W
+fi
 # the pick, resumed after a watchdog exit (a hang) until it completes or its time is up
 PICK_END=$(( SECONDS + ${PICK_S:-175} ))
 while [ $SECONDS -lt $PICK_END ]; do
   RES=""; [ -f $W/pick-f32.json ] && RES="--resume $W/pick-f32.json"
   step pick-f32 $(( PICK_END - SECONDS )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W \
-    --shapes grid --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k 6 \
+    --shapes $PICK_SHAPES --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k 6 \
     --watchdog-s 15 --tag pick-f32 $RES
   grep -q "WATCHDOG" "$LOG" && [ "$(grep -c WATCHDOG "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c WATCHDOG "$LOG"); continue; }
   break

@@ -19,7 +19,9 @@
 //   SCHEDULE        COOPERATIVE, PINGPONG   two consumer warpgroups share one tile, or alternate tiles
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
 //   SCHEDULER       PERSISTENT, STREAMK, SPLITK  (STREAMK/SPLITK need COOPERATIVE)
-//   SPLITS          1, 2, 3, 4, 8       K splits for SPLITK (ignored otherwise)
+//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK (ignored otherwise); 0 = chosen per
+//                                       call: enough splits that tiles x splits fill one wave of
+//                                       resident CTAs (never more), at least 4 k-tiles per split
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (L2 reuse)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order (block swizzling)
 //   EPILOGUE        EPI_TMA, EPI_NOSMEM TMA store through shared memory, or direct register stores
@@ -263,7 +265,18 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
 #if SCHEDULER == STREAMK
   args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::StreamK;
 #elif SCHEDULER == SPLITK
-  args.scheduler.splits = SPLITS;
+  int splits = SPLITS;
+  if (splits == 0) {
+    // One wave: every (tile, split) unit is resident at once, so no CTA waits on a peer that
+    // has not started, and few-tile long-K shapes still use every SM.
+    const int tiles = ((M + TILE_M - 1) / TILE_M) * ((N + TILE_N - 1) / TILE_N);
+    const int ctas = st.max_active_clusters > 0 ? st.max_active_clusters * CLUSTER_M * CLUSTER_N : st.sm_count;
+    const int ktiles = (K + TILE_K - 1) / TILE_K;
+    splits = ctas / (tiles > 0 ? tiles : 1);
+    if (splits > ktiles / 4) splits = ktiles / 4;
+    if (splits < 1) splits = 1;
+  }
+  args.scheduler.splits = splits;
   args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 #endif
 #if SCHEDULER != PERSISTENT && defined(L2_SK_NONDETERMINISTIC)
