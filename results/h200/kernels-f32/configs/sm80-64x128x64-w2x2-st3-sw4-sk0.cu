@@ -1,0 +1,412 @@
+// l2tui seed family: sm80_mma
+//
+// Purpose: a hand-written tensor-core HGEMM that compiles for sm_80 (Ampere) and runs on every
+// later GPU, Hopper included. Readable on purpose: every optimization is a few visible lines that
+// a patch can change.
+//   * mma.sync.m16n8k16 tensor-core instructions (f32 or f16 accumulate)
+//   * cp.async multistage pipeline global -> shared memory (STAGES deep), 16-byte copies that
+//     zero-fill outside the matrix, so shapes need not be tile multiples
+//   * XOR-swizzled shared memory, read with ldmatrix (.trans for B), no bank conflicts
+//   * double-buffered register fragments: the next k-step's fragments load while the MMAs of the
+//     current one issue
+//   * block swizzling: CTAs walk the tile grid in groups of SWIZZLE tile rows for L2 reuse
+//   * optional split-K (SPLIT_K > 1, or 0 = automatic): each CTA reduces a slice of K, partial sums
+//     go to a workspace and the last CTA of each tile adds them in a fixed order (semaphore, one
+//     launch, bit-reproducible), then writes C
+//   * epilogue through shared memory with 128-bit coalesced global stores
+//   * PDL (Hopper and later): launched with programmatic stream serialization, so the launch and
+//     prologue overlap the previous kernel's tail; griddepcontrol.wait precedes every global access
+// A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0). Needs K and N to
+// be multiples of 8 and 16-byte aligned pointers (16-byte copies), otherwise returns 2.
+//
+// Knobs (legal values):
+//   BM        32, 64, 128, 256     CTA tile rows
+//   BN        32, 64, 128, 256     CTA tile columns
+//   BK        32, 64               K slice per pipeline stage
+//   WARPS_M   1, 2, 4              warps along M (BM / WARPS_M must be a multiple of 16)
+//   WARPS_N   1, 2, 4              warps along N (BN / WARPS_N must be a multiple of 16)
+//   STAGES    2, 3, 4, 5           cp.async pipeline depth (shared memory <= 227 KB)
+//   SWIZZLE   1, 2, 4, 8, 16       tile rows per CTA group (block swizzling)
+//   SPLIT_K   0 (auto: fill the SMs), 1, 2, 4, 8, 16   K slices per tile
+//   ACC       ACC_F32, ACC_F16     accumulator type
+//   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only)
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+// Names for knob values (do not edit).
+#define ACC_F32 1
+#define ACC_F16 2
+
+// l2: knobs begin
+#define BM 64
+#define BN 128
+#define BK 64
+#define WARPS_M 2
+#define WARPS_N 2
+#define STAGES 3
+#define SWIZZLE 4
+#define SPLIT_K 0
+#define ACC ACC_F32
+#define PDL 1
+// l2: knobs end
+// l2: acc=f32
+// (the line above declares the accumulator to the harness: keep it equal to ACC)
+
+namespace l2 {
+
+constexpr int kThreads = WARPS_M * WARPS_N * 32;
+constexpr int kWM = BM / WARPS_M;  // warp tile rows
+constexpr int kWN = BN / WARPS_N;  // warp tile columns
+constexpr int kMI = kWM / 16;      // m16 fragments per warp
+constexpr int kNI = kWN / 8;       // n8 fragments per warp
+constexpr int kChunksA = BK / 8;   // 16-byte chunks per A tile row
+constexpr int kChunksB = BN / 8;   // 16-byte chunks per B tile row
+constexpr int kStageHalfs = BM * BK + BK * BN;
+constexpr int kCStride = BN + 8;   // padded epilogue row (halfs)
+constexpr int kPipeBytes = STAGES * kStageHalfs * 2;
+constexpr int kEpiBytes = BM * kCStride * 2;
+constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
+constexpr int kMaxSplits = 64;
+
+static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
+static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
+static_assert(kChunksB >= 4, "BN must be at least 32");
+static_assert(kSmemBytes <= 227 * 1024, "shared memory over 227 KB: lower STAGES or the tile");
+
+#if ACC == ACC_F16
+constexpr int kAccRegs = 2;  // two half2 registers per m16n8 fragment
+#else
+constexpr int kAccRegs = 4;  // four floats per m16n8 fragment
+#endif
+
+// XOR swizzle of a 16-byte chunk index inside a row of `chunks` chunks (4 or a multiple of 8):
+// the 8 rows an ldmatrix reads land in 8 different bank groups.
+__device__ __forceinline__ int swz(int row, int chunk, int chunks) {
+  return chunks >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  int bytes = pred ? 16 : 0;  // 0 source bytes: zero-fill
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+#if ACC == ACC_F16
+__device__ __forceinline__ void mma16816(uint32_t (&d)[kAccRegs], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%0,%1};\n"
+               : "+r"(d[0]), "+r"(d[1]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+typedef uint32_t AccT;
+#else
+__device__ __forceinline__ void mma16816(float (&d)[kAccRegs], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+typedef float AccT;
+#endif
+
+// The accumulator register i of a fragment as a float (for split-K partial sums).
+__device__ __forceinline__ float acc_get(const AccT (&d)[kAccRegs], int i) {
+#if ACC == ACC_F16
+  __half2 h = *reinterpret_cast<const __half2*>(&d[i >> 1]);
+  return (i & 1) ? __high2float(h) : __low2float(h);
+#else
+  return d[i];
+#endif
+}
+
+__global__ void __launch_bounds__(kThreads)
+hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __restrict__ C, int M, int N,
+             int K, int tiles_m, int tiles_n, int splits, int k_per_split, float* __restrict__ partials,
+             int* __restrict__ counters) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  half* smem = reinterpret_cast<half*>(smem_raw);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // PDL: no global memory access before the previous kernel in the stream has completed
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+
+  // Block swizzling: groups of SWIZZLE tile rows are walked column by column (L2 reuse of B).
+  const int pid = blockIdx.x;
+  const int group = SWIZZLE * tiles_n;
+  const int first_m = (pid / group) * SWIZZLE;
+  const int group_m = min(tiles_m - first_m, SWIZZLE);
+  const int tile_m = first_m + (pid % group) % group_m;
+  const int tile_n = (pid % group) / group_m;
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int split = blockIdx.z;
+  const int k_begin = split * k_per_split;
+  const int k_end = min(K, k_begin + k_per_split);
+  const int ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+
+  auto load_stage = [&](int stage, int kt) {
+    const int k0 = k_begin + kt * BK;
+    const uint32_t sA = smem_base + stage * kStageHalfs * 2;
+    const uint32_t sB = sA + BM * BK * 2;
+#pragma unroll
+    for (int c = tid; c < BM * kChunksA; c += kThreads) {
+      const int r = c / kChunksA, ch = c % kChunksA;
+      const int gr = m0 + r, gk = k0 + ch * 8;
+      const bool ok = gr < M && gk < k_end;
+      cp_async16(sA + (r * kChunksA + swz(r, ch, kChunksA)) * 16, ok ? A + (size_t)gr * K + gk : A, ok);
+    }
+#pragma unroll
+    for (int c = tid; c < BK * kChunksB; c += kThreads) {
+      const int r = c / kChunksB, ch = c % kChunksB;
+      const int gk = k0 + r, gn = n0 + ch * 8;
+      const bool ok = gk < k_end && gn < N;
+      cp_async16(sB + (r * kChunksB + swz(r, ch, kChunksB)) * 16, ok ? B + (size_t)gk * N + gn : B, ok);
+    }
+  };
+
+  AccT acc[kMI][kNI][kAccRegs];
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNI; ++j)
+#pragma unroll
+      for (int r = 0; r < kAccRegs; ++r) acc[i][j][r] = 0;
+
+  // Prologue: STAGES - 1 tiles in flight.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  uint32_t fa[2][kMI][4];
+  uint32_t fb[2][kNI][2];
+  auto load_frags = [&](int buf, uint32_t sA, uint32_t sB, int kk) {
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) {
+      const int r = wm * kWM + i * 16 + (lane & 15);
+      const int ch = kk * 2 + (lane >> 4);
+      ldmatrix_x4(fa[buf][i], sA + (r * kChunksA + swz(r, ch, kChunksA)) * 16);
+    }
+#pragma unroll
+    for (int j = 0; j < kNI; j += 2) {
+      const int r = kk * 16 + (lane & 15);
+      const int ch = (wn * kWN + j * 8) / 8 + (lane >> 4);
+      uint32_t t[4];
+      ldmatrix_x4_trans(t, sB + (r * kChunksB + swz(r, ch, kChunksB)) * 16);
+      fb[buf][j][0] = t[0]; fb[buf][j][1] = t[1];
+      fb[buf][j + 1][0] = t[2]; fb[buf][j + 1][1] = t[3];
+    }
+  };
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile kt has landed; everyone is done with the stage we overwrite next
+    const int next = kt + STAGES - 1;
+    if (next < ktiles) load_stage(next % STAGES, next);
+    cp_async_commit();
+
+    const uint32_t sA = smem_base + (kt % STAGES) * kStageHalfs * 2;
+    const uint32_t sB = sA + BM * BK * 2;
+    load_frags(0, sA, sB, 0);
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      if (kk + 1 < BK / 16) load_frags((kk + 1) & 1, sA, sB, kk + 1);  // double-buffered fragments
+#pragma unroll
+      for (int i = 0; i < kMI; ++i)
+#pragma unroll
+        for (int j = 0; j < kNI; ++j) mma16816(acc[i][j], fa[kk & 1][i], fb[kk & 1][j][0], fb[kk & 1][j][1]);
+    }
+  }
+  cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // PDL: the next kernel in the stream may start launching (it waits before touching memory)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+
+  // Split-K: publish this slice's partial sums; the last CTA of the tile adds all slices in
+  // slice order (deterministic) and goes on to the epilogue, the others leave.
+  constexpr int kAccPerThread = kMI * kNI * 4;  // 4 values per m16n8 fragment
+  bool use_sum = false;
+#if ACC == ACC_F16
+  float red[kMI][kNI][4];                  // fp32 totals of the f16 slices
+#else
+  float (&red)[kMI][kNI][4] = acc;         // f32: the totals reuse the accumulator registers
+#endif
+  if (splits > 1) {
+    __shared__ int s_last;
+    const int tile = tile_m * tiles_n + tile_n;
+    float* mine = partials + ((size_t)tile * splits + split) * kAccPerThread * kThreads;
+#pragma unroll
+    for (int i = 0; i < kMI; ++i)
+#pragma unroll
+      for (int j = 0; j < kNI; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          __stcg(mine + ((i * kNI + j) * 4 + r) * kThreads + tid, acc_get(acc[i][j], r));
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int prev = atomicAdd(counters + tile, 1);
+      s_last = (prev == splits - 1);
+      if (s_last) counters[tile] = 0;  // ready for the next launch
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    // Add the slices in slice order (bit-reproducible whichever CTA came last); each step
+    // issues all of a thread's loads at once, so the L2 latency is paid once per slice.
+    const float* slices = partials + (size_t)tile * splits * kAccPerThread * kThreads;
+#pragma unroll
+    for (int i = 0; i < kMI; ++i)
+#pragma unroll
+      for (int j = 0; j < kNI; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) red[i][j][q] = 0.f;
+#pragma unroll 2
+    for (int sl = 0; sl < splits; ++sl) {
+      const float* p = slices + (size_t)sl * kAccPerThread * kThreads + tid;
+#pragma unroll
+      for (int i = 0; i < kMI; ++i)
+#pragma unroll
+        for (int j = 0; j < kNI; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) red[i][j][q] += __ldcg(p + ((i * kNI + j) * 4 + q) * kThreads);
+    }
+    use_sum = true;
+  }
+
+  // Epilogue: fragments -> shared memory (fp16) -> 128-bit coalesced global stores.
+  __syncthreads();
+  half* sC = smem;
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNI; ++j) {
+      const int r = wm * kWM + i * 16 + (lane >> 2);
+      const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+      __half2 lo, hi;
+      if (use_sum) {
+        lo = __floats2half2_rn(red[i][j][0], red[i][j][1]);
+        hi = __floats2half2_rn(red[i][j][2], red[i][j][3]);
+      } else {
+#if ACC == ACC_F16
+        lo = *reinterpret_cast<const __half2*>(&acc[i][j][0]);
+        hi = *reinterpret_cast<const __half2*>(&acc[i][j][1]);
+#else
+        lo = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
+        hi = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
+#endif
+      }
+      *reinterpret_cast<__half2*>(sC + r * kCStride + c) = lo;
+      *reinterpret_cast<__half2*>(sC + (r + 8) * kCStride + c) = hi;
+    }
+  __syncthreads();
+#pragma unroll
+  for (int c = tid; c < BM * kChunksB; c += kThreads) {
+    const int r = c / kChunksB, ch = c % kChunksB;
+    const int gr = m0 + r, gn = n0 + ch * 8;
+    if (gr < M && gn < N)
+      *reinterpret_cast<uint4*>(C + (size_t)gr * N + gn) = *reinterpret_cast<const uint4*>(sC + r * kCStride + ch * 8);
+  }
+}
+
+struct State {
+  bool configured = false;
+  int sm_count = 0;
+  int cc = 0;  // compute capability (PDL needs 90+)
+  float* partials = nullptr;
+  size_t partial_floats = 0;
+  int* counters = nullptr;
+  size_t counter_count = 0;
+};
+
+static State& state() {
+  static State s;
+  return s;
+}
+
+// Grow-only workspace: allocated on the first call that needs it, never per call afterwards.
+static bool ensure_workspace(State& st, size_t floats, size_t counters) {
+  if (floats > st.partial_floats) {
+    if (st.partials) cudaFree(st.partials);
+    st.partials = nullptr;
+    st.partial_floats = 0;
+    if (cudaMalloc(&st.partials, floats * sizeof(float)) != cudaSuccess) return false;
+    st.partial_floats = floats;
+  }
+  if (counters > st.counter_count) {
+    if (st.counters) cudaFree(st.counters);
+    st.counters = nullptr;
+    st.counter_count = 0;
+    if (cudaMalloc(&st.counters, counters * sizeof(int)) != cudaSuccess) return false;
+    if (cudaMemset(st.counters, 0, counters * sizeof(int)) != cudaSuccess) return false;
+    st.counter_count = counters;
+  }
+  return true;
+}
+
+}  // namespace l2
+
+extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  using namespace l2;
+  if (M <= 0 || N <= 0 || K <= 0) return 1;
+  if (K % 8 != 0 || N % 8 != 0) return 2;
+  if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) & 15) return 2;
+  State& st = state();
+  if (!st.configured) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&st.sm_count, cudaDevAttrMultiProcessorCount, dev);
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    st.cc = major * 10 + minor;
+    if (cudaFuncSetAttribute(hgemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess)
+      return 3;
+    st.configured = true;
+  }
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int ktiles = (K + BK - 1) / BK;
+  int splits = SPLIT_K;
+  if (splits == 0) {  // automatic: enough slices to cover the SMs, at least 2 k-tiles per slice
+    splits = st.sm_count / tiles;
+    splits = min(splits, ktiles / 2);
+    splits = min(splits, kMaxSplits);
+  }
+  splits = max(1, min(splits, ktiles));
+  const int k_per_split = ((ktiles + splits - 1) / splits) * BK;
+  splits = (K + k_per_split - 1) / k_per_split;  // no empty slices
+  if (splits > 1) {
+    const size_t floats = (size_t)tiles * splits * BM * BN;
+    if (!ensure_workspace(st, floats, (size_t)tiles)) return 3;
+  }
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(tiles, 1, splits);
+  lc.blockDim = dim3(kThreads, 1, 1);
+  lc.dynamicSmemBytes = kSmemBytes;
+  lc.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = (PDL && st.cc >= 90) ? 1 : 0;
+  cudaError_t err = cudaLaunchKernelEx(&lc, hgemm_kernel, static_cast<const half*>(A), static_cast<const half*>(B),
+                                       static_cast<half*>(C), M, N, K, tiles_m, tiles_n, splits, k_per_split,
+                                       st.partials, st.counters);
+  return err == cudaSuccess ? 0 : 4;
+}
