@@ -9,18 +9,19 @@
 # export-bench.json, checks.log, rest.tar.gz.
 set -u
 source tools/device-setup.sh
+export CARRY_FINAL=${CARRY_FINAL:-.carry/final}
 export L2TUI_GIT_REV=${L2TUI_GIT_REV:-unknown}
 DEADLINE=${DEADLINE:-565}
 LOG=$OUT/checks.log
 W=/tmp/checks; mkdir -p $W
-mkdir -p /tmp/l2cache && cp -r .carry/final/cache/builds /tmp/l2cache/
+mkdir -p /tmp/l2cache && cp -r ${CARRY_FINAL:-.carry/final}/cache/builds /tmp/l2cache/
 export L2TUI_CACHE_DIR=/tmp/l2cache
 
 # the pick tool wants a prebuilt folder (<config>.so/.cu + manifest.json): link it from the cache
 python3 - <<'PY'
 import json, os
 from pathlib import Path
-m = json.loads(Path(".carry/final/manifest.json").read_text())
+m = json.loads((Path(os.environ.get("CARRY_FINAL", ".carry/final")) / "manifest.json").read_text())
 pre = Path("/tmp/prebuilt"); pre.mkdir(exist_ok=True)
 for name, e in m.items():
     entry = Path("/tmp/l2cache/builds") / e["key"][:2] / e["key"]

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     acc = sum(1 for e in ks if e["selected_by"] == "accepted")
     beaten = sum(1 for e in ks if not e.get("fallback") and e.get("slower_than"))
     print(f"exported {len(ks)} shape(s) to {res.out} ({acc} accepted, {len(ks) - acc} best passed, "
-          f"{fb} dispatched to cuBLAS because cuBLAS was faster)")
+          f"{fb} dispatched to the cuBLASLt fallback because a library was faster)")
     if beaten:
         print(f"note: on {beaten} shape(s) another library (e.g. autotuned cuBLASLt) beat the kernel; "
               "the kernel stays because it beats cuBLAS, the dispatcher's fallback")
