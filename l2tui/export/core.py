@@ -44,7 +44,13 @@ class ExportResult:
 
 
 def git_revision(path: Path) -> str | None:
-    """``git rev-parse HEAD`` of the checkout holding ``path`` (None outside one)."""
+    """``git rev-parse HEAD`` of the checkout holding ``path`` (None outside one).
+
+    ``$L2TUI_GIT_REV`` wins, as in the harness: a tree copied to a lent GPU machine may carry a
+    stale ``.git`` whose HEAD is not the revision that was sent.
+    """
+    if os.environ.get("L2TUI_GIT_REV"):
+        return os.environ["L2TUI_GIT_REV"]
     git = shutil.which("git")
     if not git:
         return None

@@ -19,7 +19,9 @@
 //   SCHEDULE        COOPERATIVE, PINGPONG   two consumer warpgroups share one tile, or alternate tiles
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
 //   SCHEDULER       PERSISTENT, STREAMK, SPLITK  (STREAMK/SPLITK need COOPERATIVE)
-//   SPLITS          1, 2, 3, 4, 8       K splits for SPLITK (ignored otherwise)
+//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK (ignored otherwise); 0 = chosen per
+//                                       call: enough splits that tiles x splits fill one wave of
+//                                       resident CTAs (never more), at least 4 k-tiles per split
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (L2 reuse)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order (block swizzling)
 //   EPILOGUE        EPI_TMA, EPI_NOSMEM TMA store through shared memory, or direct register stores
@@ -170,6 +172,7 @@ struct State {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int sm_count = 0;
+  int max_active_clusters = -1;  // -1: not queried yet; 0: the query failed (CUTLASS uses sm_count)
   // arguments of the last initialize(), so repeated identical calls skip host-side setup
   const void* a = nullptr;
   const void* b = nullptr;
@@ -181,6 +184,38 @@ struct State {
 static State& state() {
   static State s;
   return s;
+}
+
+// How many clusters of this kernel can be resident at once. CUTLASS sizes the persistent grid
+// from sm_count alone when this is unknown; with clusters, the GPCs' SM counts need not be
+// multiples of the cluster size, so such a grid can exceed what fits and its last clusters wait
+// for a second wave (a tail for the persistent scheduler; for stream-K, CTAs spinning on peers
+// that are not resident). The query needs the kernel's real dynamic shared memory.
+static int query_max_active_clusters() {
+  using Kernel = typename Gemm::GemmKernel;
+  const void* fn = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CLUSTER_M;
+  attr[0].val.clusterDim.y = CLUSTER_N;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(CLUSTER_M, CLUSTER_N, 1);
+  cfg.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, fn, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 }  // namespace l2
@@ -196,6 +231,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     cudaGetDevice(&dev);
     st.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
   }
+  if (st.max_active_clusters < 0) st.max_active_clusters = query_max_active_clusters();
 #if SCHEDULER == PERSISTENT
   // Same problem as last call: the kernel parameters (TMA descriptors) are still valid.
   if (st.a == A && st.b == B && st.c == C && st.m == M && st.n == N && st.k == K && st.stream == s) {
@@ -208,6 +244,9 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   cutlass::KernelHardwareInfo hw;
   hw.device_id = 0;
   hw.sm_count = st.sm_count;
+#ifndef L2_NO_CLUSTER_QUERY
+  hw.max_active_clusters = st.max_active_clusters;
+#endif
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
       {M, N, K, 1},
@@ -226,13 +265,28 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
 #if SCHEDULER == STREAMK
   args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::StreamK;
 #elif SCHEDULER == SPLITK
-  args.scheduler.splits = SPLITS;
+  int splits = SPLITS;
+  if (splits == 0) {
+    // One wave: every (tile, split) unit is resident at once, so no CTA waits on a peer that
+    // has not started, and few-tile long-K shapes still use every SM.
+    const int tiles = ((M + TILE_M - 1) / TILE_M) * ((N + TILE_N - 1) / TILE_N);
+    const int ctas = st.max_active_clusters > 0 ? st.max_active_clusters * CLUSTER_M * CLUSTER_N : st.sm_count;
+    const int ktiles = (K + TILE_K - 1) / TILE_K;
+    splits = ctas / (tiles > 0 ? tiles : 1);
+    if (splits > ktiles / 4) splits = ktiles / 4;
+    if (splits < 1) splits = 1;
+  }
+  args.scheduler.splits = splits;
   args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
+#endif
+#if SCHEDULER != PERSISTENT && defined(L2_SK_NONDETERMINISTIC)
+  args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Nondeterministic;
 #endif
   if (st.gemm.can_implement(args) != cutlass::Status::kSuccess) return 2;
   size_t need = Gemm::get_workspace_size(args);
   if (need > st.workspace_bytes) {  // grown once per larger shape, never per call
-    if (st.workspace) cudaFree(st.workspace);
+    // The old buffer is not freed: a CUDA graph captured earlier may still point at it, and
+    // replaying it over memory handed to someone else would corrupt the stream-K barriers.
     st.workspace = nullptr;
     st.workspace_bytes = 0;
     if (cudaMalloc(&st.workspace, need) != cudaSuccess) return 3;
