@@ -201,8 +201,8 @@ _FALLBACK = r"""// -------------------------------------------------------------
 //
 // cuBLASLt, with the fastest of its heuristic algorithms timed on the caller's stream the first
 // time a shape is seen (a plain heuristic pick loses to autotuned cuBLASLt on some shapes, and the
-// library promises never to be slower than the best library).  cublasGemmEx is the last resort
-// when cuBLASLt cannot run a call.  L2HGEMM_FALLBACK (read once) picks the path:
+// library promises never to be slower than the best library); cublasGemmEx is timed with them and
+// runs the shapes where it wins.  It is also the last resort when cuBLASLt cannot run a call.  L2HGEMM_FALLBACK (read once) picks the path:
 // cublaslt-autotune (default), cublaslt-heuristic (heuristic #1, never timed) or cublas.
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -217,6 +217,8 @@ _FALLBACK = r"""// -------------------------------------------------------------
 #include <cstring>
 #include <map>
 #include <mutex>
+
+extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
 
 namespace l2fb {
 
@@ -258,7 +260,8 @@ struct Plan {
   std::atomic<int> state{0};
   cublasLtMatmulAlgo_t heur{}, best{};
   size_t heur_ws = 0, best_ws = 0;
-  int timed = 0;  // algorithms the autotune timed
+  int timed = 0;  // algorithms the autotune timed (cublasGemmEx included)
+  bool best_gemmex = false;  // cublasGemmEx beat every cuBLASLt candidate on this shape
 };
 
 using Key = std::array<int, 4>;  // M, N, K, pointer alignment
@@ -380,6 +383,7 @@ struct Call {
   cudaStream_t s;
   void* ws;
   size_t ws_size;
+  int M, N, K;
 };
 
 cublasStatus_t run(const Device& d, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Call& c) {
@@ -473,6 +477,29 @@ bool autotune(const Device& d, Plan& p, int align, const Call& c) {
       best = i;
     }
   }
+  // cublasGemmEx is a candidate too: its own algorithm choice beats every cuBLASLt candidate on
+  // some shapes, and the fallback must not lose to plain cuBLAS.
+  bool gemmex = false;
+  if (reps > 0) {
+    float ms = INFINITY;
+    for (int b = 0; b < kTimedBatches; ++b) {
+      if (cudaEventRecord(e0, c.s) != cudaSuccess) { ms = -1.0f; break; }
+      bool ok = true;
+      for (int r = 0; r < reps && ok; ++r) ok = l2hgemm_cublas(c.A, c.B, c.C, c.M, c.N, c.K, c.s) == 0;
+      float t = 0.0f;
+      if (!ok || cudaEventRecord(e1, c.s) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+          cudaEventElapsedTime(&t, e0, e1) != cudaSuccess) { ms = -1.0f; break; }
+      spent += t;
+      t /= reps;
+      ms = t < ms ? t : ms;
+    }
+    if (ms >= 0.0f) {
+      ++timed;
+      gemmex = ms < best_ms;
+    } else {
+      cudaGetLastError();
+    }
+  }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   if (best < 0) {
@@ -481,6 +508,7 @@ bool autotune(const Device& d, Plan& p, int align, const Call& c) {
   }
   p.best = cand[best].algo;
   p.best_ws = cand[best].workspaceSize;
+  p.best_gemmex = gemmex;
   p.timed = timed;
   return true;
 }
@@ -514,10 +542,17 @@ bool heuristic(const Device& d, Plan& p, int align, const Call& c, cublasLtMatmu
 }
 
 // The algorithm for this call: the autotuned one (tuning now on first use, never during a graph
-// capture, where events and synchronization are illegal), else heuristic #1.
-bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtMatmulAlgo_t* out) {
+// capture, where events and synchronization are illegal), else heuristic #1.  *gemmex is set
+// when the tuning found cublasGemmEx faster than every cuBLASLt algorithm.
+bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtMatmulAlgo_t* out,
+            bool* gemmex) {
+  *gemmex = false;
   if (m == kAutotune) {
     int st = p.state.load(std::memory_order_acquire);
+    if ((st & kTuned) && p.best_gemmex) {
+      *gemmex = true;
+      return true;
+    }
     if ((st & kTuned) && p.best_ws <= c.ws_size) {
       *out = p.best;
       return true;
@@ -528,6 +563,10 @@ bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtM
       if (!(st & (kTuned | kTuneFailed))) {
         const int bit = autotune(d, p, align, c) ? kTuned : kTuneFailed;
         st = p.state.fetch_or(bit, std::memory_order_release) | bit;
+      }
+      if ((st & kTuned) && p.best_gemmex) {
+        *gemmex = true;
+        return true;
       }
       if (st & kTuned) {
         *out = p.best;
@@ -551,10 +590,12 @@ int lt_gemm(const void* A, const void* B, void* C, int M, int N, int K, cudaStre
   const int align = alignment(A, B, C);
   Plan* p = plan_for(d, Key{M, N, K, align});
   if (p == nullptr || (p->state.load(std::memory_order_acquire) & kLtFailed)) return 32;
-  Call c{A, B, C, s, nullptr, 0};
+  Call c{A, B, C, s, nullptr, 0, M, N, K};
   c.ws_size = workspace_for(d, s, &c.ws);
   cublasLtMatmulAlgo_t algo;
-  if (!choose(d, *p, align, c, m, &algo)) return 33;
+  bool gemmex = false;
+  if (!choose(d, *p, align, c, m, &algo, &gemmex)) return 33;
+  if (gemmex) return 35;  // the caller runs cublasGemmEx, the tuned winner
   if (run(d, *p, algo, c) != CUBLAS_STATUS_SUCCESS) {  // after tuning: the winner runs last
     cudaGetLastError();
     return 34;
