@@ -150,3 +150,14 @@ def test_config_keys_map_onto_the_policy():
     pol = make_policy("search", cfg)
     assert pol.width == cfg.search["candidates_per_step"]
     assert pol.rng_seed == cfg.search["seed"]
+
+
+def test_split_k_moves_use_automatic_splits_only():
+    """Fixed split counts are refused by validate; the search proposes split-K as SPLITS 0."""
+    pol = SearchPolicy()
+    cfg = F.Config.of("sm90_cutlass", F._sm90(128, 128))
+    moves = pol.neighbours(cfg, Shape(256, 256, 16384), "f32", "sm_90a")
+    sm90 = [m for m in moves if m.config.family == "sm90_cutlass"]
+    splits = [m for m in sm90 if m.config.knob_dict["SCHEDULER"] == "SPLITK"]
+    assert splits and all(m.config.knob_dict["SPLITS"] == "0" for m in splits)
+    assert all(F.validate(m.config.family, m.config.knob_dict) == [] for m in moves)

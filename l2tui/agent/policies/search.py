@@ -207,7 +207,8 @@ class SearchPolicy:
                 add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128", "SCHEDULER": "STREAMK"},
                     "cooperative + stream-K (balances few tiles over all SMs)")
             if cur["SCHEDULER"] == "PERSISTENT" and cur["SCHEDULE"] == "COOPERATIVE":
-                add({"SCHEDULER": "SPLITK", "SPLITS": "2"}, "split-K in 2 (more CTAs for a long K)")
+                add({"SCHEDULER": "SPLITK", "SPLITS": "0"},
+                    "split-K filling one wave of CTAs (few output tiles with a long K)")
             add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
         else:
             bm, bn = int(cur["BM"]), int(cur["BN"])
