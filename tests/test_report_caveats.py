@@ -9,11 +9,15 @@ from harness import report, results
 H200 = Path(__file__).resolve().parent.parent / "results" / "h200"
 
 
-def test_partial_server_run_is_flagged_with_its_host_paths():
+def test_server_run_names_its_host_paths_and_a_partial_one_is_flagged():
     rf = results.load(H200 / "kernels-server-sample100.json")
     text = "\n".join(report.caveats(rf))
-    assert f"**Partial run:** {len(rf.rows)} shapes of the 100 in `sample100`" in text
+    assert "Partial run" not in text    # the committed run covers all 100 shapes
     assert "cublaslt_autotune: nvmath-python (Python)" in text and "l2: ctypes" in text
+    # the same run stopped by its time limit after 52 shapes (as an earlier one was)
+    cut = results.ResultFile({**rf.meta, "complete": False}, rf.rows[:52])
+    text = "\n".join(report.caveats(cut))
+    assert "**Partial run:** 52 shapes of the 100 in `sample100` (stopped by its time limit)" in text
 
 
 def test_complete_offline_run_has_no_caveat_and_derived_file_says_so():
