@@ -7,40 +7,9 @@
 #
 # Outputs in $OUT: pytest-gpu.xml, pytest-agent.xml, kernels-f16-sample100.json/.csv,
 # export-bench.json, checks.log, rest.tar.gz.
-set -u
-source tools/device-setup.sh
-export CARRY_FINAL=${CARRY_FINAL:-.carry/final}
-export L2TUI_GIT_REV=${L2TUI_GIT_REV:-unknown}
-DEADLINE=${DEADLINE:-565}
 LOG=$OUT/checks.log
-W=/tmp/checks; mkdir -p $W
-mkdir -p /tmp/l2cache && cp -r ${CARRY_FINAL:-.carry/final}/cache/builds /tmp/l2cache/
-export L2TUI_CACHE_DIR=/tmp/l2cache
-
-# the pick tool wants a prebuilt folder (<config>.so/.cu + manifest.json): link it from the cache
-python3 - <<'PY'
-import json, os
-from pathlib import Path
-m = json.loads((Path(os.environ.get("CARRY_FINAL", ".carry/final")) / "manifest.json").read_text())
-pre = Path("/tmp/prebuilt"); pre.mkdir(exist_ok=True)
-for name, e in m.items():
-    entry = Path("/tmp/l2cache/builds") / e["key"][:2] / e["key"]
-    for ext, f in ((".so", "kernel.so"), (".cu", "kernel.cu")):
-        dst = pre / (name + ext)
-        if not dst.exists():
-            os.symlink(entry / f, dst)
-(pre / "manifest.json").write_text(json.dumps(m))
-print(f"{len(m)} prebuilt configurations linked")
-PY
-
-step() {
-  local name=$1 cap=$2; shift 2
-  local left=$(( DEADLINE - SECONDS )); local t=$(( left < cap ? left : cap ))
-  if [ "$t" -lt 15 ]; then echo "SKIP $name (no time left)" | tee -a "$LOG"; return; fi
-  echo "== $name (cap ${t}s) at ${SECONDS}s" | tee -a "$LOG"
-  timeout -k 5 "$t" "$@" >> "$LOG" 2>&1
-  echo "== $name rc=$? at ${SECONDS}s" | tee -a "$LOG"
-}
+W=/tmp/checks
+source tools/h200_setup.sh
 
 step pytest-gpu 200 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" -o timeout=90 tests \
   --deselect tests/test_agent_gpu.py::test_full_loop_on_two_shapes_on_the_gpu --junitxml=$OUT/pytest-gpu.xml
