@@ -114,13 +114,14 @@ SM90 = Family(
         Knob("CLUSTER_N", _V(1, 2), "CTAs per cluster along N"),
         Knob("SCHEDULE", ("COOPERATIVE", "PINGPONG"), "consumer warpgroups share a tile / alternate tiles"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
-        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK"), "tile scheduler"),
-        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK, 0 = fill one wave per call"),
+        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK", "SPLITK_REDUCE"),
+             "tile scheduler (SPLITK_REDUCE: batched K slices + a separate parallel reduce kernel)"),
+        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK/SPLITK_REDUCE, 0 = fill one wave per call"),
         Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("EPILOGUE", ("EPI_TMA", "EPI_NOSMEM"), "TMA store via shared memory / direct stores"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
-        Knob("PDL", ("0", "1"), "programmatic dependent launch (PERSISTENT scheduler only)"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch (PERSISTENT and SPLITK_REDUCE only)"),
     ),
 )
 
@@ -163,7 +164,7 @@ SMALL = Family(
         *_MMA_COMMON,
         Knob("STAGES", _V(2, 3, 4), "cp.async pipeline depth"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "tile rows per CTA group"),
-        Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16, 32), "K slices per tile, 0 = auto"),
+        Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16, 32, 64, 128), "K slices per tile, 0 = auto"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
     ),
@@ -308,6 +309,7 @@ class Geometry:
     pingpong: bool
     acc: str
     pdl: bool = True
+    separate_reduce: bool = False  # SPLITK_REDUCE: equal K slices, then a reduce kernel
 
     def splits_for(self, shape: Shape, sm_count: int = 132) -> int:
         """The split-K factor the kernel will use on ``shape`` (mirrors the .cu host code)."""
@@ -316,10 +318,16 @@ class Geometry:
         s = self.split_k
         if self.family == "sm90_cutlass":
             if s == 0:  # SPLITS 0: one wave of (tile, split) units, >= 4 k-tiles per split
-                return max(1, min(sm_count // max(tiles, 1), ktiles // 4))
+                s = max(1, min(sm_count // max(tiles, 1), ktiles // 4))
+            if self.separate_reduce:  # equal slices: a multiple of TILE_K long, else of 8
+                for unit in (self.tile_k, 8):
+                    for cand in range(s, 1, -1):
+                        if shape.k % cand == 0 and (shape.k // cand) % unit == 0:
+                            return cand
+                return 1
             return max(1, s)
-        if s == 0:
-            s = min(sm_count // tiles, ktiles // 2, 64)
+        if s == 0:  # SPLIT_K 0: up to two CTAs per SM, >= 2 k-tiles per slice, <= 128 slices
+            s = min(sm_count * min(self.ctas_per_sm, 2) // tiles, ktiles // 2, 128)
         s = max(1, min(s, ktiles))
         per = math.ceil(ktiles / s) * self.tile_k
         return math.ceil(shape.k / per)
@@ -348,11 +356,12 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         consumer_threads = 128 if pingpong else 256
         acc_vals = tm * tn // consumer_threads
         regs = 40 + acc_vals * accb // 4
-        split = _i(knobs, "SPLITS") if knobs["SCHEDULER"] == "SPLITK" else 1
+        split = _i(knobs, "SPLITS") if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") else 1
         return Geometry(fam.name, tm, tn, tk, 384, smem, regs, 1, stages, split,
                         True, knobs["SCHEDULER"] == "STREAMK",
                         _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc,
-                        knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] == "PERSISTENT")
+                        knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] in ("PERSISTENT", "SPLITK_REDUCE"),
+                        knobs["SCHEDULER"] == "SPLITK_REDUCE")
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
@@ -390,10 +399,10 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
     if fam.name == "sm90_cutlass":
         if not g.pingpong and g.tile_m < 128:
             problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
-        if knobs["SCHEDULER"] != "PERSISTENT" and g.pingpong:
+        if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
             problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
-        if knobs["SCHEDULER"] == "SPLITK" and knobs["SPLITS"] == "1":
-            problems.append("SPLITK needs SPLITS > 1 (or 0 = automatic)")
+        if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") and knobs["SPLITS"] == "1":
+            problems.append(f"{knobs['SCHEDULER']} needs SPLITS > 1 (or 0 = automatic)")
         if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
             problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
                             "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see CATALOG_UNSAFE)")
@@ -462,7 +471,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
     k = {**fam.defaults(), **knobs}
     acc = ("-f16" if k.get("ACC") == "ACC_F16" else "") + ("-nopdl" if k.get("PDL") == "0" else "")
     if fam.name == "sm90_cutlass":
-        sched = {"PERSISTENT": "p", "STREAMK": "sk", "SPLITK": f"split{k['SPLITS']}"}[k["SCHEDULER"]]
+        sched = {"PERSISTENT": "p", "STREAMK": "sk", "SPLITK": f"split{k['SPLITS']}",
+                 "SPLITK_REDUCE": f"splitr{k['SPLITS']}"}[k["SCHEDULER"]]
         extra = ""
         if k["RASTER"] != "RASTER_HEURISTIC":
             extra += "-r" + k["RASTER"][-1].lower()
@@ -505,6 +515,9 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 256, cn=2)),
     ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", pdl=0)),
+    # big outputs with a short K are bound by storing C: a taller tile, direct register stores
+    ("sm90_cutlass", _sm90(256, 128)),
+    ("sm90_cutlass", _sm90(128, 256, epi="EPI_NOSMEM")),
     # stream-K: the k-iterations of few or unevenly many tiles spread over every SM
     ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
@@ -516,6 +529,15 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=0)),
     ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=0)),
     ("sm90_cutlass", _sm90(128, 64, tk=128, scheduler="SPLITK", splits=0)),
+    # split-K with a separate parallel reduce kernel: CUTLASS's split-K fixup adds the slices of a
+    # tile in one CTA, one after another, which costs more than it saves when K is long and the
+    # tiles few (cuBLAS splits such shapes and reduces in a second kernel, as these do)
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0)),
+    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK_REDUCE", splits=0)),
+    ("sm90_cutlass", _sm90(128, 128, cm=2, scheduler="SPLITK_REDUCE", splits=0)),
+    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
+    ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
+    ("sm90_cutlass", _sm90(128, 256, scheduler="SPLITK_REDUCE", splits=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
@@ -539,6 +561,8 @@ CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
     # split-K also shortens the fp16 accumulation chains of a long K (K / splits terms each)
     ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=0)),
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0)),
+    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
     ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),

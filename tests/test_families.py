@@ -87,6 +87,8 @@ def test_applicable_and_arch_parsing():
 def test_splits_for_mirrors_the_host_code():
     g = F.Config.of("small_splitk", {}).geometry()      # SPLIT_K 0 = auto
     assert g.splits_for(Shape(64, 64, 16384)) > 8       # few tiles, long K: many slices
+    # up to two CTAs per SM: 32x64 tiles of 64x64 = 2 tiles -> 132 slices, capped at 128
+    assert g.splits_for(Shape(64, 64, 16384)) == 128
     assert g.splits_for(Shape(4096, 4096, 64)) == 1     # many tiles: no split
     assert g.splits_for(Shape(64, 64, 64)) == 1         # one k-tile cannot be split
 
@@ -148,3 +150,45 @@ def test_split_k_is_legal_only_with_automatic_splits():
     assert g.splits_for(Shape(256, 256, 16384)) == 16
     assert g.splits_for(Shape(256, 256, 512)) == 2
     assert g.splits_for(Shape(4096, 4096, 4096)) == 1
+
+
+def test_splitk_reduce_cuts_k_into_equal_aligned_slices():
+    """SPLITK_REDUCE runs the slices as one batched GEMM: equal lengths, multiples of TILE_K or 8."""
+    cfg = F.Config.of("sm90_cutlass", F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0))
+    assert F.validate("sm90_cutlass", cfg.knob_dict) == []
+    assert cfg.name == "sm90-128x64x64-c1x1-coop-splitr0-st0"
+    g = cfg.geometry()
+    assert g.separate_reduce and g.pdl
+    # 64x64 output = 1 tile: 132 CTAs wanted, capped at a quarter of 256 k-tiles = 64 slices of 256
+    assert g.splits_for(Shape(64, 64, 16384)) == 64
+    # 12288 = 3 * 4096: 33 wanted (4 tiles) -> 32 slices of 384 (a multiple of 64)
+    assert g.splits_for(Shape(256, 128, 12288)) == 32
+    # K = 8 * 1537 (1537 = 29 * 53): no multiple of 64 divides it; slices of 8 * 53 = 424
+    k = 8 * 1537
+    s = g.splits_for(Shape(256, 128, k))
+    assert s == 29 and k % s == 0 and (k // s) % 8 == 0
+    assert g.splits_for(Shape(8192, 8192, 4096)) == 1   # enough tiles: one slice
+    # pingpong is fine (it is a persistent GEMM), SPLITS 1 is a no-op and refused
+    pp = {**cfg.knob_dict, "SCHEDULE": "PINGPONG", "TILE_M": "64"}
+    assert F.validate("sm90_cutlass", pp) == []
+    assert any("SPLITS > 1" in p for p in F.validate("sm90_cutlass", {**cfg.knob_dict, "SPLITS": "1"}))
+
+
+@pytest.mark.slow
+def test_splitk_reduce_variant_builds_for_sm90a(tmp_path, monkeypatch):
+    """The batched-slices GEMM (fp32 D) and its reduce kernel compile, without serialized wgmma."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.render("sm90_cutlass", F._sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0))
+    res = _build(src, "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    assert "splitk_reduce" in res.log     # ptxas compiled the reduce kernel too
+
+
+def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
+    """SPLIT_K 128 (the parallel per-tile reduction's share of a 16x64 tile is 2 float4 groups)."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.render("small_splitk", {"BM": 16, "BN": 64, "WARPS_M": 1, "WARPS_N": 2, "SPLIT_K": 128})
+    res = _build(src, "sm_80")
+    assert res.ok, res.error_text()
+    assert "0 bytes spill stores" in res.log

@@ -58,3 +58,39 @@ def test_unaligned_shapes_are_refused_not_miscomputed(evaluator):
     for cfg in representative("f32", arch)[:3]:
         e = ev.evaluate(cfg.source(), Shape(100, 100, 100), "f32", time_baselines=False)
         assert e.status == "unsupported", (cfg.name, e.status, e.message)
+
+
+SPLIT_SHAPES = [Shape(64, 64, 16384), Shape(200, 136, 264), Shape(1030, 2056, 776), Shape(96, 4104, 8200),
+                Shape(256, 128, 8 * 1537), Shape(64, 128, 16384)]
+
+
+def split_configs(acc: str) -> list[F.Config]:
+    """Every split-K reduction path: SPLITK_REDUCE (batched slices + reduce kernel, both
+    schedules), the mma.sync families' parallel per-tile reduction (SPLIT_K 0, and 128 slices on
+    few tiles) and their serial last-CTA reduction (a fixed split count on a grid too big to be
+    resident at once: 1030x2056 in 16x64 tiles)."""
+    a = F.acc_knob(acc)
+    return [
+        F.Config.of("sm90_cutlass", {**F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0), "ACC": a}),
+        F.Config.of("sm90_cutlass", {**F._sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0),
+                                     "ACC": a}),
+        F.Config.of("small_splitk", {**F._mma(32, 64, 64, 1, 2, 3, 4, 0), "ACC": a}),
+        F.Config.of("small_splitk", {**F._mma(16, 64, 64, 1, 2, 3, 4, 128), "ACC": a}),
+        F.Config.of("sm80_mma", {**F._mma(64, 64, 64, 2, 2, 4, 4, 16), "ACC": a}),
+    ]
+
+
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_split_k_reductions_pass_every_check(evaluator, acc):
+    """Repeated launches (timing, graph replay, the determinism check) reuse the per-tile
+    counters and workspaces: every run must still be complete, exact-to-bound and bit-identical."""
+    ev, arch = evaluator
+    failures = []
+    for cfg in split_configs(acc):
+        if not F.get_family(cfg.family).runs_on(F.cc_of(arch)):
+            continue
+        for shape in SPLIT_SHAPES:
+            e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)

@@ -161,3 +161,20 @@ def test_split_k_moves_use_automatic_splits_only():
     splits = [m for m in sm90 if m.config.knob_dict["SCHEDULER"] == "SPLITK"]
     assert splits and all(m.config.knob_dict["SPLITS"] == "0" for m in splits)
     assert all(F.validate(m.config.family, m.config.knob_dict) == [] for m in moves)
+
+
+def test_split_k_reduce_moves_come_from_persistent_configs():
+    """A persistent GEMM (either schedule) may move to SPLITK_REDUCE with automatic splits."""
+    pol = SearchPolicy()
+    for base in (F._sm90(128, 128), F._sm90(64, 128, sched="PINGPONG")):
+        cfg = F.Config.of("sm90_cutlass", base)
+        moves = pol.neighbours(cfg, Shape(256, 256, 16384), "f32", "sm_90a")
+        red = [m for m in moves if m.config.family == "sm90_cutlass"
+               and m.config.knob_dict["SCHEDULER"] == "SPLITK_REDUCE"]
+        assert red and all(m.config.knob_dict["SPLITS"] == "0" for m in red)
+        assert all(F.validate(m.config.family, m.config.knob_dict) == [] for m in moves)
+    # from SPLITK_REDUCE, SPLITS edits are real moves (the knob is read) and a way back exists
+    cfg = F.Config.of("sm90_cutlass", F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0))
+    moves = pol.neighbours(cfg, Shape(256, 256, 16384), "f32", "sm_90a")
+    assert any(set(m.changes) == {"SPLITS"} for m in moves)
+    assert any(m.changes.get("SCHEDULER") == "PERSISTENT" for m in moves)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prebuilt", default=".carry/prebuilt")
     ap.add_argument("--cache", default=".carry/l2cache")
     ap.add_argument("--out", default=".carry/final")
+    ap.add_argument("--pack", action="store_true", help="store the cache entries as cache.tar.xz")
     args = ap.parse_args(argv)
     manifest = json.loads((Path(args.prebuilt) / "manifest.json").read_text())
     allowed = {c.name for acc in ("f32", "f16") for c in catalog(acc, "sm_90a")}
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(src, dst)
         subprocess.run(["strip", "--strip-unneeded", str(dst / "kernel.so")], capture_output=True)
     (out / "manifest.json").write_text(json.dumps({k: v for k, v in keep.items() if k not in missing}, indent=1))
+    if args.pack:  # one xz archive: the stripped libraries shrink about 5x (carry limit 64 MiB)
+        subprocess.run(["tar", "-C", str(out), "-cJf", str(out / "cache.tar.xz"), "cache"], check=True,
+                       env={**os.environ, "XZ_OPT": "-6 -T0"})
+        shutil.rmtree(out / "cache")
     print(f"{len(keep) - len(missing)} configurations in {out} ({len(manifest) - len(keep)} outside the catalog left out)")
     if missing:
         print("not in the cache (run tools/prebuild.py): " + ", ".join(missing), file=sys.stderr)

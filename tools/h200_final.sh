@@ -16,6 +16,12 @@ W=/tmp/final
 source tools/h200_setup.sh
 B="cublas,cublaslt_heuristic,cublaslt_autotune,torch"
 
+# PRE_TESTS: GPU tests to run first (pytest node ids / -k expressions), e.g. the tests of kernel
+# code that changed since the last call; capped at PRE_TESTS_S seconds
+if [ -n "${PRE_TESTS:-}" ]; then
+  step pre-tests ${PRE_TESTS_S:-100} python3 -m pytest -m gpu -v -o addopts="" -p no:cacheprovider $PRE_TESTS
+fi
+
 # BASE_PICK (a pick file from an earlier call) + PICK_SHAPES: start from the earlier winners and
 # re-pick only those shapes (e.g. after configurations joined the catalog)
 PICK_SHAPES=${PICK_SHAPES:-grid}
@@ -35,7 +41,7 @@ while [ $SECONDS -lt $PICK_END ]; do
 done
 step bench-grid 215 python3 -m harness bench --shapes grid --kernels $W/k32 --label l2 --baselines $B \
   --out $OUT/kernels-offline.json --limit-seconds 200
-step server 140 python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
+step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
 
 cp "$LOG" $W/ 2>/dev/null

@@ -7,7 +7,12 @@ export CARRY_FINAL=${CARRY_FINAL:-.carry/final}
 export L2TUI_GIT_REV=${L2TUI_GIT_REV:-unknown}
 DEADLINE=${DEADLINE:-565}
 mkdir -p $W
-mkdir -p /tmp/l2cache && cp -r ${CARRY_FINAL:-.carry/final}/cache/builds /tmp/l2cache/
+mkdir -p /tmp/l2cache
+if [ -f $CARRY_FINAL/cache.tar.xz ]; then   # packed by tools/final_carry.py --pack
+  tar -C /tmp/l2cache -xJf $CARRY_FINAL/cache.tar.xz --strip-components=1
+else
+  cp -r $CARRY_FINAL/cache/builds /tmp/l2cache/
+fi
 export L2TUI_CACHE_DIR=/tmp/l2cache
 
 # the pick tool wants a prebuilt folder (<config>.so/.cu + manifest.json): link it from the cache

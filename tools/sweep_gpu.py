@@ -408,6 +408,12 @@ def cmd_pick(args, kerns) -> dict:
         extra = next((k for k in ranked if k.config.knob_dict.get("SCHEDULER") == "STREAMK"), None)
         if extra is not None and extra not in chosen and per_shape > 0.15:
             chosen.append(extra)
+        # and, when it would split this shape, the best separate-reduce split-K configuration (new
+        # in the catalog: the model's reduce term for it is not calibrated yet)
+        extra = next((k for k in ranked if k.config.geometry().separate_reduce
+                      and k.config.geometry().splits_for(s) > 1), None)
+        if extra is not None and extra not in chosen and per_shape > 0.15:
+            chosen.append(extra)
         chosen = [k for k in chosen if k.name not in skip]
         dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
         times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)

@@ -4,11 +4,14 @@
 // launch and tail effects dominate and a library kernel leaves most SMs idle. Narrow CTA tiles and
 // split-K with an in-kernel reduction keep all SMs busy in ONE launch: each CTA multiplies one
 // K slice of one tile with mma.sync.m16n8k16 (cp.async multistage, ldmatrix from XOR-swizzled
-// shared memory, double-buffered register fragments); it writes its fp32 partial sums to a
-// workspace; an atomic ticket per tile elects the last CTA, which adds the slices in slice order
-// (bit-reproducible) and writes C with 128-bit stores. SPLIT_K = 0 picks the slice count at run
-// time (enough CTAs to cover the SMs, at least two k-tiles per slice), so one build serves every
-// shape. Compiles for sm_80 and later. The workspace is allocated once and only grown.
+// shared memory, double-buffered register fragments) and writes its fp32 partial tile to a
+// workspace. When the grid fits on the GPU at once (always with SPLIT_K 0), the CTAs of a tile
+// meet at a per-tile barrier and each adds all slices for its 1/splits of the tile, with many
+// loads in flight (parallel reduction); otherwise an atomic ticket elects the last CTA, which
+// adds them all. Slice order either way: bit-reproducible. SPLIT_K = 0 picks the slice count at
+// run time (up to two CTAs per SM, at least two k-tiles per slice, at most 128 slices), so one
+// build serves every shape. Compiles for sm_80 and later. The workspace is allocated once and
+// only grown.
 // A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0). Needs K and N to
 // be multiples of 8 and 16-byte aligned pointers, otherwise returns 2.
 //
@@ -20,7 +23,7 @@
 //   WARPS_N   1, 2, 4              warps along N (BN / WARPS_N must be a multiple of 16)
 //   STAGES    2, 3, 4              cp.async pipeline depth
 //   SWIZZLE   1, 2, 4, 8           tile rows per CTA group (block swizzling)
-//   SPLIT_K   0 (auto), 1, 2, 4, 8, 16, 32   K slices per tile
+//   SPLIT_K   0 (auto), 1, 2, 4, 8, 16, 32, 64, 128   K slices per tile
 //   ACC       ACC_F32, ACC_F16     accumulator type
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only):
 //                                  the launch overlaps the previous kernel's tail, every global

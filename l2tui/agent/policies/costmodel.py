@@ -33,6 +33,9 @@ from harness.shapes import Shape
 
 SM_COUNT = 132
 SMEM_PER_SM = 227 * 1024
+#: a dependent second kernel (SPLITK_REDUCE's reduce) in a graph, launched with PDL: roughly the
+#: empty-kernel floor measured on the H200 (../shared/GPU.md: ~0.5 us) plus its own tail
+SECOND_LAUNCH_US = 1.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,11 @@ class CostModel:
         latency = k_per_cta * p.ktile_latency_us * 1e-6 / max(1, g.stages - 1) * 2
         bytes_ = s.min_bytes + (2 * 4 * ctas * tm * tn if splits > 1 else 0)
         memory = bytes_ / (self.params.bandwidth_gbs * 1e9)
-        reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
+        if g.separate_reduce:
+            # SPLITK_REDUCE: all slices are written and read back by a second, GPU-wide kernel
+            reduce = 8.0 * splits * s.m * s.n / (self.params.bandwidth_gbs * 1e9) + SECOND_LAUNCH_US * 1e-6
+        else:
+            reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
         body = max(compute, memory, latency)
         bound = "compute" if body == compute else ("memory" if body == memory else "latency")
         fixed = max(0.2, p.fixed_us - (p.pdl_us if g.pdl else 0.0)) * 1e-6

@@ -52,6 +52,8 @@ SYSTEM = (
 # knobs whose legal values are ordered: only neighbours are proposed
 ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N", "STAGES", "SWIZZLE",
            "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N"}
+#: ordinal knobs whose 0 means "chosen per call" rather than "fewest"
+AUTO_ZERO = {"SPLIT_K", "SPLITS"}
 
 
 def _sha(text: str) -> str:
@@ -185,11 +187,18 @@ class SearchPolicy:
         for knob in fam.knobs:
             if knob.name == "ACC":
                 continue
-            if knob.name == "SPLITS" and cur.get("SCHEDULER") != "SPLITK":
-                continue   # ignored by the kernel unless SCHEDULER is SPLITK: a no-op edit
+            if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE"):
+                continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
             vals = list(knob.values)
             i = vals.index(cur[knob.name])
-            if knob.name in ORDINAL:
+            if knob.name in AUTO_ZERO and cur[knob.name] == "0":
+                # from "automatic" every fixed count is one step away (the cost model ranks them)
+                options = [v for v in vals if v != "0"]
+            elif knob.name in AUTO_ZERO:
+                fixed = [v for v in vals if v != "0"]
+                j = fixed.index(cur[knob.name])
+                options = ["0"] + [fixed[x] for x in (j - 1, j + 1) if 0 <= x < len(fixed)]
+            elif knob.name in ORDINAL:
                 options = [vals[j] for j in (i - 1, i + 1) if 0 <= j < len(vals)]
             else:
                 options = [v for v in vals if v != cur[knob.name]]
@@ -209,6 +218,11 @@ class SearchPolicy:
             if cur["SCHEDULER"] == "PERSISTENT" and cur["SCHEDULE"] == "COOPERATIVE":
                 add({"SCHEDULER": "SPLITK", "SPLITS": "0"},
                     "split-K filling one wave of CTAs (few output tiles with a long K)")
+            if cur["SCHEDULER"] == "PERSISTENT":
+                add({"SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0"},
+                    "split-K as batched K slices + a separate GPU-wide reduce kernel (few tiles, long K)")
+            if cur["SCHEDULER"] == "SPLITK_REDUCE":
+                add({"SCHEDULER": "PERSISTENT", "SPLITS": "1"}, "back to one persistent GEMM (no split)")
             add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
         else:
             bm, bn = int(cur["BM"]), int(cur["BN"])
