@@ -1,1 +1,1 @@
-configs/sm80-64x64x64-w2x2-st4-sw4-sk0-nopdl.cu
+configs/sm90-64x64x64-c1x1-pp-splitr0-st0.cu
