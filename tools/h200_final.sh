@@ -6,6 +6,7 @@
 #   carry: [".whl", ".carry/final"]     (.carry/final = build-cache entries of the catalog +
 #                                        its manifest, made by tools/final_carry.py)
 #   command: L2TUI_GIT_REV=<rev> bash tools/h200_final.sh
+#   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, SERVER_S, PROFILE_SHAPES
 #
 # Every step has a time cap so the call ends inside the device limit; a pick that hangs is ended
 # by its watchdog and resumed without the configuration that hung. Outputs land in $OUT:
@@ -43,6 +44,13 @@ step bench-grid 215 python3 -m harness bench --shapes grid --kernels $W/k32 --la
   --out $OUT/kernels-offline.json --limit-seconds 200
 step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
+
+# PROFILE_SHAPES ("MxNxK MxNxK ..."): Nsight Compute profiles of the winner and of cuBLASLt autotuned
+for shp in ${PROFILE_SHAPES:-}; do
+  f=$W/k32/$(echo $shp | tr x _).cu
+  step "ncu-l2-$shp" 40 python3 -m harness profile --shape $shp --kernel $f --out $OUT/ncu-l2-$shp.json
+  step "ncu-lt-$shp" 40 python3 -m harness profile --shape $shp --baseline cublaslt_autotune --out $OUT/ncu-cublaslt-$shp.json
+done
 
 cp "$LOG" $W/ 2>/dev/null
 tar -C /tmp -czf $OUT/rest.tar.gz --exclude='*.so' final 2>/dev/null

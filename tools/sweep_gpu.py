@@ -408,6 +408,11 @@ def cmd_pick(args, kerns) -> dict:
         extra = next((k for k in ranked if k.config.knob_dict.get("SCHEDULER") == "STREAMK"), None)
         if extra is not None and extra not in chosen and per_shape > 0.15:
             chosen.append(extra)
+        # and one ping-pong configuration: its epilogue overlaps the other warpgroup's mainloop,
+        # which the model does not see (store-bound shapes: big M x N, short K)
+        extra = next((k for k in ranked if k.config.knob_dict.get("SCHEDULE") == "PINGPONG"), None)
+        if extra is not None and extra not in chosen and per_shape > 0.15:
+            chosen.append(extra)
         # and, when it would split this shape, the best separate-reduce split-K configuration (new
         # in the catalog: the model's reduce term for it is not calibrated yet)
         extra = next((k for k in ranked if k.config.geometry().separate_reduce
