@@ -52,6 +52,10 @@ for shp in ${PROFILE_SHAPES:-}; do
   step "ncu-lt-$shp" 40 python3 -m harness profile --shape $shp --baseline cublaslt_autotune --out $OUT/ncu-cublaslt-$shp.json
 done
 
+# the device hands back a limited number of files: the profiles travel as one archive
+if ls $OUT/ncu-*.json >/dev/null 2>&1; then
+  tar -C $OUT -czf $OUT/ncu.tar.gz $(cd $OUT && ls ncu-*.json) && rm -f $OUT/ncu-*.json
+fi
 cp "$LOG" $W/ 2>/dev/null
 tar -C /tmp -czf $OUT/rest.tar.gz --exclude='*.so' final 2>/dev/null
 ls -la $OUT
