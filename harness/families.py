@@ -108,7 +108,7 @@ SM90 = Family(
     summary="CUTLASS 3.x TMA + WGMMA warp-specialized GEMM (Hopper): big and mid shapes",
     knobs=(
         Knob("TILE_M", _V(64, 128, 256), "CTA tile rows (COOPERATIVE needs >= 128)"),
-        Knob("TILE_N", _V(64, 128, 256), "CTA tile columns"),
+        Knob("TILE_N", _V(64, 128, 192, 256), "CTA tile columns"),
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2), "CTAs per cluster along M"),
         Knob("CLUSTER_N", _V(1, 2), "CTAs per cluster along N"),
@@ -521,6 +521,10 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(256, 128)),
     ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(64, 256, cm=2, sched="PINGPONG")),
+    # 192-column tiles (cuBLASLt's choice on such shapes is 128x160 / 160x64 / 192x64, ncu at ac28280)
+    ("sm90_cutlass", _sm90(128, 192)),
+    ("sm90_cutlass", _sm90(128, 192, cm=2)),
+    ("sm90_cutlass", _sm90(64, 192, sched="PINGPONG")),
     # stream-K: the k-iterations of few or unevenly many tiles spread over every SM
     ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
