@@ -12,7 +12,7 @@
 //
 // Knobs (legal values):
 //   TILE_M          64, 128, 256        CTA tile rows (COOPERATIVE needs >= 128)
-//   TILE_N          64, 128, 256        CTA tile columns
+//   TILE_N          64, 128, 192, 256   CTA tile columns
 //   TILE_K          32, 64, 128         K slice per pipeline stage
 //   CLUSTER_M       1, 2                CTAs per cluster along M (TMA multicast of B)
 //   CLUSTER_N       1, 2                CTAs per cluster along N (TMA multicast of A)
@@ -58,14 +58,14 @@
 #define ACC_F16 2
 
 // l2: knobs begin
-#define TILE_M 128
-#define TILE_N 64
+#define TILE_M 64
+#define TILE_N 192
 #define TILE_K 64
 #define CLUSTER_M 1
 #define CLUSTER_N 1
-#define SCHEDULE COOPERATIVE
+#define SCHEDULE PINGPONG
 #define STAGES 0
-#define SCHEDULER STREAMK
+#define SCHEDULER PERSISTENT
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
