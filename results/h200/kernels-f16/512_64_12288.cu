@@ -1,1 +1,1 @@
-configs/small-64x64x64-w2x2-st3-sw4-sk0-f16.cu
+configs/sm90-128x64x64-c1x1-coop-splitr0-st0-f16.cu

@@ -12,16 +12,24 @@
 //
 // Knobs (legal values):
 //   TILE_M          64, 128, 256        CTA tile rows (COOPERATIVE needs >= 128)
-//   TILE_N          64, 128, 256        CTA tile columns
+//   TILE_N          64, 128, 192, 256   CTA tile columns
 //   TILE_K          32, 64, 128         K slice per pipeline stage
 //   CLUSTER_M       1, 2                CTAs per cluster along M (TMA multicast of B)
 //   CLUSTER_N       1, 2                CTAs per cluster along N (TMA multicast of A)
 //   SCHEDULE        COOPERATIVE, PINGPONG   two consumer warpgroups share one tile, or alternate tiles
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
-//   SCHEDULER       PERSISTENT, STREAMK, SPLITK  (STREAMK/SPLITK need COOPERATIVE)
-//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK (ignored otherwise); 0 = chosen per
-//                                       call: enough splits that tiles x splits fill one wave of
-//                                       resident CTAs (never more), at least 4 k-tiles per split
+//   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE
+//                                       (STREAMK/SPLITK need COOPERATIVE). SPLITK_REDUCE: K is cut
+//                                       into SPLITS equal slices run as one batched persistent GEMM
+//                                       into an fp32 workspace, then a separate reduce kernel adds
+//                                       the slices in order (all SMs at once, not one CTA per tile
+//                                       as CUTLASS's split-K fixup does) and writes C: for few
+//                                       output tiles with a long K
+//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK / SPLITK_REDUCE (ignored otherwise);
+//                                       0 = chosen per call: enough splits that tiles x splits
+//                                       fill one wave of resident CTAs (never more), at least 4
+//                                       k-tiles per split (SPLITK_REDUCE: slices must divide K
+//                                       into multiples of 8, the nearest such count is used)
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (L2 reuse)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order (block swizzling)
 //   EPILOGUE        EPI_TMA, EPI_NOSMEM TMA store through shared memory, or direct register stores
@@ -29,7 +37,7 @@
 //   PDL             0, 1                programmatic dependent launch (Hopper): the launch and
 //                                       prologue overlap the previous kernel's tail; every global
 //                                       access still waits for it (griddepcontrol.wait);
-//                                       PERSISTENT scheduler only (ignored otherwise)
+//                                       PERSISTENT and SPLITK_REDUCE only (ignored otherwise)
 //
 // Stream-K and split-K use a workspace that is allocated once (grown when a larger shape needs
 // more) and reduced in a fixed order, so results stay bit-reproducible.
@@ -40,6 +48,7 @@
 #define PERSISTENT 1
 #define STREAMK 2
 #define SPLITK 3
+#define SPLITK_REDUCE 4
 #define RASTER_HEURISTIC 0
 #define RASTER_ALONG_M 1
 #define RASTER_ALONG_N 2
@@ -76,7 +85,7 @@
 // access, launch_dependents after the last tile), so the launch and prologue overlap the previous
 // kernel's tail. Persistent scheduler only: CUTLASS 4.2's stream-K scheduler does not compile
 // with it.
-#if PDL && SCHEDULER == PERSISTENT
+#if PDL && (SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #define L2_LAUNCH_PDL true
 #else
@@ -84,6 +93,7 @@
 #endif
 
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -103,7 +113,11 @@ namespace l2 {
 
 using ElementA = cutlass::half_t;
 using ElementB = cutlass::half_t;
+#if SCHEDULER == SPLITK_REDUCE
+using ElementD = float;  // the fp32 slice sums; the reduce kernel writes the fp16 C
+#else
 using ElementD = cutlass::half_t;
+#endif
 #if ACC == ACC_F16
 using ElementAcc = cutlass::half_t;
 #else
@@ -115,6 +129,7 @@ using LayoutA = cutlass::layout::RowMajor;  // M x K, K contiguous
 using LayoutB = cutlass::layout::RowMajor;  // K x N, N contiguous
 using LayoutD = cutlass::layout::RowMajor;  // M x N, N contiguous
 constexpr int kAlign = 8;                   // 16 bytes of fp16
+constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
 
 using TileShape = Shape<Int<TILE_M>, Int<TILE_N>, Int<TILE_K>>;
 using ClusterShape = Shape<Int<CLUSTER_M>, Int<CLUSTER_N>, _1>;
@@ -135,7 +150,7 @@ using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 #endif
 #endif
 
-#if SCHEDULER == PERSISTENT
+#if SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE
 using TileScheduler = cutlass::gemm::PersistentScheduler;
 #else
 using TileScheduler = cutlass::gemm::StreamKScheduler;
@@ -144,8 +159,8 @@ using TileScheduler = cutlass::gemm::StreamKScheduler;
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
-    ElementD, LayoutD, kAlign,   // C (never read: beta = 0)
-    ElementD, LayoutD, kAlign,   // D
+    ElementD, LayoutD, kAlignD,  // C (never read: beta = 0)
+    ElementD, LayoutD, kAlignD,  // D
     EpilogueSchedule>::CollectiveOp;
 
 #if STAGES == 0
@@ -173,6 +188,10 @@ struct State {
   size_t workspace_bytes = 0;
   int sm_count = 0;
   int max_active_clusters = -1;  // -1: not queried yet; 0: the query failed (CUTLASS uses sm_count)
+  int cc = 0;                     // compute capability (PDL needs 90+)
+  float* slices = nullptr;        // SPLITK_REDUCE: fp32 slice sums, SPLITS x M x N (grow-only)
+  size_t slice_floats = 0;
+  int splits = 1;                 // SPLITK_REDUCE: slices of the last initialized problem
   // arguments of the last initialize(), so repeated identical calls skip host-side setup
   const void* a = nullptr;
   const void* b = nullptr;
@@ -218,6 +237,96 @@ static int query_max_active_clusters() {
   return n;
 }
 
+#if SCHEDULER == SPLITK_REDUCE
+constexpr int kReduceThreads = 256;
+
+// Two floats rounded to fp16 and packed low-first into 32 bits (no address taken: registers only).
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+         (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
+}
+
+
+// SPLITK_REDUCE, second kernel: C = fp16(sum of the slices), slices added in slice order. Each
+// thread owns 4 consecutive outputs (float4 loads, one 8-byte store); when the output is small,
+// `groups` interleaved sets of threads share the slices of the same outputs and meet in shared
+// memory, added in set order, so the sum never depends on timing.
+__global__ void __launch_bounds__(kReduceThreads)
+splitk_reduce(const float4* __restrict__ slices, uint2* __restrict__ C, long long vecs, long long slice_vecs,
+              int splits, int groups) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the GEMM's slices are complete
+#endif
+  __shared__ float4 sums[kReduceThreads];
+  const int span = kReduceThreads / groups;
+  const int g = threadIdx.x / span, t = threadIdx.x % span;
+  const long long e = (long long)blockIdx.x * span + t;
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (e < vecs) {
+#pragma unroll 4
+    for (int sl = g; sl < splits; sl += groups) {
+      const float4 v = __ldcg(slices + sl * slice_vecs + e);
+      s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+    }
+  }
+  if (groups > 1) {
+    sums[threadIdx.x] = s;
+    __syncthreads();
+    if (g == 0) {
+      for (int q = 1; q < groups; ++q) {
+        const float4 v = sums[q * span + t];
+        s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+      }
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  if (g == 0 && e < vecs) {
+    C[e] = make_uint2(pack_half2(s.x, s.y), pack_half2(s.z, s.w));
+  }
+}
+
+// Slices for SPLITK_REDUCE: SPLITS, or with SPLITS 0 as many as fill one wave of resident CTAs
+// (at least 4 k-tiles each); then the nearest smaller count that cuts K into equal slices whose
+// length is a multiple of TILE_K (else of 8: TMA needs 16-byte aligned slice starts).
+static int reduce_splits(int M, int N, int K, int ctas) {
+  const int tiles = ((M + TILE_M - 1) / TILE_M) * ((N + TILE_N - 1) / TILE_N);
+  const int ktiles = (K + TILE_K - 1) / TILE_K;
+  int want = SPLITS;
+  if (want == 0) {
+    want = ctas / (tiles > 0 ? tiles : 1);
+    if (want > ktiles / 4) want = ktiles / 4;
+  }
+  for (int sl = want; sl > 1; --sl)
+    if (K % sl == 0 && (K / sl) % TILE_K == 0) return sl;
+  for (int sl = want; sl > 1; --sl)
+    if (K % sl == 0 && (K / sl) % 8 == 0) return sl;
+  return 1;
+}
+
+// Launch the reduce kernel (PDL: its launch overlaps the GEMM's tail; it waits for the slices).
+static int launch_reduce(State& st, void* C, int M, int N, cudaStream_t s) {
+  const long long vecs = (long long)M * N / 4;
+  const long long target = (long long)st.sm_count * 1024;  // threads that fill the GPU
+  int groups = 1;
+  while (groups < 32 && groups * 2 <= st.splits && vecs * groups < target) groups *= 2;
+  const int span = kReduceThreads / groups;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(static_cast<unsigned>((vecs + span - 1) / span), 1, 1);
+  lc.blockDim = dim3(kReduceThreads, 1, 1);
+  lc.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = (PDL && st.cc >= 90) ? 1 : 0;
+  cudaError_t err = cudaLaunchKernelEx(&lc, splitk_reduce, reinterpret_cast<const float4*>(st.slices),
+                                       static_cast<uint2*>(C), vecs, vecs, st.splits, groups);
+  return err == cudaSuccess ? 0 : 4;
+}
+#endif
+
 }  // namespace l2
 
 extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
@@ -230,8 +339,44 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     int dev = 0;
     cudaGetDevice(&dev);
     st.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    st.cc = major * 10 + minor;
   }
   if (st.max_active_clusters < 0) st.max_active_clusters = query_max_active_clusters();
+#if SCHEDULER == SPLITK_REDUCE
+  const bool same = st.a == A && st.b == B && st.c == C && st.m == M && st.n == N && st.k == K && st.stream == s;
+  if (!same) {
+    st.m = -1;  // until initialize() succeeds for this problem
+    const int ctas = st.max_active_clusters > 0 ? st.max_active_clusters * CLUSTER_M * CLUSTER_N : st.sm_count;
+    st.splits = reduce_splits(M, N, K, ctas);
+    const size_t need_floats = (size_t)st.splits * M * N;
+    if (need_floats > st.slice_floats) {  // grow-only; an old buffer stays (graphs may use it)
+      st.slices = nullptr;
+      st.slice_floats = 0;
+      if (cudaMalloc(&st.slices, need_floats * sizeof(float)) != cudaSuccess) return 3;
+      st.slice_floats = need_floats;
+    }
+  }
+  const int splits = st.splits;
+  const int kslice = K / splits;
+  // slice l of A is columns [l*kslice, (l+1)*kslice) of the row-major M x K matrix; of B, rows
+  StrideA sa{};
+  cute::get<0>(sa) = static_cast<int64_t>(K);
+  cute::get<2>(sa) = static_cast<int64_t>(kslice);
+  StrideB sb{};
+  cute::get<1>(sb) = static_cast<int64_t>(N);
+  cute::get<2>(sb) = static_cast<int64_t>(kslice) * N;
+  StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(M, N, splits));
+  ElementD* out = st.slices;
+  const auto mode = splits > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
+  const int pk = kslice, pl = splits;
+  if (same) {
+    if (st.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
+    return launch_reduce(st, C, M, N, s);
+  }
+#else
 #if SCHEDULER == PERSISTENT
   // Same problem as last call: the kernel parameters (TMA descriptors) are still valid.
   if (st.a == A && st.b == B && st.c == C && st.m == M && st.n == N && st.k == K && st.stream == s) {
@@ -241,6 +386,10 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(M, K, 1));
   StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(N, K, 1));
   StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(M, N, 1));
+  ElementD* out = static_cast<ElementD*>(C);
+  const auto mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  const int pk = K, pl = 1;
+#endif
   cutlass::KernelHardwareInfo hw;
   hw.device_id = 0;
   hw.sm_count = st.sm_count;
@@ -248,10 +397,10 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   hw.max_active_clusters = st.max_active_clusters;
 #endif
   typename Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGemm,
-      {M, N, K, 1},
+      mode,
+      {M, N, pk, pl},
       {static_cast<const ElementA*>(A), sa, static_cast<const ElementB*>(B), sb},
-      {{1.0f, 0.0f}, static_cast<const ElementD*>(C), sd, static_cast<ElementD*>(C), sd},
+      {{1.0f, 0.0f}, out, sd, out, sd},
       hw};
   args.scheduler.max_swizzle_size = SWIZZLE;
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
@@ -297,5 +446,10 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     return 4;
   }
   st.a = A; st.b = B; st.c = C; st.m = M; st.n = N; st.k = K; st.stream = s;
-  return st.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
+  if (st.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
+#if SCHEDULER == SPLITK_REDUCE
+  return launch_reduce(st, C, M, N, s);
+#else
+  return 0;
+#endif
 }

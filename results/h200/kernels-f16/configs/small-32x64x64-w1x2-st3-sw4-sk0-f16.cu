@@ -4,11 +4,14 @@
 // launch and tail effects dominate and a library kernel leaves most SMs idle. Narrow CTA tiles and
 // split-K with an in-kernel reduction keep all SMs busy in ONE launch: each CTA multiplies one
 // K slice of one tile with mma.sync.m16n8k16 (cp.async multistage, ldmatrix from XOR-swizzled
-// shared memory, double-buffered register fragments); it writes its fp32 partial sums to a
-// workspace; an atomic ticket per tile elects the last CTA, which adds the slices in slice order
-// (bit-reproducible) and writes C with 128-bit stores. SPLIT_K = 0 picks the slice count at run
-// time (enough CTAs to cover the SMs, at least two k-tiles per slice), so one build serves every
-// shape. Compiles for sm_80 and later. The workspace is allocated once and only grown.
+// shared memory, double-buffered register fragments) and writes its fp32 partial tile to a
+// workspace. When the grid fits on the GPU at once (always with SPLIT_K 0), the CTAs of a tile
+// meet at a per-tile barrier and each adds all slices for its 1/splits of the tile, with many
+// loads in flight (parallel reduction); otherwise an atomic ticket elects the last CTA, which
+// adds them all. Slice order either way: bit-reproducible. SPLIT_K = 0 picks the slice count at
+// run time (up to two CTAs per SM, at least two k-tiles per slice, at most 128 slices), so one
+// build serves every shape. Compiles for sm_80 and later. The workspace is allocated once and
+// only grown.
 // A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0). Needs K and N to
 // be multiples of 8 and 16-byte aligned pointers, otherwise returns 2.
 //
@@ -20,7 +23,7 @@
 //   WARPS_N   1, 2, 4              warps along N (BN / WARPS_N must be a multiple of 16)
 //   STAGES    2, 3, 4              cp.async pipeline depth
 //   SWIZZLE   1, 2, 4, 8           tile rows per CTA group (block swizzling)
-//   SPLIT_K   0 (auto), 1, 2, 4, 8, 16, 32   K slices per tile
+//   SPLIT_K   0 (auto), 1, 2, 4, 8, 16, 32, 64, 128   K slices per tile
 //   ACC       ACC_F32, ACC_F16     accumulator type
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only):
 //                                  the launch overlaps the previous kernel's tail, every global
@@ -63,7 +66,7 @@ constexpr int kCStride = BN + 8;   // padded epilogue row (halfs)
 constexpr int kPipeBytes = STAGES * kStageHalfs * 2;
 constexpr int kEpiBytes = BM * kCStride * 2;
 constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = 128;
 
 static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
 static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
@@ -124,10 +127,69 @@ __device__ __forceinline__ float acc_get(const AccT (&d)[kAccRegs], int i) {
 #endif
 }
 
+// Two floats rounded to fp16 and packed low-first into 32 bits (no address taken: registers only).
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+         (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
+}
+
+// Parallel split-K reduction: this CTA's share of a tile (float4 groups [lo, hi) of the
+// row-major BM x BN fp32 partial tiles) summed over all slices and written to C as fp16. When
+// the share is narrower than the CTA, the threads also split the slices into `groups`
+// interleaved sets whose sums meet in shared memory and are added in set order, so a long K
+// with few tiles still has many loads in flight; the order never depends on timing.
+__device__ __forceinline__ void reduce_share(const float* parts, int splits, int split, int m0, int n0, int M,
+                                             int N, half* __restrict__ C, unsigned char* smem_raw) {
+  constexpr int kVec = BM * BN / 4;
+  const int per = (kVec + splits - 1) / splits;
+  const int lo = split * per;
+  const int hi = min(kVec, lo + per);
+  if (lo >= hi) return;  // uniform across the CTA
+  const int width = hi - lo;
+  const int groups = max(1, min(splits, kThreads / width));
+  const int span = kThreads / groups;  // threads per set (>= width when groups > 1)
+  const int tid = threadIdx.x, g = tid / span, t = tid % span;
+  float4* shared_sums = reinterpret_cast<float4*>(smem_raw);
+  const float4* p4 = reinterpret_cast<const float4*>(parts);
+  constexpr int kSliceVec = BM * BN / 4;
+  for (int e = lo + t; e < hi && g < groups; e += span) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int sl = g; sl < splits; sl += groups) {
+      const float4 v = __ldcg(p4 + (size_t)sl * kSliceVec + e);
+      s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+    }
+    if (groups > 1) {
+      shared_sums[g * span + t] = s;
+    } else {
+      const int r = (e * 4) / BN, c = (e * 4) % BN;
+      if (m0 + r < M && n0 + c < N) {
+        const uint2 u = make_uint2(pack_half2(s.x, s.y), pack_half2(s.z, s.w));
+        *reinterpret_cast<uint2*>(C + (size_t)(m0 + r) * N + n0 + c) = u;
+      }
+    }
+  }
+  if (groups == 1) return;
+  __syncthreads();
+  if (g == 0 && t < width) {
+    float4 s = shared_sums[t];
+    for (int q = 1; q < groups; ++q) {
+      const float4 v = shared_sums[q * span + t];
+      s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+    }
+    const int e = lo + t;
+    const int r = (e * 4) / BN, c = (e * 4) % BN;
+    if (m0 + r < M && n0 + c < N) {
+      const uint2 u = make_uint2(pack_half2(s.x, s.y), pack_half2(s.z, s.w));
+      *reinterpret_cast<uint2*>(C + (size_t)(m0 + r) * N + n0 + c) = u;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
 hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __restrict__ C, int M, int N,
              int K, int tiles_m, int tiles_n, int splits, int k_per_split, float* __restrict__ partials,
-             int* __restrict__ counters) {
+             int* __restrict__ counters, int parallel) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   half* smem = reinterpret_cast<half*>(smem_raw);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -232,54 +294,81 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
-  // Split-K: publish this slice's partial sums; the last CTA of the tile adds all slices in
-  // slice order (deterministic) and goes on to the epilogue, the others leave.
-  constexpr int kAccPerThread = kMI * kNI * 4;  // 4 values per m16n8 fragment
+  // Split-K. Every CTA publishes its slice's partial sums to the workspace as a row-major fp32
+  // tile. Parallel reduction (the whole grid is resident, see l2_hgemm): the CTAs of a tile wait
+  // for each other, then each adds all slices, in slice order, for its own 1/splits of the tile
+  // and writes that part of C. Serial reduction (a grid too big to be resident at once): an
+  // atomic ticket elects the last CTA, which adds every slice in slice order. Either way the sums
+  // are bit-reproducible whatever order the CTAs ran in.
   bool use_sum = false;
 #if ACC == ACC_F16
   float red[kMI][kNI][4];                  // fp32 totals of the f16 slices
 #else
   float (&red)[kMI][kNI][4] = acc;         // f32: the totals reuse the accumulator registers
 #endif
-  if (splits > 1) {
+  if (SPLIT_K != 1 && splits > 1) {  // (compiled out of SPLIT_K 1 builds: registers)
     __shared__ int s_last;
     const int tile = tile_m * tiles_n + tile_n;
-    float* mine = partials + ((size_t)tile * splits + split) * kAccPerThread * kThreads;
+    float* tile_parts = partials + (size_t)tile * splits * (BM * BN);
+    float* mine = tile_parts + (size_t)split * (BM * BN);
 #pragma unroll
     for (int i = 0; i < kMI; ++i)
 #pragma unroll
-      for (int j = 0; j < kNI; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          __stcg(mine + ((i * kNI + j) * 4 + r) * kThreads + tid, acc_get(acc[i][j], r));
+      for (int j = 0; j < kNI; ++j) {
+        const int r = wm * kWM + i * 16 + (lane >> 2);
+        const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+        __stcg(reinterpret_cast<float2*>(mine + r * BN + c), make_float2(acc_get(acc[i][j], 0), acc_get(acc[i][j], 1)));
+        __stcg(reinterpret_cast<float2*>(mine + (r + 8) * BN + c), make_float2(acc_get(acc[i][j], 2), acc_get(acc[i][j], 3)));
+      }
     __threadfence();
     __syncthreads();
+    int* arrive = counters + tile;
+    int* depart = counters + tiles_m * tiles_n + tile;
+    if (parallel) {
+      if (tid == 0) {
+        atomicAdd(arrive, 1);
+        while (*reinterpret_cast<volatile int*>(arrive) < splits) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+      reduce_share(tile_parts, splits, split, m0, n0, M, N, C, smem_raw);
+      __syncthreads();
+      if (tid == 0) {
+        // the last to leave resets both counters (every CTA of the tile is past its wait)
+        if (atomicAdd(depart, 1) == splits - 1) {
+          *arrive = 0;
+          *depart = 0;
+        }
+      }
+      return;
+    }
     if (tid == 0) {
-      const int prev = atomicAdd(counters + tile, 1);
+      const int prev = atomicAdd(arrive, 1);
       s_last = (prev == splits - 1);
-      if (s_last) counters[tile] = 0;  // ready for the next launch
+      if (s_last) *arrive = 0;  // ready for the next launch
     }
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    // Add the slices in slice order (bit-reproducible whichever CTA came last); each step
-    // issues all of a thread's loads at once, so the L2 latency is paid once per slice.
-    const float* slices = partials + (size_t)tile * splits * kAccPerThread * kThreads;
 #pragma unroll
     for (int i = 0; i < kMI; ++i)
 #pragma unroll
       for (int j = 0; j < kNI; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) red[i][j][q] = 0.f;
-#pragma unroll 2
+#pragma unroll 1  // (each step already has all of a thread's fragment loads in flight)
     for (int sl = 0; sl < splits; ++sl) {
-      const float* p = slices + (size_t)sl * kAccPerThread * kThreads + tid;
+      const float* p = tile_parts + (size_t)sl * (BM * BN);
 #pragma unroll
       for (int i = 0; i < kMI; ++i)
 #pragma unroll
-        for (int j = 0; j < kNI; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) red[i][j][q] += __ldcg(p + ((i * kNI + j) * 4 + q) * kThreads);
+        for (int j = 0; j < kNI; ++j) {
+          const int r = wm * kWM + i * 16 + (lane >> 2);
+          const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+          const float2 lo = __ldcg(reinterpret_cast<const float2*>(p + r * BN + c));
+          const float2 hi = __ldcg(reinterpret_cast<const float2*>(p + (r + 8) * BN + c));
+          red[i][j][0] += lo.x; red[i][j][1] += lo.y; red[i][j][2] += hi.x; red[i][j][3] += hi.y;
+        }
     }
     use_sum = true;
   }
@@ -323,6 +412,7 @@ struct State {
   bool configured = false;
   int sm_count = 0;
   int cc = 0;  // compute capability (PDL needs 90+)
+  int ctas_per_sm = 1;  // resident CTAs per SM (occupancy of this build)
   float* partials = nullptr;
   size_t partial_floats = 0;
   int* counters = nullptr;
@@ -334,17 +424,16 @@ static State& state() {
   return s;
 }
 
-// Grow-only workspace: allocated on the first call that needs it, never per call afterwards.
+// Grow-only workspace: allocated on the first call that needs it, never per call afterwards. A
+// smaller old buffer is not freed: a CUDA graph captured earlier may still point at it.
 static bool ensure_workspace(State& st, size_t floats, size_t counters) {
   if (floats > st.partial_floats) {
-    if (st.partials) cudaFree(st.partials);
     st.partials = nullptr;
     st.partial_floats = 0;
     if (cudaMalloc(&st.partials, floats * sizeof(float)) != cudaSuccess) return false;
     st.partial_floats = floats;
   }
   if (counters > st.counter_count) {
-    if (st.counters) cudaFree(st.counters);
     st.counters = nullptr;
     st.counter_count = 0;
     if (cudaMalloc(&st.counters, counters * sizeof(int)) != cudaSuccess) return false;
@@ -372,14 +461,20 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     st.cc = major * 10 + minor;
     if (cudaFuncSetAttribute(hgemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess)
       return 3;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&st.ctas_per_sm, hgemm_kernel, kThreads, kSmemBytes) != cudaSuccess ||
+        st.ctas_per_sm < 1) {
+      cudaGetLastError();
+      st.ctas_per_sm = 1;
+    }
     st.configured = true;
   }
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int ktiles = (K + BK - 1) / BK;
   int splits = SPLIT_K;
-  if (splits == 0) {  // automatic: enough slices to cover the SMs, at least 2 k-tiles per slice
-    splits = st.sm_count / tiles;
+  const int resident = st.sm_count * st.ctas_per_sm;  // CTAs that fit on the GPU at once
+  if (splits == 0) {  // automatic: up to two CTAs per SM, at least 2 k-tiles per slice
+    splits = st.sm_count * min(st.ctas_per_sm, 2) / tiles;
     splits = min(splits, ktiles / 2);
     splits = min(splits, kMaxSplits);
   }
@@ -388,7 +483,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   splits = (K + k_per_split - 1) / k_per_split;  // no empty slices
   if (splits > 1) {
     const size_t floats = (size_t)tiles * splits * BM * BN;
-    if (!ensure_workspace(st, floats, (size_t)tiles)) return 3;
+    if (!ensure_workspace(st, floats, 2 * (size_t)tiles)) return 3;
   }
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(tiles, 1, splits);
@@ -402,6 +497,6 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   lc.numAttrs = (PDL && st.cc >= 90) ? 1 : 0;
   cudaError_t err = cudaLaunchKernelEx(&lc, hgemm_kernel, static_cast<const half*>(A), static_cast<const half*>(B),
                                        static_cast<half*>(C), M, N, K, tiles_m, tiles_n, splits, k_per_split,
-                                       st.partials, st.counters);
+                                       st.partials, st.counters, tiles * splits <= resident ? 1 : 0);
   return err == cudaSuccess ? 0 : 4;
 }
