@@ -1,0 +1,50 @@
+"""tools/repick_shapes.py: the shapes a re-pick covers, and a list harness.shapes can read."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from harness.shapes import Shape, resolve_shapes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("repick_shapes", ROOT / "tools" / "repick_shapes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(m, n, k, l2, lt):
+    return {"m": m, "n": n, "k": k, "times_ms": {"l2": l2, "cublaslt_autotune": lt}}
+
+
+ROWS = [_row(64, 64, 16384, 2.0, 1.0),        # 1 tile, slower
+        _row(4096, 4096, 256, 2.0, 1.0),      # 1024 tiles, short K, slower
+        _row(4096, 4096, 8192, 2.0, 1.0),     # 1024 tiles, long K, slower
+        _row(128, 8192, 4096, 2.0, 1.0),      # 64 tiles, skinny, long K, slower
+        _row(8192, 8192, 512, 1.0, 2.0)]      # faster already
+
+
+def test_criteria_combine():
+    sel = _tool().select
+    assert sel(ROWS, slower_than="cublaslt_autotune") == [(64, 64, 16384), (4096, 4096, 256), (4096, 4096, 8192),
+                                                          (128, 8192, 4096)]
+    assert sel(ROWS, slower_than="cublaslt_autotune", min_tiles=33, max_k=1024) == [(4096, 4096, 256)]
+    assert sel(ROWS, slower_than="cublaslt_autotune", min_tiles=33, max_k=1024,
+               or_min_side_at_most=256) == [(4096, 4096, 256), (128, 8192, 4096)]
+    assert sel(ROWS, max_tiles=32, min_k=1024) == [(64, 64, 16384)]
+
+
+def test_written_list_is_readable_by_the_harness(tmp_path):
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps({"meta": {"git_rev": "abc1234"}, "rows": ROWS}))
+    out = tmp_path / "re.shapes"
+    assert _tool().main(["--bench", str(bench), "--slower-than", "cublaslt_autotune", "--min-tiles", "33",
+                         "--why", "test", "--out", str(out)]) == 0
+    first = out.read_text().splitlines()[0]
+    assert first.startswith("# 3 shapes") and "abc1234" in first and "min_tiles=33" in first
+    assert resolve_shapes([str(out)]) == [Shape(4096, 4096, 256), Shape(4096, 4096, 8192), Shape(128, 8192, 4096)]
