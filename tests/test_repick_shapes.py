@@ -48,3 +48,23 @@ def test_written_list_is_readable_by_the_harness(tmp_path):
     first = out.read_text().splitlines()[0]
     assert first.startswith("# 3 shapes") and "abc1234" in first and "min_tiles=33" in first
     assert resolve_shapes([str(out)]) == [Shape(4096, 4096, 256), Shape(4096, 4096, 8192), Shape(128, 8192, 4096)]
+
+
+def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits():
+    """tools/sweep_gpu.py: besides the model's top-k, the pick times the best match of each kind."""
+    spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from harness.families import catalog
+
+    cat = catalog("f32", "sm_90a")
+
+    def picks(shape):
+        return [next((c for c in cat if want(c)), None) for want in mod.always_time(shape)]
+
+    few = picks(Shape(64, 64, 16384))
+    assert all(c is not None for c in few)
+    assert {c.family for c in few[:3]} == {"sm90_cutlass", "sm80_mma", "small_splitk"}
+    assert few[3].knob_dict["SCHEDULER"] == "STREAMK" and few[4].knob_dict["SCHEDULE"] == "PINGPONG"
+    assert few[5].knob_dict["SCHEDULER"] == "SPLITK_REDUCE"
+    assert picks(Shape(8192, 8192, 128))[5] is None     # enough tiles: nothing would split

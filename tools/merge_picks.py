@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="")
     ap.add_argument("--part", action="append", default=[], help="a description of each input (recorded)")
     args = ap.parse_args(argv)
-    docs = [json.loads(Path(p).read_text()) for p in args.picks]
+    try:
+        docs = [json.loads(Path(p).read_text()) for p in args.picks]
+    except (OSError, ValueError) as e:  # one line, not a traceback
+        raise SystemExit(f"cannot read {getattr(e, 'filename', None) or 'the input'}: {e}") from None
     out = merge(docs)
     out["note"] = args.note
     out["parts"] = args.part or list(args.picks)

@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--why", default="", help="recorded in the header line")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    doc = json.loads(Path(args.bench).read_text())
+    try:
+        doc = json.loads(Path(args.bench).read_text())
+    except (OSError, ValueError) as e:  # one line, not a traceback
+        raise SystemExit(f"cannot read {getattr(e, 'filename', None) or 'the input'}: {e}") from None
     shapes = select(doc["rows"], slower_than=args.slower_than, label=args.label, min_tiles=args.min_tiles,
                     max_tiles=args.max_tiles, min_k=args.min_k, max_k=args.max_k,
                     or_min_side_at_most=args.or_min_side_at_most)

@@ -44,6 +44,19 @@ GUARD = 256  # fp16 elements of NaN guard on each side of C (512 bytes keeps 16-
 # ---------------------------------------------------------------- loading
 
 
+def always_time(shape: Shape) -> list:
+    """Predicates on configurations; the pick times the model's best match of each besides its
+    top-k: one per family; stream-K (the model's least calibrated term); ping-pong (its epilogue
+    overlaps the other warpgroup's mainloop, which the model does not see: store-bound shapes);
+    and, when it would split this shape, SPLITK_REDUCE (its reduce term is not calibrated yet)."""
+    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk")]
+    return fams + [
+        lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
+        lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",
+        lambda c: c.geometry().separate_reduce and c.geometry().splits_for(shape) > 1,
+    ]
+
+
 class Kernel:
     def __init__(self, name: str, entry: dict, so: Path, source: str):
         self.name, self.entry, self.source = name, entry, source
@@ -400,25 +413,11 @@ def cmd_pick(args, kerns) -> dict:
         ranked = [by_name[c.name] for _, c in model.rank([k.config for k in kerns], s)]
         top = args.top_k if per_shape > 0.25 else max(2, args.top_k // 2)
         chosen = ranked[:top]
-        for fam in ("sm90_cutlass", "sm80_mma", "small_splitk"):  # one per family, model or not
-            extra = next((k for k in ranked if k.config.family == fam), None)
-            if extra is not None and extra not in chosen and per_shape > 0.15:
-                chosen.append(extra)
-        # and one stream-K configuration: the model's stream-K term is the least calibrated
-        extra = next((k for k in ranked if k.config.knob_dict.get("SCHEDULER") == "STREAMK"), None)
-        if extra is not None and extra not in chosen and per_shape > 0.15:
-            chosen.append(extra)
-        # and one ping-pong configuration: its epilogue overlaps the other warpgroup's mainloop,
-        # which the model does not see (store-bound shapes: big M x N, short K)
-        extra = next((k for k in ranked if k.config.knob_dict.get("SCHEDULE") == "PINGPONG"), None)
-        if extra is not None and extra not in chosen and per_shape > 0.15:
-            chosen.append(extra)
-        # and, when it would split this shape, the best separate-reduce split-K configuration (new
-        # in the catalog: the model's reduce term for it is not calibrated yet)
-        extra = next((k for k in ranked if k.config.geometry().separate_reduce
-                      and k.config.geometry().splits_for(s) > 1), None)
-        if extra is not None and extra not in chosen and per_shape > 0.15:
-            chosen.append(extra)
+        if per_shape > 0.15:  # the best of each kind the model is least sure of, model or not
+            for wanted in always_time(s):
+                extra = next((k for k in ranked if wanted(k.config)), None)
+                if extra is not None and extra not in chosen:
+                    chosen.append(extra)
         chosen = [k for k in chosen if k.name not in skip]
         dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
         times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)
