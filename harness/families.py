@@ -119,7 +119,9 @@ SM90 = Family(
         Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK/SPLITK_REDUCE, 0 = fill one wave per call"),
         Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
-        Knob("EPILOGUE", ("EPI_TMA", "EPI_NOSMEM"), "TMA store via shared memory / direct stores"),
+        Knob("EPILOGUE", ("EPI_TMA", "EPI_TMA_NOC", "EPI_NOSMEM"),
+             "TMA store via shared memory (C declared / no C operand: delayed stores) / direct stores"),
+        Knob("EPI_TILE_N", _V(0, 32, 64, 128), "epilogue subtile columns, 0 = CUTLASS's choice (32)"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch (PERSISTENT and SPLITK_REDUCE only)"),
     ),
@@ -348,7 +350,11 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         tm, tn, tk = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K")
         pingpong = knobs["SCHEDULE"] == "PINGPONG"
         stage_b = (tm * tk + tk * tn) * 2 + 32
-        epi_b = 0 if knobs["EPILOGUE"] == "EPI_NOSMEM" else 2 * (min(tm, 128 if not pingpong else 64) * 32 * 2) + 1024
+        epi_rows = min(tm, 128 if not pingpong else 64)
+        epi_cols = _i(knobs, "EPI_TILE_N") or 32
+        # two subtiles of D in flight (EPI_TMA keeps 3-4 for C and D; the cost model was fitted
+        # with this estimate)
+        epi_b = 0 if knobs["EPILOGUE"] == "EPI_NOSMEM" else 2 * epi_rows * epi_cols * 2 + 1024
         stages = _i(knobs, "STAGES")
         if stages == 0:
             stages = max(0, (SMEM_PER_SM - epi_b - 1024) // stage_b)
@@ -410,6 +416,11 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
         if g.regs_per_thread > 232:
             problems.append(f"accumulators need about {g.regs_per_thread} registers per thread: use a smaller tile")
+        epi_n = _i(knobs, "EPI_TILE_N")
+        if epi_n and knobs["EPILOGUE"] == "EPI_NOSMEM":
+            problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
+        if epi_n and g.tile_n % epi_n:
+            problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
         if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
             problems.append("TILE_K 128 only with tiles up to 128x128")
     else:
@@ -480,6 +491,10 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
             extra += f"-sw{k['SWIZZLE']}"
         if k["EPILOGUE"] == "EPI_NOSMEM":
             extra += "-nosmem"
+        elif k["EPILOGUE"] == "EPI_TMA_NOC":
+            extra += "-noc"
+        if k.get("EPI_TILE_N", "0") != "0":
+            extra += f"-e{k['EPI_TILE_N']}"
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
@@ -491,10 +506,11 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
 
 
 def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="PERSISTENT",
-          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA", pdl=1) -> dict[str, str]:
+          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA", epi_n=0, pdl=1) -> dict[str, str]:
     return {"PDL": str(pdl), "TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": str(tk), "CLUSTER_M": str(cm),
             "CLUSTER_N": str(cn), "SCHEDULE": sched, "STAGES": str(stages), "SCHEDULER": scheduler,
-            "SPLITS": str(splits), "RASTER": raster, "SWIZZLE": str(swizzle), "EPILOGUE": epi}
+            "SPLITS": str(splits), "RASTER": raster, "SWIZZLE": str(swizzle), "EPILOGUE": epi,
+            "EPI_TILE_N": str(epi_n)}
 
 
 def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1) -> dict[str, str]:
@@ -525,6 +541,21 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 192)),
     ("sm90_cutlass", _sm90(128, 192, cm=2)),
     ("sm90_cutlass", _sm90(64, 192, sched="PINGPONG")),
+    # store-bound outputs (many tiles, short K): no source operand, so CUTLASS delays each TMA
+    # store by one subtile and the stores overlap the register-to-shared copies (EPI_TMA_NOC);
+    # wider epilogue subtiles; ping-pong 128x192 (192 accumulators per consumer thread)
+    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 256, cm=2, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(256, 128, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 192, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG")),
+    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", epi="EPI_TMA_NOC")),
     # stream-K: the k-iterations of few or unevenly many tiles spread over every SM
     ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),

@@ -185,6 +185,37 @@ def test_splitk_reduce_variant_builds_for_sm90a(tmp_path, monkeypatch):
     assert "splitk_reduce" in res.log     # ptxas compiled the reduce kernel too
 
 
+def test_epilogue_knobs_are_validated_and_named():
+    """EPI_TILE_N must divide TILE_N and applies to the TMA epilogues only; names show both knobs."""
+    base = F._sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC")
+    assert F.validate("sm90_cutlass", {**F.SM90.defaults(), **base}) == []
+    assert F.Config.of("sm90_cutlass", base).name == "sm90-128x192x64-c1x1-pp-p-st0-noc"
+    e64 = {**F.SM90.defaults(), **base, "EPI_TILE_N": "64"}
+    assert F.validate("sm90_cutlass", e64) == []
+    assert F.Config.of("sm90_cutlass", e64).name.endswith("-noc-e64")
+    bad = F.validate("sm90_cutlass", {**e64, "EPI_TILE_N": "128"})
+    assert any("not a multiple of EPI_TILE_N" in p for p in bad)
+    nosmem = F.validate("sm90_cutlass", {**e64, "EPILOGUE": "EPI_NOSMEM"})
+    assert any("TMA epilogues only" in p for p in nosmem)
+    # a wider subtile takes shared memory from the mainloop's stages
+    g32 = F.geometry("sm90_cutlass", {**F.SM90.defaults(), **base})
+    g128 = F.geometry("sm90_cutlass", {**F.SM90.defaults(), **F._sm90(128, 256, epi="EPI_TMA_NOC", epi_n=128)})
+    assert g128.stages <= g32.stages
+
+
+@pytest.mark.slow
+def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
+    """EPI_TMA_NOC: C is void, so CUTLASS's epilogue delays each TMA store by one subtile."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.render("sm90_cutlass", F._sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64))
+    res = _build(src, "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    # the dispatch policy in the kernel's name: Sm90TmaWarpSpecialized<StagesC, StagesD,
+    # FragmentSize, ReuseSmemC, DelayTmaStore> with DelayTmaStore = true
+    assert "Sm90TmaWarpSpecializedILi4ELi2ELi32ELb0ELb1E" in res.log, res.log[-2000:]
+
+
 def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
     """SPLIT_K 128 (the parallel per-tile reduction's share of a 16x64 tile is 2 float4 groups)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))

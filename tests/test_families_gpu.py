@@ -121,3 +121,30 @@ def test_f16_long_k_is_rejected_unless_split(evaluator):
     for cfg in split:
         e = ev.evaluate(cfg.source(), shape, "f16", time_baselines=False)
         assert e.status == "ok", (cfg.name, e.status, e.message)
+
+
+def epilogue_configs(acc: str) -> list[F.Config]:
+    """The epilogue variants: no source operand (delayed TMA stores) with the automatic and a
+    64-column subtile, both schedules, and with stream-K (whose fixup shares the epilogue)."""
+    a = F.acc_knob(acc)
+    return [
+        F.Config.of("sm90_cutlass", {**F._sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC"), "ACC": a}),
+        F.Config.of("sm90_cutlass", {**F._sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=64), "ACC": a}),
+        F.Config.of("sm90_cutlass", {**F._sm90(128, 128, sched="PINGPONG", epi_n=64), "ACC": a}),
+        F.Config.of("sm90_cutlass", {**F._sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC"), "ACC": a}),
+    ]
+
+
+def test_epilogue_variants_pass_every_check(evaluator):
+    """C is written only through the epilogue: a store issued one subtile late, or a wider
+    subtile, must still write every element of partial tiles and nothing outside C."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs an sm_90 GPU")
+    failures = []
+    for cfg in epilogue_configs("f32"):
+        for shape in SHAPES:
+            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+            if e.status not in ("ok", "unsupported") or (e.status == "unsupported" and shape.k % 8 == 0):
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
