@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .errors import HarnessError
 from .paths import KERNELS_DIR
@@ -543,15 +543,14 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(64, 192, sched="PINGPONG")),
     # store-bound outputs (many tiles, short K): no source operand, so CUTLASS delays each TMA
     # store by one subtile and the stores overlap the register-to-shared copies (EPI_TMA_NOC);
-    # wider epilogue subtiles; ping-pong 128x192 (192 accumulators per consumer thread)
+    # wider epilogue subtiles; ping-pong 128x192 (192 accumulators per consumer thread). Each of
+    # these won shapes in the 2026-11-29 pick of the 215 shapes of 132+ tiles with K <= 1024
+    # (results/h200/runs/pick-storebound.json), where ping-pong 128x128 with EPI_TMA_NOC was
+    # 1.14x faster than with EPI_TMA (geomean) and 1.20x with 64-column subtiles too. Every other
+    # EPI_TMA entry gets its EPI_TMA_NOC twin below (_with_epilogue_twins).
     ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(256, 128, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(128, 192, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC")),
@@ -592,6 +591,45 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("small_splitk", _mma(32, 64, 32, 1, 2, 4, 4, 0)),
     ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
 )
+
+EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")
+
+
+def epilogue_twin(knobs: Mapping[str, str]) -> dict[str, str] | None:
+    """The EPI_TMA_NOC twin of an EPI_TMA sm90 configuration (None for other epilogues): 64-column
+    subtiles for persistent fp16-output kernels, CUTLASS's choice when the output is the fp32
+    slices of SPLITK_REDUCE (64 fp32 columns double the subtile's shared memory) or when a
+    stream-K / split-K fixup shares the epilogue."""
+    if knobs.get("EPILOGUE", "EPI_TMA") != "EPI_TMA" or knobs.get("SCHEDULER") == "SPLITK":
+        return None   # (CUTLASS's split-K never won a shape; it stays as it is)
+    wide = knobs.get("SCHEDULER", "PERSISTENT") == "PERSISTENT" and int(knobs["TILE_N"]) % 64 == 0
+    return {**knobs, "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "64" if wide else "0"}
+
+
+def _with_epilogue_twins(entries):
+    """``entries`` plus the EPI_TMA_NOC twin of every sm90 EPI_TMA entry that lacks one."""
+    out = list(entries)
+    have = {(f, tuple(sorted(k.items()))) for f, k in out}
+    for fam, knobs in entries:
+        # (no twins of the no-PDL comparison builds)
+        twin = epilogue_twin(knobs) if fam == "sm90_cutlass" and knobs.get("PDL") != "0" else None
+        if twin is not None and (fam, tuple(sorted(twin.items()))) not in have:
+            out.append((fam, twin))
+            have.add((fam, tuple(sorted(twin.items()))))
+    return tuple(out)
+
+
+CATALOG_F32 = _with_epilogue_twins(CATALOG_F32)
+
+
+def epilogue_siblings(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:
+    """The configurations of ``pool`` that differ from ``cfg`` only in the epilogue knobs. The
+    cost model does not see the epilogue (it cannot tell these apart), so a pick times them
+    together: the NOC twin is much faster on store-bound shapes and can be slower elsewhere."""
+    key = {k: v for k, v in cfg.knobs if k not in EPILOGUE_KNOBS}
+    return [c for c in pool if c != cfg and c.family == cfg.family
+            and {k: v for k, v in c.knobs if k not in EPILOGUE_KNOBS} == key]
+
 
 CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 256, cm=2)),

@@ -68,3 +68,47 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits():
     assert few[3].knob_dict["SCHEDULER"] == "STREAMK" and few[4].knob_dict["SCHEDULE"] == "PINGPONG"
     assert few[5].knob_dict["SCHEDULER"] == "SPLITK_REDUCE"
     assert picks(Shape(8192, 8192, 128))[5] is None     # enough tiles: nothing would split
+
+
+def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
+    """The cost model cannot tell EPI_TMA from EPI_TMA_NOC: top-k must hold k distinct
+    configurations, and every chosen one brings its epilogue siblings along."""
+    spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from harness.families import EPILOGUE_KNOBS, catalog
+
+    class K:  # what the pick ranks: kernels with a .config
+        def __init__(self, c):
+            self.config, self.name = c, c.name
+
+    cat = [K(c) for c in catalog("f32", "sm_90a")]
+    pp = next(k for k in cat if k.name == "sm90-128x128x64-c1x1-pp-p-st0")
+    twin = next(k for k in cat if k.name == "sm90-128x128x64-c1x1-pp-p-st0-noc-e64")
+    others = [k for k in cat if k not in (pp, twin)]
+    ranked = [pp, twin] + others            # the model ties twins: they come out side by side
+    chosen = mod.choose(ranked, Shape(8192, 8192, 256), 3, kinds=False, siblings=False)
+    strip = lambda k: tuple((n, v) for n, v in k.config.knobs if n not in EPILOGUE_KNOBS)  # noqa: E731
+    assert len(chosen) == 3 and len({strip(k) for k in chosen}) == 3
+    assert pp in chosen and twin not in chosen
+    with_sibs = mod.choose(ranked, Shape(8192, 8192, 256), 3, kinds=False, siblings=True)
+    names = {k.name for k in with_sibs}
+    assert {"sm90-128x128x64-c1x1-pp-p-st0-noc", "sm90-128x128x64-c1x1-pp-p-st0-noc-e64",
+            "sm90-128x128x64-c1x1-pp-p-st0-e64"} <= names
+    assert {strip(k) for k in with_sibs} == {strip(k) for k in chosen}   # siblings only, nothing new
+
+
+def test_every_tma_epilogue_entry_of_the_f32_catalog_has_its_no_source_twin():
+    from harness.families import catalog, epilogue_twin
+
+    cat = catalog("f32")
+    names = {c.name for c in cat}
+    for c in cat:
+        k = c.knob_dict
+        if c.family != "sm90_cutlass" or k["PDL"] == "0" or k["SCHEDULER"] == "SPLITK":
+            continue
+        twin = epilogue_twin(k)
+        if twin is not None:
+            from harness.families import Config
+
+            assert Config.of("sm90_cutlass", twin).name in names, c.name

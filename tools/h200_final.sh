@@ -6,7 +6,7 @@
 #   carry: [".whl", ".carry/final"]     (.carry/final = build-cache entries of the catalog +
 #                                        its manifest, made by tools/final_carry.py)
 #   command: L2TUI_GIT_REV=<rev> bash tools/h200_final.sh
-#   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, SERVER_S, PROFILE_SHAPES
+#   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, SERVER_S, PROFILE_SHAPES, BENCH=0
 #
 # Every step has a time cap so the call ends inside the device limit; a pick that hangs is ended
 # by its watchdog and resumed without the configuration that hung. Outputs land in $OUT:
@@ -40,10 +40,13 @@ while [ $SECONDS -lt $PICK_END ]; do
   grep -q "WATCHDOG" "$LOG" && [ "$(grep -c WATCHDOG "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c WATCHDOG "$LOG"); continue; }
   break
 done
+# BENCH=0: stop after the pick (a re-pick too long to share a call with the bench)
+if [ "${BENCH:-1}" = "1" ]; then
 step bench-grid 215 python3 -m harness bench --shapes grid --kernels $W/k32 --label l2 --baselines $B \
   --out $OUT/kernels-offline.json --limit-seconds 200
 step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
+fi
 
 # PROFILE_SHAPES ("MxNxK MxNxK ..."): Nsight Compute profiles of the winner and of cuBLASLt autotuned
 for shp in ${PROFILE_SHAPES:-}; do

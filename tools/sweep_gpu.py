@@ -57,6 +57,37 @@ def always_time(shape: Shape) -> list:
     ]
 
 
+def choose(ranked: list, shape: Shape, top: int, kinds: bool = True, siblings: bool = True) -> list:
+    """What the pick times on ``shape``, from kernels ranked best-first by the cost model: the top
+    ``top`` distinct configurations, counting those that differ only in the epilogue as one (the
+    model cannot tell them apart); with ``kinds`` the best of each kind in :func:`always_time`;
+    with ``siblings`` the epilogue variants of everything chosen (they are timed, not ranked)."""
+    from harness.families import EPILOGUE_KNOBS, epilogue_siblings
+
+    def key(k):
+        return (k.config.family, tuple((n, v) for n, v in k.config.knobs if n not in EPILOGUE_KNOBS))
+
+    chosen, keys = [], set()
+    for k in ranked:
+        if len(chosen) >= top:
+            break
+        if key(k) not in keys:
+            keys.add(key(k))
+            chosen.append(k)
+    if kinds:  # the best of each kind the model is least sure of, model or not
+        for wanted in always_time(shape):
+            extra = next((k for k in ranked if wanted(k.config)), None)
+            if extra is not None and extra not in chosen:
+                chosen.append(extra)
+    if siblings:
+        by_cfg = {k.config: k for k in ranked}
+        for k in list(chosen):
+            for sib in epilogue_siblings(k.config, list(by_cfg)):
+                if by_cfg[sib] not in chosen:
+                    chosen.append(by_cfg[sib])
+    return chosen
+
+
 class Kernel:
     def __init__(self, name: str, entry: dict, so: Path, source: str):
         self.name, self.entry, self.source = name, entry, source
@@ -412,12 +443,7 @@ def cmd_pick(args, kerns) -> dict:
         per_shape = left / max(1, len(shapes) - i)
         ranked = [by_name[c.name] for _, c in model.rank([k.config for k in kerns], s)]
         top = args.top_k if per_shape > 0.25 else max(2, args.top_k // 2)
-        chosen = ranked[:top]
-        if per_shape > 0.15:  # the best of each kind the model is least sure of, model or not
-            for wanted in always_time(s):
-                extra = next((k for k in ranked if wanted(k.config)), None)
-                if extra is not None and extra not in chosen:
-                    chosen.append(extra)
+        chosen = choose(ranked, s, top, kinds=per_shape > 0.15, siblings=per_shape > 0.2)
         chosen = [k for k in chosen if k.name not in skip]
         dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
         times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)
