@@ -312,6 +312,7 @@ class Geometry:
     acc: str
     pdl: bool = True
     separate_reduce: bool = False  # SPLITK_REDUCE: equal K slices, then a reduce kernel
+    epilogue: str = "EPI_TMA"      # sm90: EPI_TMA / EPI_TMA_NOC / EPI_NOSMEM; mma.sync: SMEM
 
     def splits_for(self, shape: Shape, sm_count: int = 132) -> int:
         """The split-K factor the kernel will use on ``shape`` (mirrors the .cu host code)."""
@@ -367,7 +368,7 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
                         True, knobs["SCHEDULER"] == "STREAMK",
                         _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc,
                         knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] in ("PERSISTENT", "SPLITK_REDUCE"),
-                        knobs["SCHEDULER"] == "SPLITK_REDUCE")
+                        knobs["SCHEDULER"] == "SPLITK_REDUCE", knobs["EPILOGUE"])
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
@@ -379,7 +380,7 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     by_regs = REGS_PER_SM // (threads * max(regs, 32))
     cps = max(1, min(by_smem, by_regs, 2048 // threads, 32))
     return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, st, _i(knobs, "SPLIT_K"),
-                    False, False, 1, False, acc, knobs.get("PDL", "1") == "1")
+                    False, False, 1, False, acc, knobs.get("PDL", "1") == "1", epilogue="SMEM")
 
 
 UNSAFE_SCHEDULERS = frozenset({"SPLITK"})

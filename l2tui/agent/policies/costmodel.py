@@ -15,9 +15,12 @@ Terms (all in seconds):
   (arithmetic intensity tm*tn/(tm+tn)) and a pipeline-fill factor (short K loops never reach
   steady state); stream-K balances fractional waves,
 * memory: compulsory DRAM bytes (A, B, C once) plus split-K partial sums, at the copy bandwidth,
-* split-K reduction tail: the last CTA of a tile reads every slice's partials.
+* split-K reduction tail: the last CTA of a tile reads every slice's partials,
+* store: the part of writing each wave's C tiles that the epilogue does not overlap with math
+  (each SM's share of the bandwidth; fitted per EPILOGUE: with EPI_TMA_NOC the stores are
+  delayed and overlap the next subtile's copies, so less of it shows).
 
-The time is ``fixed + max(compute, memory) + reduction``.
+The time is ``fixed + max(compute + store, memory, latency) + reduction``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class FamilyParams:
     ktile_latency_us: float  # latency floor of one k-tile when few CTAs run (memory latency)
     reduce_gbs: float = 100.0  # rate at which a tile's split-K partials are added (per tile, GB/s)
     pdl_us: float = 0.0        # launch latency hidden by programmatic dependent launch (PDL knob)
+    store_tma: float = 0.0     # fraction of storing a C tile that is not overlapped (every epilogue
+                               # but EPI_TMA_NOC: EPI_TMA, EPI_NOSMEM, the mma.sync shared-memory one)
+    store_noc: float = 0.0     # the same with EPI_TMA_NOC (delayed TMA stores, no C buffers)
 
 
 @dataclass(frozen=True)
@@ -155,8 +161,14 @@ class CostModel:
             reduce = 8.0 * splits * s.m * s.n / (self.params.bandwidth_gbs * 1e9) + SECOND_LAUNCH_US * 1e-6
         else:
             reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
-        body = max(compute, memory, latency)
-        bound = "compute" if body == compute else ("memory" if body == memory else "latency")
+        exposed = p.store_noc if g.epilogue == "EPI_TMA_NOC" else p.store_tma
+        store = 0.0
+        if exposed > 0:
+            out_b = 4 if g.separate_reduce else 2
+            per_sm_bw = self.params.bandwidth_gbs * 1e9 / self.sm_count
+            store = max(waves, 1.0 / slots) * tm * tn * out_b / per_sm_bw * exposed
+        body = max(compute + store, memory, latency)
+        bound = "compute" if body == compute + store else ("memory" if body == memory else "latency")
         fixed = max(0.2, p.fixed_us - (p.pdl_us if g.pdl else 0.0)) * 1e-6
         total = fixed + body + reduce
         if fixed > body:
@@ -217,7 +229,9 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
                                ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
                                ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0]),
                                ("reduce_gbs", [10, 25, 50, 100, 200, 400, 800]),
-                               ("pdl_us", [0.0, 0.25, 0.5, 0.75, 1.0, 1.5])):
+                               ("pdl_us", [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]),
+                               ("store_tma", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5]),
+                               ("store_noc", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5])):
                 best = None
                 for v in grid:
                     fp = replace(params.families[fam], **{attr: float(v)})
