@@ -646,6 +646,7 @@ CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
     ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
 )
 
+CATALOG_F16 = _with_epilogue_twins(CATALOG_F16)
 
 # The CUTLASS split-K scheduler hung on the H200 when timed by repeated CUDA-graph replay
 # (2026-11-29 grid pick: 256x12288x12288 with 4 splits never finished; stream-K hung on

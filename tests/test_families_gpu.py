@@ -125,26 +125,35 @@ def test_f16_long_k_is_rejected_unless_split(evaluator):
 
 def epilogue_configs(acc: str) -> list[F.Config]:
     """The epilogue variants: no source operand (delayed TMA stores) with the automatic and a
-    64-column subtile, both schedules, and with stream-K (whose fixup shares the epilogue)."""
+    64-column subtile, both schedules, with stream-K (whose fixup shares the epilogue) and with
+    SPLITK_REDUCE (fp32 slices out); the f16 ones are the f16 catalog's twins (prebuilt)."""
     a = F.acc_knob(acc)
-    return [
-        F.Config.of("sm90_cutlass", {**F._sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC"), "ACC": a}),
-        F.Config.of("sm90_cutlass", {**F._sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=64), "ACC": a}),
-        F.Config.of("sm90_cutlass", {**F._sm90(128, 128, sched="PINGPONG", epi_n=64), "ACC": a}),
-        F.Config.of("sm90_cutlass", {**F._sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC"), "ACC": a}),
-    ]
+    if acc == "f16":
+        knobs = [F._sm90(128, 256, cm=2, epi="EPI_TMA_NOC", epi_n=64),
+                 F._sm90(64, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64),
+                 F._sm90(128, 128, scheduler="STREAMK", epi="EPI_TMA_NOC"),
+                 F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")]
+    else:
+        knobs = [F._sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC"),
+                 F._sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=64),
+                 F._sm90(128, 128, sched="PINGPONG", epi_n=64),
+                 F._sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC")]
+    return [F.Config.of("sm90_cutlass", {**k, "ACC": a}) for k in knobs]
 
 
-def test_epilogue_variants_pass_every_check(evaluator):
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_epilogue_variants_pass_every_check(evaluator, acc):
     """C is written only through the epilogue: a store issued one subtile late, or a wider
     subtile, must still write every element of partial tiles and nothing outside C."""
     ev, arch = evaluator
     if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_cutlass needs an sm_90 GPU")
     failures = []
-    for cfg in epilogue_configs("f32"):
+    for cfg in epilogue_configs(acc):
         for shape in SHAPES:
-            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+            if acc == "f16" and shape.k >= F16_LONG_K:
+                continue  # test_f16_long_k_is_rejected_unless_split
+            e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
             if e.status not in ("ok", "unsupported") or (e.status == "unsupported" and shape.k % 8 == 0):
                 failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)

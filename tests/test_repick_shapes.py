@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.shapes import Shape, resolve_shapes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,10 +100,11 @@ def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
     assert {strip(k) for k in with_sibs} == {strip(k) for k in chosen}   # siblings only, nothing new
 
 
-def test_every_tma_epilogue_entry_of_the_f32_catalog_has_its_no_source_twin():
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_every_tma_epilogue_entry_of_the_catalog_has_its_no_source_twin(acc):
     from harness.families import catalog, epilogue_twin
 
-    cat = catalog("f32")
+    cat = catalog(acc)
     names = {c.name for c in cat}
     for c in cat:
         k = c.knob_dict

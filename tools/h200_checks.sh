@@ -4,7 +4,7 @@
 #
 #   carry: [".whl", ".carry/final"]
 #   command: L2TUI_GIT_REV=<rev> bash tools/h200_checks.sh
-#   options (environment): GPU_TESTS, GPU_TESTS_S, SERVER_PICK, EXPORT_DIR + EXPORT_ARGS
+#   options (environment): GPU_TESTS, GPU_TESTS_S, PICK16_S, SERVER_PICK, EXPORT_DIR + EXPORT_ARGS
 #
 # Outputs in $OUT: pytest-gpu.xml, pytest-agent.xml, kernels-f16-sample100.json/.csv,
 # export-bench.json, checks.log, rest.tar.gz.
@@ -18,8 +18,8 @@ step pytest-gpu ${GPU_TESTS_S:-200} python3 -m pytest -m gpu -v -p no:cacheprovi
   $GPU_TESTS --junitxml=$OUT/pytest-gpu.xml
 step agent-gpu 90 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/test_agent_gpu.py \
   --basetemp=$W/agent --junitxml=$OUT/pytest-agent.xml
-step pick-f16 30 python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes sample100 --acc f16 \
-  --kernels-dir $W/k16 --budget-s 18 --top-k 3 --watchdog-s 15 --tag pick-f16
+step pick-f16 $(( ${PICK16_S:-18} + 12 )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes sample100 --acc f16 \
+  --kernels-dir $W/k16 --budget-s ${PICK16_S:-18} --top-k 3 --watchdog-s 15 --tag pick-f16
 step bench-f16 70 python3 -m harness bench --shapes sample100 --acc f16 --kernels $W/k16 --label l2 \
   --baselines cublas,cublaslt_heuristic,cublaslt_autotune --out $OUT/kernels-f16-sample100.json --limit-seconds 60
 # SERVER_PICK (a committed pick file): server mode on sample100 with its winners
