@@ -19,7 +19,7 @@ step pytest-gpu ${GPU_TESTS_S:-200} python3 -m pytest -m gpu -v -p no:cacheprovi
 step agent-gpu 90 python3 -m pytest -m gpu -v -p no:cacheprovider -o addopts="" tests/test_agent_gpu.py \
   --basetemp=$W/agent --junitxml=$OUT/pytest-agent.xml
 step pick-f16 $(( ${PICK16_S:-18} + 12 )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W --shapes sample100 --acc f16 \
-  --kernels-dir $W/k16 --budget-s ${PICK16_S:-18} --top-k 3 --watchdog-s 15 --tag pick-f16
+  --kernels-dir $W/k16 --budget-s ${PICK16_S:-18} --top-k 3 --watchdog-s 30 --full-check --tag pick-f16
 step bench-f16 70 python3 -m harness bench --shapes sample100 --acc f16 --kernels $W/k16 --label l2 \
   --baselines cublas,cublaslt_heuristic,cublaslt_autotune --out $OUT/kernels-f16-sample100.json --limit-seconds 60
 # SERVER_PICK (a committed pick file): server mode on sample100 with its winners

@@ -435,6 +435,15 @@ def cmd_pick(args, kerns) -> dict:
         os.replace(tmp, Path(args.out) / f"{args.tag or 'pick'}.json")
 
     dog = Watchdog(args.watchdog_s, save)
+    evaluator = None
+    if args.full_check:
+        # the quick check's bounds are torch's; the bench's are the harness's (for f16: twice
+        # the error of cuBLAS with fp16 accumulation, much tighter), so a near-bound f16 kernel
+        # could win the pick and fail the bench
+        from harness.evaluate import Evaluator
+        from harness.gpuinfo import detect_arch
+
+        evaluator = Evaluator(arch=detect_arch(), baselines=()).__enter__()
     warm_up()
     t0 = time.time()
     skip = {h.split("@", 1)[0] for h in hung}
@@ -456,6 +465,12 @@ def cmd_pick(args, kerns) -> dict:
                 if not r["ok"]:
                     print(f"  {name} failed {r['failed']} on {s}", flush=True)
                     continue
+                if evaluator is not None:  # and every check of the harness, with its bounds
+                    dog.beat(f"{name}@{s} (harness checks)")
+                    e = evaluator.evaluate(by_name[name].source, s, by_name[name].acc, time_baselines=False)
+                    if e.status != "ok":
+                        print(f"  {name} failed the harness checks on {s}: {e.status} {e.message}", flush=True)
+                        continue
             winner = name
             break
         if winner and kdir:
@@ -472,6 +487,8 @@ def cmd_pick(args, kerns) -> dict:
             print(f"over the time budget: stopping after {i + 1} shapes (continue with --resume)", flush=True)
             save()
             break
+    if evaluator is not None:
+        evaluator.close()
     if kdir:
         pack_kernels(kdir, Path(args.out) / f"{args.tag or 'pick'}-kernels.tar.gz")
     return {"mode": "pick", "timings": rows, "hung": hung}
@@ -521,6 +538,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=5)
     ap.add_argument("--kernels-dir", default=None)
+    ap.add_argument("--full-check", action="store_true",
+                    help="pick: the winner must also pass every harness check (the bench's bounds)")
     ap.add_argument("--check-max-mnk", type=float, default=float("inf"), help="pick: check winners up to this M*N*K")
     ap.add_argument("--tag", default=None, help="output file name stem")
     ap.add_argument("--exclude-failed", nargs="*", default=[], help="check result files: skip configurations that failed")
