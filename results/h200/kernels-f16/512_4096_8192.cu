@@ -1,1 +1,1 @@
-configs/sm90-128x128x64-c1x1-coop-sk-st0-f16.cu
+configs/sm90-128x128x64-c1x1-coop-sk-st0-noc-f16.cu

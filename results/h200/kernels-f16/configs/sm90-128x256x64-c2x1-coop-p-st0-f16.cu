@@ -32,7 +32,18 @@
 //                                       into multiples of 8, the nearest such count is used)
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (L2 reuse)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order (block swizzling)
-//   EPILOGUE        EPI_TMA, EPI_NOSMEM TMA store through shared memory, or direct register stores
+//   EPILOGUE        EPI_TMA, EPI_TMA_NOC, EPI_NOSMEM
+//                                       EPI_TMA: TMA store through shared memory, C declared as a
+//                                       source operand (never read: beta = 0) so shared memory is
+//                                       kept for it; EPI_TMA_NOC: TMA store with no source operand
+//                                       (C = void): no shared memory for C (more for the mainloop)
+//                                       and each subtile's store is issued after the next subtile
+//                                       is staged (CUTLASS's delayed TMA store), so storing overlaps
+//                                       the register-to-shared copies; EPI_NOSMEM: direct register
+//                                       stores
+//   EPI_TILE_N      0 (auto: 32), 32, 64, 128  columns of the epilogue subtile (rows: 128 for
+//                                       COOPERATIVE, 64 for PINGPONG); TILE_N must be a multiple.
+//                                       Wider subtiles: fewer, larger TMA stores, more shared memory
 //   ACC             ACC_F32, ACC_F16    accumulator type
 //   PDL             0, 1                programmatic dependent launch (Hopper): the launch and
 //                                       prologue overlap the previous kernel's tail; every global
@@ -54,6 +65,7 @@
 #define RASTER_ALONG_N 2
 #define EPI_TMA 1
 #define EPI_NOSMEM 2
+#define EPI_TMA_NOC 3
 #define ACC_F32 1
 #define ACC_F16 2
 
@@ -70,6 +82,7 @@
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
 #define EPILOGUE EPI_TMA
+#define EPI_TILE_N 0
 #define ACC ACC_F16
 #define PDL 1
 // l2: knobs end
@@ -118,6 +131,11 @@ using ElementD = float;  // the fp32 slice sums; the reduce kernel writes the fp
 #else
 using ElementD = cutlass::half_t;
 #endif
+#if EPILOGUE == EPI_TMA_NOC
+using ElementC = void;  // no source operand: beta = 0 is compiled in
+#else
+using ElementC = ElementD;  // declared, never read (beta = 0)
+#endif
 #if ACC == ACC_F16
 using ElementAcc = cutlass::half_t;
 #else
@@ -133,6 +151,15 @@ constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
 
 using TileShape = Shape<Int<TILE_M>, Int<TILE_N>, Int<TILE_K>>;
 using ClusterShape = Shape<Int<CLUSTER_M>, Int<CLUSTER_N>, _1>;
+
+#if EPI_TILE_N == 0
+using EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;
+#elif SCHEDULE == COOPERATIVE
+using EpilogueTile = Shape<Int<(TILE_M < 128 ? TILE_M : 128)>, Int<EPI_TILE_N>>;
+#else
+using EpilogueTile = Shape<_64, Int<EPI_TILE_N>>;
+#endif
+static_assert(EPI_TILE_N == 0 || TILE_N % EPI_TILE_N == 0, "TILE_N must be a multiple of EPI_TILE_N");
 
 #if SCHEDULE == COOPERATIVE
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -158,8 +185,8 @@ using TileScheduler = cutlass::gemm::StreamKScheduler;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
-    ElementD, LayoutD, kAlignD,  // C (never read: beta = 0)
+    EpilogueTile, ElementAcc, ElementCompute,
+    ElementC, LayoutD, kAlignD,  // C (never read: beta = 0; void with EPI_TMA_NOC)
     ElementD, LayoutD, kAlignD,  // D
     EpilogueSchedule>::CollectiveOp;
 
@@ -400,7 +427,11 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
       mode,
       {M, N, pk, pl},
       {static_cast<const ElementA*>(A), sa, static_cast<const ElementB*>(B), sb},
+#if EPILOGUE == EPI_TMA_NOC
+      {{1.0f, 0.0f}, nullptr, sd, out, sd},
+#else
       {{1.0f, 0.0f}, out, sd, out, sd},
+#endif
       hw};
   args.scheduler.max_swizzle_size = SWIZZLE;
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
