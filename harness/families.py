@@ -556,6 +556,11 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG")),
     ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", epi="EPI_TMA_NOC")),
+    # 128-column subtiles: a quarter (ping-pong) or half (cooperative) of a tile per TMA store
+    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=128)),
+    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=128)),
+    ("sm90_cutlass", _sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=128)),
+    ("sm90_cutlass", _sm90(256, 128, epi="EPI_TMA_NOC", epi_n=128)),
     # stream-K: the k-iterations of few or unevenly many tiles spread over every SM
     ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
     ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
