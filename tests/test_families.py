@@ -223,3 +223,13 @@ def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
     res = _build(src, "sm_80")
     assert res.ok, res.error_text()
     assert "0 bytes spill stores" in res.log
+
+
+def test_a_source_from_before_a_knob_existed_is_not_read_as_a_configuration():
+    """A session recorded before EPI_TILE_N joined the template has kernels whose code ignores
+    the new knob: editing it there would change nothing, so such a source is not a
+    configuration (the search policy starts over from a fresh seed instead of patching it)."""
+    src = F.render("sm90_cutlass", F._sm90(128, 128, sched="PINGPONG"))
+    assert F.Config.from_source(src) is not None
+    old = "\n".join(line for line in src.splitlines() if not line.startswith("#define EPI_TILE_N"))
+    assert F.Config.from_source(old) is None
