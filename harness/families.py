@@ -121,7 +121,7 @@ SM90 = Family(
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("EPILOGUE", ("EPI_TMA", "EPI_TMA_NOC", "EPI_NOSMEM"),
              "TMA store via shared memory (C declared / no C operand: delayed stores) / direct stores"),
-        Knob("EPI_TILE_N", _V(0, 32, 64, 128), "epilogue subtile columns, 0 = CUTLASS's choice (32)"),
+        Knob("EPI_TILE_N", _V(0, 64, 128), "epilogue subtile columns, 0 = CUTLASS's choice (32)"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch (PERSISTENT and SPLITK_REDUCE only)"),
     ),

@@ -178,3 +178,48 @@ def test_split_k_reduce_moves_come_from_persistent_configs():
     moves = pol.neighbours(cfg, Shape(256, 256, 16384), "f32", "sm_90a")
     assert any(set(m.changes) == {"SPLITS"} for m in moves)
     assert any(m.changes.get("SCHEDULER") == "PERSISTENT" for m in moves)
+
+
+def test_a_step_does_not_spend_its_width_on_epilogue_variants_of_one_configuration():
+    """From an EPI_TMA ping-pong kernel on a store-bound shape the model ranks the epilogue
+    edits (EPI_TMA_NOC, wider subtiles) close together; one step still tries distinct
+    configurations, and the best epilogue edit is among them."""
+    from harness.families import EPILOGUE_KNOBS
+
+    shape = Shape(16384, 16384, 256)
+    pol = SearchPolicy(width=3, explore=False)
+    ctx = ctx_for(shape)
+    ctx.source = F.render("sm90_cutlass", F._sm90(128, 128, sched="PINGPONG"))
+    ctx.step = 1
+    props = pol.propose(ctx)
+    cfgs = []
+    for p in props:
+        new = apply_patch(ctx.source, p.patch, allow_rewrite=False).source if p.patch else p.source
+        cfgs.append(F.Config.from_source(new))
+    keys = {(c.family, tuple((k, v) for k, v in c.knobs if k not in EPILOGUE_KNOBS)) for c in cfgs}
+    assert len(props) == 3 and len(keys) == 3
+    assert any(c.knob_dict["EPILOGUE"] == "EPI_TMA_NOC" for c in cfgs)
+
+
+def test_distinct_first_puts_the_best_of_each_configuration_before_epilogue_variants():
+    from l2tui.agent.policies.search import Move, _distinct_first
+
+    def row(t, knobs):
+        c = F.Config.of("sm90_cutlass", knobs)
+        return (t, 0, Move(c, {}, ""), None, None, c.name, t)
+
+    pp = F._sm90(128, 128, sched="PINGPONG")
+    rows = [row(1.0, {**pp, "EPILOGUE": "EPI_TMA_NOC"}),
+            row(1.01, {**pp, "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "64"}),
+            row(1.02, {**pp, "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "128"}),
+            row(1.5, F._sm90(128, 256)),
+            row(2.0, F._sm90(64, 128, sched="PINGPONG"))]
+    order = [r[2].config.name for r in _distinct_first(rows)]
+    assert order == [rows[0][5], rows[3][5], rows[4][5], rows[1][5], rows[2][5]]
+
+
+def test_the_automatic_epilogue_subtile_has_no_duplicate_value():
+    """EPI_TILE_N 0 is CUTLASS's 32 columns: a separate 32 would be the same kernel under
+    another name (a wasted build and evaluation in the search)."""
+    vals = next(k for k in F.SM90.knobs if k.name == "EPI_TILE_N").values
+    assert vals == ("0", "64", "128")

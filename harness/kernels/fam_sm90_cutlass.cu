@@ -41,7 +41,7 @@
 //                                       is staged (CUTLASS's delayed TMA store), so storing overlaps
 //                                       the register-to-shared copies; EPI_NOSMEM: direct register
 //                                       stores
-//   EPI_TILE_N      0 (auto: 32), 32, 64, 128  columns of the epilogue subtile (rows: 128 for
+//   EPI_TILE_N      0 (auto: 32), 64, 128  columns of the epilogue subtile (rows: 128 for
 //                                       COOPERATIVE, 64 for PINGPONG); TILE_N must be a multiple.
 //                                       Wider subtiles: fewer, larger TMA stores, more shared memory
 //   ACC             ACC_F32, ACC_F16    accumulator type

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from harness.families import (
+    EPILOGUE_KNOBS,
     Config,
     FamilyError,
     catalog,
@@ -54,6 +55,20 @@ ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N",
            "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N", "EPI_TILE_N"}
 #: ordinal knobs whose 0 means "chosen per call" rather than "fewest"
 AUTO_ZERO = {"SPLIT_K", "SPLITS"}
+
+
+def _distinct_first(scored: list) -> list:
+    """``scored`` (best first, each row's third item a :class:`Move`) reordered so the best move of
+    each configuration-up-to-the-epilogue comes first: the cost model barely tells epilogue
+    variants apart, and a step that spends its whole width on three of them explores nothing
+    else (the next step still reaches the other variants as one-knob edits)."""
+    first, rest, seen = [], [], set()
+    for row in scored:
+        cfg = row[2].config
+        key = (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in EPILOGUE_KNOBS))
+        (rest if key in seen else first).append(row)
+        seen.add(key)
+    return first + rest
 
 
 def _sha(text: str) -> str:
@@ -294,10 +309,11 @@ class SearchPolicy:
         if not scored:
             return []
         scored.sort(key=lambda t: (t[0], t[1]))
-        chosen = scored[: self.width]
-        if self.explore and len(scored) > self.width and self.width > 1:
+        ordered = _distinct_first(scored)
+        chosen = ordered[: self.width]
+        if self.explore and len(ordered) > self.width and self.width > 1:
             rng = random.Random(f"{self.rng_seed}:{ctx.track}:{ctx.step}")
-            pick = rng.choice(scored[self.width: self.width + 6])
+            pick = rng.choice(ordered[self.width: self.width + 6])
             chosen = chosen[:-1] + [pick]
         base_t = self.cost.predict(cfg, shape) if cfg is not None else None
         state = self._state_text(ctx, shape)
