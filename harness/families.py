@@ -628,13 +628,18 @@ def _with_epilogue_twins(entries):
 CATALOG_F32 = _with_epilogue_twins(CATALOG_F32)
 
 
+def sans_epilogue(cfg: "Config") -> tuple:
+    """``cfg`` up to its epilogue knobs: configurations with equal keys are epilogue variants
+    of one kernel, which the cost model barely tells apart (the pick times them together, the
+    search counts them once per step)."""
+    return (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in EPILOGUE_KNOBS))
+
+
 def epilogue_siblings(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:
-    """The configurations of ``pool`` that differ from ``cfg`` only in the epilogue knobs. The
-    cost model does not see the epilogue (it cannot tell these apart), so a pick times them
-    together: the NOC twin is much faster on store-bound shapes and can be slower elsewhere."""
-    key = {k: v for k, v in cfg.knobs if k not in EPILOGUE_KNOBS}
-    return [c for c in pool if c != cfg and c.family == cfg.family
-            and {k: v for k, v in c.knobs if k not in EPILOGUE_KNOBS} == key]
+    """The configurations of ``pool`` that differ from ``cfg`` only in the epilogue knobs: the
+    NOC twin is much faster on store-bound shapes and can be slower elsewhere."""
+    key = sans_epilogue(cfg)
+    return [c for c in pool if c != cfg and sans_epilogue(c) == key]
 
 
 CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (

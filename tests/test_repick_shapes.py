@@ -78,7 +78,7 @@ def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
     spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    from harness.families import EPILOGUE_KNOBS, catalog
+    from harness.families import catalog, sans_epilogue
 
     class K:  # what the pick ranks: kernels with a .config
         def __init__(self, c):
@@ -90,7 +90,7 @@ def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
     others = [k for k in cat if k not in (pp, twin)]
     ranked = [pp, twin] + others            # the model ties twins: they come out side by side
     chosen = mod.choose(ranked, Shape(8192, 8192, 256), 3, kinds=False, siblings=False)
-    strip = lambda k: tuple((n, v) for n, v in k.config.knobs if n not in EPILOGUE_KNOBS)  # noqa: E731
+    strip = lambda k: sans_epilogue(k.config)  # noqa: E731
     assert len(chosen) == 3 and len({strip(k) for k in chosen}) == 3
     assert pp in chosen and twin not in chosen
     with_sibs = mod.choose(ranked, Shape(8192, 8192, 256), 3, kinds=False, siblings=True)

@@ -184,8 +184,6 @@ def test_a_step_does_not_spend_its_width_on_epilogue_variants_of_one_configurati
     """From an EPI_TMA ping-pong kernel on a store-bound shape the model ranks the epilogue
     edits (EPI_TMA_NOC, wider subtiles) close together; one step still tries distinct
     configurations, and the best epilogue edit is among them."""
-    from harness.families import EPILOGUE_KNOBS
-
     shape = Shape(16384, 16384, 256)
     pol = SearchPolicy(width=3, explore=False)
     ctx = ctx_for(shape)
@@ -196,7 +194,7 @@ def test_a_step_does_not_spend_its_width_on_epilogue_variants_of_one_configurati
     for p in props:
         new = apply_patch(ctx.source, p.patch, allow_rewrite=False).source if p.patch else p.source
         cfgs.append(F.Config.from_source(new))
-    keys = {(c.family, tuple((k, v) for k, v in c.knobs if k not in EPILOGUE_KNOBS)) for c in cfgs}
+    keys = {F.sans_epilogue(c) for c in cfgs}
     assert len(props) == 3 and len(keys) == 3
     assert any(c.knob_dict["EPILOGUE"] == "EPI_TMA_NOC" for c in cfgs)
 

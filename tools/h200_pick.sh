@@ -10,6 +10,10 @@
 #            [TOP_K=40] [PICK_S=300] [WHL_DIR=.whl-min] bash tools/h200_pick.sh
 # Output in $OUT: pick.json (with every timing; saved as it goes), pick-kernels.tar.gz, pick.log.
 LOG=$OUT/pick.log
+if [ ! -f "${PREBUILT:-}/manifest.json" ] || [ -z "${SHAPES:-}" ]; then
+  echo "h200_pick.sh: set PREBUILT to a tools/prebuild.py folder (with manifest.json) and SHAPES; carry the folder" | tee "$LOG"
+  exit 2
+fi
 export WHL_DIR=${WHL_DIR:-.whl-min}
 source tools/device-setup.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$LOG"

@@ -62,17 +62,14 @@ def choose(ranked: list, shape: Shape, top: int, kinds: bool = True, siblings: b
     ``top`` distinct configurations, counting those that differ only in the epilogue as one (the
     model cannot tell them apart); with ``kinds`` the best of each kind in :func:`always_time`;
     with ``siblings`` the epilogue variants of everything chosen (they are timed, not ranked)."""
-    from harness.families import EPILOGUE_KNOBS, epilogue_siblings
-
-    def key(k):
-        return (k.config.family, tuple((n, v) for n, v in k.config.knobs if n not in EPILOGUE_KNOBS))
+    from harness.families import epilogue_siblings, sans_epilogue
 
     chosen, keys = [], set()
     for k in ranked:
         if len(chosen) >= top:
             break
-        if key(k) not in keys:
-            keys.add(key(k))
+        if sans_epilogue(k.config) not in keys:
+            keys.add(sans_epilogue(k.config))
             chosen.append(k)
     if kinds:  # the best of each kind the model is least sure of, model or not
         for wanted in always_time(shape):

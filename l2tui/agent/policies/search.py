@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from harness.families import (
-    EPILOGUE_KNOBS,
     Config,
     FamilyError,
     catalog,
@@ -37,6 +36,7 @@ from harness.families import (
     families_for,
     get_family,
     knob_patch,
+    sans_epilogue,
     validate,
 )
 from harness.shapes import Shape
@@ -64,8 +64,7 @@ def _distinct_first(scored: list) -> list:
     else (the next step still reaches the other variants as one-knob edits)."""
     first, rest, seen = [], [], set()
     for row in scored:
-        cfg = row[2].config
-        key = (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in EPILOGUE_KNOBS))
+        key = sans_epilogue(row[2].config)
         (rest if key in seen else first).append(row)
         seen.add(key)
     return first + rest
