@@ -108,7 +108,7 @@ SM90 = Family(
     summary="CUTLASS 3.x TMA + WGMMA warp-specialized GEMM (Hopper): big and mid shapes",
     knobs=(
         Knob("TILE_M", _V(64, 128, 256), "CTA tile rows (COOPERATIVE needs >= 128)"),
-        Knob("TILE_N", _V(64, 128, 192, 256), "CTA tile columns"),
+        Knob("TILE_N", _V(64, 96, 128, 192, 256), "CTA tile columns"),
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2), "CTAs per cluster along M"),
         Knob("CLUSTER_N", _V(1, 2), "CTAs per cluster along N"),
@@ -581,6 +581,15 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
     ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
     ("sm90_cutlass", _sm90(128, 256, scheduler="SPLITK_REDUCE", splits=0)),
+    # mid-size outputs with a long K (33-131 tiles of 128x128, the 0.97x regime of the 18461aa
+    # bench): one tile per CTA, so tiles of about 12K outputs that keep both consumer warpgroups
+    # busy on every SM (cuBLASLt runs 96 CTAs of 192x64 on 1024x1024x4096, ncu at ac28280), and
+    # split-K over wider tiles
+    ("sm90_cutlass", _sm90(128, 96, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 96, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 128, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 192, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),

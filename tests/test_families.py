@@ -216,6 +216,21 @@ def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
     assert "Sm90TmaWarpSpecializedILi4ELi2ELi32ELb0ELb1E" in res.log, res.log[-2000:]
 
 
+@pytest.mark.slow
+def test_ninety_six_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
+    """TILE_N 96 is not a multiple of the 64-column (128-byte) swizzle atom of the N-major B tile:
+    the collective builder must fall back to a narrower swizzle, and the build must not serialize
+    the wgmma pipeline."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    knobs = F._sm90(128, 96, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")
+    assert F.validate("sm90_cutlass", {**F.SM90.defaults(), **knobs}) == []
+    assert F.Config.of("sm90_cutlass", knobs).name == "sm90-128x96x64-c1x1-coop-splitr0-st0-noc"
+    res = _build(F.render("sm90_cutlass", knobs), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    assert "MMA_64x96x16_F32F16F16_SS" in res.log, res.log[-2000:]
+
+
 def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
     """SPLIT_K 128 (the parallel per-tile reduction's share of a 16x64 tile is 2 float4 groups)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))

@@ -157,3 +157,27 @@ def test_epilogue_variants_pass_every_check(evaluator, acc):
             if e.status not in ("ok", "unsupported") or (e.status == "unsupported" and shape.k % 8 == 0):
                 failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+def mid_tile_configs() -> list[F.Config]:
+    """The tiles for mid-size outputs with a long K: 96-column tiles (a B tile that is not a
+    multiple of the 64-column swizzle atom), persistent and split into K slices, and split-K over
+    the wide cooperative and ping-pong tiles."""
+    knobs = [F._sm90(128, 96, epi="EPI_TMA_NOC"),
+             F._sm90(128, 96, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC"),
+             F._sm90(128, 192, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC"),
+             F._sm90(64, 256, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")]
+    return [F.Config.of("sm90_cutlass", {**k, "ACC": "ACC_F32"}) for k in knobs]
+
+
+def test_mid_size_tiles_pass_every_check(evaluator):
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs an sm_90 GPU")
+    failures = []
+    for cfg in mid_tile_configs():
+        for shape in SHAPES + [Shape(96, 4104, 8200), Shape(1024, 1024, 4096)]:
+            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)

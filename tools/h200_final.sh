@@ -6,7 +6,9 @@
 #   carry: [".whl", ".carry/final"]     (.carry/final = build-cache entries of the catalog +
 #                                        its manifest, made by tools/final_carry.py)
 #   command: L2TUI_GIT_REV=<rev> bash tools/h200_final.sh
-#   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, SERVER_S, PROFILE_SHAPES, BENCH=0
+#   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, TOP_K (configurations the
+#   pick times per shape beyond the always-timed kinds, default 6), ONLY (regex on configuration
+#   names), SERVER_S, PROFILE_SHAPES, BENCH=0
 #
 # Every step has a time cap so the call ends inside the device limit; a pick that hangs is ended
 # by its watchdog and resumed without the configuration that hung. Outputs land in $OUT:
@@ -35,8 +37,8 @@ PICK_END=$(( SECONDS + ${PICK_S:-175} ))
 while [ $SECONDS -lt $PICK_END ]; do
   RES=""; [ -f $W/pick-f32.json ] && RES="--resume $W/pick-f32.json"
   step pick-f32 $(( PICK_END - SECONDS )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W \
-    --shapes $PICK_SHAPES --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k 6 \
-    --watchdog-s 15 --tag pick-f32 $RES
+    --shapes $PICK_SHAPES --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k ${TOP_K:-6} \
+    --only "${ONLY:-}" --watchdog-s 15 --tag pick-f32 $RES
   grep -q "WATCHDOG" "$LOG" && [ "$(grep -c WATCHDOG "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c WATCHDOG "$LOG"); continue; }
   break
 done
