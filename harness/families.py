@@ -110,8 +110,8 @@ SM90 = Family(
         Knob("TILE_M", _V(64, 128, 256), "CTA tile rows (COOPERATIVE needs >= 128)"),
         Knob("TILE_N", _V(64, 96, 128, 192, 256), "CTA tile columns"),
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
-        Knob("CLUSTER_M", _V(1, 2), "CTAs per cluster along M"),
-        Knob("CLUSTER_N", _V(1, 2), "CTAs per cluster along N"),
+        Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
+        Knob("CLUSTER_N", _V(1, 2, 4), "CTAs per cluster along N (at most 8 CTAs in all)"),
         Knob("SCHEDULE", ("COOPERATIVE", "PINGPONG"), "consumer warpgroups share a tile / alternate tiles"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
         Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK", "SPLITK_REDUCE"),
@@ -422,6 +422,8 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
         if epi_n and g.tile_n % epi_n:
             problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
+        if g.cluster > 8:
+            problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
         if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
             problems.append("TILE_K 128 only with tiles up to 128x128")
     else:
@@ -590,6 +592,14 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 128, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 192, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    # clusters of four: one TMA load multicast to four CTAs, a quarter of the L2-to-SM traffic of
+    # the shared operand (cuBLASLt launches clusters of 8 on 1024x1024x4096, ncu at ac28280);
+    # fewer bytes moved per flop also means fewer joules on the power-capped big shapes
+    ("sm90_cutlass", _sm90(128, 256, cm=4, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 256, cm=2, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 128, cm=4, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(64, 128, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(64, 256, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),

@@ -231,6 +231,14 @@ def test_ninety_six_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
     assert "MMA_64x96x16_F32F16F16_SS" in res.log, res.log[-2000:]
 
 
+def test_clusters_of_up_to_eight_ctas_are_legal():
+    ok = {**F.SM90.defaults(), **F._sm90(128, 256, cm=4, cn=2)}
+    assert F.validate("sm90_cutlass", ok) == []
+    assert F.Config.of("sm90_cutlass", ok).name.startswith("sm90-128x256x64-c4x2-")
+    bad = F.validate("sm90_cutlass", {**ok, "CLUSTER_N": "4"})
+    assert any("at most 8" in p for p in bad)
+
+
 def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
     """SPLIT_K 128 (the parallel per-tile reduction's share of a 16x64 tile is 2 float4 groups)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))

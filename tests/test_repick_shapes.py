@@ -52,7 +52,7 @@ def test_written_list_is_readable_by_the_harness(tmp_path):
     assert resolve_shapes([str(out)]) == [Shape(4096, 4096, 256), Shape(4096, 4096, 8192), Shape(128, 8192, 4096)]
 
 
-def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits():
+def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_cluster_of_four():
     """tools/sweep_gpu.py: besides the model's top-k, the pick times the best match of each kind."""
     spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
     mod = importlib.util.module_from_spec(spec)
@@ -70,6 +70,7 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits():
     assert few[3].knob_dict["SCHEDULER"] == "STREAMK" and few[4].knob_dict["SCHEDULE"] == "PINGPONG"
     assert few[5].knob_dict["SCHEDULER"] == "SPLITK_REDUCE"
     assert picks(Shape(8192, 8192, 128))[5] is None     # enough tiles: nothing would split
+    assert few[6].geometry().cluster >= 4               # the model has no multicast term
 
 
 def test_the_pick_counts_epilogue_variants_once_and_times_them_together():

@@ -14,8 +14,9 @@
 //   TILE_M          64, 128, 256        CTA tile rows (COOPERATIVE needs >= 128)
 //   TILE_N          64, 96, 128, 192, 256  CTA tile columns
 //   TILE_K          32, 64, 128         K slice per pipeline stage
-//   CLUSTER_M       1, 2                CTAs per cluster along M (TMA multicast of B)
-//   CLUSTER_N       1, 2                CTAs per cluster along N (TMA multicast of A)
+//   CLUSTER_M       1, 2, 4             CTAs per cluster along M (TMA multicast of B)
+//   CLUSTER_N       1, 2, 4             CTAs per cluster along N (TMA multicast of A)
+//                                       (at most 8 CTAs per cluster)
 //   SCHEDULE        COOPERATIVE, PINGPONG   two consumer warpgroups share one tile, or alternate tiles
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
 //   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE
