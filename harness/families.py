@@ -169,6 +169,8 @@ SMALL = Family(
         Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16, 32, 64, 128), "K slices per tile, 0 = auto"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
+        Knob("CLUSTER_K", _V(1, 2, 4, 8),
+             "K slices of a tile in one thread-block cluster, added through distributed shared memory (sm_90+)"),
     ),
 )
 
@@ -379,8 +381,13 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     by_smem = SMEM_PER_SM // max(smem, 1)
     by_regs = REGS_PER_SM // (threads * max(regs, 32))
     cps = max(1, min(by_smem, by_regs, 2048 // threads, 32))
-    return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, st, _i(knobs, "SPLIT_K"),
-                    False, False, 1, False, acc, knobs.get("PDL", "1") == "1", epilogue="SMEM")
+    ck = int(knobs.get("CLUSTER_K", "1"))
+    if ck > 1:  # this CTA's fp32 slice of the tile stays in shared memory for the cluster's peers
+        smem = max(smem, bm * bn * 4)
+        by_smem = SMEM_PER_SM // max(smem, 1)
+        cps = max(1, min(by_smem, by_regs, 2048 // threads, 32))
+    return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, st, ck if ck > 1 else _i(knobs, "SPLIT_K"),
+                    False, False, ck, False, acc, knobs.get("PDL", "1") == "1", epilogue="SMEM")
 
 
 UNSAFE_SCHEDULERS = frozenset({"SPLITK"})
@@ -437,6 +444,10 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append("warp tile too large (over 128 accumulators per thread): add warps")
         if wm * wn > 16:
             problems.append("at most 16 warps per CTA")
+        if knobs.get("CLUSTER_K", "1") != "1" and knobs["SPLIT_K"] != "1":
+            problems.append("CLUSTER_K slices replace SPLIT_K: use SPLIT_K 1 with CLUSTER_K > 1")
+        if (g.tile_m * g.tile_n // 4) % int(knobs.get("CLUSTER_K", "1")):
+            problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
     return problems
 
 
@@ -501,8 +512,9 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
+    ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
     return (f"{prefix}-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}-st{k['STAGES']}"
-            f"-sw{k['SWIZZLE']}-sk{k['SPLIT_K']}{acc}")
+            f"-sw{k['SWIZZLE']}-sk{k['SPLIT_K']}{ck}{acc}")
 
 
 # ---------------------------------------------------------------- the prebuilt catalog
@@ -516,9 +528,12 @@ def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="P
             "EPI_TILE_N": str(epi_n)}
 
 
-def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1) -> dict[str, str]:
-    return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
-            "STAGES": str(st), "SWIZZLE": str(sw), "SPLIT_K": str(sk)}
+def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
+    k = {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
+         "STAGES": str(st), "SWIZZLE": str(sw), "SPLIT_K": str(sk)}
+    if ck != 1:  # small_splitk only
+        k["CLUSTER_K"] = str(ck)
+    return k
 
 
 #: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
@@ -614,6 +629,15 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("small_splitk", _mma(16, 128, 64, 1, 4, 3, 4, 0)),
     ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 0, pdl=0)),
     ("small_splitk", _mma(32, 64, 32, 1, 2, 4, 4, 0)),
+    # cluster split-K: the K slices of a tile in one cluster, added through distributed shared
+    # memory (one launch, no workspace): few tiles with a K of a few hundred to a few thousand,
+    # where one CTA walking all of K is latency-bound (sm_90 only: catalog() leaves them out on
+    # older GPUs)
+    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 1, ck=8)),
+    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 1, ck=4)),
+    ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 1, ck=8)),
+    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 1, ck=8)),
+    ("small_splitk", _mma(64, 128, 32, 2, 2, 4, 4, 1, ck=8)),
     ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
 )
 
@@ -745,5 +769,7 @@ def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
     for fam, knobs in entries:
         if arch is not None and not get_family(fam).runs_on(cc_of(arch)):
             continue
+        if arch is not None and knobs.get("CLUSTER_K", "1") != "1" and cc_of(arch) < 90:
+            continue  # thread-block clusters: sm_90 and later
         out.append(Config.of(fam, {**knobs, "ACC": acc_knob(acc)}))
     return out

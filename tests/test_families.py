@@ -239,6 +239,33 @@ def test_clusters_of_up_to_eight_ctas_are_legal():
     assert any("at most 8" in p for p in bad)
 
 
+def test_cluster_split_k_rules_names_and_arches():
+    """CLUSTER_K (small_splitk): the slices of a tile in one cluster replace the global split-K;
+    sm_90 only, so the catalog leaves those configurations out on older GPUs."""
+    k = F._mma(64, 64, 64, 2, 2, 3, 4, 1, ck=8)
+    full = {**F.SMALL.defaults(), **k}
+    assert F.validate("small_splitk", full) == []
+    assert F.Config.of("small_splitk", k).name == "small-64x64x64-w2x2-st3-sw4-sk1-ck8"
+    assert any("use SPLIT_K 1" in p for p in F.validate("small_splitk", {**full, "SPLIT_K": "0"}))
+    g = F.geometry("small_splitk", full)
+    assert g.cluster == 8 and g.splits_for(Shape(64, 64, 4096)) == 8 and g.smem_bytes >= 64 * 64 * 4
+    assert F.Config.of("small_splitk", F._mma(64, 64, 64, 2, 2, 3, 4, 0)).name == "small-64x64x64-w2x2-st3-sw4-sk0"
+    on80 = [c.name for c in F.catalog("f32", "sm_80")]
+    on90 = [c.name for c in F.catalog("f32", "sm_90a")]
+    assert not any("-ck" in n for n in on80)
+    assert "small-64x64x64-w2x2-st3-sw4-sk1-ck8" in on90
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_cluster_split_k_builds(arch, tmp_path, monkeypatch):
+    """The cluster reduction (cooperative_groups cluster API, distributed shared memory) compiles
+    for sm_90a; for sm_80 the same source compiles without it (the host refuses to launch it)."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    res = _build(F.render("small_splitk", F._mma(64, 64, 64, 2, 2, 3, 4, 1, ck=8)), arch)
+    assert res.ok, res.error_text()
+    assert "0 bytes spill stores" in res.log
+
+
 def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
     """SPLIT_K 128 (the parallel per-tile reduction's share of a 16x64 tile is 2 float4 groups)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))

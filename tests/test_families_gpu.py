@@ -74,7 +74,7 @@ def split_configs(acc: str) -> list[F.Config]:
     """Every split-K reduction path: SPLITK_REDUCE (batched slices + reduce kernel, both
     schedules), the mma.sync families' parallel per-tile reduction (SPLIT_K 0, and 128 slices on
     few tiles) and their serial last-CTA reduction (a fixed split count on a grid too big to be
-    resident at once: 1030x2056 in 16x64 tiles)."""
+    resident at once: 1030x2056 in 16x64 tiles), and the cluster split-K of the latency family."""
     a = F.acc_knob(acc)
     return [
         F.Config.of("sm90_cutlass", {**F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0), "ACC": a}),
@@ -83,6 +83,10 @@ def split_configs(acc: str) -> list[F.Config]:
         F.Config.of("small_splitk", {**F._mma(32, 64, 64, 1, 2, 3, 4, 0), "ACC": a}),
         F.Config.of("small_splitk", {**F._mma(16, 64, 64, 1, 2, 3, 4, 128), "ACC": a}),
         F.Config.of("sm80_mma", {**F._mma(64, 64, 64, 2, 2, 4, 4, 16), "ACC": a}),
+        # cluster split-K (sm_90): slices added through distributed shared memory; 200x136x264
+        # leaves three of eight slices empty (5 k-tiles)
+        F.Config.of("small_splitk", {**F._mma(64, 64, 64, 2, 2, 3, 4, 1, ck=8), "ACC": a}),
+        F.Config.of("small_splitk", {**F._mma(32, 64, 64, 1, 2, 3, 4, 1, ck=4), "ACC": a}),
     ]
 
 
@@ -94,6 +98,8 @@ def test_split_k_reductions_pass_every_check(evaluator, acc):
     failures = []
     for cfg in split_configs(acc):
         if not F.get_family(cfg.family).runs_on(F.cc_of(arch)):
+            continue
+        if cfg.knob_dict.get("CLUSTER_K", "1") != "1" and F.cc_of(arch) < 90:
             continue
         for shape in SPLIT_SHAPES:
             e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)

@@ -70,7 +70,8 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_
     assert few[3].knob_dict["SCHEDULER"] == "STREAMK" and few[4].knob_dict["SCHEDULE"] == "PINGPONG"
     assert few[5].knob_dict["SCHEDULER"] == "SPLITK_REDUCE"
     assert picks(Shape(8192, 8192, 128))[5] is None     # enough tiles: nothing would split
-    assert few[6].geometry().cluster >= 4               # the model has no multicast term
+    assert few[6].family == "sm90_cutlass" and few[6].geometry().cluster >= 4   # no multicast term
+    assert few[7].knob_dict["CLUSTER_K"] != "1"         # cluster split-K of the latency family
 
 
 def test_the_pick_counts_epilogue_variants_once_and_times_them_together():

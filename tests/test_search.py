@@ -221,3 +221,18 @@ def test_the_automatic_epilogue_subtile_has_no_duplicate_value():
     another name (a wasted build and evaluation in the search)."""
     vals = next(k for k in F.SM90.knobs if k.name == "EPI_TILE_N").values
     assert vals == ("0", "64", "128")
+
+
+def test_cluster_split_k_moves_only_on_hopper_and_with_split_k_one():
+    """The latency family's global split-K can become a cluster split-K (two knobs at once, the
+    pair validate accepts) on sm_90; on sm_80 no move sets CLUSTER_K (clusters need sm_90)."""
+    pol = SearchPolicy()
+    cfg = F.Config.of("small_splitk", F._mma(64, 64, 64, 2, 2, 3, 4, 0))
+    moves = pol.neighbours(cfg, Shape(128, 128, 1024), "f32", "sm_90a")
+    ck = [m for m in moves if m.config.family == "small_splitk" and m.config.knob_dict["CLUSTER_K"] != "1"]
+    assert ck and all(m.config.knob_dict["SPLIT_K"] == "1" for m in ck)
+    assert all(F.validate(m.config.family, m.config.knob_dict) == [] for m in moves)
+    back = pol.neighbours(ck[0].config, Shape(128, 128, 1024), "f32", "sm_90a")
+    assert any(m.changes == {"CLUSTER_K": "1", "SPLIT_K": "0"} for m in back)
+    old = pol.neighbours(cfg, Shape(128, 128, 1024), "f32", "sm_80")
+    assert not any(m.config.knob_dict.get("CLUSTER_K", "1") != "1" for m in old)

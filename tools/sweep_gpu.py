@@ -49,13 +49,15 @@ def always_time(shape: Shape) -> list:
     top-k: one per family; stream-K (the model's least calibrated term); ping-pong (its epilogue
     overlaps the other warpgroup's mainloop, which the model does not see: store-bound shapes);
     when it would split this shape, SPLITK_REDUCE (its reduce term is not calibrated yet); and
-    clusters of four (the model has no multicast term: it sees only their coarser grid)."""
+    clusters of four (the model has no multicast term: it sees only their coarser grid); and the
+    cluster split-K of the latency family (the model prices its reduction like the global one's)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
         lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",
         lambda c: c.geometry().separate_reduce and c.geometry().splits_for(shape) > 1,
-        lambda c: c.geometry().cluster >= 4,
+        lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 4,
+        lambda c: c.knob_dict.get("CLUSTER_K", "1") != "1",
     ]
 
 

@@ -28,6 +28,15 @@
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only):
 //                                  the launch overlaps the previous kernel's tail, every global
 //                                  access still waits for it (griddepcontrol.wait)
+//   CLUSTER_K 1, 2, 4, 8           (sm_90 and later; needs SPLIT_K 1) K slices of a tile computed
+//                                  by the CTAs of one thread-block cluster and added through
+//                                  distributed shared memory: each CTA leaves its fp32 partial
+//                                  tile in its own shared memory, the cluster meets at a barrier,
+//                                  and each CTA adds every slice (in slice order) for its 1/CLUSTER_K
+//                                  of the tile and stores it. No workspace round trip, no counters,
+//                                  no second kernel: for a short-to-mid K on few tiles, where one
+//                                  CTA walking all of K is latency-bound. On older GPUs l2_hgemm
+//                                  returns 2 (unsupported)
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -48,6 +57,7 @@
 #define SPLIT_K 0
 #define ACC ACC_F32
 #define PDL 1
+#define CLUSTER_K 1
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)

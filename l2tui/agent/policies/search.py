@@ -32,6 +32,7 @@ from harness.families import (
     Config,
     FamilyError,
     catalog,
+    cc_of,
     family_of,
     families_for,
     get_family,
@@ -52,7 +53,7 @@ SYSTEM = (
 
 # knobs whose legal values are ordered: only neighbours are proposed
 ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N", "STAGES", "SWIZZLE",
-           "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N", "EPI_TILE_N"}
+           "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N", "EPI_TILE_N", "CLUSTER_K"}
 #: ordinal knobs whose 0 means "chosen per call" rather than "fewest"
 AUTO_ZERO = {"SPLIT_K", "SPLITS"}
 
@@ -199,8 +200,8 @@ class SearchPolicy:
             moves.append(Move(Config.of(fam.name, new), changes, why))
 
         for knob in fam.knobs:
-            if knob.name == "ACC":
-                continue
+            if knob.name == "ACC" or (knob.name == "CLUSTER_K" and cc_of(arch) < 90):
+                continue   # (thread-block clusters need sm_90)
             if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE"):
                 continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
             vals = list(knob.values)
@@ -242,6 +243,14 @@ class SearchPolicy:
             bm, bn = int(cur["BM"]), int(cur["BN"])
             add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
                 "transpose the CTA tile and the warp layout")
+            if "CLUSTER_K" in cur and cc_of(arch) >= 90:
+                # cluster split-K replaces the global one (SPLIT_K 1): a two-knob move
+                if cur["CLUSTER_K"] == "1" and cur["SPLIT_K"] != "1":
+                    for ck in ("4", "8"):
+                        add({"SPLIT_K": "1", "CLUSTER_K": ck},
+                            f"{ck} K slices in one cluster, added through distributed shared memory")
+                elif cur["CLUSTER_K"] != "1":
+                    add({"CLUSTER_K": "1", "SPLIT_K": "0"}, "back to the global split-K (workspace + counters)")
             for f in (2,):
                 if bm * f in (16, 32, 64, 128, 256):
                     add({"BM": str(bm * f), "WARPS_M": str(min(4, int(cur["WARPS_M"]) * f))},
