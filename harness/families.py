@@ -632,12 +632,11 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     # cluster split-K: the K slices of a tile in one cluster, added through distributed shared
     # memory (one launch, no workspace): few tiles with a K of a few hundred to a few thousand,
     # where one CTA walking all of K is latency-bound (sm_90 only: catalog() leaves them out on
-    # older GPUs)
-    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 1, ck=8)),
-    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 1, ck=4)),
-    ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 1, ck=8)),
+    # older GPUs). In the 29755a9 pick of the 340 shapes of < 33 tiles (runs/pick-fewtiles.json)
+    # the cluster launch and its two barriers cost about 0.9 us (3.1 us on 64x64x64 against
+    # 2.3 us unclustered): the best of five cluster configurations won 3 shapes (64x64x1024 by
+    # 6 %), and this one was the best of them on 141 shapes; the other four left the catalog
     ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 1, ck=8)),
-    ("small_splitk", _mma(64, 128, 32, 2, 2, 4, 4, 1, ck=8)),
     ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
 )
 

@@ -253,7 +253,7 @@ def test_cluster_split_k_rules_names_and_arches():
     on80 = [c.name for c in F.catalog("f32", "sm_80")]
     on90 = [c.name for c in F.catalog("f32", "sm_90a")]
     assert not any("-ck" in n for n in on80)
-    assert "small-64x64x64-w2x2-st3-sw4-sk1-ck8" in on90
+    assert "small-16x64x64-w1x2-st3-sw4-sk1-ck8" in on90
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
