@@ -12,10 +12,11 @@
 //
 // Knobs (legal values):
 //   TILE_M          64, 128, 256        CTA tile rows (COOPERATIVE needs >= 128)
-//   TILE_N          64, 128, 192, 256   CTA tile columns
+//   TILE_N          64, 96, 128, 192, 256  CTA tile columns
 //   TILE_K          32, 64, 128         K slice per pipeline stage
-//   CLUSTER_M       1, 2                CTAs per cluster along M (TMA multicast of B)
-//   CLUSTER_N       1, 2                CTAs per cluster along N (TMA multicast of A)
+//   CLUSTER_M       1, 2, 4             CTAs per cluster along M (TMA multicast of B)
+//   CLUSTER_N       1, 2, 4             CTAs per cluster along N (TMA multicast of A)
+//                                       (at most 8 CTAs per cluster)
 //   SCHEDULE        COOPERATIVE, PINGPONG   two consumer warpgroups share one tile, or alternate tiles
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
 //   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE
@@ -41,7 +42,7 @@
 //                                       is staged (CUTLASS's delayed TMA store), so storing overlaps
 //                                       the register-to-shared copies; EPI_NOSMEM: direct register
 //                                       stores
-//   EPI_TILE_N      0 (auto: 32), 32, 64, 128  columns of the epilogue subtile (rows: 128 for
+//   EPI_TILE_N      0 (auto: 32), 64, 128  columns of the epilogue subtile (rows: 128 for
 //                                       COOPERATIVE, 64 for PINGPONG); TILE_N must be a multiple.
 //                                       Wider subtiles: fewer, larger TMA stores, more shared memory
 //   ACC             ACC_F32, ACC_F16    accumulator type
