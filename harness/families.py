@@ -637,7 +637,6 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     # 2.3 us unclustered): the best of five cluster configurations won 3 shapes (64x64x1024 by
     # 6 %), and this one was the best of them on 141 shapes; the other four left the catalog
     ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 1, ck=8)),
-    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 1, ck=8, pdl=0)),
     ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
 )
 
