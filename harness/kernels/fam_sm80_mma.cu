@@ -208,13 +208,8 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   extern __shared__ __align__(128) unsigned char smem_raw[];
   half* smem = reinterpret_cast<half*>(smem_raw);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // PDL: no global memory access before the previous kernel in the stream has completed; then
-  // let the next kernel launch at once: its CTAs take free SMs and wait there (their own
-  // griddepcontrol.wait) for this grid to complete, so back-to-back calls hide the launch and
-  // prologue. Safe for the split-K counters: the next grid launches only once every CTA of this
-  // one has run this line, i.e. all of them are resident.
+  // PDL: no global memory access before the previous kernel in the stream has completed
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
@@ -309,6 +304,10 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
     }
   }
   cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // PDL: the next kernel in the stream may start launching (it waits before touching memory)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 
 #if CLUSTER_K > 1
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
