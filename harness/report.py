@@ -6,7 +6,9 @@ For every result file (``harness.results`` schema): the run's metadata; the cand
 speedup over each baseline and over the per-shape fastest baseline; the share of shapes where
 it is faster than ``cublaslt_autotune``; and per size class (small / mid / big, see
 ``Shape.size_class``) the same speedups plus the fraction of the roofline reached
-(``roofline_ms / candidate ms``), which says where launch latency or bandwidth bounds a shape.
+(``roofline_ms / candidate ms``), which says where launch latency or bandwidth bounds a shape;
+and the same per regime (output tiles of 128x128 against one wave of the GPU, K up to or over
+1024), which separates shapes of equal flops that different things bound.
 Deterministic output (sorted, fixed formats), so the committed README diffs cleanly.
 """
 
@@ -23,6 +25,24 @@ from .shapes import Shape
 
 CLASSES = ("small", "mid", "big")
 TARGET_BASELINE = "cublaslt_autotune"
+
+#: Regimes by what bounds a GEMM on a GPU of about 132 SMs: output tiles of 128x128 against one
+#: wave (a quarter wave or less: few CTAs, latency; less than a wave: one tile per CTA; a wave or
+#: more), and a K up to or over 1024 (whether the main loop or the epilogue and launch dominate).
+#: Size classes group by flops only and put e.g. 16384x16384x256 with 2048^3.
+TILE_WAVES = ((0, 33, "< 33"), (33, 132, "33-131"), (132, None, "132+"))
+K_SPLIT = 1024
+
+
+def regime(shape: Shape) -> str:
+    """``"<33 tiles, K<=1024"`` etc.: the row of the regime table ``shape`` falls in."""
+    tiles = math.ceil(shape.m / 128) * math.ceil(shape.n / 128)
+    name = next(nm for lo, hi, nm in TILE_WAVES if tiles >= lo and (hi is None or tiles < hi))
+    return f"{name} tiles, K {'<=' if shape.k <= K_SPLIT else '>'} {K_SPLIT}"
+
+
+def regimes() -> list[str]:
+    return [f"{nm} tiles, K {op} {K_SPLIT}" for _, _, nm in TILE_WAVES for op in ("<=", ">")]
 
 
 def geomean(xs: Iterable[float]) -> float | None:
@@ -86,6 +106,15 @@ def summarize(rf: ResultFile, label: str) -> dict[str, Any]:
         res["classes"][cls] = {"n": len([r for r in rf.rows if Shape(r["m"], r["n"], r["k"]).size_class == cls]),
                                "vs_target": geomean(t), "wins": sum(1 for x in t if x > 1.0), "timed": len(t),
                                "vs_best": geomean(bb), "roofline": geomean(rr)}
+    res["regimes"] = {}
+    for reg in regimes():
+        t = [x for s, x in target if regime(s) == reg]
+        if not any(regime(Shape(r["m"], r["n"], r["k"])) == reg for r in rf.rows):
+            continue
+        res["regimes"][reg] = {"n": sum(1 for r in rf.rows if regime(Shape(r["m"], r["n"], r["k"])) == reg),
+                               "vs_target": geomean(t), "wins": sum(1 for x in t if x > 1.0), "timed": len(t),
+                               "vs_best": geomean(x for s, x in best if regime(s) == reg),
+                               "roofline": geomean(x for s, x in roof if regime(s) == reg)}
     failed = [r for r in rf.rows if not r["times_ms"].get(label)]
     res["missing"] = len(failed)
     return res
@@ -147,6 +176,12 @@ def markdown(files: Sequence[tuple[str, ResultFile]], label: str | None = None) 
         for cls, v in s["classes"].items():
             pct = f"{100 * v['wins'] / v['timed']:.0f}%" if v["timed"] else "-"
             lines.append(f"| {cls} | {v['n']} | {_f(v['vs_target'])}x | {pct} | {_f(v['vs_best'])}x | "
+                         f"{_f(v['roofline'], '.2f')} |")
+        lines += ["", f"| regime (128x128 output tiles, K) | shapes | vs {TARGET_BASELINE} | faster on | "
+                  "vs fastest baseline | roofline reached |", "|---|---:|---:|---:|---:|---:|"]
+        for reg, v in s["regimes"].items():
+            pct = f"{100 * v['wins'] / v['timed']:.0f}%" if v["timed"] else "-"
+            lines.append(f"| {reg} | {v['n']} | {_f(v['vs_target'])}x | {pct} | {_f(v['vs_best'])}x | "
                          f"{_f(v['roofline'], '.2f')} |")
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -44,3 +44,26 @@ def test_markdown_and_cli(tmp_path, capsys):
     assert "| small | 2 | 2.000x |" in text
     assert report.main([str(p)]) == 0
     assert capsys.readouterr().out == text   # deterministic
+
+
+def test_regimes_split_equal_flops_by_tiles_and_k():
+    """16384x16384x256 (many tiles, short K) and 2048x2048x16384 (few tiles per SM, long K) have
+    the same flops and land in different regime rows."""
+    from harness.shapes import Shape
+
+    assert report.regime(Shape(64, 64, 16384)) == "< 33 tiles, K > 1024"
+    assert report.regime(Shape(1024, 1024, 4096)) == "33-131 tiles, K > 1024"
+    assert report.regime(Shape(1024, 4096, 1024)) == "132+ tiles, K <= 1024"
+    assert report.regime(Shape(16384, 16384, 256)) != report.regime(Shape(2048, 2048, 16384))
+    rf = result_file([
+        ((64, 64, 16384), {"l2": 0.004, "cublaslt_autotune": 0.006}, 0.001),
+        ((128, 64, 8192), {"l2": 0.004, "cublaslt_autotune": 0.003}, 0.001),
+        ((1024, 1024, 4096), {"l2": 0.017, "cublaslt_autotune": 0.0136}, 0.009),
+    ])
+    s = report.summarize(rf, "l2")
+    few = s["regimes"]["< 33 tiles, K > 1024"]
+    assert few["n"] == 2 and few["wins"] == 1 and math.isclose(few["vs_target"], (1.5 * 0.75) ** 0.5)
+    assert math.isclose(s["regimes"]["33-131 tiles, K > 1024"]["vs_target"], 0.8)
+    assert "132+ tiles, K <= 1024" not in s["regimes"]      # no shape there: no row
+    text = report.markdown([("x.json", rf)])
+    assert "| 33-131 tiles, K > 1024 | 1 | 0.800x | 0% |" in text
