@@ -136,11 +136,9 @@ def env_info() -> dict:
                                 capture_output=True, text=True, timeout=20).stdout.strip()
     except Exception:  # noqa: BLE001 - informational only
         driver = None
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parents[1]).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        rev = None
+    from harness.bench import _git_rev  # $L2TUI_GIT_REV first: the device's copy has a stale .git
+
+    rev = _git_rev()
     return {"gpu": props.name, "sms": props.multi_processor_count, "cc": f"{props.major}.{props.minor}",
             "driver": driver, "torch": torch.__version__, "cuda": torch.version.cuda,
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": rev}
