@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -107,13 +108,11 @@ def summarize(rf: ResultFile, label: str) -> dict[str, Any]:
                                "vs_target": geomean(t), "wins": sum(1 for x in t if x > 1.0), "timed": len(t),
                                "vs_best": geomean(bb), "roofline": geomean(rr)}
     res["regimes"] = {}
-    for reg in regimes():
+    counts = Counter(regime(Shape(r["m"], r["n"], r["k"])) for r in rf.rows)
+    for reg in (g for g in regimes() if counts[g]):
         t = [x for s, x in target if regime(s) == reg]
-        if not any(regime(Shape(r["m"], r["n"], r["k"])) == reg for r in rf.rows):
-            continue
-        res["regimes"][reg] = {"n": sum(1 for r in rf.rows if regime(Shape(r["m"], r["n"], r["k"])) == reg),
-                               "vs_target": geomean(t), "wins": sum(1 for x in t if x > 1.0), "timed": len(t),
-                               "vs_best": geomean(x for s, x in best if regime(s) == reg),
+        res["regimes"][reg] = {"n": counts[reg], "vs_target": geomean(t), "wins": sum(1 for x in t if x > 1.0),
+                               "timed": len(t), "vs_best": geomean(x for s, x in best if regime(s) == reg),
                                "roofline": geomean(x for s, x in roof if regime(s) == reg)}
     failed = [r for r in rf.rows if not r["times_ms"].get(label)]
     res["missing"] = len(failed)
