@@ -615,6 +615,11 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 128, cm=4, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(64, 128, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(64, 256, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    # 64x64 ping-pong in pairs: on shapes of about one wave of 64x64 tiles with K of a few
+    # thousand (e.g. 1024x512x2048: 128 tiles, 67 MB moved from L2 to the SMs in 6.8 us, f49446f
+    # pick) the L2 is the limit; a pair multicasts its shared operand and moves a quarter less
+    ("sm90_cutlass", _sm90(64, 64, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(64, 64, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
@@ -669,12 +674,53 @@ def _with_epilogue_twins(entries):
 
 CATALOG_F32 = _with_epilogue_twins(CATALOG_F32)
 
+#: The catalog entries that also get a twin launched without PDL. In the f49446f pick
+#: (runs/pick-f32.json) ping-pong 64x64 without PDL was faster than with it on every shape of
+#: 132+ of its tiles with K >= 2048 (1.07-1.14x, geomean per K), slower on short K (0.8x):
+#: CUTLASS's consumer warpgroup that has no tile left triggers the dependent launch at once, so
+#: the next GEMM's CTAs are launched long before this one ends. These are the persistent and
+#: split-K-reduce entries that won shapes of 33+ tiles with K > 1024 in that pick.
+PDL_TWINNED = (
+    "sm90-128x256x64-c1x1-coop-p-st0-sw4-noc-e64", "sm90-128x256x64-c1x1-coop-p-st0-sw4",
+    "sm90-128x128x64-c1x1-coop-p-st0-noc-e64", "sm90-64x128x64-c1x1-pp-p-st0-noc-e64",
+    "sm90-128x256x64-c2x1-coop-p-st0-noc-e64", "sm90-128x192x64-c1x1-pp-p-st0-noc-e64",
+    "sm90-256x128x64-c1x1-coop-p-st0-noc-e64", "sm90-128x128x64-c1x1-pp-p-st0-noc-e64",
+    "sm90-128x256x64-c2x1-coop-p-st0", "sm90-256x128x64-c1x1-coop-p-st0",
+    "sm90-128x192x64-c1x1-pp-p-st0-noc", "sm90-128x256x64-c1x2-coop-p-st0-noc-e64",
+    "sm90-64x64x64-c1x1-pp-p-st0-noc-e64", "sm90-128x128x64-c1x1-coop-splitr0-st0-noc",
+)
+
+
+def _with_pdl_twins(entries, names):
+    """``entries`` plus a PDL=0 twin of each entry named in ``names`` that lacks one."""
+    out = list(entries)
+    have = {(f, tuple(sorted(k.items()))) for f, k in out}
+    for fam, knobs in entries:
+        if config_name(fam, knobs) in names:
+            twin = {**knobs, "PDL": "0"}
+            if (fam, tuple(sorted(twin.items()))) not in have:
+                out.append((fam, twin))
+                have.add((fam, tuple(sorted(twin.items()))))
+    return tuple(out)
+
+
+CATALOG_F32 = _with_pdl_twins(CATALOG_F32, PDL_TWINNED)
+
 
 def sans_epilogue(cfg: "Config") -> tuple:
     """``cfg`` up to its epilogue knobs: configurations with equal keys are epilogue variants
     of one kernel, which the cost model barely tells apart (the pick times them together, the
     search counts them once per step)."""
     return (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in EPILOGUE_KNOBS))
+
+
+def launch_twins(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:
+    """The configurations of ``pool`` that differ from ``cfg`` only in PDL: the model prices PDL
+    as hidden launch latency, but on long multi-wave shapes the early dependent launch costs
+    more than it hides, so the pick times both."""
+    strip = lambda c: (c.family, tuple((k, v) for k, v in c.knobs if k != "PDL"))  # noqa: E731
+    key = strip(cfg)
+    return [c for c in pool if c != cfg and strip(c) == key]
 
 
 def epilogue_siblings(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:

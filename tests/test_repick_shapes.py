@@ -72,6 +72,7 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_
     assert picks(Shape(8192, 8192, 128))[5] is None     # enough tiles: nothing would split
     assert few[6].family == "sm90_cutlass" and few[6].geometry().cluster >= 4   # no multicast term
     assert few[7].knob_dict["CLUSTER_K"] != "1"         # cluster split-K of the latency family
+    assert few[8].geometry().cluster == 2 and few[8].name.startswith("sm90-64x64x64-")  # a 64x64 pair
 
 
 def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
@@ -99,7 +100,8 @@ def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
     names = {k.name for k in with_sibs}
     assert {"sm90-128x128x64-c1x1-pp-p-st0-noc", "sm90-128x128x64-c1x1-pp-p-st0-noc-e64",
             "sm90-128x128x64-c1x1-pp-p-st0-e64"} <= names
-    assert {strip(k) for k in with_sibs} == {strip(k) for k in chosen}   # siblings only, nothing new
+    bare = lambda k: tuple(kv for kv in strip(k)[1] if kv[0] != "PDL")  # noqa: E731
+    assert {bare(k) for k in with_sibs} == {bare(k) for k in chosen}   # siblings and PDL twins only
 
 
 @pytest.mark.parametrize("acc", ["f32", "f16"])
@@ -117,3 +119,27 @@ def test_every_tma_epilogue_entry_of_the_catalog_has_its_no_source_twin(acc):
             from harness.families import Config
 
             assert Config.of("sm90_cutlass", twin).name in names, c.name
+
+
+def test_the_pick_times_the_pdl_twins_of_what_it_chose():
+    """PDL is priced as hidden launch latency, but it slows long multi-wave shapes: a chosen
+    configuration brings its PDL=0 twin (and the twin's epilogue siblings' twins) along."""
+    spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from harness.families import catalog, launch_twins
+
+    class K:
+        def __init__(self, c):
+            self.config, self.name = c, c.name
+
+    cat = [K(c) for c in catalog("f32", "sm_90a")]
+    coop = next(k for k in cat if k.name == "sm90-128x256x64-c1x1-coop-p-st0-sw4")
+    ranked = [coop] + [k for k in cat if k is not coop]
+    names = {k.name for k in mod.choose(ranked, Shape(8192, 8192, 8192), 1, kinds=False, siblings=True)}
+    assert names == {"sm90-128x256x64-c1x1-coop-p-st0-sw4", "sm90-128x256x64-c1x1-coop-p-st0-sw4-nopdl",
+                     "sm90-128x256x64-c1x1-coop-p-st0-sw4-noc-e64", "sm90-128x256x64-c1x1-coop-p-st0-sw4-noc-e128",
+                     "sm90-128x256x64-c1x1-coop-p-st0-sw4-noc-e64-nopdl"}
+    twins = launch_twins(coop.config, [k.config for k in cat])
+    assert [t.name for t in twins] == ["sm90-128x256x64-c1x1-coop-p-st0-sw4-nopdl"]
+    assert names == {k.name for k in mod.choose(ranked, Shape(8192, 8192, 8192), 1, kinds=False, siblings=True)}

@@ -49,7 +49,8 @@ def always_time(shape: Shape) -> list:
     top-k: one per family; stream-K (the model's least calibrated term); ping-pong (its epilogue
     overlaps the other warpgroup's mainloop, which the model does not see: store-bound shapes);
     when it would split this shape, SPLITK_REDUCE (its reduce term is not calibrated yet); and
-    clusters of four (the model has no multicast term: it sees only their coarser grid); and the
+    clusters of four and pairs of 64x64 tiles (the model has no multicast term: it sees only
+    their coarser grid); and the
     cluster split-K of the latency family (the model prices its reduction like the global one's)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk")]
     return fams + [
@@ -58,6 +59,8 @@ def always_time(shape: Shape) -> list:
         lambda c: c.geometry().separate_reduce and c.geometry().splits_for(shape) > 1,
         lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 4,
         lambda c: c.knob_dict.get("CLUSTER_K", "1") != "1",
+        lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 2 and c.knob_dict["TILE_M"] == "64"
+        and c.knob_dict["TILE_N"] == "64",
     ]
 
 
@@ -65,8 +68,9 @@ def choose(ranked: list, shape: Shape, top: int, kinds: bool = True, siblings: b
     """What the pick times on ``shape``, from kernels ranked best-first by the cost model: the top
     ``top`` distinct configurations, counting those that differ only in the epilogue as one (the
     model cannot tell them apart); with ``kinds`` the best of each kind in :func:`always_time`;
-    with ``siblings`` the epilogue variants of everything chosen (they are timed, not ranked)."""
-    from harness.families import epilogue_siblings, sans_epilogue
+    with ``siblings`` the epilogue variants and PDL twins of everything chosen (they are timed,
+    not ranked)."""
+    from harness.families import epilogue_siblings, launch_twins, sans_epilogue
 
     chosen, keys = [], set()
     for k in ranked:
@@ -86,6 +90,10 @@ def choose(ranked: list, shape: Shape, top: int, kinds: bool = True, siblings: b
             for sib in epilogue_siblings(k.config, list(by_cfg)):
                 if by_cfg[sib] not in chosen:
                     chosen.append(by_cfg[sib])
+        for k in list(chosen):  # and the PDL twins of all of these
+            for twin in launch_twins(k.config, list(by_cfg)):
+                if by_cfg[twin] not in chosen:
+                    chosen.append(by_cfg[twin])
     return chosen
 
 
