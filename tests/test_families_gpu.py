@@ -168,7 +168,8 @@ def test_epilogue_variants_pass_every_check(evaluator, acc):
 def mid_tile_configs() -> list[F.Config]:
     """The tiles for mid-size outputs with a long K: 96-column tiles (a B tile that is not a
     multiple of the 64-column swizzle atom), persistent and split into K slices, split-K over
-    the wide cooperative and ping-pong tiles, and clusters of four CTAs (TMA multicast)."""
+    the wide cooperative and ping-pong tiles, clusters of four CTAs and pairs of 64x64 tiles (TMA
+    multicast), and a persistent kernel launched without PDL."""
     knobs = [F._sm90(128, 96, epi="EPI_TMA_NOC"),
              F._sm90(128, 96, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC"),
              F._sm90(128, 192, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC"),
@@ -176,7 +177,11 @@ def mid_tile_configs() -> list[F.Config]:
              # clusters of four, also on grids with fewer tiles than a cluster (64 rows: one tile)
              F._sm90(128, 128, cm=4, epi="EPI_TMA_NOC", epi_n=64),
              F._sm90(128, 256, cm=2, cn=2, epi="EPI_TMA_NOC", epi_n=64),
-             F._sm90(64, 128, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)]
+             F._sm90(64, 128, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64),
+             # 64x64 ping-pong pairs (multicast of the shared operand), and a twin without PDL
+             F._sm90(64, 64, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64),
+             F._sm90(64, 64, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64),
+             F._sm90(128, 256, swizzle=4, pdl=0)]
     return [F.Config.of("sm90_cutlass", {**k, "ACC": "ACC_F32"}) for k in knobs]
 
 
