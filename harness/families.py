@@ -174,7 +174,25 @@ SMALL = Family(
     ),
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL)}
+TINY = Family(
+    name="tiny_mma",
+    file="fam_tiny_mma.cu",
+    min_cc=80,
+    max_cc=None,
+    build_arch="sm_80",
+    summary="latency family for the smallest shapes: one round trip per K chunk, stores from registers",
+    knobs=(
+        Knob("BM", _V(16, 32, 64), "CTA tile rows"),
+        Knob("BN", _V(32, 64, 128), "CTA tile columns"),
+        Knob("BK", _V(32, 64, 128), "K chunk fetched per round trip"),
+        Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
+        Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
+        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
+    ),
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL, TINY)}
 
 
 def families() -> list[Family]:
@@ -314,7 +332,7 @@ class Geometry:
     acc: str
     pdl: bool = True
     separate_reduce: bool = False  # SPLITK_REDUCE: equal K slices, then a reduce kernel
-    epilogue: str = "EPI_TMA"      # sm90: EPI_TMA / EPI_TMA_NOC / EPI_NOSMEM; mma.sync: SMEM
+    epilogue: str = "EPI_TMA"      # sm90: EPI_TMA / EPI_TMA_NOC / EPI_NOSMEM; mma.sync: SMEM; tiny: REGS
 
     def splits_for(self, shape: Shape, sm_count: int = 132) -> int:
         """The split-K factor the kernel will use on ``shape`` (mirrors the .cu host code)."""
@@ -372,6 +390,16 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
                         knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] in ("PERSISTENT", "SPLITK_REDUCE"),
                         knobs["SCHEDULER"] == "SPLITK_REDUCE", knobs["EPILOGUE"])
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
+    if fam.name == "tiny_mma":  # two register-staged chunks in static shared memory, no split
+        wm, wn = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N")
+        threads = wm * wn * 32
+        smem = 2 * (bm * (bk + 8) + bk * (bn + 8)) * 2
+        mi, ni = max(1, bm // wm // 16), max(1, bn // wn // 8)
+        staged = -(-bm * bk // 8 // threads) + -(-bk * bn // 8 // threads)
+        regs = min(255, 40 + mi * ni * (2 if acc == "f16" else 4) + 4 * staged + 2 * (mi * 4 + ni * 2))
+        cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads, 32))
+        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, 2, 1, False, False, 1, False, acc,
+                        knobs.get("PDL", "1") == "1", epilogue="REGS")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
     smem = max(st * (bm * bk + bk * bn) * 2, bm * (bn + 8) * 2)
@@ -433,6 +461,19 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
         if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
             problems.append("TILE_K 128 only with tiles up to 128x128")
+    elif fam.name == "tiny_mma":
+        wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
+        if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+            problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
+            return problems
+        if g.smem_bytes > 48 * 1024:
+            problems.append(f"two {g.tile_m}x{g.tile_k} + {g.tile_k}x{g.tile_n} buffers need {g.smem_bytes} B "
+                            "of static shared memory (> 48 KB): lower BK or the tile")
+        per = -(-g.tile_m * g.tile_k // 8 // g.threads) + -(-g.tile_k * g.tile_n // 8 // g.threads)
+        if per > 16:
+            problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps or lower BK")
+        if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
+            problems.append("warp tile too large (over 64 accumulators per thread): add warps")
     else:
         wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
         if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
@@ -511,6 +552,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
             extra += f"-e{k['EPI_TILE_N']}"
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
+    if fam.name == "tiny_mma":
+        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{acc}"
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
     ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
     return (f"{prefix}-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}-st{k['STAGES']}"
@@ -534,6 +577,10 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     if ck != 1:  # small_splitk only
         k["CLUSTER_K"] = str(ck)
     return k
+
+
+def _tiny(bm, bn, bk, wm, wn, pdl=1) -> dict[str, str]:
+    return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn)}
 
 
 #: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
@@ -643,6 +690,16 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     # 6 %), and this one was the best of them on 141 shapes; the other four left the catalog
     ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 1, ck=8)),
     ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
+    # the latency family: narrow tiles for a few output tiles, wide chunks for fewer round trips
+    # on a K of several hundred, 64-row tiles for a few hundred outputs a side
+    ("tiny_mma", _tiny(16, 64, 64, 1, 4)),
+    ("tiny_mma", _tiny(32, 64, 64, 2, 2)),
+    ("tiny_mma", _tiny(64, 64, 64, 2, 2)),
+    ("tiny_mma", _tiny(16, 128, 64, 1, 4)),
+    ("tiny_mma", _tiny(32, 128, 64, 2, 4)),
+    ("tiny_mma", _tiny(16, 64, 128, 1, 4)),
+    ("tiny_mma", _tiny(64, 128, 32, 2, 4)),
+    ("tiny_mma", _tiny(32, 32, 64, 1, 2)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")
@@ -742,6 +799,8 @@ CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
     ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),
     ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
+    ("tiny_mma", _tiny(16, 64, 64, 1, 4)),
+    ("tiny_mma", _tiny(32, 64, 64, 2, 2)),
 )
 
 CATALOG_F16 = _with_epilogue_twins(CATALOG_F16)

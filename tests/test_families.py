@@ -101,7 +101,7 @@ def _build(source: str, arch: str):
     return build(source, arch=arch)
 
 
-@pytest.mark.parametrize("family", ["sm80_mma", "small_splitk"])
+@pytest.mark.parametrize("family", ["sm80_mma", "small_splitk", "tiny_mma"])
 @pytest.mark.parametrize("acc", ["f32", "f16"])
 def test_mma_families_build_for_sm80(family, acc, tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
@@ -283,3 +283,32 @@ def test_a_source_from_before_a_knob_existed_is_not_read_as_a_configuration():
     assert F.Config.from_source(src) is not None
     old = "\n".join(line for line in src.splitlines() if not line.startswith("#define EPI_TILE_N"))
     assert F.Config.from_source(old) is None
+
+
+def test_tiny_family_rules_names_and_catalog():
+    """tiny_mma: static shared memory, staged loads and accumulators are bounded by the
+    registry exactly where the template's static_asserts would stop the build."""
+    ok = {**F.TINY.defaults(), "BM": "32", "BN": "128", "BK": "64", "WARPS_M": "2", "WARPS_N": "4"}
+    assert F.validate("tiny_mma", ok) == []
+    assert F.config_name("tiny_mma", ok) == "tiny-32x128x64-w2x4"
+    assert F.config_name("tiny_mma", {**ok, "ACC": "ACC_F16", "PDL": "0"}) == "tiny-32x128x64-w2x4-f16-nopdl"
+    too_big = {**ok, "BM": "64", "BK": "128", "WARPS_M": "4"}          # 2 x (64x136 + 128x136) halfs
+    assert any("static shared memory" in p for p in F.validate("tiny_mma", too_big))
+    few_threads = {**ok, "BM": "16", "BN": "128", "BK": "128", "WARPS_M": "1", "WARPS_N": "1"}
+    assert any("staged 16-byte loads" in p for p in F.validate("tiny_mma", few_threads))
+    assert any("multiples of 16" in p for p in F.validate("tiny_mma", {**ok, "WARPS_N": "4", "BN": "32"}))
+    g = F.geometry("tiny_mma", ok)
+    assert (g.threads, g.split_k, g.stages, g.epilogue) == (256, 1, 2, "REGS")
+    for acc in ("f32", "f16"):
+        for arch in ("sm_80", "sm_90a"):
+            tiny = [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]
+            assert tiny and all(F.validate("tiny_mma", c.knob_dict) == [] for c in tiny)
+
+
+@pytest.mark.parametrize("knobs", [{"BM": 64, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4},
+                                   {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "ACC": "ACC_F16"}])
+def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    res = _build(F.render("tiny_mma", knobs), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "0 bytes spill stores" in res.log

@@ -196,3 +196,18 @@ def test_mid_size_tiles_pass_every_check(evaluator):
             if e.status != "ok":
                 failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+def test_tiny_configs_pass_every_check(evaluator):
+    """Every tiny_mma configuration of the catalogs (f32 and f16) on shapes that are not tile
+    multiples, a K shorter than one chunk (8) and a K of many chunks (register double buffering)."""
+    ev, arch = evaluator
+    failures = []
+    for acc in ("f32", "f16"):
+        for cfg in [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]:
+            for shape in (Shape(64, 64, 64), Shape(200, 136, 264), Shape(777, 4104, 128), Shape(4096, 4096, 8),
+                          Shape(96, 200, 2056)):
+                e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
+                if e.status != "ok":
+                    failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)

@@ -52,7 +52,7 @@ def always_time(shape: Shape) -> list:
     clusters of four and pairs of 64x64 tiles (the model has no multicast term: it sees only
     their coarser grid); and the
     cluster split-K of the latency family (the model prices its reduction like the global one's)."""
-    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk")]
+    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
         lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",

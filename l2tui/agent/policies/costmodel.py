@@ -77,6 +77,10 @@ DEFAULT_PARAMS = Params(
         "sm90_cutlass": FamilyParams(fixed_us=3.0, peak_tflops=760.0, fill_ktiles=2.0, ktile_latency_us=0.35),
         "sm80_mma": FamilyParams(fixed_us=2.0, peak_tflops=480.0, fill_ktiles=2.0, ktile_latency_us=0.5),
         "small_splitk": FamilyParams(fixed_us=1.8, peak_tflops=420.0, fill_ktiles=2.0, ktile_latency_us=0.5),
+        # tiny_mma: a 64x64x64 call took 0.91 us graph-replayed with PDL and 1.38 us without
+        # (tools/probes/latency_floor on the H200); not yet fitted on a pick
+        "tiny_mma": FamilyParams(fixed_us=1.4, peak_tflops=250.0, fill_ktiles=0.5, ktile_latency_us=0.35,
+                                 pdl_us=0.5),
     }
 )
 
