@@ -198,6 +198,12 @@ def test_mid_size_tiles_pass_every_check(evaluator):
     assert not failures, "\n".join(failures)
 
 
+#: tiny_mma's f16 builds sum K products in one fp16 chain per output: on 96x200x2056 they reached
+#: a relative error of 1.7e-3 against the harness's f16 bound of 1.54e-3 (H200, c3a8899), so the
+#: f16 catalog uses them for K up to 1024 (the harness rejects them beyond, as it should)
+TINY_F16_MAX_K = 1024
+
+
 def test_tiny_configs_pass_every_check(evaluator):
     """Every tiny_mma configuration of the catalogs (f32 and f16) on shapes that are not tile
     multiples, a K shorter than one chunk (8) and a K of many chunks (register double buffering)."""
@@ -206,7 +212,9 @@ def test_tiny_configs_pass_every_check(evaluator):
     for acc in ("f32", "f16"):
         for cfg in [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]:
             for shape in (Shape(64, 64, 64), Shape(200, 136, 264), Shape(777, 4104, 128), Shape(4096, 4096, 8),
-                          Shape(96, 200, 2056)):
+                          Shape(96, 200, 2056), Shape(96, 200, 1016)):
+                if acc == "f16" and shape.k > TINY_F16_MAX_K:
+                    continue
                 e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
                 if e.status != "ok":
                     failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")

@@ -1,1 +1,1 @@
-configs/sm90-64x128x64-c1x1-pp-p-st0-noc-e64.cu
+configs/small-16x128x64-w1x4-st3-sw4-sk0.cu

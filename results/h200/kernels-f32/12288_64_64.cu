@@ -1,1 +1,1 @@
-configs/sm80-64x64x64-w2x2-st4-sw4-sk0.cu
+configs/small-32x64x64-w1x2-st3-sw4-sk0.cu

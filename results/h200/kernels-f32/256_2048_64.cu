@@ -1,1 +1,1 @@
-configs/sm90-64x128x64-c1x1-pp-p-st0-noc-e64.cu
+configs/sm80-64x64x64-w2x2-st4-sw4-sk0.cu
