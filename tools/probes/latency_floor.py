@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import json
 import statistics
 import sys
@@ -134,7 +135,15 @@ def main(argv=None) -> int:
         env["git_rev"] = _git_rev()
     except Exception:  # noqa: BLE001 - the probe stands alone
         pass
-    env.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__)
+    env.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    try:  # the driver, as every result file of the project records it
+        from harness.gpuinfo import list_gpus
+        gpus = list_gpus()
+        if gpus:
+            env.update(driver=gpus[0].driver, cuda_driver=gpus[0].cuda_driver)
+    except Exception:  # noqa: BLE001 - the probe stands alone
+        pass
     Path(args.out).write_text(json.dumps({"probe": "latency_floor", "env": env, "rows": rows}, indent=1))
     return 0
 
