@@ -13,11 +13,16 @@ from harness.shapes import Shape, resolve_shapes
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("repick_shapes", ROOT / "tools" / "repick_shapes.py")
+def _load(name: str):
+    """A script of tools/ as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _tool():
+    return _load("repick_shapes")
 
 
 def _row(m, n, k, l2, lt):
@@ -54,9 +59,7 @@ def test_written_list_is_readable_by_the_harness(tmp_path):
 
 def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_cluster_of_four():
     """tools/sweep_gpu.py: besides the model's top-k, the pick times the best match of each kind."""
-    spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("sweep_gpu")
     from harness.families import catalog
 
     cat = catalog("f32", "sm_90a")
@@ -79,9 +82,7 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_
 def test_the_pick_counts_epilogue_variants_once_and_times_them_together():
     """The cost model cannot tell EPI_TMA from EPI_TMA_NOC: top-k must hold k distinct
     configurations, and every chosen one brings its epilogue siblings along."""
-    spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("sweep_gpu")
     from harness.families import catalog, sans_epilogue
 
     class K:  # what the pick ranks: kernels with a .config
@@ -125,9 +126,7 @@ def test_every_tma_epilogue_entry_of_the_catalog_has_its_no_source_twin(acc):
 def test_the_pick_times_the_pdl_twins_of_what_it_chose():
     """PDL is priced as hidden launch latency, but it slows long multi-wave shapes: a chosen
     configuration brings its PDL=0 twin (and the twin's epilogue siblings' twins) along."""
-    spec = importlib.util.spec_from_file_location("sweep_gpu", ROOT / "tools" / "sweep_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("sweep_gpu")
     from harness.families import catalog, launch_twins
 
     class K:
