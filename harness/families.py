@@ -771,20 +771,24 @@ def sans_epilogue(cfg: "Config") -> tuple:
     return (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in EPILOGUE_KNOBS))
 
 
+def differing_only_in(cfg: "Config", pool: Sequence["Config"], knobs: Sequence[str]) -> list["Config"]:
+    """The configurations of ``pool`` other than ``cfg`` that equal it outside ``knobs``."""
+    strip = lambda c: (c.family, tuple((k, v) for k, v in c.knobs if k not in knobs))  # noqa: E731
+    key = strip(cfg)
+    return [c for c in pool if c != cfg and strip(c) == key]
+
+
 def launch_twins(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:
     """The configurations of ``pool`` that differ from ``cfg`` only in PDL: the model prices PDL
     as hidden launch latency, but on long multi-wave shapes the early dependent launch costs
     more than it hides, so the pick times both."""
-    strip = lambda c: (c.family, tuple((k, v) for k, v in c.knobs if k != "PDL"))  # noqa: E731
-    key = strip(cfg)
-    return [c for c in pool if c != cfg and strip(c) == key]
+    return differing_only_in(cfg, pool, ("PDL",))
 
 
 def epilogue_siblings(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:
     """The configurations of ``pool`` that differ from ``cfg`` only in the epilogue knobs: the
     NOC twin is much faster on store-bound shapes and can be slower elsewhere."""
-    key = sans_epilogue(cfg)
-    return [c for c in pool if c != cfg and sans_epilogue(c) == key]
+    return differing_only_in(cfg, pool, EPILOGUE_KNOBS)
 
 
 CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
