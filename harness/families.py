@@ -187,6 +187,7 @@ TINY = Family(
         Knob("BK", _V(32, 64, 128), "K chunk fetched per round trip"),
         Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
         Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
+        Knob("WARPS_K", _V(1, 2, 4), "warps along K (shorter MMA chains, partials added in shared memory)"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
     ),
@@ -392,7 +393,7 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     if fam.name == "tiny_mma":  # two register-staged chunks in static shared memory, no split
         wm, wn = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N")
-        threads = wm * wn * 32
+        threads = wm * wn * int(knobs.get("WARPS_K", "1")) * 32
         smem = 2 * (bm * (bk + 8) + bk * (bn + 8)) * 2
         mi, ni = max(1, bm // wm // 16), max(1, bn // wn // 8)
         staged = -(-bm * bk // 8 // threads) + -(-bk * bn // 8 // threads)
@@ -474,6 +475,11 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps or lower BK")
         if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
             problems.append("warp tile too large (over 64 accumulators per thread): add warps")
+        wk = int(knobs["WARPS_K"])
+        if (g.tile_k // 16) % wk:
+            problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
+        if wk > 1 and (wk - 1) * g.tile_m * g.tile_n * 4 > g.smem_bytes:
+            problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
     else:
         wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
         if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
@@ -553,7 +559,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "tiny_mma":
-        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{acc}"
+        wk = f"x{k['WARPS_K']}" if k.get("WARPS_K", "1") != "1" else ""
+        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{wk}{acc}"
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
     ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
     return (f"{prefix}-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}-st{k['STAGES']}"
@@ -579,8 +586,9 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _tiny(bm, bn, bk, wm, wn, pdl=1) -> dict[str, str]:
-    return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn)}
+def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1) -> dict[str, str]:
+    return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
+            "WARPS_K": str(wk)}
 
 
 #: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
@@ -700,6 +708,11 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("tiny_mma", _tiny(16, 64, 128, 1, 4)),
     ("tiny_mma", _tiny(64, 128, 32, 2, 4)),
     ("tiny_mma", _tiny(32, 32, 64, 1, 2)),
+    # K over the warps of a CTA: a chunk's k-steps in WARPS_K shorter dependent chains
+    ("tiny_mma", _tiny(16, 64, 64, 1, 4, wk=2)),
+    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2)),
+    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=4)),
+    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")

@@ -299,6 +299,10 @@ def test_tiny_family_rules_names_and_catalog():
     assert any("multiples of 16" in p for p in F.validate("tiny_mma", {**ok, "WARPS_N": "4", "BN": "32"}))
     g = F.geometry("tiny_mma", ok)
     assert (g.threads, g.split_k, g.stages, g.epilogue) == (256, 1, 2, "REGS")
+    assert F.config_name("tiny_mma", {**ok, "WARPS_K": "2"}) == "tiny-32x128x64-w2x4x2"
+    assert F.geometry("tiny_mma", {**ok, "WARPS_K": "2"}).threads == 512
+    uneven = {**ok, "BK": "32", "WARPS_K": "4"}                        # 2 k-steps over 4 warps
+    assert any("do not split over WARPS_K" in p for p in F.validate("tiny_mma", uneven))
     for acc in ("f32", "f16"):
         for arch in ("sm_80", "sm_90a"):
             tiny = [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]
@@ -306,6 +310,9 @@ def test_tiny_family_rules_names_and_catalog():
 
 
 @pytest.mark.parametrize("knobs", [{"BM": 64, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4},
+                                   {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 4},
+                                   {"BM": 16, "BN": 64, "BK": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 2,
+                                    "ACC": "ACC_F16"},
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "ACC": "ACC_F16"}])
 def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
