@@ -77,6 +77,18 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_
     assert few[6].family == "sm90_cutlass" and few[6].geometry().cluster >= 4   # no multicast term
     assert few[7].knob_dict["CLUSTER_K"] != "1"         # cluster split-K of the latency family
     assert few[8].geometry().cluster == 2 and few[8].name.startswith("sm90-64x64x64-")  # a 64x64 pair
+    assert few[9].family == "tiny_mma" and few[9].knob_dict["WARPS_K"] != "1"  # K over the warps
+
+
+def test_a_repick_times_each_shapes_earlier_winner_again(tmp_path):
+    """--incumbents: the earlier pick's winner per shape (rows without one are not incumbents)."""
+    mod = _load("sweep_gpu")
+    pick = tmp_path / "pick.json"
+    pick.write_text(json.dumps({"timings": [
+        {"shape": [64, 64, 64], "winner": "tiny-16x64x64-w1x4", "times_ms": {}},
+        {"shape": [128, 64, 64], "winner": None, "times_ms": {}}]}))
+    assert mod.incumbents_of(str(pick)) == {(64, 64, 64): "tiny-16x64x64-w1x4"}
+    assert mod.incumbents_of(None) == {} and mod.incumbents_of(str(tmp_path / "missing.json")) == {}
 
 
 def test_the_pick_counts_epilogue_variants_once_and_times_them_together():

@@ -27,7 +27,8 @@ if [ -n "${PRE_TESTS:-}" ]; then
 fi
 
 # BASE_PICK (a pick file from an earlier call) + PICK_SHAPES: start from the earlier winners and
-# re-pick only those shapes (e.g. after configurations joined the catalog)
+# re-pick only those shapes (e.g. after configurations joined the catalog); each shape's earlier
+# winner is timed again beside the candidates (--incumbents), so ONLY can narrow a re-pick safely
 PICK_SHAPES=${PICK_SHAPES:-grid}
 if [ -n "${BASE_PICK:-}" ]; then
   step materialize-base 30 python3 tools/sweep_gpu.py materialize --pick "$BASE_PICK" --prebuilt /tmp/prebuilt \
@@ -39,7 +40,7 @@ while [ $SECONDS -lt $PICK_END ]; do
   RES=""; [ -f $W/pick-f32.json ] && RES="--resume $W/pick-f32.json"
   step pick-f32 $(( PICK_END - SECONDS )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W \
     --shapes $PICK_SHAPES --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k ${TOP_K:-6} \
-    --only "${ONLY:-}" --watchdog-s 15 --tag pick-f32 $RES
+    --only "${ONLY:-}" ${BASE_PICK:+--incumbents "$BASE_PICK"} --watchdog-s 15 --tag pick-f32 $RES
   grep -q "WATCHDOG" "$LOG" && [ "$(grep -c WATCHDOG "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c WATCHDOG "$LOG"); continue; }
   break
 done

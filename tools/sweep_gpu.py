@@ -50,8 +50,9 @@ def always_time(shape: Shape) -> list:
     overlaps the other warpgroup's mainloop, which the model does not see: store-bound shapes);
     when it would split this shape, SPLITK_REDUCE (its reduce term is not calibrated yet); and
     clusters of four and pairs of 64x64 tiles (the model has no multicast term: it sees only
-    their coarser grid); and the
-    cluster split-K of the latency family (the model prices its reduction like the global one's)."""
+    their coarser grid); the
+    cluster split-K of the latency family (the model prices its reduction like the global one's);
+    and tiny_mma with K over its warps (the model does not see the shorter MMA chains)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
@@ -61,6 +62,7 @@ def always_time(shape: Shape) -> list:
         lambda c: c.knob_dict.get("CLUSTER_K", "1") != "1",
         lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 2 and c.knob_dict["TILE_M"] == "64"
         and c.knob_dict["TILE_N"] == "64",
+        lambda c: c.family == "tiny_mma" and c.knob_dict.get("WARPS_K", "1") != "1",
     ]
 
 
@@ -413,7 +415,17 @@ class Watchdog:
                     os._exit(3)
 
 
-def cmd_pick(args, kerns) -> dict:
+def incumbents_of(pick_file: str | None) -> dict[tuple[int, int, int], str]:
+    """The winner per shape of an earlier pick: a re-pick times it again beside the new
+    candidates, so a re-pick restricted to a few configurations (--only) never replaces a
+    winner it did not beat in the same interleaved run."""
+    if not pick_file or not Path(pick_file).exists():
+        return {}
+    doc = json.loads(Path(pick_file).read_text())
+    return {tuple(r["shape"]): r["winner"] for r in doc.get("timings", []) if r.get("winner")}
+
+
+def cmd_pick(args, kerns, extra: list | None = None) -> dict:
     from l2tui.agent.policies.costmodel import CostModel
 
     shapes = resolve_shapes(args.shapes or ["grid"])
@@ -422,7 +434,8 @@ def cmd_pick(args, kerns) -> dict:
     kdir = Path(args.kernels_dir) if args.kernels_dir else None
     if kdir:
         kdir.mkdir(parents=True, exist_ok=True)
-    by_name = {k.name: k for k in kerns}
+    by_name = {k.name: k for k in [*kerns, *(extra or [])]}
+    incumbent = incumbents_of(args.incumbents)
     rows = []
     hung: list[str] = []
     if args.resume and Path(args.resume).exists():
@@ -436,7 +449,7 @@ def cmd_pick(args, kerns) -> dict:
     def save(hang: str | None = None) -> None:
         doc = {"mode": "pick", "timings": rows, "hung": hung + ([hang] if hang else []),
                "configs": {k.name: {"family": k.config.family, "knobs": k.config.knob_dict, "acc": k.acc}
-                           for k in kerns}}
+                           for k in by_name.values()}}
         tmp = Path(args.out) / f"{args.tag or 'pick'}.json.tmp"
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, Path(args.out) / f"{args.tag or 'pick'}.json")
@@ -460,6 +473,9 @@ def cmd_pick(args, kerns) -> dict:
         ranked = [by_name[c.name] for _, c in model.rank([k.config for k in kerns], s)]
         top = args.top_k if per_shape > 0.25 else max(2, args.top_k // 2)
         chosen = choose(ranked, s, top, kinds=per_shape > 0.15, siblings=per_shape > 0.2)
+        held = incumbent.get((s.m, s.n, s.k))
+        if held in by_name and by_name[held] not in chosen:
+            chosen.append(by_name[held])
         chosen = [k for k in chosen if k.name not in skip]
         dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
         times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)
@@ -482,7 +498,7 @@ def cmd_pick(args, kerns) -> dict:
             break
         if winner and kdir:
             (kdir / f"{s.m}_{s.n}_{s.k}.cu").write_text(by_name[winner].source)
-        rows.append({"shape": [s.m, s.n, s.k], "times_ms": times, "winner": winner,
+        rows.append({"shape": [s.m, s.n, s.k], "times_ms": times, "winner": winner, "incumbent": held,
                      "predicted_us": {k.name: round(model.predict(k.config, s) * 1e6, 2) for k in chosen}})
         if i % 10 == 0 or i == len(shapes) - 1:
             save()
@@ -538,6 +554,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", action="append")
     ap.add_argument("--acc", default=None, help="only configurations with this accumulator")
     ap.add_argument("--only", default="", help="regex on configuration names")
+    ap.add_argument("--incumbents", default=None,
+                    help="pick: an earlier pick JSON; each shape's winner there is timed again (even outside --only)")
     ap.add_argument("--baselines", nargs="*", default=["torch", "cublaslt_autotune"])
     ap.add_argument("--target-ms", type=float, default=0.3)
     ap.add_argument("--reps", type=int, default=5)
@@ -584,7 +602,10 @@ def main(argv=None) -> int:
     elif args.mode == "time":
         res = cmd_time(args, kerns)
     else:
-        res = cmd_pick(args, kerns)
+        held = set(incumbents_of(args.incumbents).values()) - {k.name for k in kerns}
+        extra = [k for k in load_kernels(Path(args.prebuilt), args.acc) if k.name in held] if held else []
+        res = cmd_pick(args, kerns, extra)
+        kerns = kerns + extra
     res["env"] = env_info()
     res["seconds"] = round(time.time() - t0, 1)
     res["configs"] = {k.name: {"family": k.config.family, "knobs": k.config.knob_dict, "acc": k.acc} for k in kerns}

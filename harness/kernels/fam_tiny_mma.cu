@@ -74,7 +74,8 @@ static_assert(2 * kBufHalfs * 2 <= 48 * 1024, "two buffers over 48 KB of static 
 static_assert(kPerA + kPerB <= 16, "over 16 staged loads per thread: add warps or lower BK");
 static_assert(kMI * kNI * 4 <= 64, "over 64 accumulators per thread: add warps");
 static_assert((BK / 16) % WARPS_K == 0, "BK / 16 must be a multiple of WARPS_K");
-static_assert(WARPS_K == 1 || (WARPS_K - 1) * BM * BN * 4 <= 2 * kBufHalfs * 2,
+constexpr int kLdP = BN + 8;  // fp32 row of a K warp's partial tile in shared memory
+static_assert(WARPS_K == 1 || (WARPS_K - 1) * BM * kLdP * 4 <= 2 * kBufHalfs * 2,
               "the K warps' partial tiles must fit in the two chunk buffers");
 
 #if ACC == ACC_F16
@@ -106,6 +107,15 @@ __device__ __forceinline__ void mma16816(float (&d)[kAccRegs], const uint32_t (&
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif
+
+// The fp32 pair of accumulators (h = 0: row r, h = 1: row r + 8) of a fragment.
+__device__ __forceinline__ float2 acc_pair(const AccT (&d)[kAccRegs], int h) {
+#if ACC == ACC_F16
+  return __half22float2(*reinterpret_cast<const __half2*>(&d[h]));
+#else
+  return make_float2(d[2 * h], d[2 * h + 1]);
+#endif
+}
 
 // The fp16 pair of accumulator registers (q = 0: row r, q = 1: row r + 8) of a fragment.
 __device__ __forceinline__ __half2 out_pair(const AccT (&d)[kAccRegs], int q) {
@@ -205,8 +215,9 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
 #endif
 
 #if WARPS_K > 1
-  // The K warps' partial tiles: warps wk > 0 leave theirs in shared memory (fp32, the chunk
-  // buffers are free once every warp is past its last MMA), warp group 0 adds them in wk order.
+  // The K warps' partial tiles: warps wk > 0 leave theirs in shared memory (fp32 pairs, rows
+  // padded to kLdP so a half-warp's 8-byte stores hit distinct banks; the chunk buffers are free
+  // once every warp is past its last MMA), warp group 0 adds them in wk order.
   __syncthreads();
   float* part = reinterpret_cast<float*>(smem);
   if (wk > 0) {
@@ -215,48 +226,31 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
 #pragma unroll
       for (int j = 0; j < kNI; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int r = wm * kWM + i * 16 + (lane >> 2) + (q >> 1) * 8;
-          const int c = wn * kWN + j * 8 + (lane & 3) * 2 + (q & 1);
-#if ACC == ACC_F16
-          const __half2 h = *reinterpret_cast<const __half2*>(&acc[i][j][q >> 1]);
-          part[((wk - 1) * BM + r) * BN + c] = (q & 1) ? __high2float(h) : __low2float(h);
-#else
-          part[((wk - 1) * BM + r) * BN + c] = acc[i][j][q];
-#endif
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * kWM + i * 16 + (lane >> 2) + h * 8;
+          const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+          *reinterpret_cast<float2*>(part + ((wk - 1) * BM + r) * kLdP + c) = acc_pair(acc[i][j], h);
         }
   }
   __syncthreads();
   if (wk > 0) return;
-  float sum[kMI][kNI][4];
 #pragma unroll
   for (int i = 0; i < kMI; ++i)
 #pragma unroll
     for (int j = 0; j < kNI; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = wm * kWM + i * 16 + (lane >> 2) + (q >> 1) * 8;
-        const int c = wn * kWN + j * 8 + (lane & 3) * 2 + (q & 1);
-#if ACC == ACC_F16
-        const __half2 h = *reinterpret_cast<const __half2*>(&acc[i][j][q >> 1]);
-        float v = (q & 1) ? __high2float(h) : __low2float(h);
-#else
-        float v = acc[i][j][q];
-#endif
-        for (int w = 1; w < WARPS_K; ++w) v += part[((w - 1) * BM + r) * BN + c];
-        sum[i][j][q] = v;
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * kWM + i * 16 + (lane >> 2) + h * 8;
+        const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+        float2 v = acc_pair(acc[i][j], h);
+        for (int w = 1; w < WARPS_K; ++w) {
+          const float2 p = *reinterpret_cast<const float2*>(part + ((w - 1) * BM + r) * kLdP + c);
+          v.x += p.x;
+          v.y += p.y;
+        }
+        if (m0 + r < M && n0 + c < N)
+          *reinterpret_cast<__half2*>(C + (size_t)(m0 + r) * N + n0 + c) = __floats2half2_rn(v.x, v.y);
       }
-#pragma unroll
-  for (int i = 0; i < kMI; ++i)
-#pragma unroll
-    for (int j = 0; j < kNI; ++j) {
-      const int r = m0 + wm * kWM + i * 16 + (lane >> 2);
-      const int c = n0 + wn * kWN + j * 8 + (lane & 3) * 2;
-      if (c < N) {
-        if (r < M) *reinterpret_cast<__half2*>(C + (size_t)r * N + c) = __floats2half2_rn(sum[i][j][0], sum[i][j][1]);
-        if (r + 8 < M) *reinterpret_cast<__half2*>(C + (size_t)(r + 8) * N + c) = __floats2half2_rn(sum[i][j][2], sum[i][j][3]);
-      }
-    }
   return;
 #endif
   // Epilogue: each thread's fragments straight to C (fp16 pairs; N % 8 == 0, so a pair is all in or out).
