@@ -1,1 +1,1 @@
-configs/small-32x64x64-w1x2-st3-sw4-sk0.cu
+configs/sm80-128x64x64-w2x2-st3-sw4-sk0.cu

@@ -1,1 +1,1 @@
-configs/tiny-32x32x64-w1x2.cu
+configs/tiny-16x32x128-w1x2x4.cu

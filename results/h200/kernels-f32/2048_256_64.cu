@@ -1,1 +1,1 @@
-configs/sm80-64x64x64-w2x2-st4-sw4-sk0.cu
+configs/tiny-64x64x64-w2x2x2.cu

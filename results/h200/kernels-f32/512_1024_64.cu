@@ -1,1 +1,1 @@
-configs/sm90-64x128x64-c4x1-pp-p-st0-noc-e64.cu
+configs/tiny-64x64x64-w2x2x2.cu

@@ -1,1 +1,1 @@
-configs/small-16x64x64-w1x2-st3-sw4-sk1-ck8.cu
+configs/sm90-64x64x64-c1x2-pp-p-st0-noc-e64.cu

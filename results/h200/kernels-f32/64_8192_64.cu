@@ -1,1 +1,1 @@
-configs/small-16x128x64-w1x4-st3-sw4-sk0.cu
+configs/tiny-16x64x64-w1x4x2.cu

@@ -24,6 +24,10 @@
 //   BK        32, 64, 128          K chunk fetched per round trip
 //   WARPS_M   1, 2, 4              warps along M (BM / WARPS_M must be a multiple of 16)
 //   WARPS_N   1, 2, 4              warps along N (BN / WARPS_N must be a multiple of 16)
+//   WARPS_K   1, 2, 4              warps along K: each takes every WARPS_K-th k-step of a chunk,
+//                                  so the dependent MMA chains are WARPS_K times shorter; their
+//                                  fp32 partials are added through shared memory in warp order
+//                                  (bit-reproducible). BK / 16 must be a multiple of WARPS_K
 //   ACC       ACC_F32, ACC_F16     accumulator type
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only)
 // Limits (checked by the harness and by static_assert): two buffers fit in 48 KB of static shared
@@ -43,6 +47,7 @@
 #define BK 64
 #define WARPS_M 1
 #define WARPS_N 4
+#define WARPS_K 1
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
@@ -51,7 +56,7 @@
 
 namespace l2 {
 
-constexpr int kThreads = WARPS_M * WARPS_N * 32;
+constexpr int kThreads = WARPS_M * WARPS_N * WARPS_K * 32;
 constexpr int kWM = BM / WARPS_M;  // warp tile rows
 constexpr int kWN = BN / WARPS_N;  // warp tile columns
 constexpr int kMI = kWM / 16;      // m16 fragments per warp
@@ -68,6 +73,10 @@ static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 1
 static_assert(2 * kBufHalfs * 2 <= 48 * 1024, "two buffers over 48 KB of static shared memory: smaller BK or tile");
 static_assert(kPerA + kPerB <= 16, "over 16 staged loads per thread: add warps or lower BK");
 static_assert(kMI * kNI * 4 <= 64, "over 64 accumulators per thread: add warps");
+static_assert((BK / 16) % WARPS_K == 0, "BK / 16 must be a multiple of WARPS_K");
+constexpr int kLdP = BN + 8;  // fp32 row of a K warp's partial tile in shared memory
+static_assert(WARPS_K == 1 || (WARPS_K - 1) * BM * kLdP * 4 <= 2 * kBufHalfs * 2,
+              "the K warps' partial tiles must fit in the two chunk buffers");
 
 #if ACC == ACC_F16
 constexpr int kAccRegs = 2;  // two half2 registers per m16n8 fragment
@@ -99,6 +108,15 @@ __device__ __forceinline__ void mma16816(float (&d)[kAccRegs], const uint32_t (&
 }
 #endif
 
+// The fp32 pair of accumulators (h = 0: row r, h = 1: row r + 8) of a fragment.
+__device__ __forceinline__ float2 acc_pair(const AccT (&d)[kAccRegs], int h) {
+#if ACC == ACC_F16
+  return __half22float2(*reinterpret_cast<const __half2*>(&d[h]));
+#else
+  return make_float2(d[2 * h], d[2 * h + 1]);
+#endif
+}
+
 // The fp16 pair of accumulator registers (q = 0: row r, q = 1: row r + 8) of a fragment.
 __device__ __forceinline__ __half2 out_pair(const AccT (&d)[kAccRegs], int q) {
 #if ACC == ACC_F16
@@ -116,7 +134,8 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+  const int wk = warp / (WARPS_M * WARPS_N);  // this warp's share of each chunk's k-steps
+  const int wm = (warp % (WARPS_M * WARPS_N)) / WARPS_N, wn = warp % WARPS_N;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
@@ -171,7 +190,8 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
     const uint32_t sA = static_cast<uint32_t>(__cvta_generic_to_shared(buf));
     const uint32_t sB = sA + BM * kLdA * 2;
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
+    for (int ks = 0; ks < BK / 16 / WARPS_K; ++ks) {
+      const int kk = ks * WARPS_K + wk;
       uint32_t fa[kMI][4], fb[kNI][2];
 #pragma unroll
       for (int i = 0; i < kMI; ++i)
@@ -194,6 +214,45 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
+#if WARPS_K > 1
+  // The K warps' partial tiles: warps wk > 0 leave theirs in shared memory (fp32 pairs, rows
+  // padded to kLdP so a half-warp's 8-byte stores hit distinct banks; the chunk buffers are free
+  // once every warp is past its last MMA), warp group 0 adds them in wk order.
+  __syncthreads();
+  float* part = reinterpret_cast<float*>(smem);
+  if (wk > 0) {
+#pragma unroll
+    for (int i = 0; i < kMI; ++i)
+#pragma unroll
+      for (int j = 0; j < kNI; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * kWM + i * 16 + (lane >> 2) + h * 8;
+          const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+          *reinterpret_cast<float2*>(part + ((wk - 1) * BM + r) * kLdP + c) = acc_pair(acc[i][j], h);
+        }
+  }
+  __syncthreads();
+  if (wk > 0) return;
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNI; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * kWM + i * 16 + (lane >> 2) + h * 8;
+        const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+        float2 v = acc_pair(acc[i][j], h);
+        for (int w = 1; w < WARPS_K; ++w) {
+          const float2 p = *reinterpret_cast<const float2*>(part + ((w - 1) * BM + r) * kLdP + c);
+          v.x += p.x;
+          v.y += p.y;
+        }
+        if (m0 + r < M && n0 + c < N)
+          *reinterpret_cast<__half2*>(C + (size_t)(m0 + r) * N + n0 + c) = __floats2half2_rn(v.x, v.y);
+      }
+  return;
+#endif
   // Epilogue: each thread's fragments straight to C (fp16 pairs; N % 8 == 0, so a pair is all in or out).
 #pragma unroll
   for (int i = 0; i < kMI; ++i)
