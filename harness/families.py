@@ -662,6 +662,14 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 128, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 192, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    # split-K in pairs: on a few output tiles with a long K the CTAs of one K slice read the same
+    # rows of A (or columns of B) from L2; 256x128x16384 in 64x64 tiles moves 32 MB from L2 to
+    # the SMs in about 7 us (5a2b7f0 bench), near the L2's bandwidth. A pair along N multicasts
+    # its A slice, a pair along M its B slice, without the larger tiles' extra partial sums
+    ("sm90_cutlass", _sm90(64, 64, cn=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(64, 64, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(64, 128, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 64, cn=2, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
     # clusters of four: one TMA load multicast to four CTAs, a quarter of the L2-to-SM traffic of
     # the shared operand (cuBLASLt launches clusters of 8 on 1024x1024x4096, ncu at ac28280);
     # fewer bytes moved per flop also means fewer joules on the power-capped big shapes

@@ -74,7 +74,8 @@ def split_configs(acc: str) -> list[F.Config]:
     """Every split-K reduction path: SPLITK_REDUCE (batched slices + reduce kernel, both
     schedules), the mma.sync families' parallel per-tile reduction (SPLIT_K 0, and 128 slices on
     few tiles) and their serial last-CTA reduction (a fixed split count on a grid too big to be
-    resident at once: 1030x2056 in 16x64 tiles), and the cluster split-K of the latency family."""
+    resident at once: 1030x2056 in 16x64 tiles), the cluster split-K of the latency family, and
+    SPLITK_REDUCE in clusters of two."""
     a = F.acc_knob(acc)
     return [
         F.Config.of("sm90_cutlass", {**F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0), "ACC": a}),
@@ -87,6 +88,11 @@ def split_configs(acc: str) -> list[F.Config]:
         # leaves three of eight slices empty (5 k-tiles)
         F.Config.of("small_splitk", {**F._mma(64, 64, 64, 2, 2, 3, 4, 1, ck=8), "ACC": a}),
         F.Config.of("small_splitk", {**F._mma(32, 64, 64, 1, 2, 3, 4, 1, ck=4), "ACC": a}),
+        # SPLITK_REDUCE in pairs (TMA multicast of one operand's slice; f32 catalog only, prebuilt)
+        *([F.Config.of("sm90_cutlass", {**F._sm90(64, 64, cn=2, sched="PINGPONG", scheduler="SPLITK_REDUCE",
+                                                  splits=0, epi="EPI_TMA_NOC"), "ACC": a}),
+           F.Config.of("sm90_cutlass", {**F._sm90(64, 128, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE",
+                                                  splits=0, epi="EPI_TMA_NOC"), "ACC": a})] if acc == "f32" else []),
     ]
 
 

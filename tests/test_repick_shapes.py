@@ -78,6 +78,8 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_
     assert few[7].knob_dict["CLUSTER_K"] != "1"         # cluster split-K of the latency family
     assert few[8].geometry().cluster == 2 and few[8].name.startswith("sm90-64x64x64-")  # a 64x64 pair
     assert few[9].family == "tiny_mma" and few[9].knob_dict["WARPS_K"] != "1"  # K over the warps
+    assert few[10].knob_dict["SCHEDULER"] == "SPLITK_REDUCE" and few[10].geometry().cluster == 2  # split pairs
+    assert picks(Shape(8192, 8192, 128))[11] is None     # (nothing would split there)
 
 
 def test_a_repick_times_each_shapes_earlier_winner_again(tmp_path):

@@ -52,7 +52,8 @@ def always_time(shape: Shape) -> list:
     clusters of four and pairs of 64x64 tiles (the model has no multicast term: it sees only
     their coarser grid); the
     cluster split-K of the latency family (the model prices its reduction like the global one's);
-    and tiny_mma with K over its warps (the model does not see the shorter MMA chains)."""
+    tiny_mma with K over its warps (the model does not see the shorter MMA chains); and, where it
+    would split, SPLITK_REDUCE in a cluster (multicast again)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
@@ -63,6 +64,7 @@ def always_time(shape: Shape) -> list:
         lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 2 and c.knob_dict["TILE_M"] == "64"
         and c.knob_dict["TILE_N"] == "64",
         lambda c: c.family == "tiny_mma" and c.knob_dict.get("WARPS_K", "1") != "1",
+        lambda c: c.geometry().separate_reduce and c.geometry().cluster >= 2 and c.geometry().splits_for(shape) > 1,
     ]
 
 
