@@ -670,6 +670,14 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(64, 64, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(64, 128, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(128, 64, cn=2, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
+    # tall or wide skinny outputs with a long K (12288x64x12288: 96 tiles of 128x64, A alone is
+    # 302 MB): memory-bound, so every SM must stream. 'Fill one wave' gives such shapes one slice
+    # (96 CTAs on 132 SMs); a fixed 4 or 8 slices give 384 or 768 work tiles over the persistent
+    # CTAs (2.9 or 5.8 waves), partial sums a few percent of the bytes of A
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=4, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=8, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=4, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=8, epi="EPI_TMA_NOC")),
     # clusters of four: one TMA load multicast to four CTAs, a quarter of the L2-to-SM traffic of
     # the shared operand (cuBLASLt launches clusters of 8 on 1024x1024x4096, ncu at ac28280);
     # fewer bytes moved per flop also means fewer joules on the power-capped big shapes

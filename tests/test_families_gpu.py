@@ -75,7 +75,7 @@ def split_configs(acc: str) -> list[F.Config]:
     schedules), the mma.sync families' parallel per-tile reduction (SPLIT_K 0, and 128 slices on
     few tiles) and their serial last-CTA reduction (a fixed split count on a grid too big to be
     resident at once: 1030x2056 in 16x64 tiles), the cluster split-K of the latency family, and
-    SPLITK_REDUCE in clusters of two."""
+    SPLITK_REDUCE in clusters of two and with a fixed slice count."""
     a = F.acc_knob(acc)
     return [
         F.Config.of("sm90_cutlass", {**F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0), "ACC": a}),
@@ -92,7 +92,10 @@ def split_configs(acc: str) -> list[F.Config]:
         *([F.Config.of("sm90_cutlass", {**F._sm90(64, 64, cn=2, sched="PINGPONG", scheduler="SPLITK_REDUCE",
                                                   splits=0, epi="EPI_TMA_NOC"), "ACC": a}),
            F.Config.of("sm90_cutlass", {**F._sm90(64, 128, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE",
-                                                  splits=0, epi="EPI_TMA_NOC"), "ACC": a})] if acc == "f32" else []),
+                                                  splits=0, epi="EPI_TMA_NOC"), "ACC": a}),
+           # a fixed slice count (several waves of work tiles on skinny long-K shapes)
+           F.Config.of("sm90_cutlass", {**F._sm90(128, 64, scheduler="SPLITK_REDUCE", splits=8,
+                                                  epi="EPI_TMA_NOC"), "ACC": a})] if acc == "f32" else []),
     ]
 
 
