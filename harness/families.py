@@ -188,6 +188,7 @@ TINY = Family(
         Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
         Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
         Knob("WARPS_K", _V(1, 2, 4), "warps along K (shorter MMA chains, partials added in shared memory)"),
+        Knob("AHEAD", _V(1, 2), "K chunks whose loads are in flight while one is multiplied"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
     ),
@@ -396,10 +397,10 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         threads = wm * wn * int(knobs.get("WARPS_K", "1")) * 32
         smem = 2 * (bm * (bk + 8) + bk * (bn + 8)) * 2
         mi, ni = max(1, bm // wm // 16), max(1, bn // wn // 8)
-        staged = -(-bm * bk // 8 // threads) + -(-bk * bn // 8 // threads)
+        staged = (-(-bm * bk // 8 // threads) + -(-bk * bn // 8 // threads)) * int(knobs.get("AHEAD", "1"))
         regs = min(255, 40 + mi * ni * (2 if acc == "f16" else 4) + 4 * staged + 2 * (mi * 4 + ni * 2))
         cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads, 32))
-        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, 2, 1, False, False, 1, False, acc,
+        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, 1 + int(knobs.get("AHEAD", "1")), 1, False, False, 1, False, acc,
                         knobs.get("PDL", "1") == "1", epilogue="REGS")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
@@ -471,8 +472,9 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"two {g.tile_m}x{g.tile_k} + {g.tile_k}x{g.tile_n} buffers need {g.smem_bytes} B "
                             "of static shared memory (> 48 KB): lower BK or the tile")
         per = -(-g.tile_m * g.tile_k // 8 // g.threads) + -(-g.tile_k * g.tile_n // 8 // g.threads)
+        per *= int(knobs.get("AHEAD", "1"))
         if per > 16:
-            problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps or lower BK")
+            problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps, lower BK or AHEAD")
         if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
             problems.append("warp tile too large (over 64 accumulators per thread): add warps")
         wk = int(knobs["WARPS_K"])
@@ -560,7 +562,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
                 f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "tiny_mma":
         wk = f"x{k['WARPS_K']}" if k.get("WARPS_K", "1") != "1" else ""
-        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{wk}{acc}"
+        ahead = f"-a{k['AHEAD']}" if k.get("AHEAD", "1") != "1" else ""
+        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{wk}{ahead}{acc}"
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
     ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
     return (f"{prefix}-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}-st{k['STAGES']}"
@@ -586,9 +589,9 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1) -> dict[str, str]:
+def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1) -> dict[str, str]:
     return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
-            "WARPS_K": str(wk)}
+            "WARPS_K": str(wk), "AHEAD": str(ahead)}
 
 
 #: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
@@ -736,6 +739,15 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4)),
     ("tiny_mma", _tiny(32, 32, 128, 1, 2, wk=4)),
     ("tiny_mma", _tiny(16, 64, 128, 1, 2, wk=4)),
+    # two chunks in flight: a chunk is one round trip to L2 (64x64 took 1.33, 1.72 and 2.54 us at
+    # K = 128, 256 and 512 in the 5a2b7f0 bench), so K = 256 costs about one instead of two
+    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4, ahead=2)),
+    ("tiny_mma", _tiny(32, 32, 128, 1, 2, wk=4, ahead=2)),
+    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2)),
+    ("tiny_mma", _tiny(16, 64, 128, 1, 2, wk=4, ahead=2)),
+    ("tiny_mma", _tiny(16, 64, 64, 1, 4, wk=2, ahead=2)),
+    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2, ahead=2)),
+    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ahead=2)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")

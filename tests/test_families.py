@@ -303,6 +303,12 @@ def test_tiny_family_rules_names_and_catalog():
     assert F.geometry("tiny_mma", {**ok, "WARPS_K": "2"}).threads == 512
     uneven = {**ok, "BK": "32", "WARPS_K": "4"}                        # 2 k-steps over 4 warps
     assert any("do not split over WARPS_K" in p for p in F.validate("tiny_mma", uneven))
+    ahead = {**ok, "AHEAD": "2"}                                       # two sets of 4 + 4 loads
+    assert F.validate("tiny_mma", ahead) == [] and F.config_name("tiny_mma", ahead) == "tiny-32x128x64-w2x4-a2"
+    assert F.geometry("tiny_mma", ahead).stages == 3                  # two chunks in flight, one in use
+    wide = {**ok, "BM": "16", "BN": "64", "BK": "128", "WARPS_M": "1", "WARPS_N": "4"}    # 2 + 8 per set
+    assert F.validate("tiny_mma", wide) == []
+    assert any("staged 16-byte loads" in p for p in F.validate("tiny_mma", {**wide, "AHEAD": "2"}))
     for acc in ("f32", "f16"):
         for arch in ("sm_80", "sm_90a"):
             tiny = [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]
@@ -313,7 +319,9 @@ def test_tiny_family_rules_names_and_catalog():
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 4},
                                    {"BM": 16, "BN": 64, "BK": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 2,
                                     "ACC": "ACC_F16"},
-                                   {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "ACC": "ACC_F16"}])
+                                   {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "ACC": "ACC_F16"},
+                                   {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 4,
+                                    "AHEAD": 2}])
 def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     res = _build(F.render("tiny_mma", knobs), "sm_90a")

@@ -53,7 +53,7 @@ SYSTEM = (
 
 # knobs whose legal values are ordered: only neighbours are proposed
 ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N", "STAGES", "SWIZZLE",
-           "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N", "EPI_TILE_N", "CLUSTER_K", "WARPS_K"}
+           "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N", "EPI_TILE_N", "CLUSTER_K", "WARPS_K", "AHEAD"}
 #: ordinal knobs whose 0 means "chosen per call" rather than "fewest"
 AUTO_ZERO = {"SPLIT_K", "SPLITS"}
 
