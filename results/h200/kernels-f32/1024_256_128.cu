@@ -1,1 +1,1 @@
-configs/sm90-64x64x64-c1x1-pp-p-st0-noc-e64.cu
+configs/tiny-32x64x64-w2x2x2.cu

@@ -1,1 +1,1 @@
-configs/sm90-64x64x64-c1x1-pp-p-st0-noc-e64.cu
+configs/tiny-16x32x128-w1x2x4-a2.cu

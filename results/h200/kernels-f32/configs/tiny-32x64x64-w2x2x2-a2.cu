@@ -4,15 +4,16 @@
 // chain of latencies, not of arithmetic: wait for the previous kernel, fetch A and B, a few
 // MMAs, store C. Each step here is the shortest we found on the H200 (tools/probes/latency_floor):
 //   * every 16-byte load of a K chunk (A: BM x BK, B: BK x BN) is issued before the first is used,
-//     straight into registers, so a chunk costs one round trip to L2; the next chunk's loads are
-//     issued before this chunk's MMAs (register double buffering), so they overlap
+//     straight into registers, so a chunk costs one round trip to L2; the loads of the next
+//     AHEAD chunks are in flight during this chunk's MMAs (AHEAD sets of staging registers), so
+//     a K of AHEAD + 1 chunks costs about one round trip
 //   * two static shared-memory buffers with padded rows (no swizzle, no bank conflicts for
 //     ldmatrix), one __syncthreads per chunk
 //   * mma.sync.m16n8k16 (f32 or f16 accumulate), fragments read with ldmatrix (.trans for B)
 //   * the accumulators go straight from registers to C (no shared-memory epilogue)
 //   * PDL (Hopper and later): launched with programmatic stream serialization; griddepcontrol.wait
 //     precedes every global access, the next kernel may launch once the MMAs are done
-// No split-K and no pipeline beyond one chunk ahead: long K belongs to small_splitk / sm90_cutlass.
+// No split-K across CTAs and at most two chunks ahead: long K belongs to small_splitk / sm90_cutlass.
 // A 64x64x64 GEMM took 0.91 us per call graph-replayed on the H200 in the probe, against 1.62 us
 // for CUTLASS's ping-pong 64x64 and 1.73 us for small_splitk 16x64 (results/h200/runs/latency-*).
 // A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0). Needs K and N to
@@ -28,10 +29,13 @@
 //                                  so the dependent MMA chains are WARPS_K times shorter; their
 //                                  fp32 partials are added through shared memory in warp order
 //                                  (bit-reproducible). BK / 16 must be a multiple of WARPS_K
+//   AHEAD     1, 2                 K chunks whose loads are in flight while one is multiplied
+//                                  (2: two sets of staging registers, the loads of chunks 0 and
+//                                  1 issued together at the start)
 //   ACC       ACC_F32, ACC_F16     accumulator type
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only)
 // Limits (checked by the harness and by static_assert): two buffers fit in 48 KB of static shared
-// memory, at most 16 staged 16-byte loads and 64 accumulators per thread.
+// memory, at most 16 staged 16-byte loads per thread (all AHEAD sets) and 64 accumulators.
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -42,12 +46,13 @@
 #define ACC_F16 2
 
 // l2: knobs begin
-#define BM 16
+#define BM 32
 #define BN 64
 #define BK 64
-#define WARPS_M 1
-#define WARPS_N 4
-#define WARPS_K 1
+#define WARPS_M 2
+#define WARPS_N 2
+#define WARPS_K 2
+#define AHEAD 2
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
@@ -71,7 +76,8 @@ constexpr int kBufHalfs = BM * kLdA + BK * kLdB;
 
 static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
 static_assert(2 * kBufHalfs * 2 <= 48 * 1024, "two buffers over 48 KB of static shared memory: smaller BK or tile");
-static_assert(kPerA + kPerB <= 16, "over 16 staged loads per thread: add warps or lower BK");
+static_assert(AHEAD == 1 || AHEAD == 2, "AHEAD is 1 or 2");
+static_assert(AHEAD * (kPerA + kPerB) <= 16, "over 16 staged loads per thread: add warps, lower BK or AHEAD");
 static_assert(kMI * kNI * 4 <= 64, "over 64 accumulators per thread: add warps");
 static_assert((BK / 16) % WARPS_K == 0, "BK / 16 must be a multiple of WARPS_K");
 constexpr int kLdP = BN + 8;  // fp32 row of a K warp's partial tile in shared memory
@@ -139,9 +145,10 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
-  // One K chunk into registers: every load issued before any is used (one round trip).
-  uint4 ra[kPerA], rb[kPerB];
-  auto fetch = [&](int k0) {
+  // One K chunk into a set of staging registers: every load issued before any is used (one
+  // round trip). AHEAD sets, used in turn (the sets are separate arrays, indexed at compile time).
+  uint4 ra0[kPerA], rb0[kPerB], ra1[kPerA], rb1[kPerB];
+  auto fetch = [&](uint4 (&ra)[kPerA], uint4 (&rb)[kPerB], int k0) {
 #pragma unroll
     for (int i = 0; i < kPerA; ++i) {
       const int c = tid + i * kThreads;
@@ -157,7 +164,7 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
       rb[i] = ok ? *reinterpret_cast<const uint4*>(B + (size_t)(k0 + r) * N + gn) : zero;
     }
   };
-  auto stage = [&](half* buf) {
+  auto stage = [&](const uint4 (&ra)[kPerA], const uint4 (&rb)[kPerB], half* buf) {
 #pragma unroll
     for (int i = 0; i < kPerA; ++i) {
       const int c = tid + i * kThreads;
@@ -180,13 +187,14 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
       for (int r = 0; r < kAccRegs; ++r) acc[i][j][r] = 0;
 
   const int chunks = (K + BK - 1) / BK;
-  fetch(0);
-  for (int ch = 0; ch < chunks; ++ch) {
+  // One chunk: its staged registers to shared memory, the loads of chunk ch + AHEAD into the
+  // same registers (in flight during the MMAs), then the MMAs.
+  auto step = [&](int ch, uint4 (&ra)[kPerA], uint4 (&rb)[kPerB]) {
     half* buf = smem + (ch & 1) * kBufHalfs;
-    stage(buf);
+    stage(ra, rb, buf);
     // the chunk is in shared memory; every warp is done with the buffer written two chunks ago
     __syncthreads();
-    if (ch + 1 < chunks) fetch((ch + 1) * BK);  // in flight during this chunk's MMAs
+    if (ch + AHEAD < chunks) fetch(ra, rb, (ch + AHEAD) * BK);
     const uint32_t sA = static_cast<uint32_t>(__cvta_generic_to_shared(buf));
     const uint32_t sB = sA + BM * kLdA * 2;
 #pragma unroll
@@ -208,6 +216,12 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
 #pragma unroll
         for (int j = 0; j < kNI; ++j) mma16816(acc[i][j], fa[i], fb[j][0], fb[j][1]);
     }
+  };
+  fetch(ra0, rb0, 0);
+  if (AHEAD > 1 && chunks > 1) fetch(ra1, rb1, BK);
+  for (int ch = 0; ch < chunks; ch += AHEAD) {
+    step(ch, ra0, rb0);
+    if (AHEAD > 1 && ch + 1 < chunks) step(ch + 1, ra1, rb1);
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // PDL: the next kernel in the stream may start launching (it waits before touching memory)
