@@ -400,7 +400,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         staged = (-(-bm * bk // 8 // threads) + -(-bk * bn // 8 // threads)) * int(knobs.get("AHEAD", "1"))
         regs = min(255, 40 + mi * ni * (2 if acc == "f16" else 4) + 4 * staged + 2 * (mi * 4 + ni * 2))
         cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads, 32))
-        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, 1 + int(knobs.get("AHEAD", "1")), 1, False, False, 1, False, acc,
+        stages = 1 + int(knobs.get("AHEAD", "1"))  # the chunks in flight plus the one being multiplied
+        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, stages, 1, False, False, 1, False, acc,
                         knobs.get("PDL", "1") == "1", epilogue="REGS")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
