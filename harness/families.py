@@ -189,6 +189,8 @@ TINY = Family(
         Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
         Knob("WARPS_K", _V(1, 2, 4), "warps along K (shorter MMA chains, partials added in shared memory)"),
         Knob("AHEAD", _V(1, 2), "K chunks whose loads are in flight while one is multiplied"),
+        Knob("CLUSTER_K", _V(1, 2, 4, 8),
+             "CTAs of one thread-block cluster sharing a tile's K, added through distributed shared memory (sm_90+)"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
     ),
@@ -401,7 +403,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         regs = min(255, 40 + mi * ni * (2 if acc == "f16" else 4) + 4 * staged + 2 * (mi * 4 + ni * 2))
         cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads, 32))
         stages = 1 + int(knobs.get("AHEAD", "1"))  # the chunks in flight plus the one being multiplied
-        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, stages, 1, False, False, 1, False, acc,
+        ck = int(knobs.get("CLUSTER_K", "1"))  # K slices of a tile, one per CTA of a cluster
+        return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, stages, ck, False, False, ck, False, acc,
                         knobs.get("PDL", "1") == "1", epilogue="REGS")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
@@ -483,6 +486,12 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
         if wk > 1 and (wk - 1) * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:  # padded fp32 rows
             problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
+        ck = int(knobs.get("CLUSTER_K", "1"))
+        if ck > 1 and wk * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:
+            problems.append("with CLUSTER_K every K warp's fp32 partial tile stays in the chunk buffers: they do "
+                            "not fit, lower WARPS_K")
+        if (g.tile_m * g.tile_n // 4) % ck:
+            problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
     else:
         wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
         if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
@@ -564,7 +573,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
     if fam.name == "tiny_mma":
         wk = f"x{k['WARPS_K']}" if k.get("WARPS_K", "1") != "1" else ""
         ahead = f"-a{k['AHEAD']}" if k.get("AHEAD", "1") != "1" else ""
-        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{wk}{ahead}{acc}"
+        ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
+        return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{wk}{ahead}{ck}{acc}"
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
     ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
     return (f"{prefix}-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}-st{k['STAGES']}"
@@ -590,9 +600,9 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1) -> dict[str, str]:
+def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
     return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
-            "WARPS_K": str(wk), "AHEAD": str(ahead)}
+            "WARPS_K": str(wk), "AHEAD": str(ahead), "CLUSTER_K": str(ck)}
 
 
 #: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
@@ -749,6 +759,15 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("tiny_mma", _tiny(16, 64, 64, 1, 4, wk=2, ahead=2)),
     ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2, ahead=2)),
     ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ahead=2)),
+    # K over the CTAs of a cluster (sm_90 only): few tiles with K of 512 to a few thousand, where
+    # one CTA walking K pays a round trip per chunk (64x64: 2.5 us at K = 512, 4.1 us at K = 2048
+    # in the 5a2b7f0 bench); each CTA of eight fetches at most 2 chunks, ~one round trip
+    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2, ck=4)),
+    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2, ck=8)),
+    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4, ahead=2, ck=4)),
+    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4, ahead=2, ck=8)),
+    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2, ahead=2, ck=8)),
+    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ck=4)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")

@@ -309,6 +309,14 @@ def test_tiny_family_rules_names_and_catalog():
     wide = {**ok, "BM": "16", "BN": "64", "BK": "128", "WARPS_M": "1", "WARPS_N": "4"}    # 2 + 8 per set
     assert F.validate("tiny_mma", wide) == []
     assert any("staged 16-byte loads" in p for p in F.validate("tiny_mma", {**wide, "AHEAD": "2"}))
+    ck = {**ok, "CLUSTER_K": "8", "WARPS_K": "2"}                       # K over a cluster of 8 CTAs
+    assert F.validate("tiny_mma", ck) == [] and F.config_name("tiny_mma", ck) == "tiny-32x128x64-w2x4x2-ck8"
+    g = F.geometry("tiny_mma", ck)
+    assert (g.split_k, g.cluster) == (8, 8)
+    assert g.splits_for(Shape(64, 64, 264)) == 5                      # 5 chunks of 64: 3 CTAs get none
+    full = {**ok, "BM": "64", "BN": "64", "WARPS_M": "2", "WARPS_N": "2", "WARPS_K": "4", "CLUSTER_K": "2"}
+    assert any("every K warp's fp32 partial tile" in p for p in F.validate("tiny_mma", full))
+    assert not [c for c in F.catalog("f32", "sm_80") if c.knob_dict.get("CLUSTER_K", "1") != "1"]
     for acc in ("f32", "f16"):
         for arch in ("sm_80", "sm_90a"):
             tiny = [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]
@@ -321,7 +329,9 @@ def test_tiny_family_rules_names_and_catalog():
                                     "ACC": "ACC_F16"},
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "ACC": "ACC_F16"},
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 4,
-                                    "AHEAD": 2}])
+                                    "AHEAD": 2},
+                                   {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 2,
+                                    "AHEAD": 2, "CLUSTER_K": 8}])
 def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     res = _build(F.render("tiny_mma", knobs), "sm_90a")
