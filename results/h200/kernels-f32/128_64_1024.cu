@@ -1,1 +1,1 @@
-configs/small-16x64x64-w1x2-st3-sw4-sk1-ck8.cu
+configs/tiny-16x64x128-w1x4x2-a2-ck8.cu

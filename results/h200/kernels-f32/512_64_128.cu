@@ -1,1 +1,1 @@
-configs/tiny-16x32x128-w1x2x4.cu
+configs/tiny-16x64x128-w1x4x2.cu

@@ -1,1 +1,1 @@
-configs/tiny-16x64x64-w1x4x2-a2.cu
+configs/tiny-16x64x64-w1x4x2.cu

@@ -1,1 +1,1 @@
-configs/sm90-64x64x64-c1x2-pp-splitr0-st0-noc.cu
+configs/tiny-16x64x128-w1x4x2-a2-ck8.cu

@@ -1,1 +1,1 @@
-configs/tiny-32x64x64-w2x2.cu
+configs/tiny-16x64x64-w1x4x2.cu

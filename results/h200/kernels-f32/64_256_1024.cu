@@ -1,1 +1,1 @@
-configs/sm90-64x64x64-c1x1-pp-p-st0-noc-e64.cu
+configs/tiny-16x64x128-w1x4x2-a2-ck4.cu

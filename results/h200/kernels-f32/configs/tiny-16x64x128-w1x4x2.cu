@@ -13,7 +13,11 @@
 //   * the accumulators go straight from registers to C (no shared-memory epilogue)
 //   * PDL (Hopper and later): launched with programmatic stream serialization; griddepcontrol.wait
 //     precedes every global access, the next kernel may launch once the MMAs are done
-// No split-K across CTAs and at most two chunks ahead: long K belongs to small_splitk / sm90_cutlass.
+// At most two chunks ahead; K split across CTAs only inside one thread-block cluster (CLUSTER_K,
+// sm_90+): each CTA of the cluster multiplies 1/CLUSTER_K of K, leaves its fp32 partial tile in
+// its own shared memory, and after a cluster barrier adds its 1/CLUSTER_K of the tile over all
+// peers (in rank and warp order, through distributed shared memory). Longer K belongs to
+// small_splitk / sm90_cutlass.
 // A 64x64x64 GEMM took 0.91 us per call graph-replayed on the H200 in the probe, against 1.62 us
 // for CUTLASS's ping-pong 64x64 and 1.73 us for small_splitk 16x64 (results/h200/runs/latency-*).
 // A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0). Needs K and N to
@@ -32,6 +36,10 @@
 //   AHEAD     1, 2                 K chunks whose loads are in flight while one is multiplied
 //                                  (2: two sets of staging registers, the loads of chunks 0 and
 //                                  1 issued together at the start)
+//   CLUSTER_K 1, 2, 4, 8           CTAs of one cluster that share a tile's K (sm_90 and later; on
+//                                  older GPUs l2_hgemm returns 2). BM * BN / 4 must be a multiple
+//                                  of CLUSTER_K; the WARPS_K fp32 partial tiles must fit in the
+//                                  two chunk buffers
 //   ACC       ACC_F32, ACC_F16     accumulator type
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only)
 // Limits (checked by the harness and by static_assert): two buffers fit in 48 KB of static shared
@@ -40,6 +48,7 @@
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <cooperative_groups.h>
 
 // Names for knob values (do not edit).
 #define ACC_F32 1
@@ -53,6 +62,7 @@
 #define WARPS_N 4
 #define WARPS_K 2
 #define AHEAD 1
+#define CLUSTER_K 1
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
@@ -77,12 +87,16 @@ constexpr int kBufHalfs = BM * kLdA + BK * kLdB;
 static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
 static_assert(2 * kBufHalfs * 2 <= 48 * 1024, "two buffers over 48 KB of static shared memory: smaller BK or tile");
 static_assert(AHEAD == 1 || AHEAD == 2, "AHEAD is 1 or 2");
+static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
+static_assert((BM * BN / 4) % CLUSTER_K == 0, "the tile must split into CLUSTER_K equal shares of 4 outputs");
 static_assert(AHEAD * (kPerA + kPerB) <= 16, "over 16 staged loads per thread: add warps, lower BK or AHEAD");
 static_assert(kMI * kNI * 4 <= 64, "over 64 accumulators per thread: add warps");
 static_assert((BK / 16) % WARPS_K == 0, "BK / 16 must be a multiple of WARPS_K");
 constexpr int kLdP = BN + 8;  // fp32 row of a K warp's partial tile in shared memory
 static_assert(WARPS_K == 1 || (WARPS_K - 1) * BM * kLdP * 4 <= 2 * kBufHalfs * 2,
               "the K warps' partial tiles must fit in the two chunk buffers");
+static_assert(CLUSTER_K == 1 || WARPS_K * BM * kLdP * 4 <= 2 * kBufHalfs * 2,
+              "the partial tiles of all K warps must fit in the two chunk buffers");
 
 #if ACC == ACC_F16
 constexpr int kAccRegs = 2;  // two half2 registers per m16n8 fragment
@@ -143,6 +157,12 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   const int wk = warp / (WARPS_M * WARPS_N);  // this warp's share of each chunk's k-steps
   const int wm = (warp % (WARPS_M * WARPS_N)) / WARPS_N, wn = warp % WARPS_N;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  // this CTA's K chunks: all of them, or with CLUSTER_K its 1/CLUSTER_K (blockIdx.z = cluster rank).
+  // CLUSTER_K 1 takes compile-time constants: the run-time slice arithmetic cost the unclustered
+  // builds 4.7 % on the 47 shapes they won (63c92fc bench against bd4cf76, same kernels)
+  const int all_chunks = (K + BK - 1) / BK;
+  const int per_cta = CLUSTER_K == 1 ? all_chunks : (all_chunks + CLUSTER_K - 1) / CLUSTER_K;
+  const int kbase = CLUSTER_K == 1 ? 0 : static_cast<int>(blockIdx.z) * per_cta * BK;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
   // One K chunk into a set of staging registers: every load issued before any is used (one
@@ -186,7 +206,8 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
 #pragma unroll
       for (int r = 0; r < kAccRegs; ++r) acc[i][j][r] = 0;
 
-  const int chunks = (K + BK - 1) / BK;
+  const int chunks = CLUSTER_K == 1 ? all_chunks
+                                    : max(0, min(per_cta, all_chunks - (int)blockIdx.z * per_cta));  // may be 0
   // One chunk: its staged registers to shared memory, the loads of chunk ch + AHEAD into the
   // same registers (in flight during the MMAs), then the MMAs.
   auto step = [&](int ch, uint4 (&ra)[kPerA], uint4 (&rb)[kPerB]) {
@@ -194,7 +215,7 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
     stage(ra, rb, buf);
     // the chunk is in shared memory; every warp is done with the buffer written two chunks ago
     __syncthreads();
-    if (ch + AHEAD < chunks) fetch(ra, rb, (ch + AHEAD) * BK);
+    if (ch + AHEAD < chunks) fetch(ra, rb, kbase + (ch + AHEAD) * BK);
     const uint32_t sA = static_cast<uint32_t>(__cvta_generic_to_shared(buf));
     const uint32_t sB = sA + BM * kLdA * 2;
 #pragma unroll
@@ -217,8 +238,8 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
         for (int j = 0; j < kNI; ++j) mma16816(acc[i][j], fa[i], fb[j][0], fb[j][1]);
     }
   };
-  fetch(ra0, rb0, 0);
-  if (AHEAD > 1 && chunks > 1) fetch(ra1, rb1, BK);
+  if (CLUSTER_K == 1 || chunks > 0) fetch(ra0, rb0, kbase);
+  if (AHEAD > 1 && chunks > 1) fetch(ra1, rb1, kbase + BK);
   for (int ch = 0; ch < chunks; ch += AHEAD) {
     step(ch, ra0, rb0);
     if (AHEAD > 1 && ch + 1 < chunks) step(ch + 1, ra1, rb1);
@@ -228,6 +249,53 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
+#if CLUSTER_K > 1
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  {
+    // Cluster split-K: every warp leaves its fp32 partial tile in slot wk of this CTA's shared
+    // memory; after the cluster barrier, CTA `rank` adds for its 1/CLUSTER_K of the tile every
+    // slot of every peer, in rank then warp order (bit-reproducible), and stores it.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // every warp is past its last MMA: the chunk buffers are free
+    float* part = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < kMI; ++i)
+#pragma unroll
+      for (int j = 0; j < kNI; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * kWM + i * 16 + (lane >> 2) + h * 8;
+          const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+          *reinterpret_cast<float2*>(part + (wk * BM + r) * kLdP + c) = acc_pair(acc[i][j], h);
+        }
+    cluster.sync();  // release/acquire: every partial tile is visible to the whole cluster
+    constexpr int kShare = BM * BN / 4 / CLUSTER_K;  // groups of 4 outputs per CTA
+    const int rank = static_cast<int>(cluster.block_rank());
+    const float* peer[CLUSTER_K];
+#pragma unroll
+    for (int q = 0; q < CLUSTER_K; ++q) peer[q] = cluster.map_shared_rank(part, q);
+    for (int e = rank * kShare + tid; e < (rank + 1) * kShare; e += kThreads) {
+      const int r = (e * 4) / BN, c = (e * 4) % BN;
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int q = 0; q < CLUSTER_K; ++q)
+#pragma unroll
+        for (int w = 0; w < WARPS_K; ++w) {
+          const float4 v = *reinterpret_cast<const float4*>(peer[q] + (w * BM + r) * kLdP + c);
+          s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+        }
+      if (m0 + r < M && n0 + c < N) {  // (N % 8 == 0: four outputs are all in or all out)
+        __half2* out = reinterpret_cast<__half2*>(C + (size_t)(m0 + r) * N + n0 + c);
+        out[0] = __floats2half2_rn(s.x, s.y);
+        out[1] = __floats2half2_rn(s.z, s.w);
+      }
+    }
+    cluster.sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
+  }
+#endif
+  return;  // (below sm_90 the host refuses CLUSTER_K builds: never launched)
+#endif
 #if WARPS_K > 1
   // The K warps' partial tiles: warps wk > 0 leave theirs in shared memory (fp32 pairs, rows
   // padded to kLdP so a half-warp's 8-byte stores hit distinct banks; the chunk buffers are free
@@ -296,17 +364,29 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     cc = major * 10 + minor;
   }
+  if (CLUSTER_K > 1 && cc < 90) return 2;  // thread-block clusters: sm_90 and later
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   if (tiles_m > 65535) return 2;  // grid.y limit (M > 1M rows)
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(tiles_n, tiles_m, 1);
+  lc.gridDim = dim3(tiles_n, tiles_m, CLUSTER_K);  // grid z: the K slices of a tile, one cluster
   lc.blockDim = dim3(kThreads, 1, 1);
   lc.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n_attrs = 0;
+  if (PDL && cc >= 90) {
+    attr[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
+  if (CLUSTER_K > 1) {
+    attr[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attrs].val.clusterDim.x = 1;
+    attr[n_attrs].val.clusterDim.y = 1;
+    attr[n_attrs].val.clusterDim.z = CLUSTER_K;
+    ++n_attrs;
+  }
   lc.attrs = attr;
-  lc.numAttrs = (PDL && cc >= 90) ? 1 : 0;
+  lc.numAttrs = n_attrs;
   cudaError_t err = cudaLaunchKernelEx(&lc, hgemm_kernel, static_cast<const half*>(A), static_cast<const half*>(B),
                                        static_cast<half*>(C), M, N, K);
   return err == cudaSuccess ? 0 : 4;
