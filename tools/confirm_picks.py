@@ -1,0 +1,108 @@
+"""Bench-confirmed selection: where a re-pick changed a shape's winner, keep whichever winner the grid bench liked.
+
+    python tools/confirm_picks.py EARLIER_PICK EARLIER_BENCH LATER_PICK LATER_BENCH --out PICK \
+        [--baseline cublaslt_autotune] [--label l2] [--margin 0.0]
+
+Why: the pick (tools/sweep_gpu.py) times dozens of configurations per shape quickly, one after
+the other, and its per-shape times disagree with the grid bench (harness bench: interleaved
+subjects, longer replays) by several per cent either way, more than the gap between close
+candidates. A re-pick therefore swaps winners on noise (and, with ONLY narrowing it to one
+family, never re-times the old winner again once it lost). The grid bench is the arbiter, so
+for each shape whose winner differs between two picks this tool compares the speedup each
+winner got over the same baseline *in its own bench run* (the ratio cancels the GPU's drift
+between runs) and keeps the earlier winner when it did better by more than --margin.
+The result is the later pick with those rows replaced by the earlier ones, plus a `confirm`
+section recording every decision. A fresh bench of the result is the figure to report, not
+the better of the two runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+Shape = tuple[int, int, int]
+
+
+def _read(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:  # one line, not a traceback
+        raise SystemExit(f"cannot read {path}: {e}") from None
+
+
+def _speedups(bench: dict, label: str, baseline: str) -> dict[Shape, float]:
+    """Per shape: baseline time / label time, from one bench result file (shapes lacking either are left out)."""
+    out: dict[Shape, float] = {}
+    for row in bench.get("rows", []):
+        t = row.get("times_ms", {})
+        mine, ref = t.get(label), t.get(baseline)
+        if mine and ref and mine > 0:
+            out[(row["m"], row["n"], row["k"])] = ref / mine
+    return out
+
+
+def confirm(earlier: dict, earlier_bench: dict, later: dict, later_bench: dict, *, label: str = "l2",
+            baseline: str = "cublaslt_autotune", margin: float = 0.0) -> dict:
+    """The later pick, with the earlier row wherever the earlier winner's bench speedup beat the later's."""
+    old_rows = {tuple(r["shape"]): r for r in earlier["timings"]}
+    s_old = _speedups(earlier_bench, label, baseline)
+    s_new = _speedups(later_bench, label, baseline)
+    timings, decisions = [], []
+    for row in later["timings"]:
+        shape = tuple(row["shape"])
+        prev = old_rows.get(shape)
+        if prev is None or prev.get("winner") == row.get("winner") or not prev.get("winner"):
+            timings.append(row)
+            continue
+        a, b = s_old.get(shape), s_new.get(shape)
+        keep_earlier = a is not None and b is not None and a > b * (1.0 + margin)
+        decisions.append({"shape": list(shape), "earlier": prev["winner"], "later": row.get("winner"),
+                          "earlier_speedup": a, "later_speedup": b,
+                          "kept": "earlier" if keep_earlier else "later"})
+        timings.append(prev if keep_earlier else row)
+    configs = {**later.get("configs", {}), **{k: v for k, v in earlier.get("configs", {}).items()
+                                              if k not in later.get("configs", {})}}
+    used = {r["winner"] for r in timings if r.get("winner")} | {n for r in timings for n in r.get("times_ms", {})}
+    doc = {k: v for k, v in later.items() if k not in ("timings", "configs")}
+    doc.update({"timings": timings, "configs": {k: v for k, v in configs.items() if k in used},
+                "confirm": {"label": label, "baseline": baseline, "margin": margin,
+                            "earlier_bench": earlier_bench.get("meta", {}).get("git"),
+                            "later_bench": later_bench.get("meta", {}).get("git"),
+                            "decisions": decisions}})
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("earlier_pick")
+    ap.add_argument("earlier_bench", help="grid bench result of the earlier pick's winners")
+    ap.add_argument("later_pick")
+    ap.add_argument("later_bench", help="grid bench result of the later pick's winners")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--label", default="l2", help="the candidates' label in both bench files")
+    ap.add_argument("--baseline", default="cublaslt_autotune", help="the reference timed in both runs")
+    ap.add_argument("--margin", type=float, default=0.0,
+                    help="keep the earlier winner only when its speedup is higher by more than this fraction")
+    args = ap.parse_args(argv)
+    if args.margin < 0:
+        raise SystemExit("--margin must be >= 0")
+    docs = [_read(p) for p in (args.earlier_pick, args.earlier_bench, args.later_pick, args.later_bench)]
+    for name, d in zip(("earlier pick", "later pick"), (docs[0], docs[2])):
+        if not isinstance(d.get("timings"), list):
+            raise SystemExit(f"the {name} has no 'timings' list: not a pick file (tools/sweep_gpu.py pick)")
+    for name, d in zip(("earlier bench", "later bench"), (docs[1], docs[3])):
+        if not _speedups(d, args.label, args.baseline):
+            raise SystemExit(f"the {name} has no shape timed for both '{args.label}' and '{args.baseline}'")
+    out = confirm(docs[0], docs[1], docs[2], docs[3], label=args.label, baseline=args.baseline,
+                  margin=args.margin)
+    Path(args.out).write_text(json.dumps(out))
+    dec = out["confirm"]["decisions"]
+    kept = sum(1 for d in dec if d["kept"] == "earlier")
+    print(f"{len(dec)} shapes changed winner; the earlier winner kept on {kept} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
