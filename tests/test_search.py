@@ -236,3 +236,27 @@ def test_cluster_split_k_moves_only_on_hopper_and_with_split_k_one():
     assert any(m.changes == {"CLUSTER_K": "1", "SPLIT_K": "0"} for m in back)
     old = pol.neighbours(cfg, Shape(128, 128, 1024), "f32", "sm_80")
     assert not any(m.config.knob_dict.get("CLUSTER_K", "1") != "1" for m in old)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_every_catalog_configuration_has_legal_neighbours(arch, acc):
+    """No family's knob set trips the move generator (tiny_mma's CLUSTER_K without a SPLIT_K once
+    raised KeyError on Hopper), and every move it offers validates."""
+    pol = SearchPolicy()
+    shape = Shape(64, 64, 2048)
+    for cfg in F.catalog(acc, arch):
+        moves = pol.neighbours(cfg, shape, acc, arch)
+        assert moves, cfg.name
+        assert all(F.validate(m.config.family, m.config.knob_dict) == [] for m in moves), cfg.name
+
+
+def test_tiny_cluster_k_steps_on_hopper_only():
+    pol = SearchPolicy()
+    cfg = F.Config.of("tiny_mma", {**F._tiny(16, 64, 128, 1, 4, wk=2, ahead=2, ck=4), "ACC": "ACC_F32"})
+    hopper = {m.config.knob_dict["CLUSTER_K"] for m in pol.neighbours(cfg, Shape(64, 64, 2048), "f32", "sm_90a")
+              if m.config.family == "tiny_mma" and set(m.changes) == {"CLUSTER_K"}}
+    assert hopper == {"2", "8"}
+    plain = F.Config.of("tiny_mma", {**F._tiny(16, 64, 128, 1, 4, wk=2, ahead=2), "ACC": "ACC_F32"})
+    ampere = pol.neighbours(plain, Shape(64, 64, 2048), "f32", "sm_80")
+    assert not any(m.config.knob_dict.get("CLUSTER_K", "1") != "1" for m in ampere if m.config.family == "tiny_mma")

@@ -243,8 +243,9 @@ class SearchPolicy:
             bm, bn = int(cur["BM"]), int(cur["BN"])
             add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
                 "transpose the CTA tile and the warp layout")
-            if "CLUSTER_K" in cur and cc_of(arch) >= 90:
-                # cluster split-K replaces the global one (SPLIT_K 1): a two-knob move
+            if "CLUSTER_K" in cur and "SPLIT_K" in cur and cc_of(arch) >= 90:
+                # small_splitk: cluster split-K replaces the global one (SPLIT_K 1), a two-knob move
+                # (tiny_mma has no global split: its CLUSTER_K steps are the ordinal moves above)
                 if cur["CLUSTER_K"] == "1" and cur["SPLIT_K"] != "1":
                     for ck in ("4", "8"):
                         add({"SPLIT_K": "1", "CLUSTER_K": ck},
