@@ -488,18 +488,30 @@ def build(
     name: str = "kernel",
     use_cache: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    trusted: bool = False,
 ) -> BuildResult:
     """Compile one ABI kernel source to a shared library (or return the cached one).
 
     Raises :class:`KernelSourceError` for a source without ``l2_hgemm`` and
     :class:`ToolMissing` without nvcc; compile failures are *results*
-    (``ok=False`` with structured ``errors``), not exceptions.
+    (``ok=False`` with structured ``errors``), not exceptions. A source that calls what a
+    candidate may not (:mod:`harness.source_policy`) fails the same way, before nvcc runs, unless
+    ``trusted`` (the project's own cuBLAS shim and exported-library code).
     """
     check_abi(source)
     nvcc = nvcc_path()
     arch_n = normalize_arch(arch)
     flags_v = validate_flags(flags)
     ver = _nvcc_version_of(nvcc)
+    if not trusted:
+        from .source_policy import violations
+
+        bad = violations(source)
+        if bad:
+            errs = [CompileError(SOURCE_NAME, line, col, "error", msg) for line, col, msg in bad]
+            return BuildResult(ok=False, key="", so_path=None, ptxas=None, errors=errs,
+                               log="\n".join(str(e) for e in errs), seconds=0.0, cached=False, arch=arch_n,
+                               flags=flags_v, nvcc_version=ver)
     key = build_key(source, arch_n, flags_v, ver)
     if use_cache:
         hit = _load_cached(key)

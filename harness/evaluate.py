@@ -137,9 +137,11 @@ class Evaluator:
         return self.worker.call("gpu_info", timeout_s=120)
 
     def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
-                 label: str = "candidate", time_baselines: bool = True) -> Evaluation:
+                 label: str = "candidate", time_baselines: bool = True, trusted: bool = False) -> Evaluation:
+        """Build, check and time ``source`` on ``shape``; ``trusted`` skips the source policy (the
+        project's own forwarding kernels, e.g. the export bench's)."""
         acc = parse_accumulator(acc)
-        br = build(source, arch=self.arch, flags=flags)
+        br = build(source, arch=self.arch, flags=flags, trusted=trusted)
         if not br.ok:
             first = br.errors[0] if br.errors else None
             return Evaluation("compile_error", br, message=f"compile error: {first}" if first else "compile error")

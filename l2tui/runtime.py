@@ -304,7 +304,8 @@ class ExportedLibrary:
         flags = check_flags(e.get("flags", []), e["file"])
         if "cublas" in source:
             flags = flags + [f for f in cublas_flags() if f not in flags]
-        res = build(source, arch=arch, flags=flags, name=f"export-{e['name']}")
+        # trusted: an exported library's own kernels (the policy applies when candidates are evaluated)
+        res = build(source, arch=arch, flags=flags, name=f"export-{e['name']}", trusted=True)
         if not res.ok:
             first = res.errors[0] if res.errors else res.log.strip()[-200:]
             raise KernelLoadError(f"{e['file']} does not build for {arch}: {first}")
@@ -374,7 +375,7 @@ class ExportedLibrary:
 
         from l2tui.export.cdispatch import cublas_flags, render_fallback_library
 
-        res = build(render_fallback_library(), arch=arch, flags=cublas_flags(), name="export-fallback")
+        res = build(render_fallback_library(), arch=arch, flags=cublas_flags(), name="export-fallback", trusted=True)
         if not res.ok:
             first = res.errors[0] if res.errors else res.log.strip()[-200:]
             raise KernelLoadError(f"the fallback library does not build for {arch}: {first}")

@@ -133,8 +133,10 @@ def test_bench_forwarder_compiles():
     from harness.build import build
     from l2tui.export.bench import _FORWARDER
 
-    res = build(_FORWARDER.replace("@LIB@", "/nonexistent/libl2hgemm.so"), arch="sm_90a")
+    src = _FORWARDER.replace("@LIB@", "/nonexistent/libl2hgemm.so")
+    res = build(src, arch="sm_90a", trusted=True)   # as library_vs_best evaluates it
     assert res.ok, res.error_text()
+    assert not build(src, arch="sm_90a").ok        # a candidate may not dlopen
 
 
 def test_library_has_a_soname(built):

@@ -149,7 +149,7 @@ def test_fallback_only_library_builds_when_there_is_no_prebuilt_one(export_dir):
     from harness.build import build
     from l2tui.export.cdispatch import cublas_flags, render_fallback_library
 
-    res = build(render_fallback_library(), arch="sm_90a", flags=cublas_flags(), name="export-fallback")
+    res = build(render_fallback_library(), arch="sm_90a", flags=cublas_flags(), name="export-fallback", trusted=True)
     assert res.ok and res.cached  # the runtime's build is in the harness cache
     syms = exported_symbols(res.so_path)
     assert {"l2_hgemm", "l2hgemm_fallback", "l2hgemm_cublas", "l2hgemm_fallback_mode"} <= syms
