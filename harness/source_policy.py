@@ -6,7 +6,7 @@ start host threads or streams of its own, or hand the GEMM to cuBLAS, can behave
 when measured than when used (or measure NVIDIA's library instead of itself). None of these has
 a use in an HGEMM call under the kernel ABI (all work enqueued on the caller's stream, no waits),
 so the build refuses them with the line and the reason, like a compile error the debugger can
-fix. This is a cheap first layer, not a proof: the run-time checks remain the guarantee.
+fix. This is a cheap first layer, not a proof (names pasted together by macros get past it).
 
 Comments and string literals are blanked first (keeping line and column), so a comment that
 *mentions* ``cudaDeviceSynchronize`` is fine. Trusted sources (the cuBLAS shim, the exported
