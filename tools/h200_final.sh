@@ -9,7 +9,8 @@
 #   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, TOP_K (configurations the
 #   pick times per shape beyond the always-timed kinds, default 6), ONLY (regex on configuration
 #   names), BENCH_SHAPES (default grid; a subset's results merge into a grid file with
-#   python -m harness.results merge), SERVER_S (0 = no server step), PROFILE_SHAPES, BENCH=0
+#   python -m harness.results merge), BENCH_LIMIT_S (the grid bench's time limit, default 200),
+#   SERVER_S (0 = no server step), PROFILE_SHAPES, BENCH=0
 #
 # Every step has a time cap so the call ends inside the device limit; a pick that hangs is ended
 # by its watchdog and resumed without the configuration that hung. Outputs land in $OUT:
@@ -46,8 +47,8 @@ while [ $SECONDS -lt $PICK_END ]; do
 done
 # BENCH=0: stop after the pick (a re-pick too long to share a call with the bench)
 if [ "${BENCH:-1}" = "1" ]; then
-step bench-grid 215 python3 -m harness bench --shapes ${BENCH_SHAPES:-grid} --kernels $W/k32 --label l2 --baselines $B \
-  --out $OUT/kernels-offline.json --limit-seconds 200
+step bench-grid $(( ${BENCH_LIMIT_S:-200} + 15 )) python3 -m harness bench --shapes ${BENCH_SHAPES:-grid} --kernels $W/k32 \
+  --label l2 --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-200}
 step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
 fi
