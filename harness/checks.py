@@ -16,6 +16,13 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   ``// l2: nondeterministic``, within the accuracy bound)
 ``graph_replay``  after timing, C is poisoned and the timed CUDA graph replayed once; the output
                   must again pass written/guards/accuracy
+``fresh``         memoization by content (candidates, offline mode): (1) a few elements of A are
+                  changed in place, C poisoned, the timed graph replayed: its output must follow
+                  (catches a kernel that hashes a sample of the inputs and replays a cached C);
+                  (2) a graph whose every call follows a one-element change of A (a tiny kernel,
+                  its own time measured apart and subtracted) must not be much slower per call
+                  than the timed graph (catches a kernel that hashes all of A and B and copies a
+                  cached C whenever they did not change, as in every timed replay)
 
 Bounds (see the README, "Checking and timing kernels"):
   f32:  max(2 * e32, 1e-6)             e32 = the cuBLAS shim's own error (CUBLAS_COMPUTE_32F)
@@ -30,11 +37,35 @@ from typing import Any
 
 GUARD_BYTES = 64 << 10
 SENTINEL = 0xA5
-CHECK_ORDER = ("runs", "written", "guards", "stale", "accuracy", "exact", "deterministic", "graph_replay")
+CHECK_ORDER = ("runs", "written", "guards", "stale", "accuracy", "exact", "deterministic", "graph_replay", "fresh")
 EXACT_MAX_TERMS = 2048          # integers up to 2048 are exact in fp16
 F32_FLOOR = 1e-6
 F16_FLOOR = 1e-3
 F64_REF_MAX_MNK = 1 << 30       # float64 reference below this many multiply-adds
+FRESH_SPARSE = 64               # elements of A changed before the sparse replay
+FRESH_VALUE = 64.0              # their new magnitude: a stale C misses by ~ 64 * 8 / sqrt(M K) (0.03 at 16384^2)
+FRESH_MAX_REPS = 200            # calls per fresh-input graph (per-call times; keeps the capture short)
+FRESH_REPLAYS = 5
+# A call after a change may cost this much more than a timed call before it counts as memoized:
+# the PDL overlap of back-to-back calls is lost behind the perturbing kernel, and launch
+# latency is not amortized the same way. Provisional until calibrated on the H200 from the
+# fresh_ms recorded for every candidate (tests/test_checks_gpu.py runs both adversarial kinds).
+FRESH_RATIO = 1.5
+FRESH_SLACK_MS = 0.004
+
+PERTURB_SOURCE = r"""
+extern "C" __global__ void l2_perturb(unsigned short* a, unsigned long long n, unsigned int* counter,
+                                      const unsigned short* values, int nvalues) {
+  // one element of A per launch, at a position and with a value drawn from a launch counter, so
+  // the inputs differ before every call of a graph, replay after replay
+  unsigned int t = atomicAdd(counter, 1u);
+  unsigned long long x = (unsigned long long)(t + 1u) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  a[x % n] = values[t % (unsigned int)nvalues];
+}
+"""
 
 
 class GuardedBuffer:
@@ -152,3 +183,50 @@ def bound_for(acc: str, e32: float, e16: float | None) -> float:
 
 def count_unwritten(cp: Any, c: Any) -> int:
     return int(cp.count_nonzero(~cp.isfinite(c)))
+
+
+class Perturber:
+    """Launches ``l2_perturb`` on ``stream``: one element of ``a`` changes per launch."""
+
+    _kernels: dict[int, Any] = {}
+
+    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
+        import numpy as np
+
+        self.cp, self.a, self.stream = cp, a, stream
+        key = id(cp)
+        if key not in Perturber._kernels:
+            Perturber._kernels[key] = cp.RawKernel(PERTURB_SOURCE, "l2_perturb")
+        self.kernel = Perturber._kernels[key]
+        vals = np.array([v * sgn for v in (1.0, 2.0, 3.0, 5.0, 7.0) for sgn in (1.0, -1.0)], dtype=np.float16)
+        self.values = cp.asarray(vals.view(np.uint16))
+        self.counter = cp.zeros(1, dtype=cp.uint32)
+        self.n = int(a.size)
+
+    def step(self) -> int:
+        with self.stream:  # (inside a capture of that stream too)
+            self.kernel((1,), (1,), (self.a, self.cp.uint64(self.n), self.counter, self.values,
+                                     self.cp.int32(self.values.size)))
+        return 0
+
+
+def sparse_change(cp: Any, a: Any, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:
+    """Set ``count`` random elements of ``a`` (in place, same buffer) to +-``value``; returns how many."""
+    n = int(a.size)
+    idx = sorted({rng.randrange(n) for _ in range(count)})
+    flat = a.reshape(-1)
+    vals = [value if rng.random() < 0.5 else -value for _ in idx]
+    flat[cp.asarray(idx, dtype=cp.int64)] = cp.asarray(vals, dtype=a.dtype)
+    return len(idx)
+
+
+def fresh_verdict(timed_ms: float, fresh_ms: float, ratio: float = FRESH_RATIO,
+                  slack_ms: float = FRESH_SLACK_MS) -> tuple[bool, str]:
+    """Is a call right after an input change (``fresh_ms``) within reach of a timed call?"""
+    if not (math.isfinite(timed_ms) and math.isfinite(fresh_ms)) or timed_ms <= 0:
+        return False, f"fresh-input timing unusable (timed {timed_ms!r} ms, fresh {fresh_ms!r} ms)"
+    if fresh_ms <= ratio * timed_ms + slack_ms:
+        return True, ""
+    return False, (f"a call right after A changed took {fresh_ms * 1e3:.1f} us against {timed_ms * 1e3:.1f} us in "
+                   f"the timed graph (> {ratio:g}x + {slack_ms * 1e3:g} us): the timed calls skip work while the "
+                   "inputs stay the same (memoized by content?)")

@@ -487,6 +487,41 @@ def _autotune(g: Gpu, mm: Any, algos: list[Any], key: tuple, budget_s: float) ->
                   "best_index": best, "seconds": round(time.monotonic() - t0, 3)}
 
 
+def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr: Any, timed_ms: float,
+                 bound: float, rng: random.Random, nan: Any) -> tuple[bool, str, dict[str, Any]]:
+    """The ``fresh`` check of harness.checks for one candidate: (ok, detail, recorded numbers)."""
+    from . import checks as ck
+    from . import timing
+
+    A, B, C = ctx.A, ctx.B, ctx.C
+    with s:
+        changed = ck.sparse_change(cp, A.data, rng)
+        ref = ck.reference(cp, A.data, B.data)
+        norm = ck.ref_norm(cp, ref)
+        C.data.fill(nan)
+    gr.graph.launch(s)
+    s.synchronize()
+    with s:
+        unwritten = ck.count_unwritten(cp, C.data)
+    err = ck.rel_err(cp, C.data, ref, norm)
+    del ref
+    if unwritten or err > bound:
+        what = f"{unwritten} elements of C not written" if unwritten else f"rel. error {err:.3g} > bound {bound:.3g}"
+        return False, (f"after {changed} elements of A changed in place, the timed graph's output is stale: {what} "
+                       "(memoized on a sample of the inputs?)"), {"sparse_rel_err": err}
+    with s:
+        pert = ck.Perturber(cp, A.data, s)
+    pert.step()  # compiles and loads the kernel now, never inside a stream capture
+    s.synchronize()
+    reps = min(gr.reps, ck.FRESH_MAX_REPS)
+    gf, gp = timing.fresh_graphs(cp, s, gr.label, call, pert.step, reps)
+    t = timing.offline(cp, s, [gf, gp], replays=ck.FRESH_REPLAYS, rng=rng)
+    fresh_ms = t[gf.label]["median_ms"] - t[gp.label]["median_ms"]
+    ok, det = ck.fresh_verdict(timed_ms, fresh_ms)
+    return ok, det, {"sparse_rel_err": err, "fresh_ms": fresh_ms, "perturb_ms": t[gp.label]["median_ms"],
+                     "timed_ms": timed_ms, "reps": reps}
+
+
 def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str = "f32",
                    candidates: list[dict[str, Any]] = (), baselines: list[str] = (),  # type: ignore[assignment]
                    mode: str = "offline", checks: str = "full", seeds: tuple[int, ...] = (1, 2, 3),
@@ -758,6 +793,21 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
             recs[gr.label].put("graph_replay", err <= bound,
                                f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
             if not recs[gr.label].results["graph_replay"]["ok"] and status[gr.label] == "ok":
+                status[gr.label] = "wrong"
+        # memoization by content: the candidates' timed graphs after a sparse change of A, and
+        # calls that each follow a change (last: both change A in place)
+        for gr in graphs:
+            if subjects[gr.label].kind != "candidate" or status[gr.label] != "ok":
+                continue
+            try:
+                ok, det, fields = _check_fresh(cp, s, ctx, subjects[gr.label].call, gr, timed[gr.label]["median_ms"],
+                                               bound, rng, nan)
+            except Exception as e:
+                if is_sticky(e):
+                    raise Sticky(f"{gr.label}: {e}", gr.label) from e
+                ok, det, fields = False, f"fresh-input check failed: {type(e).__name__}: {str(e)[:200]}", {}
+            recs[gr.label].put("fresh", ok, det, **fields)
+            if not ok:
                 status[gr.label] = "wrong"
         del graphs
     else:

@@ -34,8 +34,9 @@ def test_correct_kernel_passes_every_check(ev, name):
     r = ev.evaluate(src(name), SHAPE)
     assert r.status == "ok", r.message
     checks = r.check["checks"]
-    for c in ("runs", "written", "guards", "accuracy", "exact", "deterministic", "graph_replay"):
+    for c in ("runs", "written", "guards", "accuracy", "exact", "deterministic", "graph_replay", "fresh"):
         assert checks[c]["ok"], (c, checks[c])
+    assert checks["fresh"]["fresh_ms"] > 0 and checks["fresh"]["timed_ms"] > 0
     assert r.check["rel_err"] <= r.check["bound"]
     assert r.times_ms["candidate"] > 0 and r.times_ms["cublas"] > 0
     assert r.roofline_ms and r.roofline_ms > 0
@@ -55,6 +56,20 @@ def test_bad_kernel_rejected_by_the_right_check(ev, name, check):
     if name == "testbad_f16acc":
         assert r.check["checks"]["exact"]["ok"]   # exact on 0/1 inputs: fp16 sums <= 2048 are exact
         assert r.check["rel_err"] > r.check["bound"]
+
+
+@pytest.mark.parametrize("samples, part", [("0", "memoized by content"), ("64", "stale")])
+def test_memoizing_kernel_rejected_by_fresh(ev, samples, part):
+    """testbad_memo passes every other check (it is correct on unchanged and on wholly new inputs)
+    and is caught by `fresh`: hashing all inputs by the timing part, a sample by the sparse change."""
+    source = src("testbad_memo").replace("#define MEMO_SAMPLES 0", f"#define MEMO_SAMPLES {samples}")
+    r = ev.evaluate(source, SHAPE)
+    assert r.status == "wrong", r.message
+    assert r.check["failed"] == "fresh", r.check
+    checks = r.check["checks"]
+    for c in ("written", "guards", "stale", "accuracy", "exact", "deterministic", "graph_replay"):
+        assert checks[c]["ok"], (c, checks[c])
+    assert part in checks["fresh"]["detail"]
 
 
 def test_illegal_address_is_crashed_and_worker_recovers(ev):
