@@ -63,7 +63,8 @@ def test_memoizing_kernel_rejected_by_fresh(ev, samples, part):
     """testbad_memo passes every other check (it is correct on unchanged and on wholly new inputs)
     and is caught by `fresh`: hashing all inputs by the timing part, a sample by the sparse change."""
     source = src("testbad_memo").replace("#define MEMO_SAMPLES 0", f"#define MEMO_SAMPLES {samples}")
-    r = ev.evaluate(source, SHAPE)
+    # a shape where its plain 16x16-tile multiply (~1 GFLOP) dwarfs a hash of the inputs (3 MB)
+    r = ev.evaluate(source, Shape(512, 512, 2048))
     assert r.status == "wrong", r.message
     assert r.check["failed"] == "fresh", r.check
     checks = r.check["checks"]
