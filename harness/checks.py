@@ -6,6 +6,8 @@ checks are identical for all.  Named checks, in the order a failure is reported:
 ``runs``          the call returned 0 and raised nothing (non-zero -> status ``unsupported``)
 ``written``       C is poisoned with NaN before every run; every element must be overwritten
 ``guards``        64 KiB sentinel regions before and after A, B, Bt and C must stay untouched
+``inputs``        A and B must be bit for bit what they were before the call (a kernel that marks its
+                  inputs could recognise them on the next call and replay a cached C)
 ``stale``         fresh inputs written into the SAME buffers must change the output
                   (catches kernels that cache results by pointer or by shape)
 ``accuracy``      relative Frobenius error vs an fp32-accumulated reference of the upcast
@@ -37,7 +39,8 @@ from typing import Any
 
 GUARD_BYTES = 64 << 10
 SENTINEL = 0xA5
-CHECK_ORDER = ("runs", "written", "guards", "stale", "accuracy", "exact", "deterministic", "graph_replay", "fresh")
+CHECK_ORDER = ("runs", "written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "graph_replay",
+               "fresh")
 EXACT_MAX_TERMS = 2048          # integers up to 2048 are exact in fp16
 F32_FLOOR = 1e-6
 F16_FLOOR = 1e-3

@@ -34,7 +34,7 @@ def test_correct_kernel_passes_every_check(ev, name):
     r = ev.evaluate(src(name), SHAPE)
     assert r.status == "ok", r.message
     checks = r.check["checks"]
-    for c in ("runs", "written", "guards", "accuracy", "exact", "deterministic", "graph_replay", "fresh"):
+    for c in ("runs", "written", "guards", "inputs", "accuracy", "exact", "deterministic", "graph_replay", "fresh"):
         assert checks[c]["ok"], (c, checks[c])
     assert checks["fresh"]["fresh_ms"] > 0 and checks["fresh"]["timed_ms"] > 0
     assert r.check["rel_err"] <= r.check["bound"]
@@ -47,6 +47,7 @@ def test_correct_kernel_passes_every_check(ev, name):
     ("testbad_oob", "guards"),
     ("testbad_f16acc", "accuracy"),
     ("testbad_stale", "stale"),
+    ("testbad_marker", "inputs"),
 ])
 def test_bad_kernel_rejected_by_the_right_check(ev, name, check):
     r = ev.evaluate(src(name), SHAPE)

@@ -57,10 +57,19 @@ def test_perturb_kernel_compiles(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_inputs_is_reported_right_after_guards():
+    assert ck.CHECK_ORDER.index("inputs") == ck.CHECK_ORDER.index("guards") + 1
+
+
 @pytest.mark.parametrize("samples", ["0", "64"])
 def test_memo_adversary_builds_in_both_kinds(samples):
     src = (KERNELS_DIR / "testbad_memo.cu").read_text().replace("#define MEMO_SAMPLES 0",
                                                                   f"#define MEMO_SAMPLES {samples}")
     assert f"#define MEMO_SAMPLES {samples}" in src
     res = build(src, arch="sm_90a")
+    assert res.ok, res.errors
+
+
+def test_marker_adversary_builds():
+    res = build((KERNELS_DIR / "testbad_marker.cu").read_text(), arch="sm_90a")
     assert res.ok, res.errors
