@@ -13,8 +13,11 @@ Runs on the GPU machine with only torch (and optionally nvmath-python) installed
         --kernels-dir $OUT/kernels --budget-s 420
 
 Timing method (same for kernels and baselines): CUDA graph of R back-to-back calls (R so one
-replay lasts >= --target-ms), warm-up replay, median of --reps replays timed with events,
-candidates and baselines interleaved in a seeded random order per shape.
+replay lasts >= --target-ms), one warm-up round, then --reps rounds; in each round every
+subject's graph is replayed once in a fresh seeded random order, each replay between two events,
+and the median per call is kept (the grid bench's method: subjects interleaved, so a drift of
+clocks or temperature during a shape lands on all of them). --sequential times one subject's
+replays after another (the method before; a winner's bench/pick ratio ranged 0.76-1.34 with it).
 """
 
 from __future__ import annotations
@@ -213,9 +216,8 @@ def check(kern: Kernel, shape: Shape, seed: int = 0) -> dict:
 # ---------------------------------------------------------------- timing
 
 
-def time_graph(launch, target_ms: float, reps: int) -> float | None:
-    """Median ms per call of ``launch`` replayed in a CUDA graph (None if capture fails)."""
-    s = torch.cuda.Stream()
+def capture_graph(launch, target_ms: float, s) -> tuple | None:
+    """(graph, calls per replay) of ``launch`` on stream ``s`` (None if capture fails)."""
     with torch.cuda.stream(s):
         for _ in range(3):
             launch()
@@ -235,7 +237,56 @@ def time_graph(launch, target_ms: float, reps: int) -> float | None:
     except Exception as e:  # noqa: BLE001
         print(f"  graph capture failed: {e}", flush=True)
         return None
+    return graph, r
+
+
+def time_interleaved(launches: dict, target_ms: float, reps: int, rng: random.Random, beat=None) -> dict:
+    """Median ms per call of every launch: graphs captured first, then rounds in random order."""
+    s = torch.cuda.Stream()
+    graphs: dict = {}
+    out: dict = {}
+    for name, fn in launches.items():
+        if beat:
+            beat(f"{name} (capture)")
+        got = capture_graph(fn, target_ms, s)
+        if got is None:
+            out[name] = None
+        else:
+            graphs[name] = got
+    marks = []
+    with torch.cuda.stream(s):
+        for rnd in range(reps + 1):  # round 0 warms up
+            order = list(graphs)
+            rng.shuffle(order)
+            for name in order:
+                if beat:
+                    beat(f"{name} (round {rnd})")
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record(s)
+                graphs[name][0].replay()
+                e1.record(s)
+                if rnd:
+                    marks.append((name, e0, e1))
+        s.synchronize()
+    per: dict = {name: [] for name in graphs}
+    for name, e0, e1 in marks:
+        per[name].append(e0.elapsed_time(e1) / graphs[name][1])
+    for name, xs in per.items():
+        xs.sort()
+        out[name] = xs[len(xs) // 2]
+    graphs.clear()
+    return out
+
+
+def time_graph(launch, target_ms: float, reps: int) -> float | None:
+    """Median ms per call of ``launch`` replayed in a CUDA graph (None if capture fails)."""
+    s = torch.cuda.Stream()
+    got = capture_graph(launch, target_ms, s)
+    if got is None:
+        return None
+    graph, r = got
     times = []
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.cuda.stream(s):
         graph.replay()
         for _ in range(reps):
@@ -280,7 +331,7 @@ class Baselines:
 
 
 def time_shape(kerns: list[Kernel], shape: Shape, baselines: Baselines | None, target_ms: float, reps: int,
-               seed: int, beat=None) -> dict[str, float | None]:
+               seed: int, beat=None, interleave: bool = True) -> dict[str, float | None]:
     m, n, k = shape.m, shape.n, shape.k
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
     b = torch.randn(k, n, device="cuda", dtype=torch.float16)
@@ -299,8 +350,15 @@ def time_shape(kerns: list[Kernel], shape: Shape, baselines: Baselines | None, t
         hold = bl.pop("_hold", None)
         jobs.update(bl)
     names = list(jobs)
-    random.Random(seed).shuffle(names)
+    rng = random.Random(seed)
+    rng.shuffle(names)
     out: dict[str, float | None] = {}
+    if interleave:
+        live = {name: jobs[name] for name in names if jobs[name] is not None}
+        out = {name: None for name in names if jobs[name] is None}
+        out.update(time_interleaved(live, target_ms, reps, rng, beat))
+        del hold
+        return out
     for name in names:
         fn = jobs[name]
         if beat:
@@ -369,7 +427,8 @@ def cmd_time(args, kerns) -> dict:
     rows = []
     t0 = time.time()
     for i, s in enumerate(shapes):
-        times = time_shape(kerns, s, baselines, args.target_ms, args.reps, args.seed + i)
+        times = time_shape(kerns, s, baselines, args.target_ms, args.reps, args.seed + i,
+                           interleave=not args.sequential)
         rows.append({"shape": [s.m, s.n, s.k], "times_ms": times})
         partial_save(args, kerns, {"mode": "time", "timings": rows})
         best = min(((v, k) for k, v in times.items() if v and k in {x.name for x in kerns}), default=(None, None))
@@ -480,7 +539,8 @@ def cmd_pick(args, kerns, extra: list | None = None) -> dict:
             chosen.append(by_name[held])
         chosen = [k for k in chosen if k.name not in skip]
         dog.beat(f"{chosen[0].name if chosen else '-'}@{s}")
-        times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat)
+        times = time_shape(chosen, s, baselines, args.target_ms, args.reps, args.seed + i, beat=dog.beat,
+                           interleave=not args.sequential)
         order = sorted((v, name) for name, v in times.items() if v and name in by_name)
         winner = None
         for v, name in order:  # the fastest that also passes a quick check on this shape
@@ -561,6 +621,8 @@ def main(argv=None) -> int:
     ap.add_argument("--baselines", nargs="*", default=["torch", "cublaslt_autotune"])
     ap.add_argument("--target-ms", type=float, default=0.3)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--sequential", action="store_true",
+                    help="time each subject's replays one after another instead of interleaved rounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=5)
