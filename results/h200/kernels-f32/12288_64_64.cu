@@ -1,1 +1,1 @@
-configs/sm80-128x64x64-w2x2-st3-sw4-sk0.cu
+configs/sm90-64x64x64-c2x1-pp-p-st0-noc-e64.cu

@@ -71,12 +71,12 @@
 #define ACC_F16 2
 
 // l2: knobs begin
-#define TILE_M 64
+#define TILE_M 256
 #define TILE_N 128
 #define TILE_K 64
-#define CLUSTER_M 4
+#define CLUSTER_M 1
 #define CLUSTER_N 1
-#define SCHEDULE PINGPONG
+#define SCHEDULE COOPERATIVE
 #define STAGES 0
 #define SCHEDULER PERSISTENT
 #define SPLITS 1
@@ -85,7 +85,7 @@
 #define EPILOGUE EPI_TMA_NOC
 #define EPI_TILE_N 64
 #define ACC ACC_F32
-#define PDL 1
+#define PDL 0
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
