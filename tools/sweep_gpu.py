@@ -241,13 +241,18 @@ def capture_graph(launch, target_ms: float, s) -> tuple | None:
 
 
 def time_interleaved(launches: dict, target_ms: float, reps: int, rng: random.Random, beat=None) -> dict:
-    """Median ms per call of every launch: graphs captured first, then rounds in random order."""
+    """Median ms per call of every launch: graphs captured first, then rounds in random order.
+
+    Heartbeats name the subject as ``name@stage`` (the watchdog's record of a hang, which a
+    resumed pick skips by the part before ``@``). A kernel that hangs shows it in the eager,
+    synchronised calls before its capture, so the right one is named; one that hangs only in the
+    queued rounds is blamed on the last subject queued."""
     s = torch.cuda.Stream()
     graphs: dict = {}
     out: dict = {}
     for name, fn in launches.items():
         if beat:
-            beat(f"{name} (capture)")
+            beat(f"{name}@capture")
         got = capture_graph(fn, target_ms, s)
         if got is None:
             out[name] = None
@@ -260,7 +265,7 @@ def time_interleaved(launches: dict, target_ms: float, reps: int, rng: random.Ra
             rng.shuffle(order)
             for name in order:
                 if beat:
-                    beat(f"{name} (round {rnd})")
+                    beat(f"{name}@round {rnd}")
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record(s)
                 graphs[name][0].replay()
