@@ -79,3 +79,19 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(SystemExit, match="no shape timed"):
         _tool().main([e, eb, lat, lb, "--out", str(tmp_path / "o.json"), "--label", "nope"])
     assert not (tmp_path / "o.json").exists()
+
+
+def test_tools_read_gzip_compressed_picks(tmp_path):
+    """Superseded pick files are kept as .json.gz; the tools read them like plain JSON."""
+    import gzip
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from jsonio import read_json
+
+    doc = {"mode": "pick", "timings": [{"shape": [64, 64, 64], "winner": "x", "times_ms": {"x": 0.001}}]}
+    plain, packed = tmp_path / "p.json", tmp_path / "p.json.gz"
+    plain.write_text(json.dumps(doc))
+    with gzip.open(packed, "wt", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    assert read_json(plain) == read_json(packed) == doc

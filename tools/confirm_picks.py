@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jsonio import read_json  # noqa: E402
 
 Shape = tuple[int, int, int]
 
 
 def _read(path: str) -> dict:
     try:
-        return json.loads(Path(path).read_text())
+        return read_json(path)
     except (OSError, ValueError) as e:  # one line, not a traceback
         raise SystemExit(f"cannot read {path}: {e}") from None
 

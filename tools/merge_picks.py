@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jsonio import read_json  # noqa: E402
 
 
 def merge(docs: list[dict]) -> dict:
@@ -42,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", action="append", default=[], help="a description of each input (recorded)")
     args = ap.parse_args(argv)
     try:
-        docs = [json.loads(Path(p).read_text()) for p in args.picks]
+        docs = [read_json(p) for p in args.picks]
     except (OSError, ValueError) as e:  # one line, not a traceback
         raise SystemExit(f"cannot read {getattr(e, 'filename', None) or 'the input'}: {e}") from None
     out = merge(docs)

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import math
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jsonio import read_json  # noqa: E402
 
 
 def _geo(xs: list[float]) -> float:
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = []
     for p in (args.pick, args.bench):
         try:
-            docs.append(json.loads(Path(p).read_text()))
+            docs.append(read_json(p))
         except (OSError, ValueError) as e:
             raise SystemExit(f"cannot read {p}: {e}") from None
     out = compare(docs[0], docs[1], args.label, args.baseline)
