@@ -36,7 +36,10 @@ ABI_TEXT = (
     "A is MxK row-major fp16, B is KxN row-major fp16, C is MxN row-major fp16, overwritten (beta = 0).\n"
     "Return 0 on success, non-zero if the shape is unsupported. Enqueue all work on `stream` (a cudaStream_t);\n"
     "no device-wide synchronisation and no per-call allocation after the first call. Padding, split-K and\n"
-    "workspaces are the kernel's own business. CUTLASS/CuTe headers may be included."
+    "workspaces are the kernel's own business. CUTLASS/CuTe headers may be included.\n"
+    "Checked on every run: A and B must stay bit for bit unchanged; every call must compute C from the inputs\n"
+    "it is given (no reuse of an earlier call's result, even when the inputs look the same); no host waits,\n"
+    "streams or threads of its own, no graph-capture detection, no environment or file reads, no cuBLAS."
 )
 
 EDIT_FORMAT = """Answer with one or more SEARCH/REPLACE blocks, exactly like this:
