@@ -28,6 +28,15 @@
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only):
 //                                  the launch overlaps the previous kernel's tail, every global
 //                                  access still waits for it (griddepcontrol.wait)
+//   CLUSTER_K 1, 2, 4, 8           (sm_90 and later; needs SPLIT_K 1) K slices of a tile computed
+//                                  by the CTAs of one thread-block cluster and added through
+//                                  distributed shared memory: each CTA leaves its fp32 partial
+//                                  tile in its own shared memory, the cluster meets at a barrier,
+//                                  and each CTA adds every slice (in slice order) for its 1/CLUSTER_K
+//                                  of the tile and stores it. No workspace round trip, no counters,
+//                                  no second kernel: for a short-to-mid K on few tiles, where one
+//                                  CTA walking all of K is latency-bound. On older GPUs l2_hgemm
+//                                  returns 2 (unsupported)
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -48,9 +57,17 @@
 #define SPLIT_K 0
 #define ACC ACC_F16
 #define PDL 1
+#define CLUSTER_K 1
 // l2: knobs end
 // l2: acc=f16
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
+
+#ifndef CLUSTER_K
+#define CLUSTER_K 1  // (a small_splitk knob: slices reduced through distributed shared memory)
+#endif
+#if CLUSTER_K > 1
+#include <cooperative_groups.h>
+#endif
 
 namespace l2 {
 
@@ -65,13 +82,17 @@ constexpr int kStageHalfs = BM * BK + BK * BN;
 constexpr int kCStride = BN + 8;   // padded epilogue row (halfs)
 constexpr int kPipeBytes = STAGES * kStageHalfs * 2;
 constexpr int kEpiBytes = BM * kCStride * 2;
-constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? kPipeBytes : kEpiBytes;
+constexpr int kClusterBytes = CLUSTER_K > 1 ? BM * BN * 4 : 0;  // this CTA's fp32 slice of the tile
+constexpr int kSmemBytes = kPipeBytes > kEpiBytes ? (kPipeBytes > kClusterBytes ? kPipeBytes : kClusterBytes)
+                                                  : (kEpiBytes > kClusterBytes ? kEpiBytes : kClusterBytes);
 constexpr int kMaxSplits = 128;
 
 static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile must be a multiple of 16x16");
 static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
 static_assert(kChunksB >= 4, "BN must be at least 32");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory over 227 KB: lower STAGES or the tile");
+static_assert(CLUSTER_K == 1 || SPLIT_K == 1, "CLUSTER_K slices replace SPLIT_K: use SPLIT_K 1");
+static_assert((BM * BN / 4) % CLUSTER_K == 0, "the tile must split into CLUSTER_K equal shares");
 
 #if ACC == ACC_F16
 constexpr int kAccRegs = 2;  // two half2 registers per m16n8 fragment
@@ -294,6 +315,51 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
+#if CLUSTER_K > 1
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  {
+    // Cluster split-K: the CLUSTER_K CTAs of this cluster hold the K slices of one tile (blockIdx.z
+    // = slice = rank in the cluster). Each leaves its fp32 partial tile in its own shared memory;
+    // after the cluster barrier each adds, for its 1/CLUSTER_K of the tile, the slices of every
+    // peer in rank order (bit-reproducible) through distributed shared memory and stores them.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // every warp is done reading the pipeline's shared memory
+    float* part = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+    for (int i = 0; i < kMI; ++i)
+#pragma unroll
+      for (int j = 0; j < kNI; ++j) {
+        const int r = wm * kWM + i * 16 + (lane >> 2);
+        const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+        *reinterpret_cast<float2*>(part + r * BN + c) = make_float2(acc_get(acc[i][j], 0), acc_get(acc[i][j], 1));
+        *reinterpret_cast<float2*>(part + (r + 8) * BN + c) = make_float2(acc_get(acc[i][j], 2), acc_get(acc[i][j], 3));
+      }
+    cluster.sync();  // release/acquire: every slice is visible to every CTA of the cluster
+    constexpr int kShare = BM * BN / 4 / CLUSTER_K;  // float4 groups per CTA
+    const int rank = static_cast<int>(cluster.block_rank());
+    const float4* peer[CLUSTER_K];
+#pragma unroll
+    for (int q = 0; q < CLUSTER_K; ++q) peer[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
+    for (int e = rank * kShare + tid; e < (rank + 1) * kShare; e += kThreads) {
+      float4 s = peer[0][e];
+#pragma unroll
+      for (int q = 1; q < CLUSTER_K; ++q) {
+        const float4 v = peer[q][e];
+        s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+      }
+      const int r = (e * 4) / BN, c = (e * 4) % BN;
+      if (m0 + r < M && n0 + c < N) {
+        const uint2 u = make_uint2(pack_half2(s.x, s.y), pack_half2(s.z, s.w));
+        *reinterpret_cast<uint2*>(C + (size_t)(m0 + r) * N + n0 + c) = u;
+      }
+    }
+    cluster.sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
+  }
+#endif
+  return;  // (below sm_90 the host refuses CLUSTER_K builds: never launched)
+#endif
+
   // Split-K. Every CTA publishes its slice's partial sums to the workspace as a row-major fp32
   // tile. Parallel reduction (the whole grid is resident, see l2_hgemm): the CTAs of a tile wait
   // for each other, then each adds all slices, in slice order, for its own 1/splits of the tile
@@ -468,6 +534,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     }
     st.configured = true;
   }
+  if (CLUSTER_K > 1 && st.cc < 90) return 2;  // thread-block clusters: sm_90 and later
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int ktiles = (K + BK - 1) / BK;
@@ -479,9 +546,13 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     splits = min(splits, kMaxSplits);
   }
   splits = max(1, min(splits, ktiles));
-  const int k_per_split = ((ktiles + splits - 1) / splits) * BK;
+  int k_per_split = ((ktiles + splits - 1) / splits) * BK;
   splits = (K + k_per_split - 1) / k_per_split;  // no empty slices
-  if (splits > 1) {
+  if (CLUSTER_K > 1) {  // one slice per CTA of a cluster (a slice past K is empty: adds zeros)
+    splits = CLUSTER_K;
+    k_per_split = ((ktiles + CLUSTER_K - 1) / CLUSTER_K) * BK;
+  }
+  if (splits > 1 && CLUSTER_K == 1) {
     const size_t floats = (size_t)tiles * splits * BM * BN;
     if (!ensure_workspace(st, floats, 2 * (size_t)tiles)) return 3;
   }
@@ -490,11 +561,22 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   lc.blockDim = dim3(kThreads, 1, 1);
   lc.dynamicSmemBytes = kSmemBytes;
   lc.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n_attrs = 0;
+  if (PDL && st.cc >= 90) {
+    attr[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attrs;
+  }
+  if (CLUSTER_K > 1) {  // the slices of a tile (grid z) form one cluster
+    attr[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attrs].val.clusterDim.x = 1;
+    attr[n_attrs].val.clusterDim.y = 1;
+    attr[n_attrs].val.clusterDim.z = CLUSTER_K;
+    ++n_attrs;
+  }
   lc.attrs = attr;
-  lc.numAttrs = (PDL && st.cc >= 90) ? 1 : 0;
+  lc.numAttrs = n_attrs;
   cudaError_t err = cudaLaunchKernelEx(&lc, hgemm_kernel, static_cast<const half*>(A), static_cast<const half*>(B),
                                        static_cast<half*>(C), M, N, K, tiles_m, tiles_n, splits, k_per_split,
                                        st.partials, st.counters, tiles * splits <= resident ? 1 : 0);
