@@ -2,7 +2,8 @@
 
 Why: the checks and the timing run a kernel the way the benchmark will, and a kernel that can
 tell when it is being captured into a CUDA graph, read the environment or a file,
-start host threads or streams of its own, or hand the GEMM to cuBLAS, can behave differently
+start host threads or streams of its own, read the GPU's global timer (how long ago it last ran
+tells back-to-back timed calls apart), or hand the GEMM to cuBLAS, can behave differently
 when measured than when used (or measure NVIDIA's library instead of itself). None of these has
 a use in an HGEMM call under the kernel ABI (all work enqueued on the caller's stream, no waits),
 so the build refuses them with the line and the reason, like a compile error the debugger can
@@ -24,10 +25,11 @@ class Rule:
     name: str
     pattern: re.Pattern[str]
     reason: str
+    in_strings: bool = False      # also look inside string literals (inline PTX is a string)
 
 
-def _r(name: str, pattern: str, reason: str) -> Rule:
-    return Rule(name, re.compile(pattern), reason)
+def _r(name: str, pattern: str, reason: str, in_strings: bool = False) -> Rule:
+    return Rule(name, re.compile(pattern), reason, in_strings)
 
 
 RULES: tuple[Rule, ...] = (
@@ -52,11 +54,15 @@ RULES: tuple[Rule, ...] = (
        "and a way to load precomputed results or recognise the harness"),
     _r("vendor-gemm", r"#\s*include\s*[<\"]\s*cublas\w*\.h|\bcublas\w*\s*\(|\bcublasLt\w*\b",
        "calls cuBLAS / cuBLASLt: a candidate computes the GEMM itself (the libraries are the baselines)"),
+    _r("wall-clock", r"%%?globaltimer\w*|\b__globaltimer\b",
+       "reads the GPU's global timer: a GEMM has no use for wall-clock time, and a kernel that knows how long "
+       "ago it last ran can skip the work of back-to-back calls (the timed ones)", in_strings=True),
 )
 
 
-def blank_comments_and_strings(source: str) -> str:
-    """The source with comments, string and character literals replaced by spaces (newlines kept)."""
+def blank_comments_and_strings(source: str, keep_strings: bool = False) -> str:
+    """The source with comments, string and character literals replaced by spaces (newlines kept);
+    with ``keep_strings`` only the comments."""
     out: list[str] = []
     i, n = 0, len(source)
     while i < n:
@@ -77,7 +83,7 @@ def blank_comments_and_strings(source: str) -> str:
             while j < n and source[j] != c and source[j] != "\n":
                 j += 2 if source[j] == "\\" else 1
             j = min(j + 1, n)
-            if c == '"' and _is_include(source, i):
+            if keep_strings or (c == '"' and _is_include(source, i)):
                 out.append(source[i:j])  # keep #include "..." visible to the rules
             else:
                 out.append(c + " " * max(0, j - i - 2) + (source[j - 1] if j - i >= 2 else ""))
@@ -95,9 +101,10 @@ def _is_include(source: str, quote_at: int) -> bool:
 
 def violations(source: str) -> list[tuple[int, int, str]]:
     """(line, column, message) for every use of something a candidate may not call (1-based)."""
-    text = blank_comments_and_strings(source)
+    texts = {False: blank_comments_and_strings(source), True: blank_comments_and_strings(source, keep_strings=True)}
     found: list[tuple[int, int, str]] = []
     for rule in RULES:
+        text = texts[rule.in_strings]
         for m in rule.pattern.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1

@@ -31,6 +31,8 @@ def with_call(line: str) -> str:
     ("FILE* f = fopen(\"/tmp/answers.bin\", \"rb\");", "host-io"),
     ("system(\"true\");", "host-io"),
     ("cublasHandle_t h; cublasCreate(&h);", "vendor-gemm"),
+    ('unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));', "wall-clock"),
+    ("unsigned long long t = __globaltimer();", "wall-clock"),
 ])
 def test_each_rule_is_refused_with_line_and_reason(line, rule):
     src = with_call(line)
@@ -56,6 +58,8 @@ def test_comments_strings_and_lookalike_names_are_fine():
     assert sp.violations(src) == []
     blank = sp.blank_comments_and_strings('a /* x\ny */ b "s\\"t" // c\nd')
     assert blank.count("\n") == 2 and "x" not in blank and "s" not in blank and blank.endswith("d")
+    # a comment about the global timer is fine; the timer inside inline PTX (a string) is not
+    assert sp.violations(with_call("// never reads %globaltimer")) == []
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
