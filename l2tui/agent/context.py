@@ -39,7 +39,8 @@ ABI_TEXT = (
     "workspaces are the kernel's own business. CUTLASS/CuTe headers may be included.\n"
     "Checked on every run: A and B must stay bit for bit unchanged; every call must compute C from the inputs\n"
     "it is given (no reuse of an earlier call's result, even when the inputs look the same); no host waits,\n"
-    "streams or threads of its own, no graph-capture detection, no environment or file reads, no cuBLAS."
+    "streams or threads of its own, no graph-capture detection, no global-timer reads, no environment or file\n"
+    "reads, no cuBLAS."
 )
 
 EDIT_FORMAT = """Answer with one or more SEARCH/REPLACE blocks, exactly like this:
