@@ -73,3 +73,15 @@ def test_memo_adversary_builds_in_both_kinds(samples):
 def test_marker_adversary_builds():
     res = build((KERNELS_DIR / "testbad_marker.cu").read_text(), arch="sm_90a")
     assert res.ok, res.errors
+
+
+def test_perturb_kernel_compiles_with_nvrtc_as_cupy_does():
+    """cupy builds it with NVRTC at run time (no nvcc, no extra include path): compile it the same way."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    err, prog = nvrtc.nvrtcCreateProgram(ck.PERTURB_SOURCE.encode(), b"k.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    (res,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=compute_90"])
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
