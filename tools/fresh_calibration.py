@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import checks as ck  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jsonio import read_json  # noqa: E402
 
 BANDS_US = (0, 3, 6, 12, 25, 50, 200, 1000, float("inf"))
 
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", help="write the per-shape numbers here")
     args = ap.parse_args(argv)
     try:
-        bench = json.loads(Path(args.bench).read_text())
+        bench = read_json(args.bench)
     except (OSError, ValueError) as e:
         print(f"fresh_calibration: cannot read {args.bench}: {e}", file=sys.stderr)
         return 2
