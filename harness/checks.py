@@ -23,8 +23,10 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   (catches a kernel that hashes a sample of the inputs and replays a cached C);
                   (2) a graph whose every call follows a one-element change of A (a tiny kernel,
                   its own time measured apart and subtracted) must not be much slower per call
-                  than the timed graph (catches a kernel that hashes all of A and B and copies a
-                  cached C whenever they did not change, as in every timed replay)
+                  than the timed graph replayed in the same rounds (each time right after an
+                  untimed replay of itself, so on unchanged inputs as when it was timed): catches
+                  a kernel that hashes all of A and B and copies a cached C whenever they did not
+                  change, as in every timed replay
 
 Bounds (see the README, "Checking and timing kernels"):
   f32:  max(2 * e32, 1e-6)             e32 = the cuBLAS shim's own error (CUBLAS_COMPUTE_32F)
