@@ -88,19 +88,31 @@ def make_graph(cp: Any, stream: Any, label: str, call: Callable[[], int],
 
 
 def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], perturb: Callable[[], int],
-                 reps: int) -> tuple[Graph, Graph]:
-    """Two graphs of ``reps`` steps: perturb-then-call, and perturb alone (its cost, to subtract).
+                 reps: int, verify: Callable[[], int] | None = None,
+                 verify_base: Callable[[], int] | None = None) -> tuple[Graph, Graph]:
+    """Two graphs of ``reps`` steps: perturb-then-call(-then-verify), and the same without the
+    call (perturb, verify_base: their cost, to subtract).
 
     Why: every timed replay repeats the same inputs, so a kernel that memoizes by content would
     time as its cache hit. Here each call follows a change of A; the per-call difference of the
-    two graphs is what one call costs when its inputs are new."""
+    two graphs is what one call costs when its inputs are new, and ``verify`` checks each call's
+    C right after it (harness.checks.Verifier), so no call can skip its work unseen."""
 
     def both() -> int:
         perturb()
-        return call()
+        rc = call()
+        if verify is not None:
+            verify()
+        return rc
+
+    def base() -> int:
+        perturb()
+        if verify_base is not None:
+            verify_base()
+        return 0
 
     gf = capture(cp, stream, both, reps)
-    gp = capture(cp, stream, perturb, reps)
+    gp = capture(cp, stream, base, reps)
     for g in (gf, gp):
         if hasattr(g, "upload"):
             g.upload(stream)
