@@ -94,10 +94,13 @@ def test_verify_kernels_compile(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("gate", ["20000", "3000"])
-def test_timegate_adversary_builds(gate):
+@pytest.mark.parametrize("gate, calls", [("20000", "0"), ("3000", "0"), ("20000", "64")])
+def test_timegate_adversary_builds(gate, calls):
+    """It builds (the source policy misses its split timer name and its call count: the run-time
+    check has to catch it, tests/test_checks_gpu.py)."""
     src = (KERNELS_DIR / "testbad_timegate.cu").read_text().replace("#define GATE_NS 20000", f"#define GATE_NS {gate}")
-    assert f"#define GATE_NS {gate}" in src
+    src = src.replace("#define GATE_CALLS 0 ", f"#define GATE_CALLS {calls} ")
+    assert f"#define GATE_NS {gate}" in src and f"#define GATE_CALLS {calls} " in src
     res = build(src, arch="sm_90a")
     assert res.ok, res.errors
 

@@ -7,6 +7,9 @@
 //                  verification by microseconds); expected failure: check 'fresh', verification
 //   GATE_NS 3000:  may skip only back-to-back calls; then the fresh-input calls do the work and
 //                  cost far more than the timed ones. Expected failure: check 'fresh' either way
+//   GATE_CALLS n:  no timer: after n calls every other call is skipped (a count on the GPU); the
+//                  eager checks with new inputs come first, within n. Expected failure: 'fresh',
+//                  verification
 // The timer's name is split across two string literals, which the source policy (a static first
 // layer that refuses a plain %globaltimer) does not join: the run-time check has to catch it.
 #include <cuda_fp16.h>
@@ -14,9 +17,11 @@
 
 #define T 16
 #define GATE_NS 20000
+#define GATE_CALLS 0   // > 0: ignore the timer; after this many calls, skip every other call
 
 __device__ unsigned long long g_last;  // global timer at the end of the previous call
 __device__ int g_skip;
+__device__ unsigned long long g_calls;
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
@@ -25,8 +30,13 @@ __device__ __forceinline__ unsigned long long now_ns() {
 }
 
 __global__ void gate() {
+#if GATE_CALLS > 0
+  const unsigned long long n = ++g_calls;  // a count kept on the GPU: the same in graph replays
+  g_skip = (n > (unsigned long long)GATE_CALLS && (n & 1ull)) ? 1 : 0;
+#else
   const unsigned long long t = now_ns();
   g_skip = (g_last != 0ull && t - g_last < (unsigned long long)GATE_NS) ? 1 : 0;
+#endif
 }
 
 __global__ void stamp() { g_last = now_ns(); }
