@@ -87,15 +87,21 @@ extern "C" __global__ void l2_perturb(unsigned short* a, unsigned long long n, u
 """
 
 VERIFY_SOURCE = r"""
-#include <cuda_fp16.h>
+// (no headers: NVRTC through cupy compiles it as is; fp16 bits are widened with one PTX cvt)
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
 // out[r] = sum_c m[r][c] x[c] (fp32), one warp per row; norms[r] = the row's 2-norm when asked
-extern "C" __global__ void l2_gemv(const __half* m, const float* x, float* out, float* norms, int rows, int cols) {
+extern "C" __global__ void l2_gemv(const unsigned short* m, const float* x, float* out, float* norms, int rows,
+                                   int cols) {
   const int warp = (int)((blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
   if (warp >= rows) return;
-  const __half* row = m + (size_t)warp * cols;
+  const unsigned short* row = m + (size_t)warp * cols;
   float s = 0.f, q = 0.f;
   for (int c = lane; c < cols; c += 32) {
-    const float v = __half2float(row[c]);
+    const float v = half_bits_to_float(row[c]);
     s += v * x[c];
     q += v * v;
   }

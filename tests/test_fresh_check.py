@@ -143,3 +143,17 @@ def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k)
         v = ck.PERTURB_VALUES[step % len(ck.PERTURB_VALUES)] * (1 if step % 2 else -1)
         a[i, j] = v
     assert _freivalds_worst_row(a, b, stale, x) > 2 * limit
+
+
+@pytest.mark.parametrize("name", ["VERIFY_SOURCE", "PERTURB_SOURCE"])
+def test_runtime_kernels_compile_with_nvrtc_as_cupy_does(name):
+    """cupy builds these with NVRTC at run time (no nvcc, no extra include path): compile them the same way."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    src = getattr(ck, name).encode()
+    err, prog = nvrtc.nvrtcCreateProgram(src, b"k.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    (res,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=compute_90"])
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
