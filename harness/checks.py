@@ -23,8 +23,10 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   (catches a kernel that hashes a sample of the inputs and replays a cached C);
                   (2) a graph whose every call follows a one-element change of A (a tiny kernel,
                   its own time measured apart and subtracted) must not be much slower per call
-                  than the timed graph (catches a kernel that hashes all of A and B and copies a
-                  cached C whenever they did not change, as in every timed replay)
+                  than the timed graph replayed in the same rounds (each time right after an
+                  untimed replay of itself, so on unchanged inputs as when it was timed): catches
+                  a kernel that hashes all of A and B and copies a cached C whenever they did not
+                  change, as in every timed replay
 
 Bounds (see the README, "Checking and timing kernels"):
   f32:  max(2 * e32, 1e-6)             e32 = the cuBLAS shim's own error (CUBLAS_COMPUTE_32F)
@@ -59,6 +61,16 @@ FRESH_REPLAYS = 5
 # gains at most about FRESH_RATIO x before it fails.
 FRESH_RATIO = 1.5
 FRESH_SLACK_MS = 0.004
+# The values the perturbing kernel writes (each with either sign): large against unit-normal
+# inputs, so the call that should follow the change moves a row of C by ~ |v| / sqrt(K) of its
+# norm (>= 0.1 at K = 16384) and a skipped call is plain in the verification below
+PERTURB_VALUES = (16.0, 24.0, 32.0)
+# Every call of the fresh graph is verified on the GPU right after it (Freivalds: C x against
+# A (B x) for a random +-1 vector x, per row, relative to the row's norm): a row may be off by
+# max(VERIFY_ROW_FACTOR x the accuracy bound, VERIFY_ROW_FLOOR); fp16 rounding of an honest C
+# puts rows at ~3e-4 (f32 accumulation) to ~1e-2 (f16, long K)
+VERIFY_ROW_FACTOR = 8.0
+VERIFY_ROW_FLOOR = 0.02
 
 PERTURB_SOURCE = r"""
 extern "C" __global__ void l2_perturb(unsigned short* a, unsigned long long n, unsigned int* counter,
@@ -71,6 +83,57 @@ extern "C" __global__ void l2_perturb(unsigned short* a, unsigned long long n, u
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 32;
   a[x % n] = values[t % (unsigned int)nvalues];
+}
+"""
+
+VERIFY_SOURCE = r"""
+// (no headers: NVRTC through cupy compiles it as is; fp16 bits are widened with one PTX cvt)
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+// out[r] = sum_c m[r][c] x[c] (fp32), one warp per row; norms[r] = the row's 2-norm when asked
+extern "C" __global__ void l2_gemv(const unsigned short* m, const float* x, float* out, float* norms, int rows,
+                                   int cols) {
+  const int warp = (int)((blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (warp >= rows) return;
+  const unsigned short* row = m + (size_t)warp * cols;
+  float s = 0.f, q = 0.f;
+  for (int c = lane; c < cols; c += 32) {
+    const float v = half_bits_to_float(row[c]);
+    s += v * x[c];
+    q += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+    q += __shfl_xor_sync(0xffffffffu, q, o);
+  }
+  if (lane == 0) {
+    out[warp] = s;
+    if (norms) norms[warp] = sqrtf(q);
+  }
+}
+// worst[i] = max over rows of |w - z| / norm (NaN-safe: a NaN row counts as infinite), i from a
+// launch counter; one block
+extern "C" __global__ void l2_residual(const float* w, const float* z, const float* norms, int rows, float* worst,
+                                       unsigned int* counter, unsigned int capacity) {
+  __shared__ float red[1024];
+  float mx = 0.f;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float d = fabsf(w[r] - z[r]) / fmaxf(norms[r], 1e-20f);
+    mx = (d == d) ? fmaxf(mx, d) : __int_as_float(0x7f800000);
+  }
+  red[threadIdx.x] = mx;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + o]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const unsigned int i = atomicAdd(counter, 1u);
+    if (i < capacity) worst[i] = red[0];
+  }
 }
 """
 
@@ -205,7 +268,7 @@ class Perturber:
         if key not in Perturber._kernels:
             Perturber._kernels[key] = cp.RawKernel(PERTURB_SOURCE, "l2_perturb")
         self.kernel = Perturber._kernels[key]
-        vals = np.array([v * sgn for v in (1.0, 2.0, 3.0, 5.0, 7.0) for sgn in (1.0, -1.0)], dtype=np.float16)
+        vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
         self.values = cp.asarray(vals.view(np.uint16))
         self.counter = cp.zeros(1, dtype=cp.uint32)
         self.n = int(a.size)
@@ -215,6 +278,76 @@ class Perturber:
             self.kernel((1,), (1,), (self.a, self.cp.uint64(self.n), self.counter, self.values,
                                      self.cp.int32(self.values.size)))
         return 0
+
+
+class Verifier:
+    """Checks C = A B after a call, on the GPU and inside a graph (Freivalds' test).
+
+    Why: a kernel could skip work on calls that come in quick succession (it can read the GPU's
+    clock or count its calls) and leave the previous C, which is right as long as the inputs do
+    not change, as in every timed replay. In the fresh graph each call follows a change of A and
+    is verified right after, so a skipped call leaves a row off by far more than rounding.
+    ``step`` enqueues: y = B x, z = A y, w = C x (and C's row norms), then the worst row's
+    |w - z| / |C row| into ``worst[i]``, i counting the steps."""
+
+    _kernels: dict[int, tuple[Any, Any]] = {}
+
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, seed: int, capacity: int) -> None:
+        import numpy as np
+
+        self.cp, self.a, self.b, self.c, self.stream = cp, a, b, c, stream
+        key = id(cp)
+        if key not in Verifier._kernels:
+            mod = cp.RawModule(code=VERIFY_SOURCE)
+            Verifier._kernels[key] = (mod.get_function("l2_gemv"), mod.get_function("l2_residual"))
+        self.gemv, self.residual = Verifier._kernels[key]
+        self.m, self.k = int(a.shape[0]), int(a.shape[1])
+        self.n = int(b.shape[1])
+        signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0], dtype=np.float32), self.n)
+        self.x = cp.asarray(signs)
+        self.y = cp.zeros(self.k, dtype=cp.float32)
+        self.z = cp.zeros(self.m, dtype=cp.float32)
+        self.w = cp.zeros(self.m, dtype=cp.float32)
+        self.norms = cp.zeros(self.m, dtype=cp.float32)
+        self.capacity = int(capacity)
+        self.worst = cp.full(self.capacity, cp.nan, dtype=cp.float32)
+        self.counter = cp.zeros(1, dtype=cp.uint32)
+
+    def _gemv(self, mat: Any, vec: Any, out: Any, norms: Any, rows: int, cols: int) -> None:
+        self.gemv(((rows + 7) // 8,), (256,), (mat, vec, out, norms, self.cp.int32(rows), self.cp.int32(cols)))
+
+    def step(self) -> int:
+        cp = self.cp
+        with self.stream:  # (inside a capture of that stream too)
+            null = cp.uint64(0)
+            self._gemv(self.b, self.x, self.y, null, self.k, self.n)
+            self._gemv(self.a, self.y, self.z, null, self.m, self.k)
+            self._gemv(self.c, self.x, self.w, self.norms, self.m, self.n)
+            self.residual((1,), (1024,), (self.w, self.z, self.norms, cp.int32(self.m), self.worst, self.counter,
+                                          cp.uint32(self.capacity)))
+        return 0
+
+    def results(self) -> list[float]:
+        """The worst row error of every step so far (after the stream is synchronised)."""
+        n = min(int(self.counter.get()[0]), self.capacity)
+        return [float(v) for v in self.worst[:n].get()]
+
+
+def verify_limit(bound: float) -> float:
+    """How far one row of C may be off in the fresh graph's verification (see VERIFY_ROW_*)."""
+    return max(VERIFY_ROW_FACTOR * bound, VERIFY_ROW_FLOOR)
+
+
+def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[bool, str]:
+    """Every call of the fresh graph verified, none off by more than ``limit``?"""
+    if len(worst) < expected:
+        return False, f"only {len(worst)} of {expected} calls of the fresh-input graph were verified"
+    bad = [(i, v) for i, v in enumerate(worst) if not (v <= limit)]
+    if not bad:
+        return True, ""
+    i, v = bad[0]
+    return False, (f"{len(bad)} of {len(worst)} calls that each followed a change of A left C wrong (first: call {i}, "
+                   f"a row off by {v:.3g} of its norm > {limit:.3g}): the kernel skips work on some calls")
 
 
 def sparse_change(cp: Any, a: Any, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:

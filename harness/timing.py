@@ -88,19 +88,31 @@ def make_graph(cp: Any, stream: Any, label: str, call: Callable[[], int],
 
 
 def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], perturb: Callable[[], int],
-                 reps: int) -> tuple[Graph, Graph]:
-    """Two graphs of ``reps`` steps: perturb-then-call, and perturb alone (its cost, to subtract).
+                 reps: int, verify: Callable[[], int] | None = None,
+                 verify_base: Callable[[], int] | None = None) -> tuple[Graph, Graph]:
+    """Two graphs of ``reps`` steps: perturb-then-call(-then-verify), and the same without the
+    call (perturb, verify_base: their cost, to subtract).
 
     Why: every timed replay repeats the same inputs, so a kernel that memoizes by content would
     time as its cache hit. Here each call follows a change of A; the per-call difference of the
-    two graphs is what one call costs when its inputs are new."""
+    two graphs is what one call costs when its inputs are new, and ``verify`` checks each call's
+    C right after it (harness.checks.Verifier), so no call can skip its work unseen."""
 
     def both() -> int:
         perturb()
-        return call()
+        rc = call()
+        if verify is not None:
+            verify()
+        return rc
+
+    def base() -> int:
+        perturb()
+        if verify_base is not None:
+            verify_base()
+        return 0
 
     gf = capture(cp, stream, both, reps)
-    gp = capture(cp, stream, perturb, reps)
+    gp = capture(cp, stream, base, reps)
     for g in (gf, gp):
         if hasattr(g, "upload"):
             g.upload(stream)
@@ -108,8 +120,13 @@ def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], pert
 
 
 def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_REPLAYS,
-            rng: random.Random | None = None, warmup: int = 1) -> dict[str, dict[str, float]]:
-    """Interleaved replays of every graph; per-call median/p10/p90 in ms."""
+            rng: random.Random | None = None, warmup: int = 1,
+            primed: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
+    """Interleaved replays of every graph; per-call median/p10/p90 in ms.
+
+    A graph whose label is in ``primed`` is replayed once, untimed, right before each of its
+    timed replays: its timed calls then follow calls on the same inputs even when the graph
+    before it in the round changed them (the ``fresh`` check's reference, harness.checks)."""
     rng = rng or random.Random(0)
     for _ in range(warmup):
         for g in graphs:
@@ -119,6 +136,8 @@ def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_RE
         order = list(graphs)
         rng.shuffle(order)
         for g in order:
+            if g.label in primed:
+                g.graph.launch(stream)
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
             e0.record(stream)
             g.graph.launch(stream)

@@ -37,6 +37,9 @@ def test_correct_kernel_passes_every_check(ev, name):
     for c in ("runs", "written", "guards", "inputs", "accuracy", "exact", "deterministic", "graph_replay", "fresh"):
         assert checks[c]["ok"], (c, checks[c])
     assert checks["fresh"]["fresh_ms"] > 0 and checks["fresh"]["timed_ms"] > 0
+    # every call of the fresh-input graph was verified, each within the limit
+    assert checks["fresh"]["verified_calls"] >= checks["fresh"]["reps"]
+    assert checks["fresh"]["verify_worst"] <= checks["fresh"]["verify_limit"]
     assert r.check["rel_err"] <= r.check["bound"]
     assert r.times_ms["candidate"] > 0 and r.times_ms["cublas"] > 0
     assert r.roofline_ms and r.roofline_ms > 0
@@ -72,6 +75,24 @@ def test_memoizing_kernel_rejected_by_fresh(ev, samples, part):
     for c in ("written", "guards", "stale", "accuracy", "exact", "deterministic", "graph_replay"):
         assert checks[c]["ok"], (c, checks[c])
     assert part in checks["fresh"]["detail"]
+
+
+@pytest.mark.parametrize("gate_ns, gate_calls", [("20000", "0"), ("3000", "0"), ("20000", "64")])
+def test_kernel_skipping_rapid_calls_rejected_by_fresh(ev, gate_ns, gate_calls):
+    """testbad_timegate skips its work when called again within GATE_NS of its last call (the GPU's
+    global timer), leaving the previous C: right in every timed replay and in graph_replay (whose
+    first call computes). `fresh` catches it: by the verification of every call that follows a
+    change of A when it skips there too, by the timing part when it skips only back-to-back calls."""
+    source = src("testbad_timegate").replace("#define GATE_NS 20000", f"#define GATE_NS {gate_ns}")
+    source = source.replace("#define GATE_CALLS 0 ", f"#define GATE_CALLS {gate_calls} ")
+    r = ev.evaluate(source, Shape(512, 512, 2048))
+    assert r.status == "wrong", r.message
+    assert r.check["failed"] == "fresh", r.check
+    checks = r.check["checks"]
+    for c in ("written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "graph_replay"):
+        assert checks[c]["ok"], (c, checks[c])
+    if gate_ns == "20000":  # skips in the fresh-input graph too (by the clock or by the count)
+        assert "skips work" in checks["fresh"]["detail"], checks["fresh"]
 
 
 def test_illegal_address_is_crashed_and_worker_recovers(ev):

@@ -61,3 +61,10 @@ def test_main_errors_on_unreadable_or_empty(tmp_path, capsys):
     p.write_text(json.dumps({"meta": {}, "rows": []}))
     assert fc.main([str(p)]) == 1
     assert "no fresh-input timings" in capsys.readouterr().err
+
+
+def test_the_same_rounds_reference_is_preferred_when_recorded():
+    row = _row(64, 2.0, 3.0)
+    row["checks"]["l2"]["checks"]["fresh"]["same_ms"] = 0.0025
+    r = fc.samples({"rows": [row]})[0]
+    assert r["timed_ms"] == 0.0025 and r["ratio"] == pytest.approx(1.2)

@@ -75,10 +75,63 @@ def test_marker_adversary_builds():
     assert res.ok, res.errors
 
 
-def test_perturb_kernel_compiles_with_nvrtc_as_cupy_does():
-    """cupy builds it with NVRTC at run time (no nvcc, no extra include path): compile it the same way."""
+@pytest.mark.parametrize("gate, calls", [("20000", "0"), ("3000", "0"), ("20000", "64")])
+def test_timegate_adversary_builds(gate, calls):
+    """It builds (the source policy misses its split timer name and its call count: the run-time
+    check has to catch it, tests/test_checks_gpu.py)."""
+    src = (KERNELS_DIR / "testbad_timegate.cu").read_text().replace("#define GATE_NS 20000", f"#define GATE_NS {gate}")
+    src = src.replace("#define GATE_CALLS 0 ", f"#define GATE_CALLS {calls} ")
+    assert f"#define GATE_NS {gate}" in src and f"#define GATE_CALLS {calls} " in src
+    res = build(src, arch="sm_90a")
+    assert res.ok, res.errors
+
+
+def test_verify_limit_and_verdict():
+    assert ck.verify_limit(1e-4) == ck.VERIFY_ROW_FLOOR
+    assert ck.verify_limit(1e-2) == pytest.approx(ck.VERIFY_ROW_FACTOR * 1e-2)
+    assert ck.verify_verdict([1e-4] * 12, 12, 0.02) == (True, "")
+    ok, det = ck.verify_verdict([1e-4] * 5, 12, 0.02)
+    assert not ok and "only 5 of 12" in det
+    ok, det = ck.verify_verdict([1e-4, 0.3, 1e-4, float("nan")], 4, 0.02)
+    assert not ok and "2 of 4" in det and "call 1" in det and "skips work" in det
+
+
+def _freivalds_worst_row(a, b, c, x):
+    """What l2_gemv + l2_residual compute, in numpy: max over rows of |C x - A (B x)| / |C row|."""
+    import numpy as np
+
+    z = a.astype(np.float32) @ (b.astype(np.float32) @ x)
+    cf = c.astype(np.float32)
+    return float(np.max(np.abs(cf @ x - z) / np.maximum(np.linalg.norm(cf, axis=1), 1e-20)))
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (16384, 64, 64), (64, 4096, 4096), (256, 256, 1024)])
+def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k):
+    """An honest C (fp32 accumulation, rounded to fp16) stays far under the limit; a C left from
+    before a few perturbing steps (the values the perturbing kernel writes) far over it."""
+    import numpy as np
+
+    rng = np.random.default_rng(m * 7 + n * 3 + k)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    x = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), n)
+    honest = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    limit = ck.verify_limit(4e-4)                       # an f32 bound of the harness's magnitude
+    assert _freivalds_worst_row(a, b, honest, x) < limit / 10
+    stale = honest.copy()                               # C from before six changes of A, as the
+    for step in range(6):                               # perturbing kernel makes them
+        i, j = rng.integers(m), rng.integers(k)
+        v = ck.PERTURB_VALUES[step % len(ck.PERTURB_VALUES)] * (1 if step % 2 else -1)
+        a[i, j] = v
+    assert _freivalds_worst_row(a, b, stale, x) > 2 * limit
+
+
+@pytest.mark.parametrize("name", ["VERIFY_SOURCE", "PERTURB_SOURCE"])
+def test_runtime_kernels_compile_with_nvrtc_as_cupy_does(name):
+    """cupy builds these with NVRTC at run time (no nvcc, no extra include path): compile them the same way."""
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
-    err, prog = nvrtc.nvrtcCreateProgram(ck.PERTURB_SOURCE.encode(), b"k.cu", 0, [], [])
+    src = getattr(ck, name).encode()
+    err, prog = nvrtc.nvrtcCreateProgram(src, b"k.cu", 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
     (res,) = nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=compute_90"])
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
