@@ -705,6 +705,11 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     # pick) the L2 is the limit; a pair multicasts its shared operand and moves a quarter less
     ("sm90_cutlass", _sm90(64, 64, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(64, 64, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    # ... and in 2x2 clusters: both operands multicast, half the L2-to-SM bytes of lone 64x64 tiles
+    # (a pair saves a quarter); for the L2-bound shapes of 32 128x128 tiles and K of a few
+    # thousand that still lose to cuBLASLt (1024x512x2048 at 0.89x in the 3abef39 bench)
+    ("sm90_cutlass", _sm90(64, 64, cm=2, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(64, 128, cm=2, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),

@@ -228,3 +228,25 @@ def test_tiny_configs_pass_every_check(evaluator):
                 if e.status != "ok":
                     failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+#: shapes where a cluster of four runs off the edge of the tile grid in both directions
+CLUSTER_SHAPES = [Shape(200, 136, 264), Shape(1030, 520, 2056), Shape(1024, 512, 2048), Shape(64, 4104, 776)]
+
+
+def test_four_cta_clusters_pass_every_check(evaluator):
+    """The catalog's sm90 clusters of four CTAs (4x1 and 2x2: one TMA load multicast to
+    several CTAs) on shapes whose tile grid is not a multiple of the cluster: every check passes."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs sm_90")
+    configs = [c for c in F.catalog("f32", arch)
+               if c.family == "sm90_cutlass" and int(c.knob_dict["CLUSTER_M"]) * int(c.knob_dict["CLUSTER_N"]) >= 4]
+    assert any(c.knob_dict["CLUSTER_M"] == "2" and c.knob_dict["CLUSTER_N"] == "2" for c in configs)
+    failures = []
+    for cfg in configs:
+        for shape in CLUSTER_SHAPES:
+            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
