@@ -515,20 +515,20 @@ def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr
     with s:
         pert = ck.Perturber(cp, A.data, s)
         seed = rng.randrange(1 << 30)
-        ver = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps)
-        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps)  # its C is stale: ignored
+        ver = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps, changed_row=pert.row)
+        # the subtracted graph verifies too (the same work on a C the call did not write): ignored
+        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps, changed_row=pert.row)
     # compiles and loads the kernels now, never inside a stream capture; the verification of a
-    # call made before any change must pass (else the check itself is broken on this shape)
+    # call made right after a change must pass (else the check itself is broken on this shape)
+    pert.step()
     call()
     ver.step()
-    pert.step()
     s.synchronize()
     first = ver.results()
     limit = ck.verify_limit(bound)
     if not first or not first[0] <= limit:
         return False, f"the fresh-input verification fails on a plain call (row error {first}): check broken?", {}
-    with s:
-        ver.counter.fill(0)
+    ver.reset()
     gf, gp = timing.fresh_graphs(cp, s, gr.label, call, pert.step, reps, verify=ver.step, verify_base=ver_base.step)
     # the timed graph again, in the same rounds (same clocks and temperature as the fresh one);
     # primed, so its timed calls follow calls on unchanged inputs as in the bench's timing
@@ -538,7 +538,9 @@ def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr
     worst = ver.results()
     fields = {"sparse_rel_err": err, "fresh_ms": fresh_ms, "perturb_ms": t[gp.label]["median_ms"],
               "same_ms": same_ms, "timed_ms": timed_ms, "reps": reps, "verified_calls": len(worst),
-              "verify_worst": max((v if v == v else math.inf) for v in worst) if worst else None, "verify_limit": limit}
+              "verified_rows": ck.VERIFY_ROWS, "verify_worst": max(worst) if worst else None, "verify_limit": limit}
+    if not ver.b_unchanged():
+        return False, "B changed while the fresh-input graph ran (B x differs from before it)", fields
     ok, det = ck.verify_verdict(worst, steps, limit)
     if not ok:
         return False, det, fields
