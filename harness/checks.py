@@ -74,6 +74,7 @@ PERTURB_VALUES = (16.0, 24.0, 32.0)
 # between calls, evicted the operands from L2 and made honest calls on 32 MB operands look 2-3x
 # slower in the fresh graph (14 false rejections in a grid bench at 1bfc86a)
 VERIFY_ROWS = 8
+VERIFY_THREADS = 1024   # per verified row: a row of 16,384 fp16 is two 16-byte loads per thread
 VERIFY_ROW_FACTOR = 8.0
 VERIFY_ROW_FLOOR = 0.02
 
@@ -122,6 +123,37 @@ extern "C" __global__ void l2_gemv(const unsigned short* m, const float* x, floa
     if (norms) norms[warp] = sqrtf(q);
   }
 }
+// sum_j row[j] v[j] (and sum_j row[j]^2 when q is given) over this block's threads: eight fp16
+// per 16-byte load when the row allows it, loads unrolled so they are all in flight at once (a
+// loop waiting on one load at a time took ~15 us per row of 16,384 and, slower still right after
+// the call wrote C, was not subtracted away: honest calls looked 2x slower in the fresh graph)
+__device__ __forceinline__ void l2_row_dot(const unsigned short* __restrict__ row, const float* __restrict__ v,
+                                           int len, float& s, float* q) {
+  if ((len & 7) == 0) {
+    const uint4* __restrict__ r8 = reinterpret_cast<const uint4*>(row);
+    const float4* __restrict__ v4 = reinterpret_cast<const float4*>(v);
+#pragma unroll 4
+    for (int j = threadIdx.x; j < (len >> 3); j += blockDim.x) {
+      const uint4 h = r8[j];
+      const float4 lo = v4[2 * j], hi = v4[2 * j + 1];
+      const unsigned int w[4] = {h.x, h.y, h.z, h.w};
+      const float f[4][2] = {{lo.x, lo.y}, {lo.z, lo.w}, {hi.x, hi.y}, {hi.z, hi.w}};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float a0 = half_bits_to_float((unsigned short)(w[e] & 0xffffu));
+        const float a1 = half_bits_to_float((unsigned short)(w[e] >> 16));
+        s += a0 * f[e][0] + a1 * f[e][1];
+        if (q) *q += a0 * a0 + a1 * a1;
+      }
+    }
+  } else {
+    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+      const float a0 = half_bits_to_float(row[j]);
+      s += a0 * v[j];
+      if (q) *q += a0 * a0;
+    }
+  }
+}
 // One block per verified row r: |C[r] x - A[r] y| / |C[r]| (NaN-safe: a NaN row counts as
 // infinite) into worst[i], i from a launch counter (a launch's blocks all finish before the next
 // launch starts, so launch L fills worst[L * gridDim.x ...]). Block 0 takes the row the perturbing
@@ -142,15 +174,9 @@ extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigne
     r = (unsigned int)(h % (unsigned long long)m);
   }
   if (r >= (unsigned int)m) r = 0;
-  const unsigned short* crow = c + (size_t)r * n;
-  const unsigned short* arow = a + (size_t)r * k;
   float w = 0.f, q = 0.f, z = 0.f;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = half_bits_to_float(crow[j]);
-    w += v * x[j];
-    q += v * v;
-  }
-  for (int j = threadIdx.x; j < k; j += blockDim.x) z += half_bits_to_float(arow[j]) * y[j];
+  l2_row_dot(c + (size_t)r * n, x, n, w, &q);
+  l2_row_dot(a + (size_t)r * k, y, k, z, nullptr);
   for (int o = 16; o > 0; o >>= 1) {
     w += __shfl_xor_sync(0xffffffffu, w, o);
     q += __shfl_xor_sync(0xffffffffu, q, o);
@@ -373,7 +399,7 @@ class Verifier:
     def step(self) -> int:
         cp = self.cp
         with self.stream:  # (inside a capture of that stream too)
-            self.rows_kernel((VERIFY_ROWS,), (256,), (self.a, self.c, self.x, self.y, cp.int32(self.m),
+            self.rows_kernel((VERIFY_ROWS,), (VERIFY_THREADS,), (self.a, self.c, self.x, self.y, cp.int32(self.m),
                                                       cp.int32(self.n), cp.int32(self.k), self.changed_row,
                                                       self.counter, self.worst, cp.uint32(self.capacity)))
         return 0
