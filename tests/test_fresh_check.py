@@ -22,9 +22,10 @@ def test_fresh_is_reported_after_graph_replay():
 
 @pytest.mark.parametrize("timed, fresh, ok", [
     (0.002, 0.0025, True),       # a small kernel that loses its PDL overlap behind the perturbing kernel
-    (0.002, 0.006, True),        # 1.5 x 2 us + 4 us = 7 us
-    (0.002, 0.0075, False),
-    (1.0, 1.2, True),            # a big kernel: within 1.5x
+    (0.002, 0.0055, True),       # 1.35 x 2 us + 3 us = 5.7 us
+    (0.002, 0.006, False),
+    (1.0, 1.2, True),            # a big kernel: within 1.35x
+    (1.0, 1.4, False),
     (0.010, 0.050, False),       # hash + copy timed, a full multiply when the inputs are new
 ])
 def test_verdict_allows_launch_effects_and_rejects_cache_hits(timed, fresh, ok):
