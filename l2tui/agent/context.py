@@ -38,7 +38,8 @@ ABI_TEXT = (
     "no device-wide synchronisation and no per-call allocation after the first call. Padding, split-K and\n"
     "workspaces are the kernel's own business. CUTLASS/CuTe headers may be included.\n"
     "Checked on every run: A and B must stay bit for bit unchanged; every call must compute C from the inputs\n"
-    "it is given (no reuse of an earlier call's result, even when the inputs look the same); no host waits,\n"
+    "it is given (no reuse of an earlier call's result, even when the inputs look the same or calls come in\n"
+    "quick succession: calls right after an input change are verified and timed); no host waits,\n"
     "streams or threads of its own, no graph-capture detection, no global-timer reads, no environment or file\n"
     "reads, no cuBLAS."
 )
