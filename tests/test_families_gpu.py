@@ -250,3 +250,26 @@ def test_four_cta_clusters_pass_every_check(evaluator):
             if e.status != "ok":
                 failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+#: the big-tile cluster pairs joined for compute-bound big shapes; shapes off the tile grid and
+#: off the cluster in both directions, one a few waves deep
+BIG_PAIR_NAMES = ("sm90-256x128x64-c2x1-coop-p-st0-noc-e64", "sm90-256x128x64-c1x2-coop-p-st0-noc-e64",
+                  "sm90-128x192x64-c2x1-pp-p-st0-noc-e64", "sm90-128x256x64-c2x1-coop-p-st0-sw4-noc-e64")
+BIG_PAIR_SHAPES = [Shape(200, 136, 264), Shape(1030, 520, 2056), Shape(4104, 4040, 1032)]
+
+
+def test_big_tile_cluster_pairs_pass_every_check(evaluator):
+    """256x128 tiles in pairs either way, ping-pong 128x192 pairs and swizzled 128x256 pairs:
+    every check passes where the grid of tiles ends mid-cluster."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs sm_90")
+    by_name = {c.name: c for c in F.catalog("f32", arch)}
+    failures = []
+    for name in BIG_PAIR_NAMES:
+        for shape in BIG_PAIR_SHAPES:
+            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
