@@ -10,7 +10,10 @@
 #   pick times per shape beyond the always-timed kinds, default 6), ONLY (regex on configuration
 #   names), BENCH_SHAPES (default grid; a subset's results merge into a grid file with
 #   python -m harness.results merge), BENCH_LIMIT_S (the grid bench's time limit, default 200),
-#   SERVER_S (0 = no server step), PROFILE_SHAPES, BENCH=0
+#   SERVER_S (0 = no server step), PROFILE_SHAPES, BENCH=0, PICK_ARGS (more options of the pick, e.g.
+#   "--target-ms 200": big shapes are power-bound, their SM clock falls from ~1,965 to 1,305-1,545 MHz
+#   within one shape's bench timing (6e4ba9c bench, clocks before/after), and a pick's shorter
+#   bursts rank kernels before that happens)
 #
 # Every step has a time cap so the call ends inside the device limit; a pick that hangs is ended
 # by its watchdog and resumed without the configuration that hung. Outputs land in $OUT:
@@ -41,7 +44,7 @@ while [ $SECONDS -lt $PICK_END ]; do
   RES=""; [ -f $W/pick-f32.json ] && RES="--resume $W/pick-f32.json"
   step pick-f32 $(( PICK_END - SECONDS )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W \
     --shapes $PICK_SHAPES --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k ${TOP_K:-6} \
-    --only "${ONLY:-}" ${BASE_PICK:+--incumbents "$BASE_PICK"} --watchdog-s 15 --tag pick-f32 $RES
+    --only "${ONLY:-}" ${BASE_PICK:+--incumbents "$BASE_PICK"} --watchdog-s 15 --tag pick-f32 $RES ${PICK_ARGS:-}
   grep -q "WATCHDOG" "$LOG" && [ "$(grep -c WATCHDOG "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c WATCHDOG "$LOG"); continue; }
   break
 done
