@@ -718,6 +718,19 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(256, 128, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 192, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=4, epi="EPI_TMA_NOC", epi_n=64)),
+    # the same big shapes are power-bound and their power goes to DRAM: ncu at 5360991 on
+    # 8192x12288x4096 saw ping-pong 128x192 (swizzle 1) move 4.0 GB from DRAM (62% of its
+    # bandwidth, L2 hit rate 49%) where cuBLASLt's 128x160 pairs move 0.95 GB (19%, hit rate
+    # 79%), and the SM clock at 1.22 GHz against cuBLASLt's 1.49 GHz for the same cycle count.
+    # With the heuristic raster (along N when the tile rows are as many as the columns) a wave of
+    # 132 tiles spans all of B's columns, so B is read again every wave; swizzle 8 makes a wave a
+    # block of 8 tile rows by ~16 columns, about a third of the bytes
+    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=4, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC", epi_n=128)),
+    ("sm90_cutlass", _sm90(128, 256, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(256, 128, cm=2, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
@@ -842,6 +855,7 @@ PDL_TWINNED = (
     "sm90-128x256x64-c2x1-coop-p-st0", "sm90-256x128x64-c1x1-coop-p-st0",
     "sm90-128x192x64-c1x1-pp-p-st0-noc", "sm90-128x256x64-c1x2-coop-p-st0-noc-e64",
     "sm90-64x64x64-c1x1-pp-p-st0-noc-e64", "sm90-128x128x64-c1x1-coop-splitr0-st0-noc",
+    "sm90-128x192x64-c1x1-pp-p-st0-sw8-noc-e64",
 )
 
 

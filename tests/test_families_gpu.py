@@ -273,3 +273,28 @@ def test_big_tile_cluster_pairs_pass_every_check(evaluator):
             if e.status != "ok":
                 failures.append(f"{name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+#: the swizzle-8 tile orders joined for the power-bound big shapes; shapes whose tile grids are at
+#: least 6 tiles each way (below that CUTLASS narrows the swizzle), off the tile grid, one with
+#: fewer tile rows than columns and one with more
+SWIZZLE8_NAMES = ("sm90-128x192x64-c1x1-pp-p-st0-sw8-noc-e64", "sm90-128x128x64-c1x1-pp-p-st0-sw8-noc-e128",
+                  "sm90-128x256x64-c1x1-coop-p-st0-sw8-noc-e64", "sm90-128x256x64-c2x1-coop-p-st0-sw8-noc-e64",
+                  "sm90-256x128x64-c2x1-coop-p-st0-sw8-noc-e64")
+SWIZZLE8_SHAPES = [Shape(1030, 520, 2056), Shape(4104, 4040, 1032), Shape(1800, 9992, 264)]
+
+
+def test_swizzle8_tile_orders_pass_every_check(evaluator):
+    """Swizzle-8 tile orders cover every output tile exactly once, tile grids cut mid-swizzle
+    and mid-cluster included."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs sm_90")
+    by_name = {c.name: c for c in F.catalog("f32", arch)}
+    failures = []
+    for name in SWIZZLE8_NAMES:
+        for shape in SWIZZLE8_SHAPES:
+            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
