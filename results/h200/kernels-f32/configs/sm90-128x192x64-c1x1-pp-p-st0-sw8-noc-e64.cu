@@ -72,20 +72,20 @@
 
 // l2: knobs begin
 #define TILE_M 128
-#define TILE_N 256
+#define TILE_N 192
 #define TILE_K 64
 #define CLUSTER_M 1
 #define CLUSTER_N 1
-#define SCHEDULE COOPERATIVE
+#define SCHEDULE PINGPONG
 #define STAGES 0
 #define SCHEDULER PERSISTENT
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
-#define SWIZZLE 4
+#define SWIZZLE 8
 #define EPILOGUE EPI_TMA_NOC
 #define EPI_TILE_N 64
 #define ACC ACC_F32
-#define PDL 0
+#define PDL 1
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)

@@ -78,12 +78,12 @@
 #define CLUSTER_N 1
 #define SCHEDULE COOPERATIVE
 #define STAGES 0
-#define SCHEDULER STREAMK
+#define SCHEDULER PERSISTENT
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
-#define SWIZZLE 1
-#define EPILOGUE EPI_TMA
-#define EPI_TILE_N 0
+#define SWIZZLE 4
+#define EPILOGUE EPI_TMA_NOC
+#define EPI_TILE_N 64
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
