@@ -337,6 +337,30 @@ class Geometry:
     pdl: bool = True
     separate_reduce: bool = False  # SPLITK_REDUCE: equal K slices, then a reduce kernel
     epilogue: str = "EPI_TMA"      # sm90: EPI_TMA / EPI_TMA_NOC / EPI_NOSMEM; mma.sync: SMEM; tiny: REGS
+    # tile order of a persistent sm90 kernel: raster "M" / "N" / "H" (CUTLASS's heuristic) and its
+    # max swizzle size; swizzle 0 = an order the cost model does not model (other families)
+    raster: str = "H"
+    swizzle: int = 0
+    cluster_mn: tuple[int, int] = (1, 1)   # CTAs of a cluster along M and N
+
+    def tile_grid(self, shape: Shape) -> tuple[int, int]:
+        """Output tiles along M and N that the kernel computes: CUTLASS's sm90 tile schedulers
+        round each side up to a multiple of the cluster times the swizzle (narrowed on small
+        grids, as :meth:`swizzle_size` says), and the padding tiles are computed like the rest
+        (their loads are out of bounds, zero-filled; their stores are masked)."""
+        tm, tn = math.ceil(shape.m / self.tile_m), math.ceil(shape.n / self.tile_n)
+        if self.swizzle == 0:
+            return tm, tn
+        sw = self.swizzle_size(tm, tn)
+        um, un = sw * self.cluster_mn[0], sw * self.cluster_mn[1]
+        return -(-tm // um) * um, -(-tn // un) * un
+
+    def swizzle_size(self, tiles_m: int, tiles_n: int) -> int:
+        """The swizzle CUTLASS uses: the knob's, narrowed to 4, 2 or 1 when the smaller side of
+        the tile grid is under 6, 3 or 2 tiles."""
+        least = min(tiles_m, tiles_n)
+        return (8 if self.swizzle >= 8 and least >= 6 else 4 if self.swizzle >= 4 and least >= 3
+                else 2 if self.swizzle >= 2 and least >= 2 else 1)
 
     def splits_for(self, shape: Shape, sm_count: int = 132) -> int:
         """The split-K factor the kernel will use on ``shape`` (mirrors the .cu host code)."""
@@ -392,7 +416,9 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
                         True, knobs["SCHEDULER"] == "STREAMK",
                         _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc,
                         knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] in ("PERSISTENT", "SPLITK_REDUCE"),
-                        knobs["SCHEDULER"] == "SPLITK_REDUCE", knobs["EPILOGUE"])
+                        knobs["SCHEDULER"] == "SPLITK_REDUCE", knobs["EPILOGUE"],
+                        {"RASTER_ALONG_M": "M", "RASTER_ALONG_N": "N"}.get(knobs["RASTER"], "H"),
+                        _i(knobs, "SWIZZLE"), (_i(knobs, "CLUSTER_M"), _i(knobs, "CLUSTER_N")))
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     if fam.name == "tiny_mma":  # two register-staged chunks in static shared memory, no split
         wm, wn = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N")

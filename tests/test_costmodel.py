@@ -110,3 +110,53 @@ def test_store_term_ranks_the_no_source_epilogue_first_where_c_dominates():
     assert m.predict(noc, short) < m.predict(tma, short) * 0.97
     assert m.predict(noc, long_) <= m.predict(tma, long_)
     assert m.predict(tma, long_) / m.predict(noc, long_) < 1.02
+
+
+def test_tile_order_sets_the_dram_traffic_and_the_padded_grid():
+    """CUTLASS's tile order, as the model sees it (no fitted constant): the heuristic raster
+    along N with swizzle 1 makes a wave of 132 tiles span every tile column, so B is read again
+    every wave once it is too big for L2; swizzle 8 makes it a block of 8 rows; operands that fit
+    in L2 are read once whatever the order; and the swizzle pads the tile grid to its multiple."""
+    from harness.families import _sm90
+    from l2tui.agent.policies.costmodel import dram_bytes, wave_block
+
+    sw1 = Config.of("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)).geometry()
+    sw8 = Config.of("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC",
+                                          epi_n=64)).geometry()
+    big = Shape(8192, 12288, 4096)                      # 64 x 64 tiles of 128x192
+    assert sw1.tile_grid(big) == sw8.tile_grid(big) == (64, 64)
+    assert wave_block(sw1, 64, 64, 132) == (3, 64)
+    assert wave_block(sw8, 64, 64, 132) == (8, 17)
+    assert dram_bytes(sw8, big, 132) < 0.5 * dram_bytes(sw1, big, 132)
+    assert dram_bytes(sw1, big, 132) > 3 * big.min_bytes
+    small = Shape(2048, 2048, 2048)                     # A and B of 8 MB each stay in L2
+    assert dram_bytes(sw1, small, 132) == dram_bytes(sw8, small, 132) == small.min_bytes
+    tall = Shape(12288, 2048, 8192)                     # 96 x 11 tiles: swizzle 8 pads 11 to 16
+    assert sw1.tile_grid(tall) == (96, 11) and sw8.tile_grid(tall) == (96, 16)
+    assert sw8.tile_grid(Shape(640, 2048, 512)) == (8, 12)   # 5 rows: narrowed to swizzle 4
+    m = CostModel(DEFAULT_PARAMS)
+    assert m.predict(Config.of("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=8)), tall) > \
+        1.3 * m.predict(Config.of("sm90_cutlass", _sm90(128, 192, sched="PINGPONG")), tall)
+
+
+def test_calibrated_model_orders_swizzle_twins_like_the_h200():
+    """On the power-bound shapes where the swizzle-1 and swizzle-8 twins of two ping-pong
+    configurations measured more than 5 % apart on the H200 (fixtures/h200_timings/
+    swizzle_pairs.json), the calibrated model puts the faster one first on nearly all."""
+    import json
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "h200_timings" / "swizzle_pairs.json").read_text())
+    assert "H200" in doc["env"]["gpu"]
+    cfgs = {n: Config.of(c["family"], c["knobs"]) for n, c in doc["configs"].items()}
+    model = CostModel()
+    pairs = agree = 0
+    for row in doc["timings"]:
+        shape, times = Shape(*row["shape"]), row["times_ms"]
+        for a in times:
+            b = a.replace("-st0-noc", "-st0-sw8-noc")
+            if b == a or b not in times or abs(math.log(times[a] / times[b])) < math.log(1.05):
+                continue
+            pairs += 1
+            agree += (times[a] < times[b]) == (model.predict(cfgs[a], shape) < model.predict(cfgs[b], shape))
+    assert pairs >= 60
+    assert agree / pairs >= 0.85, f"{agree}/{pairs}"

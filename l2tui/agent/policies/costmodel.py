@@ -14,13 +14,19 @@ Terms (all in seconds):
   (tile quantization waste included) at the per-SM tensor rate scaled by a tile-shape efficiency
   (arithmetic intensity tm*tn/(tm+tn)) and a pipeline-fill factor (short K loops never reach
   steady state); stream-K balances fractional waves,
-* memory: compulsory DRAM bytes (A, B, C once) plus split-K partial sums, at the copy bandwidth,
+* memory: the DRAM bytes at the copy bandwidth: A, B, C once plus split-K partial sums, and, for
+  operands too big to stay in L2, what the tile order reads again every wave (:func:`dram_bytes`:
+  a wave of a persistent sm90 kernel is a block of tile rows x tile columns fixed by its raster
+  and swizzle),
+* power: on the power-capped H200 the bytes read again cost SM clock, not just DRAM time (ncu at
+  5360991: the same cycle count as cuBLASLt at a 22 % lower clock with four times its DRAM
+  traffic), so they are also charged at a fitted ``reread_gbs`` on the compute side,
 * split-K reduction tail: the last CTA of a tile reads every slice's partials,
 * store: the part of writing each wave's C tiles that the epilogue does not overlap with math
   (each SM's share of the bandwidth; fitted per EPILOGUE: with EPI_TMA_NOC the stores are
   delayed and overlap the next subtile's copies, so less of it shows).
 
-The time is ``fixed + max(compute + store, memory, latency) + reduction``.
+The time is ``fixed + max(compute + store + power, memory, latency) + reduction``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ SMEM_PER_SM = 227 * 1024
 #: a dependent second kernel (SPLITK_REDUCE's reduce) in a graph, launched with PDL: roughly the
 #: empty-kernel floor measured on the H200 (../shared/GPU.md: ~0.5 us) plus its own tail
 SECOND_LAUNCH_US = 1.0
+#: the H200's L2 (50 MB); an operand up to half of it is taken to stay there between waves
+L2_BYTES = 50 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,15 +69,20 @@ class Params:
     families: dict[str, FamilyParams] = field(default_factory=dict)
     bandwidth_gbs: float = 3800.0
     intensity_half: float = 16.0   # tile intensity at which the efficiency is half of its limit
+    # bytes re-read from DRAM per second of compute time they cost through the power cap
+    # (ncu at 5360991: ~3 GB more cost ~270 us on 8192x12288x4096, ~11 TB/s)
+    reread_gbs: float = 11000.0
 
     def to_dict(self) -> dict:
         return {"families": {k: asdict(v) for k, v in self.families.items()},
-                "bandwidth_gbs": self.bandwidth_gbs, "intensity_half": self.intensity_half}
+                "bandwidth_gbs": self.bandwidth_gbs, "intensity_half": self.intensity_half,
+                "reread_gbs": self.reread_gbs}
 
     @staticmethod
     def from_dict(d: Mapping) -> "Params":
         return Params({k: FamilyParams(**v) for k, v in d["families"].items()},
-                      d.get("bandwidth_gbs", 3800.0), d.get("intensity_half", 16.0))
+                      d.get("bandwidth_gbs", 3800.0), d.get("intensity_half", 16.0),
+                      d.get("reread_gbs", 11000.0))
 
 
 DEFAULT_PARAMS = Params(
@@ -133,7 +146,7 @@ class CostModel:
 
     def _estimate(self, g: Geometry, p: FamilyParams, s: Shape) -> Estimate:
         tm, tn, tk = g.tile_m, g.tile_n, g.tile_k
-        tiles_m, tiles_n = math.ceil(s.m / tm), math.ceil(s.n / tn)
+        tiles_m, tiles_n = g.tile_grid(s)   # padded to the cluster x swizzle on sm90
         tiles = tiles_m * tiles_n
         ktiles = math.ceil(s.k / tk)
         splits = g.splits_for(s, self.sm_count)
@@ -158,8 +171,10 @@ class CostModel:
         unit = 2.0 * tm * tn * tk * k_per_cta / (per_sm / concurrent)
         compute = max(waves, 1.0 / slots) * unit
         latency = k_per_cta * p.ktile_latency_us * 1e-6 / max(1, g.stages - 1) * 2
-        bytes_ = s.min_bytes + (2 * 4 * ctas * tm * tn if splits > 1 else 0)
+        reread = max(0.0, dram_bytes(g, s, min(ctas, slots)) - s.min_bytes)
+        bytes_ = s.min_bytes + reread + (2 * 4 * ctas * tm * tn if splits > 1 else 0)
         memory = bytes_ / (self.params.bandwidth_gbs * 1e9)
+        power = reread / (self.params.reread_gbs * 1e9)
         if g.separate_reduce:
             # SPLITK_REDUCE: all slices are written and read back by a second, GPU-wide kernel
             reduce = 8.0 * splits * s.m * s.n / (self.params.bandwidth_gbs * 1e9) + SECOND_LAUNCH_US * 1e-6
@@ -171,8 +186,8 @@ class CostModel:
             out_b = 4 if g.separate_reduce else 2
             per_sm_bw = self.params.bandwidth_gbs * 1e9 / self.sm_count
             store = max(waves, 1.0 / slots) * tm * tn * out_b / per_sm_bw * exposed
-        body = max(compute + store, memory, latency)
-        bound = "compute" if body == compute + store else ("memory" if body == memory else "latency")
+        body = max(compute + store + power, memory, latency)
+        bound = "compute" if body == compute + store + power else ("memory" if body == memory else "latency")
         fixed = max(0.2, p.fixed_us - (p.pdl_us if g.pdl else 0.0)) * 1e-6
         total = fixed + body + reduce
         if fixed > body:
@@ -185,6 +200,39 @@ class CostModel:
         scored = [(self.predict(c, shape), i, c) for i, c in enumerate(configs)]
         scored.sort(key=lambda t: (t[0], t[1]))
         return [(t, c) for t, _, c in scored]
+
+
+def wave_block(g: Geometry, tiles_m: int, tiles_n: int, concurrent: int) -> tuple[int, int]:
+    """(tile rows, tile columns) that ``concurrent`` tiles of a persistent sm90 kernel span at
+    once, from CUTLASS's tile order: the heuristic rasters along M when there are more tile
+    columns than rows, else along N; the swizzle (narrowed to 4, 2 or 1 on grids under 6, 3 or 2
+    tiles a side, as CUTLASS does) is the width of the strip the raster walks across."""
+    along_m = g.raster == "M" or (g.raster == "H" and tiles_n > tiles_m)
+    sw = g.swizzle_size(tiles_m, tiles_n)
+    major, minor = (tiles_m, tiles_n) if along_m else (tiles_n, tiles_m)  # walked, then stepped
+    strip = sw * major
+    if concurrent <= strip:
+        across, along = min(sw, minor), min(major, math.ceil(concurrent / sw))
+    else:
+        across, along = min(minor, sw * math.ceil(concurrent / strip)), major
+    return (along, across) if along_m else (across, along)
+
+
+def dram_bytes(g: Geometry, s: Shape, concurrent: int) -> float:
+    """DRAM bytes of one call: C once, and each of A and B once if it fits in half the L2, else
+    once per wave for the part of it the wave's block of tiles spans (at least once). Tile orders
+    the model does not know (``swizzle`` 0) read each operand once."""
+    a_b, b_b, c_b = 2.0 * s.m * s.k, 2.0 * s.k * s.n, 2.0 * s.m * s.n
+    if g.swizzle == 0 or g.separate_reduce or g.split_k != 1 or g.streamk:
+        return a_b + b_b + c_b
+    tiles_m, tiles_n = g.tile_grid(s)
+    waves = tiles_m * tiles_n / max(1, concurrent)
+    rows, cols = wave_block(g, tiles_m, tiles_n, concurrent)
+    if a_b > L2_BYTES / 2:
+        a_b = max(a_b, waves * min(s.m, rows * g.tile_m) * s.k * 2.0)
+    if b_b > L2_BYTES / 2:
+        b_b = max(b_b, waves * min(s.n, cols * g.tile_n) * s.k * 2.0)
+    return a_b + b_b + c_b
 
 
 # ---------------------------------------------------------------- calibration
@@ -219,13 +267,15 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
     params = base or DEFAULT_PARAMS
     fams = sorted({c.family for c, _, _ in records})
     for _ in range(rounds):
-        best = None
-        for ih in (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0):
-            cand = replace(params, intensity_half=ih)
-            err = log_error(CostModel(cand), records)
-            if best is None or err < best[0] - 1e-12:
-                best = (err, cand)
-        params = best[1]
+        for attr, grid in (("intensity_half", (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0)),
+                           ("reread_gbs", (2000.0, 4000.0, 7000.0, 11000.0, 16000.0, 25000.0, 50000.0, 1e9))):
+            best = None
+            for v in grid:
+                cand = replace(params, **{attr: v})
+                err = log_error(CostModel(cand), records)
+                if best is None or err < best[0] - 1e-12:
+                    best = (err, cand)
+            params = best[1]
         for fam in fams:
             recs = [r for r in records if r[0].family == fam]
             for attr, grid in (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
