@@ -220,10 +220,12 @@ def wave_block(g: Geometry, tiles_m: int, tiles_n: int, concurrent: int) -> tupl
 
 def dram_bytes(g: Geometry, s: Shape, concurrent: int) -> float:
     """DRAM bytes of one call: C once, and each of A and B once if it fits in half the L2, else
-    once per wave for the part of it the wave's block of tiles spans (at least once). Tile orders
-    the model does not know (``swizzle`` 0) read each operand once."""
+    once per wave for the part of it the wave's block of tiles spans (at least once). Stream-K and
+    split-K walk the same tile order (a wave of K slices reads its tiles' rows and columns for
+    1/splits of K, and there are splits times as many waves: the same bytes). Tile orders the
+    model does not know (``swizzle`` 0) read each operand once."""
     a_b, b_b, c_b = 2.0 * s.m * s.k, 2.0 * s.k * s.n, 2.0 * s.m * s.n
-    if g.swizzle == 0 or g.separate_reduce or g.split_k != 1 or g.streamk:
+    if g.swizzle == 0:
         return a_b + b_b + c_b
     tiles_m, tiles_n = g.tile_grid(s)
     waves = tiles_m * tiles_n / max(1, concurrent)
