@@ -138,3 +138,21 @@ def test_a_drift_during_the_shape_lands_on_every_subject(sweep):
     mod.torch.cuda.CUDAGraph = DriftGraph
     out = mod.time_interleaved({"x": launch("x"), "y": launch("y")}, target_ms=0.3, reps=6, rng=random.Random(3))
     assert out["x"] == pytest.approx(out["y"], rel=0.05)
+
+
+def test_hot_shapes_are_timed_in_long_bursts_others_as_before(sweep):
+    """--hot-target-ms applies to shapes the model prices over --hot-above-us; off by default."""
+    import argparse
+
+    mod, sim = sweep
+    args = argparse.Namespace(target_ms=0.3, reps=5, hot_target_ms=0.0, hot_above_us=200.0, hot_reps=3)
+    assert mod.burst_for(5000.0, args) == (0.3, 5)          # off by default: as before
+    args.hot_target_ms = 20.0
+    assert mod.burst_for(5000.0, args) == (20.0, 3)
+    assert mod.burst_for(150.0, args) == (0.3, 5)           # under the threshold
+    # a 20 ms burst of a 2 ms kernel: each timed replay is a graph of 10 back-to-back calls
+    launches = {"k": sim.launch("k", 2.0)}
+    t0 = sim.now
+    out = mod.time_interleaved(launches, target_ms=20.0, reps=3, rng=random.Random(0))
+    assert out["k"] == pytest.approx(2.0)
+    assert sim.now - t0 >= (1 + 3) * 20.0 - 1e-9            # a warm-up replay and three timed ones
