@@ -134,6 +134,10 @@ def test_tile_order_sets_the_dram_traffic_and_the_padded_grid():
     tall = Shape(12288, 2048, 8192)                     # 96 x 11 tiles: swizzle 8 pads 11 to 16
     assert sw1.tile_grid(tall) == (96, 11) and sw8.tile_grid(tall) == (96, 16)
     assert sw8.tile_grid(Shape(640, 2048, 512)) == (8, 12)   # 5 rows: narrowed to swizzle 4
+    narrow = Shape(640, 12288, 8192)     # 5 x 64 tiles, padded to 8 x 64, still a strip of 4 columns
+    assert sw8.tile_grid(narrow) == (8, 64) and wave_block(sw8, 8, 64, 132, 4) == (8, 20)
+    b_reads = 8 * 64 / 132 * 20 * 192 * narrow.k * 2.0          # B (201 MB) once per wave, 20 columns
+    assert dram_bytes(sw8, narrow, 132) == pytest.approx(2.0 * narrow.m * (narrow.k + narrow.n) + b_reads)
     m = CostModel(DEFAULT_PARAMS)
     assert m.predict(Config.of("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=8)), tall) > \
         1.3 * m.predict(Config.of("sm90_cutlass", _sm90(128, 192, sched="PINGPONG")), tall)

@@ -202,13 +202,15 @@ class CostModel:
         return [(t, c) for t, _, c in scored]
 
 
-def wave_block(g: Geometry, tiles_m: int, tiles_n: int, concurrent: int) -> tuple[int, int]:
+def wave_block(g: Geometry, tiles_m: int, tiles_n: int, concurrent: int,
+               swizzle: int | None = None) -> tuple[int, int]:
     """(tile rows, tile columns) that ``concurrent`` tiles of a persistent sm90 kernel span at
     once, from CUTLASS's tile order: the heuristic rasters along M when there are more tile
     columns than rows, else along N; the swizzle (narrowed to 4, 2 or 1 on grids under 6, 3 or 2
-    tiles a side, as CUTLASS does) is the width of the strip the raster walks across."""
+    tiles a side, as CUTLASS does) is the width of the strip the raster walks across. Pass
+    ``swizzle`` when the grid given is already padded: CUTLASS narrows it before padding."""
     along_m = g.raster == "M" or (g.raster == "H" and tiles_n > tiles_m)
-    sw = g.swizzle_size(tiles_m, tiles_n)
+    sw = swizzle if swizzle is not None else g.swizzle_size(tiles_m, tiles_n)
     major, minor = (tiles_m, tiles_n) if along_m else (tiles_n, tiles_m)  # walked, then stepped
     strip = sw * major
     if concurrent <= strip:
@@ -229,7 +231,8 @@ def dram_bytes(g: Geometry, s: Shape, concurrent: int) -> float:
         return a_b + b_b + c_b
     tiles_m, tiles_n = g.tile_grid(s)
     waves = tiles_m * tiles_n / max(1, concurrent)
-    rows, cols = wave_block(g, tiles_m, tiles_n, concurrent)
+    sw = g.swizzle_size(math.ceil(s.m / g.tile_m), math.ceil(s.n / g.tile_n))
+    rows, cols = wave_block(g, tiles_m, tiles_n, concurrent, sw)
     if a_b > L2_BYTES / 2:
         a_b = max(a_b, waves * min(s.m, rows * g.tile_m) * s.k * 2.0)
     if b_b > L2_BYTES / 2:
