@@ -158,3 +158,34 @@ def test_the_pick_times_the_pdl_twins_of_what_it_chose():
     twins = launch_twins(coop.config, [k.config for k in cat])
     assert [t.name for t in twins] == ["sm90-128x256x64-c1x1-coop-p-st0-sw4-nopdl"]
     assert names == {k.name for k in mod.choose(ranked, Shape(8192, 8192, 8192), 1, kinds=False, siblings=True)}
+
+
+def test_time_window_and_speedup_threshold():
+    sel = _tool().select
+    rows = [_row(64, 64, 64, 0.002, 0.0021),      # 2 us, 1.05x
+            _row(1024, 1024, 2048, 0.008, 0.0076),  # 8 us, 0.95x
+            _row(4096, 4096, 4096, 0.2, 0.21),      # 200 us, 1.05x
+            _row(512, 512, 512, 0.004, 0.0048)]     # 4 us, 1.2x
+    assert sel(rows, slower_than="cublaslt_autotune", speedup_below=1.08) == [
+        (64, 64, 64), (1024, 1024, 2048), (4096, 4096, 4096)]
+    assert sel(rows, slower_than="cublaslt_autotune", speedup_below=1.08, min_us=3, max_us=150) == [(1024, 1024, 2048)]
+    assert sel(rows, min_us=3, max_us=150) == [(1024, 1024, 2048), (512, 512, 512)]
+    assert sel(rows, slower_than="cublaslt_autotune") == [(1024, 1024, 2048)]  # plain "slower than"
+
+
+def test_changed_winners_between_two_picks(tmp_path):
+    early = {"timings": [{"shape": [64, 64, 64], "winner": "a"}, {"shape": [128, 128, 128], "winner": "b"}]}
+    late = {"timings": [{"shape": [128, 128, 128], "winner": "c"}, {"shape": [64, 64, 64], "winner": "a"},
+                        {"shape": [256, 256, 256], "winner": "d"}, {"shape": [512, 512, 512], "winner": None}]}
+    assert _tool().changed(early, late) == [(128, 128, 128), (256, 256, 256)]
+    (tmp_path / "e.json").write_text(json.dumps(early))
+    (tmp_path / "l.json").write_text(json.dumps(late))
+    out = tmp_path / "c.shapes"
+    assert _tool().main(["--changed-from", str(tmp_path / "e.json"), "--changed-to", str(tmp_path / "l.json"),
+                         "--out", str(out)]) == 0
+    assert out.read_text().splitlines()[0].startswith("# 2 shapes whose winner")
+    assert resolve_shapes([str(out)]) == [Shape(128, 128, 128), Shape(256, 256, 256)]
+    with pytest.raises(SystemExit, match="go together"):
+        _tool().main(["--changed-from", str(tmp_path / "e.json"), "--out", str(out)])
+    with pytest.raises(SystemExit, match="cannot read"):
+        _tool().main(["--bench", str(tmp_path / "missing.json"), "--out", str(out)])

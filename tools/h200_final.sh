@@ -9,7 +9,8 @@
 #   options (environment): PRE_TESTS, BASE_PICK + PICK_SHAPES, PICK_S, TOP_K (configurations the
 #   pick times per shape beyond the always-timed kinds, default 6), ONLY (regex on configuration
 #   names), BENCH_SHAPES (default grid; a subset's results merge into a grid file with
-#   python -m harness.results merge), BENCH_LIMIT_S (the grid bench's time limit, default 200),
+#   python -m harness.results merge; "changed" = the shapes whose winner the pick changed from
+#   BASE_PICK's, for tools/confirm_picks.py), BENCH_LIMIT_S (the grid bench's time limit, default 200),
 #   SERVER_S (0 = no server step), PROFILE_SHAPES, BENCH=0, PICK_ARGS (more options of the pick, e.g.
 #   "--target-ms 200": big shapes are power-bound, their SM clock falls from ~1,965 to 1,305-1,545 MHz
 #   within one shape's bench timing (6e4ba9c bench, clocks before/after), and a pick's shorter
@@ -49,6 +50,11 @@ while [ $SECONDS -lt $PICK_END ]; do
   break
 done
 # BENCH=0: stop after the pick (a re-pick too long to share a call with the bench)
+if [ "${BENCH_SHAPES:-}" = "changed" ]; then
+  python3 tools/repick_shapes.py --changed-from "$BASE_PICK" --changed-to $W/pick-f32.json --out $W/changed.shapes
+  BENCH_SHAPES=$W/changed.shapes
+  [ "$(grep -vc '^#' $W/changed.shapes)" = "0" ] && BENCH=0
+fi
 if [ "${BENCH:-1}" = "1" ]; then
 step bench-grid $(( ${BENCH_LIMIT_S:-200} + 15 )) python3 -m harness bench --shapes ${BENCH_SHAPES:-grid} --kernels $W/k32 \
   --label l2 --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-200}
