@@ -108,7 +108,7 @@ SM90 = Family(
     summary="CUTLASS 3.x TMA + WGMMA warp-specialized GEMM (Hopper): big and mid shapes",
     knobs=(
         Knob("TILE_M", _V(64, 128, 256), "CTA tile rows (COOPERATIVE needs >= 128)"),
-        Knob("TILE_N", _V(64, 96, 128, 192, 256), "CTA tile columns"),
+        Knob("TILE_N", _V(64, 96, 128, 160, 192, 256), "CTA tile columns"),
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
         Knob("CLUSTER_N", _V(1, 2, 4), "CTAs per cluster along N (at most 8 CTAs in all)"),
@@ -757,6 +757,12 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 256, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(256, 128, cm=2, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
+    # 160-column tiles: cuBLASLt's choice on 8192x12288x4096 (nvjet 128x160, 5 stages, clusters of
+    # two; ncu at 5360991) and on 16384x16384x256 (ncu at ac28280); 12288 / 160 = 76.8 columns of
+    # tiles where 192 gives 64, so a grid of 64 x 77 tiles fills its last wave (37.3 waves) better
+    ("sm90_cutlass", _sm90(128, 160, sched="PINGPONG", epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 160, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC")),
+    ("sm90_cutlass", _sm90(128, 160, cm=2, swizzle=8, epi="EPI_TMA_NOC")),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),

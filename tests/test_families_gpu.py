@@ -298,3 +298,25 @@ def test_swizzle8_tile_orders_pass_every_check(evaluator):
             if e.status != "ok":
                 failures.append(f"{name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+#: 160-column tiles (cuBLASLt's width on big shapes): N not a multiple of 160 nor of the
+#: epilogue's subtile rows, tile grids cut mid-swizzle and mid-cluster
+TILE160_NAMES = ("sm90-128x160x64-c1x1-pp-p-st0-noc", "sm90-128x160x64-c1x1-pp-p-st0-sw8-noc",
+                 "sm90-128x160x64-c2x1-coop-p-st0-sw8-noc")
+TILE160_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 2056), Shape(4104, 3080, 1032)]
+
+
+def test_tile160_configurations_pass_every_check(evaluator):
+    """128x160 tiles compute every output exactly, with the N residue of a 160-wide tile."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs sm_90")
+    by_name = {c.name: c for c in F.catalog("f32", arch)}
+    failures = []
+    for name in TILE160_NAMES:
+        for shape in TILE160_SHAPES:
+            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
