@@ -82,7 +82,7 @@
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
-#define EPILOGUE EPI_TMA
+#define EPILOGUE EPI_TMA_NOC
 #define EPI_TILE_N 0
 #define ACC ACC_F32
 #define PDL 1

@@ -79,10 +79,10 @@
 #define SCHEDULE PINGPONG
 #define STAGES 0
 #define SCHEDULER SPLITK_REDUCE
-#define SPLITS 0
+#define SPLITS 8
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
-#define EPILOGUE EPI_TMA
+#define EPILOGUE EPI_TMA_NOC
 #define EPI_TILE_N 0
 #define ACC ACC_F32
 #define PDL 1

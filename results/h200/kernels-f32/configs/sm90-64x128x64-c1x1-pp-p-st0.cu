@@ -71,12 +71,12 @@
 #define ACC_F16 2
 
 // l2: knobs begin
-#define TILE_M 128
+#define TILE_M 64
 #define TILE_N 128
 #define TILE_K 64
-#define CLUSTER_M 2
+#define CLUSTER_M 1
 #define CLUSTER_N 1
-#define SCHEDULE COOPERATIVE
+#define SCHEDULE PINGPONG
 #define STAGES 0
 #define SCHEDULER PERSISTENT
 #define SPLITS 1

@@ -83,7 +83,7 @@
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
 #define EPILOGUE EPI_TMA_NOC
-#define EPI_TILE_N 0
+#define EPI_TILE_N 64
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end

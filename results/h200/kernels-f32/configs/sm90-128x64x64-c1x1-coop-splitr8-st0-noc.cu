@@ -72,14 +72,14 @@
 
 // l2: knobs begin
 #define TILE_M 128
-#define TILE_N 128
+#define TILE_N 64
 #define TILE_K 64
-#define CLUSTER_M 2
+#define CLUSTER_M 1
 #define CLUSTER_N 1
 #define SCHEDULE COOPERATIVE
 #define STAGES 0
 #define SCHEDULER SPLITK_REDUCE
-#define SPLITS 0
+#define SPLITS 8
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
 #define EPILOGUE EPI_TMA_NOC
