@@ -349,6 +349,11 @@ def time_shape(kerns: list[Kernel], shape: Shape, baselines: Baselines | None, t
             jobs[kern.name] = None
             continue
         jobs[kern.name] = (lambda kern=kern: kern(a, b, c, m, n, k))
+    # The probes above ran on the current stream and the captures below run each kernel eagerly on
+    # another (non-blocking) one: without this wait a stream-K or split-K library could run on both
+    # at once over its one workspace (a library keeps one per process), and their barriers
+    # deadlock. The 33c8c7d wide pick lost six configurations to its watchdog that way.
+    torch.cuda.synchronize()
     hold = None
     if baselines is not None:
         bl = baselines.launches(a, b, c)
