@@ -1,1 +1,1 @@
-configs/sm90-64x64x64-c2x1-pp-p-st0-noc-e64.cu
+configs/sm90-128x64x128-c1x1-coop-split0-st0.cu
