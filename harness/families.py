@@ -763,6 +763,14 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(128, 160, sched="PINGPONG", epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(128, 160, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC")),
     ("sm90_cutlass", _sm90(128, 160, cm=2, swizzle=8, epi="EPI_TMA_NOC")),
+    # stream-K on the big long-K shapes: once the picks stopped losing stream-K to the two-stream
+    # deadlock (sweep_gpu, 2026-11-30), 128x256 stream-K won 2048x8192x16384 and 16384x4096x12288
+    # in 20 ms bursts; these add the swizzled tile order of the power-bound picks, 256-row pairs
+    # and 192-column tiles to it
+    ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK", swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 256, cm=2, scheduler="STREAMK", swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(256, 128, cm=2, scheduler="STREAMK", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(128, 192, scheduler="STREAMK", epi="EPI_TMA_NOC")),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
