@@ -45,8 +45,8 @@ while [ $SECONDS -lt $PICK_END ]; do
   RES=""; [ -f $W/pick-f32.json ] && RES="--resume $W/pick-f32.json"
   step pick-f32 $(( PICK_END - SECONDS )) python3 tools/sweep_gpu.py pick --prebuilt /tmp/prebuilt --out $W \
     --shapes $PICK_SHAPES --acc f32 --kernels-dir $W/k32 --budget-s $(( PICK_END - SECONDS - 10 )) --top-k ${TOP_K:-6} \
-    --only "${ONLY:-}" ${BASE_PICK:+--incumbents "$BASE_PICK"} --watchdog-s 15 --tag pick-f32 $RES ${PICK_ARGS:-}
-  grep -q "WATCHDOG" "$LOG" && [ "$(grep -c WATCHDOG "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c WATCHDOG "$LOG"); continue; }
+    --only="${ONLY:-}" ${BASE_PICK:+--incumbents "$BASE_PICK"} --watchdog-s 15 --tag pick-f32 $RES ${PICK_ARGS:-}
+  grep -q "^WATCHDOG:" "$LOG" && [ "$(grep -c "^WATCHDOG:" "$LOG")" -gt "${NDOG:-0}" ] && { NDOG=$(grep -c "^WATCHDOG:" "$LOG"); continue; }
   break
 done
 # BENCH=0: stop after the pick (a re-pick too long to share a call with the bench)
