@@ -74,11 +74,11 @@
 #define TILE_M 128
 #define TILE_N 256
 #define TILE_K 64
-#define CLUSTER_M 2
+#define CLUSTER_M 1
 #define CLUSTER_N 1
 #define SCHEDULE COOPERATIVE
 #define STAGES 0
-#define SCHEDULER PERSISTENT
+#define SCHEDULER STREAMK
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 8
