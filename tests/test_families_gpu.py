@@ -320,3 +320,27 @@ def test_tile160_configurations_pass_every_check(evaluator):
             if e.status != "ok":
                 failures.append(f"{name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+#: stream-K joined by a swizzled tile order, 256-row pairs and 192-column tiles (2d329d7): shapes whose
+#: k-iterations do not split evenly over the SMs (so some tiles are shared by CTAs and fixed up
+#: through the workspace), off the tile grid, cut mid-swizzle and mid-cluster
+STREAMK_NEW_NAMES = ("sm90-128x256x64-c1x1-coop-sk-st0-sw8-noc-e64", "sm90-128x256x64-c2x1-coop-sk-st0-sw8-noc-e64",
+                     "sm90-256x128x64-c2x1-coop-sk-st0-noc-e64", "sm90-128x192x64-c1x1-coop-sk-st0-noc")
+STREAMK_NEW_SHAPES = [Shape(1030, 1000, 4104), Shape(2056, 3080, 2056), Shape(520, 264, 8200)]
+
+
+def test_new_streamk_configurations_pass_every_check(evaluator):
+    """Stream-K with swizzle 8, in 256x128 pairs and with 192-column tiles: every output exact,
+    results reproducible (the fixed-order fixup), graph replays fresh."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs sm_90")
+    by_name = {c.name: c for c in F.catalog("f32", arch)}
+    failures = []
+    for name in STREAMK_NEW_NAMES:
+        for shape in STREAMK_NEW_SHAPES:
+            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
