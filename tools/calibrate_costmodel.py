@@ -9,6 +9,7 @@ of the predicted-best configuration / measured best; also for the best of the pr
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -39,15 +40,27 @@ def ranking_quality(model: CostModel, records) -> dict:
 
 
 def main(argv=None) -> int:
-    paths = argv if argv is not None else sys.argv[1:]
-    records = load_timings(paths)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("timings", nargs="+", help="pick or time result files of tools/sweep_gpu.py")
+    ap.add_argument("--dry-run", action="store_true", help="print the fit's quality, write nothing")
+    args = ap.parse_args(argv)
+    paths = args.timings
+    try:
+        records = load_timings(paths)
+    except (OSError, ValueError, KeyError) as e:  # one line, not a traceback
+        raise SystemExit(f"cannot read the timings: {e}") from None
+    if not records:
+        raise SystemExit("no timings in " + ", ".join(paths))
     before = ranking_quality(CostModel(DEFAULT_PARAMS), records)
     params = fit(records, DEFAULT_PARAMS)
     after = ranking_quality(CostModel(params), records)
-    CALIBRATED_FILE.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
-                                           "quality": after}, indent=1) + "\n")
     print("defaults:", json.dumps(before))
     print("fitted:  ", json.dumps(after))
+    if args.dry_run:
+        print("dry run: nothing written")
+        return 0
+    CALIBRATED_FILE.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
+                                           "quality": after}, indent=1) + "\n")
     print(f"wrote {CALIBRATED_FILE}")
     return 0
 
