@@ -41,3 +41,20 @@ def test_configs_no_longer_named_by_any_row_are_dropped():
     base = {"timings": [_row((1, 1, 1), "old", 1.0)], "configs": {"old": {}}}
     new = {"timings": [_row((1, 1, 1), "new", 0.5)], "configs": {"new": {}}}
     assert set(_tool().merge([base, new])["configs"]) == {"new"}
+
+
+def test_earlier_notes_are_kept_as_history(tmp_path):
+    first = {"timings": [_row((1, 1, 1), "a", 1.0)], "configs": {"a": {}}, "note": "first pick", "parts": ["p0"]}
+    new = {"timings": [_row((1, 1, 1), "b", 0.5)], "configs": {"b": {}}}
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    out = tmp_path / "out.json"
+    assert _tool().main([str(tmp_path / "first.json"), str(tmp_path / "new.json"), "--out", str(out),
+                         "--note", "second", "--part", "p1"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["note"] == "second" and doc["history"] == [{"note": "first pick", "parts": ["p0"]}]
+    # a third merge keeps both earlier notes, oldest first, once each
+    (tmp_path / "new2.json").write_text(json.dumps({"timings": [], "configs": {}}))
+    assert _tool().main([str(out), str(tmp_path / "new2.json"), "--out", str(out), "--note", "third"]) == 0
+    doc = json.loads(out.read_text())
+    assert [h["note"] for h in doc["history"]] == ["first pick", "second"] and doc["note"] == "third"

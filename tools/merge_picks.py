@@ -38,6 +38,21 @@ def merge(docs: list[dict]) -> dict:
             "configs": {k: v for k, v in configs.items() if k in used}}
 
 
+def history(docs: list[dict]) -> list[dict]:
+    """Every earlier merge's note and parts, oldest first: each input's own ``history`` and then
+    its ``note``/``parts`` (a merged file's note describes only its last merge)."""
+    out: list[dict] = []
+    for doc in docs:
+        for h in doc.get("history", []):
+            if h not in out:
+                out.append(h)
+        if doc.get("note") or doc.get("parts"):
+            h = {"note": doc.get("note", ""), "parts": doc.get("parts", [])}
+            if h not in out:
+                out.append(h)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("picks", nargs="+", help="pick JSON files, oldest first")
@@ -50,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:  # one line, not a traceback
         raise SystemExit(f"cannot read {getattr(e, 'filename', None) or 'the input'}: {e}") from None
     out = merge(docs)
+    out["history"] = history(docs)
     out["note"] = args.note
     out["parts"] = args.part or list(args.picks)
     Path(args.out).write_text(json.dumps(out))
