@@ -18,9 +18,12 @@ The first line of the file records the criteria.
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jsonio import read_json  # noqa: E402
 
 
 def select(rows: list[dict], *, slower_than: str | None = None, label: str = "l2", min_tiles: int = 0,
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def read(path: str) -> dict:
         try:
-            return json.loads(Path(path).read_text())
+            return read_json(path)  # plain or .gz, like the other pick tools
         except (OSError, ValueError) as e:  # one line, not a traceback
             raise SystemExit(f"cannot read {path}: {e}") from None
 
