@@ -20,8 +20,12 @@ Kernels are built lazily on first use with :func:`harness.build.build` (its
 content-addressed cache makes later processes fast), or taken from the
 prebuilt ``lib/libl2hgemm.so`` when ``export --build`` made one for this GPU's
 architecture.  Building and loading happen under locks, so threads may call
-``matmul`` concurrently; the call itself holds no lock.  Work goes on the
-array library's *current* stream.  cupy and torch are imported only inside
+``matmul`` concurrently.  Calls of one exported kernel never overlap, as in the
+C dispatcher: a kernel may keep its launch arguments and workspace once per
+process (CUTLASS stream-K / split-K do), so a per-kernel lock orders the host
+side and an event recorded after each call makes a call on another stream wait
+for it on the GPU (not inside a CUDA-graph capture, where the caller orders
+graph launches).  Work goes on the array library's *current* stream.  cupy and torch are imported only inside
 functions: importing this module needs neither.
 """
 
@@ -30,10 +34,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
+from contextlib import contextmanager
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from harness.errors import HarnessError
 from l2tui.errors import UserError
@@ -127,6 +132,18 @@ class _Cupy:
     def contiguous(self, x: Any) -> Any:
         return self.cp.ascontiguousarray(x)
 
+    def new_event(self) -> Any:
+        return self.cp.cuda.Event(disable_timing=True)
+
+    def record(self, ev: Any) -> None:
+        ev.record(self.cp.cuda.get_current_stream())
+
+    def wait(self, ev: Any) -> None:
+        self.cp.cuda.get_current_stream().wait_event(ev)
+
+    def capturing(self, dev: int) -> bool:
+        return bool(self.cp.cuda.get_current_stream().is_capturing())
+
 
 class _Torch:
     name = "torch"
@@ -179,6 +196,18 @@ class _Torch:
     def contiguous(self, x: Any) -> Any:
         return x.contiguous()
 
+    def new_event(self) -> Any:
+        return self.t.cuda.Event(enable_timing=False)
+
+    def record(self, ev: Any) -> None:
+        ev.record(self.t.cuda.current_stream())
+
+    def wait(self, ev: Any) -> None:
+        self.t.cuda.current_stream().wait_event(ev)
+
+    def capturing(self, dev: int) -> bool:
+        return bool(self.t.cuda.is_current_stream_capturing())
+
 
 _BACKENDS: dict[str, Any] = {}
 _BACKENDS_LOCK = threading.Lock()
@@ -204,6 +233,20 @@ class _nullctx:
         return None
 
 
+#: cudaStreamPerThread: one handle value for a different stream in every thread
+_PER_THREAD_STREAM = 2
+
+
+class _Order:
+    """One exported kernel's call order: the lock its calls hold, and the event recorded after
+    the last call made outside a graph capture (on ``stream``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.event: Any = None
+        self.stream: int | None = None
+
+
 # --------------------------------------------------------------------------- the library
 
 
@@ -225,6 +268,7 @@ class ExportedLibrary:
         self._fns: dict[tuple[str, str], Any] = {}      # (name, arch) -> ctypes function
         self._broken: set[tuple[str, str]] = set()      # failed to build / reported unsupported
         self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._orders: dict[tuple[str, str, str, int], _Order] = {}  # (backend, kernel, arch, device)
         self._lock = threading.Lock()
         self._prebuilt: Any = None
         self._prebuilt_lock = threading.Lock()
@@ -432,14 +476,35 @@ class ExportedLibrary:
             if out is None:
                 out = be.empty(a, m, n)
             stream = be.stream(dev)
-            if r.kind == "kernel":
-                rc = fn(be.ptr(a), be.ptr(b), be.ptr(out), m, n, k, stream)
-            else:
-                rc = self._padded(be, fn, r.shape, a, b, out, m, n, k, stream)
+            with self._ordered(be, dev, self._entries[r.shape]["name"], arch, stream):
+                if r.kind == "kernel":
+                    rc = fn(be.ptr(a), be.ptr(b), be.ptr(out), m, n, k, stream)
+                else:
+                    rc = self._padded(be, fn, r.shape, a, b, out, m, n, k, stream)
             if rc != 0:
                 self._mark_broken(r.shape, arch, f"returned {rc} (unsupported shape or launch error)")
                 return self._fallback(be, dev, a, b, out, m, n, k)
             return out
+
+    @contextmanager
+    def _ordered(self, be: Any, dev: int, name: str, arch: str, stream: int) -> Iterator[None]:
+        """Hold the kernel's lock for the call; outside a graph capture, make ``stream`` wait for
+        the kernel's previous call on another stream, and record the event after this one."""
+        key = (be.name, name, arch, dev)
+        order = self._orders.get(key)
+        if order is None:
+            with self._lock:
+                order = self._orders.setdefault(key, _Order())
+        with order.lock:
+            captured = be.capturing(dev)
+            if not captured and order.event is not None and (order.stream != stream or stream == _PER_THREAD_STREAM):
+                be.wait(order.event)
+            yield
+            if not captured:
+                if order.event is None:
+                    order.event = be.new_event()
+                be.record(order.event)
+                order.stream = stream
 
     def _padded(self, be: Any, fn: Any, shape: tuple[int, int, int], a: Any, b: Any, out: Any,
                 m: int, n: int, k: int, stream: int) -> int:

@@ -185,3 +185,85 @@ def test_unavailable_fallback_warns_once_and_routes_to_the_array_library(export_
     monkeypatch.setattr(strict, "_load_fallback", broken)
     with pytest.raises(HarnessError, match="cuBLASLt not found"):
         strict.fallback_fn("sm_90a")
+
+
+class _FakeBackend:
+    """What :meth:`ExportedLibrary._ordered` asks of an array library, recorded (no GPU)."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.log: list[tuple] = []
+        self.capture = False
+        self.events = 0
+
+    def capturing(self, dev):
+        return self.capture
+
+    def new_event(self):
+        self.events += 1
+        return f"ev{self.events}"
+
+    def record(self, ev):
+        self.log.append(("record", ev))
+
+    def wait(self, ev):
+        self.log.append(("wait", ev))
+
+
+def test_calls_of_one_kernel_are_ordered_across_streams(export_dir):
+    """A call on another stream waits for the kernel's previous call; one on the same stream does
+    not; cudaStreamPerThread always does; a capturing stream neither waits nor records; each
+    kernel (and device) has its own order."""
+    lib = runtime.load(export_dir)
+    be = _FakeBackend()
+
+    def call(name, stream, dev=0):
+        with lib._ordered(be, dev, name, "sm_90a", stream):
+            be.log.append(("call", name, stream))
+
+    call("k1", 100)
+    assert be.log == [("call", "k1", 100), ("record", "ev1")]  # nothing to wait for yet
+    be.log.clear()
+    call("k1", 100)
+    assert be.log == [("call", "k1", 100), ("record", "ev1")]  # same stream: in order already
+    be.log.clear()
+    call("k1", 200)
+    assert be.log == [("wait", "ev1"), ("call", "k1", 200), ("record", "ev1")]
+    be.log.clear()
+    call("k2", 300)  # another kernel: its own order
+    call("k1", 200, dev=1)  # another device: its own order
+    assert be.log == [("call", "k2", 300), ("record", "ev2"), ("call", "k1", 200), ("record", "ev3")]
+    be.log.clear()
+    call("k1", runtime._PER_THREAD_STREAM)
+    call("k1", runtime._PER_THREAD_STREAM)
+    assert [x[0] for x in be.log] == ["wait", "call", "record", "wait", "call", "record"]
+    be.log.clear()
+    be.capture = True
+    call("k1", 400)
+    assert be.log == [("call", "k1", 400)]
+
+
+def test_an_ordered_call_holds_the_kernel_lock(export_dir):
+    """Two threads calling one kernel run their calls one after the other."""
+    lib = runtime.load(export_dir)
+    be = _FakeBackend()
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    def work(stream):
+        for _ in range(200):
+            with lib._ordered(be, 0, "k1", "sm_90a", stream):
+                with guard:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                with guard:
+                    inside[0] -= 1
+
+    ts = [threading.Thread(target=work, args=(s,)) for s in (1, 3, 5, 7)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert most[0] == 1
+    assert be.events == 1 and sum(1 for x in be.log if x[0] == "record") == 800

@@ -324,3 +324,76 @@ def test_each_fallback_mode_computes_the_product(export_dir, value, code):
     assert (int(rc), int(mode)) == (0, code)
     assert (int(tuned) > 0) == (code == 0)
     assert float(err) < 5e-3
+
+
+# --------------------------------------------------------------------------- one workspace, many streams
+
+@pytest.fixture(scope="module")
+def shared_ws_export(tmp_path_factory) -> Path:
+    from harness.gpuinfo import require_gpu
+
+    root = tmp_path_factory.mktemp("ws")
+    return export_session(fx.make_shared_workspace_session(root / "run-ws"), root / "exp", build=True,
+                          arch=require_gpu().arch).out
+
+
+def _race(call, calls_per_thread: int = 12, threads: int = 4) -> list:
+    """Threads on their own non-blocking streams call one shared-workspace kernel with their own
+    operands; every result must be its own product (not a mix of another call's partial sums)."""
+    cp = pytest.importorskip("cupy")
+    m, n, k = fx.SHARED_WS_SHAPE
+    errors: list = []
+    start = threading.Barrier(threads)
+
+    def work(i: int) -> None:
+        try:
+            with cp.cuda.Stream(non_blocking=True) as s:
+                rs = cp.random.RandomState(1000 + i)
+                ops = [(rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16),
+                        rs.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)) for _ in range(3)]
+                refs = [cp.matmul(a, b) for a, b in ops]
+                outs = []
+                s.synchronize()
+                start.wait()
+                for j in range(calls_per_thread):
+                    a, b = ops[j % 3]
+                    outs.append((j % 3, call(a, b, s)))
+                s.synchronize()
+                for which, c in outs:
+                    r32 = refs[which].astype(cp.float32)
+                    e = float(cp.linalg.norm(c.astype(cp.float32) - r32) / cp.linalg.norm(r32))
+                    if not e < 5e-3:
+                        errors.append((i, which, e))
+        except Exception as ex:  # noqa: BLE001
+            errors.append(ex)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return errors
+
+
+def test_c_dispatcher_orders_calls_of_one_kernel_across_streams(shared_ws_export):
+    """l2hgemm on four streams at once, one kernel with one workspace: every result exact."""
+    import ctypes
+
+    cp = pytest.importorskip("cupy")
+    fn = runtime._argtypes(ctypes.CDLL(str(shared_ws_export / "lib" / "libl2hgemm.so")).l2hgemm)
+    m, n, k = fx.SHARED_WS_SHAPE
+
+    def call(a, b, s):
+        c = cp.full((m, n), cp.nan, dtype=cp.float16)
+        assert fn(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr) == 0
+        return c
+
+    assert not _race(call)
+
+
+@pytest.mark.parametrize("prebuilt", [True, False], ids=["prebuilt", "lazy-build"])
+def test_runtime_orders_calls_of_one_kernel_across_streams(shared_ws_export, prebuilt):
+    """lib.matmul on four streams at once, one kernel with one workspace: every result exact."""
+    lib = runtime.load(shared_ws_export, prefer_prebuilt=prebuilt, strict=True)
+    assert lib.route(*fx.SHARED_WS_SHAPE).kind == "kernel"
+    assert not _race(lambda a, b, s: lib.matmul(a, b))

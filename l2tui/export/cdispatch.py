@@ -691,11 +691,57 @@ const Entry* find(int m, int n, int k) {
   return nullptr;
 }
 
+// Calls of one exported kernel never overlap. A kernel may keep its launch arguments, and a
+// stream-K or split-K one its workspace, once per process (the kernel ABI allows it), so two calls
+// of one shape at once (two threads, or two streams) could race on the host, or on the GPU mix
+// each other's partial sums or deadlock on each other's barriers. Per kernel, a mutex orders the
+// host side, and an event recorded after each call makes a call on another stream wait for it on
+// the GPU. A stream being captured into a CUDA graph neither waits nor records (an event recorded
+// outside the capture cannot be waited on inside it): the caller orders graph launches.
+struct Guard {
+  std::mutex mu;
+  cudaEvent_t done = nullptr;   // recorded after the last call made outside a capture ...
+  cudaStream_t last = nullptr;  // ... on this stream
+  bool pending = false;
+};
+
+Guard& guard(const Entry* e) {
+  static Guard guards[kCount > 0 ? kCount : 1];
+  return guards[e - kTable];
+}
+
+int call_ordered(const Entry* e, const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  Guard& g = guard(e);
+  std::lock_guard<std::mutex> lock(g.mu);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess) {  // e.g. the legacy stream during a global capture
+    cudaGetLastError();
+    cap = cudaStreamCaptureStatusActive;
+  }
+  const bool captured = cap != cudaStreamCaptureStatusNone;
+  // cudaStreamPerThread is one handle for a different stream in every thread: always wait
+  if (!captured && g.pending && (s != g.last || s == cudaStreamPerThread)) {
+    if (cudaStreamWaitEvent(s, g.done, 0) != cudaSuccess) cudaGetLastError();
+  }
+  const int rc = e->fn(A, B, C, M, N, K, stream);
+  if (rc == 0 && !captured) {
+    if (g.done == nullptr && cudaEventCreateWithFlags(&g.done, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      g.done = nullptr;
+    }
+    g.pending = g.done != nullptr && cudaEventRecord(g.done, s) == cudaSuccess;
+    if (!g.pending) cudaGetLastError();
+    g.last = s;
+  }
+  return rc;
+}
+
 }  // namespace
 
 extern "C" int l2hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   const Entry* e = find(M, N, K);
-  if (e != nullptr && e->fn != nullptr && e->fn(A, B, C, M, N, K, stream) == 0) return 0;
+  if (e != nullptr && e->fn != nullptr && call_ordered(e, A, B, C, M, N, K, stream) == 0) return 0;
   return l2hgemm_fallback(A, B, C, M, N, K, stream);
 }
 
