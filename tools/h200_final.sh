@@ -11,7 +11,8 @@
 #   names), BENCH_SHAPES (default grid; a subset's results merge into a grid file with
 #   python -m harness.results merge; "changed" = the shapes whose winner the pick changed from
 #   BASE_PICK's, for tools/confirm_picks.py), BENCH_LIMIT_S (the grid bench's time limit, default 200),
-#   SERVER_S (0 = no server step), PROFILE_SHAPES, BENCH=0, PICK_ARGS (more options of the pick, e.g.
+#   SERVER_S (0 = no server step), EXPORT_DIR + EXPORT_ARGS (the export
+#   benchmark of an export built here), PROFILE_SHAPES, BENCH=0, PICK_ARGS (more options of the pick, e.g.
 #   "--target-ms 200": big shapes are power-bound, their SM clock falls from ~1,965 to 1,305-1,545 MHz
 #   within one shape's bench timing (6e4ba9c bench, clocks before/after), and a pick's shorter
 #   bursts rank kernels before that happens)
@@ -60,6 +61,11 @@ step bench-grid $(( ${BENCH_LIMIT_S:-200} + 15 )) python3 -m harness bench --sha
   --label l2 --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-200}
 step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
+fi
+
+# EXPORT_DIR (an export made by `l2tui export --build`) + EXPORT_ARGS: the export benchmark
+if [ -n "${EXPORT_DIR:-}" ]; then
+  step export-bench ${EXPORT_S:-120} python3 -m l2tui.export.bench "$EXPORT_DIR" --out $OUT/export-bench.json ${EXPORT_ARGS:-}
 fi
 
 # PROFILE_SHAPES ("MxNxK MxNxK ..."): Nsight Compute profiles of the winner and of cuBLASLt autotuned
