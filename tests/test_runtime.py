@@ -210,8 +210,36 @@ class _FakeBackend:
     def wait(self, ev):
         self.log.append(("wait", ev))
 
+    def event_handle(self, ev):
+        return None  # no raw handle: every record and wait goes through the library
 
-def test_calls_of_one_kernel_are_ordered_across_streams(export_dir):
+
+class _FakeDriver:
+    """libcuda's three ordering calls, recorded; ``refuse`` makes them fail as a driver would."""
+
+    def __init__(self, log):
+        self.log = log
+        self.capture: bool | None = False
+        self.refuse = False
+
+    def capturing(self, stream):
+        return self.capture
+
+    def record(self, event, stream):
+        self.log.append(("drv-record", event, stream))
+        return not self.refuse
+
+    def wait(self, stream, event):
+        self.log.append(("drv-wait", stream, event))
+        return not self.refuse
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    monkeypatch.setattr(runtime, "_DRIVER", [None])
+
+
+def test_calls_of_one_kernel_are_ordered_across_streams(export_dir, no_driver):
     """A call on another stream waits for the kernel's previous call; one on the same stream does
     not; cudaStreamPerThread always does; a capturing stream neither waits nor records; each
     kernel (and device) has its own order."""
@@ -244,7 +272,42 @@ def test_calls_of_one_kernel_are_ordered_across_streams(export_dir):
     assert be.log == [("call", "k1", 400)]
 
 
-def test_an_ordered_call_holds_the_kernel_lock(export_dir):
+def test_ordering_goes_through_the_driver_once_the_event_exists(export_dir, monkeypatch):
+    """The first call records through the array library (which creates the event); later records
+    and waits go to libcuda with the raw handle; the driver's capture status wins over the
+    library's, and where the driver refuses a call the library's path runs instead."""
+    lib = runtime.load(export_dir)
+    be = _FakeBackend()
+    be.event_handle = lambda ev: 0xE1
+    drv = _FakeDriver(be.log)
+    monkeypatch.setattr(runtime, "_DRIVER", [drv])
+
+    def call(stream):
+        with lib._ordered(be, 0, "k1", "sm_90a", stream):
+            be.log.append(("call", stream))
+
+    call(100)
+    call(100)
+    call(200)
+    assert be.log == [("call", 100), ("record", "ev1"),
+                      ("call", 100), ("drv-record", 0xE1, 100),
+                      ("drv-wait", 200, 0xE1), ("call", 200), ("drv-record", 0xE1, 200)]
+    be.log.clear()
+    drv.refuse = True
+    call(300)
+    assert be.log == [("drv-wait", 300, 0xE1), ("wait", "ev1"), ("call", 300),
+                      ("drv-record", 0xE1, 300), ("record", "ev1")]
+    be.log.clear()
+    drv.capture, be.capture = True, False  # the driver sees the capture: nothing to order
+    call(400)
+    assert be.log == [("call", 400)]
+    be.log.clear()
+    drv.capture, be.capture = None, True  # the driver cannot tell: the library's answer counts
+    call(500)
+    assert be.log == [("call", 500)]
+
+
+def test_an_ordered_call_holds_the_kernel_lock(export_dir, no_driver):
     """Two threads calling one kernel run their calls one after the other."""
     lib = runtime.load(export_dir)
     be = _FakeBackend()
