@@ -1,1 +1,1 @@
-configs/sm90-128x64x64-c1x1-coop-sk-st0-noc.cu
+configs/sm90-128x64x128-c1x1-coop-split0-st0.cu

@@ -1,1 +1,1 @@
-configs/sm90-128x128x64-c1x1-coop-sk-st0-noc.cu
+configs/sm90-128x256x64-c1x1-coop-p-st0-sw4.cu

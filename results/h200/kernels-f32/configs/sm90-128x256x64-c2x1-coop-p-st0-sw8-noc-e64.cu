@@ -72,18 +72,18 @@
 
 // l2: knobs begin
 #define TILE_M 128
-#define TILE_N 64
+#define TILE_N 256
 #define TILE_K 64
-#define CLUSTER_M 1
+#define CLUSTER_M 2
 #define CLUSTER_N 1
 #define SCHEDULE COOPERATIVE
 #define STAGES 0
-#define SCHEDULER STREAMK
+#define SCHEDULER PERSISTENT
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
-#define SWIZZLE 1
+#define SWIZZLE 8
 #define EPILOGUE EPI_TMA_NOC
-#define EPI_TILE_N 0
+#define EPI_TILE_N 64
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
