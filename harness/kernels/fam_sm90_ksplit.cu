@@ -52,6 +52,7 @@
 #define RASTER RASTER_ALONG_M
 #define ACC ACC_F32
 #define PDL 1
+#define MMA_DEPTH 0
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
@@ -82,7 +83,7 @@ static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M /
 
 using T = cutlass::half_t;
 constexpr int kWarpgroups = TILE_M / 64;
-constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kThreads = 128 * kWarpgroups;  // consumers; one producer warp more
 constexpr int kLdC = TILE_N + 4;  // fp32 row of the partial tile (float4-aligned, fewer bank conflicts)
 
 using TileM = Int<TILE_M>;
@@ -113,7 +114,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 }
 
 template <class TmaA, class TmaB>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads + 32, 1)
 ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB tma_b, __half* __restrict__ C,
               int M, int N, int K, int tiles_m, int tiles_n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -163,41 +164,46 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the previous kernel's writes are visible
 #endif
 
-  if (tid == 0) {
-    const int pro = n_k < STAGES ? n_k : STAGES;
-    for (int s = 0; s < pro; ++s) {
-      FullBarrier::arrive_and_expect_tx(&ss.full[s], kStageBytes);
-      copy(tma_a.with(ss.full[s]), tAgA(_, k_begin + s), tAsA(_, s));
-      copy(tma_b.with(ss.full[s]), tBgB(_, k_begin + s), tBsB(_, s));
+  if (tid >= kThreads) {  // the producer warp: one lane issues every TMA load, STAGES k-tiles ahead
+    if (tid == kThreads) {
+      for (int i = 0; i < n_k; ++i) {
+        const int s = i % STAGES;
+        if (i >= STAGES) EmptyBarrier::wait(&ss.empty[s], ((i / STAGES) - 1) & 1);
+        FullBarrier::arrive_and_expect_tx(&ss.full[s], kStageBytes);
+        copy(tma_a.with(ss.full[s]), tAgA(_, k_begin + i), tAsA(_, s));
+        copy(tma_b.with(ss.full[s]), tBgB(_, k_begin + i), tBsB(_, s));
+      }
     }
   }
 
   TiledMma mma;
-  ThrMMA thr = mma.get_slice(tid);
-  Tensor tCsA = thr.partition_A(sA);  // (MMA, MMA_M, MMA_K, STAGES)
-  Tensor tCsB = thr.partition_B(sB);
-  Tensor tCrA = thr.make_fragment_A(tCsA);
-  Tensor tCrB = thr.make_fragment_B(tCsB);
+  ThrMMA thr = mma.get_slice(tid < kThreads ? tid : 0);
   Tensor acc = partition_fragment_C(mma, Shape<TileM, TileN>{});
   clear(acc);
-
-  for (int i = 0; i < n_k; ++i) {
-    const int s = i % STAGES;
-    const uint32_t phase = (i / STAGES) & 1;
-    FullBarrier::wait(&ss.full[s], phase);
-    warpgroup_fence_operand(acc);
-    warpgroup_arrive();
-    gemm(mma, tCrA(_, _, _, s), tCrB(_, _, _, s), acc);
-    warpgroup_commit_batch();
+  if (tid < kThreads) {  // the consumer warpgroups
+    Tensor tCsA = thr.partition_A(sA);  // (MMA, MMA_M, MMA_K, STAGES)
+    Tensor tCsB = thr.partition_B(sB);
+    Tensor tCrA = thr.make_fragment_A(tCsA);
+    Tensor tCrB = thr.make_fragment_B(tCsB);
+    for (int i = 0; i < n_k; ++i) {
+      const int s = i % STAGES;
+      FullBarrier::wait(&ss.full[s], (i / STAGES) & 1);
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      gemm(mma, tCrA(_, _, _, s), tCrB(_, _, _, s), acc);
+      warpgroup_commit_batch();
+#if MMA_DEPTH == 1
+      warpgroup_wait<1>();  // the previous k-tile's wgmma is done: release its stage
+      warpgroup_fence_operand(acc);
+      if (i > 0) EmptyBarrier::arrive(&ss.empty[(i - 1) % STAGES]);
+#else
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc);
+      EmptyBarrier::arrive(&ss.empty[s]);
+#endif
+    }
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
-    EmptyBarrier::arrive(&ss.empty[s]);
-    if (tid == 0 && i + STAGES < n_k) {  // refill this stage with k-tile i + STAGES
-      EmptyBarrier::wait(&ss.empty[s], phase);
-      FullBarrier::arrive_and_expect_tx(&ss.full[s], kStageBytes);
-      copy(tma_a.with(ss.full[s]), tAgA(_, k_begin + i + STAGES), tAsA(_, s));
-      copy(tma_b.with(ss.full[s]), tBgB(_, k_begin + i + STAGES), tBsB(_, s));
-    }
   }
 
 #if PDL
@@ -209,8 +215,10 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   float* part = reinterpret_cast<float*>(ss.data);
   Tensor sC = make_tensor(make_smem_ptr(part), make_layout(Shape<TileM, TileN>{}, make_stride(Int<kLdC>{}, _1{})));
   Tensor tCsC = thr.partition_C(sC);
-  CUTE_UNROLL
-  for (int e = 0; e < size(acc); ++e) tCsC(e) = acc(e);
+  if (tid < kThreads) {
+    CUTE_UNROLL
+    for (int e = 0; e < size(acc); ++e) tCsC(e) = acc(e);
+  }
 
   cg::cluster_group cluster = cg::this_cluster();
   if constexpr (CLUSTER_K > 1) {
@@ -227,7 +235,7 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   constexpr int kRows = TILE_M / CLUSTER_K;  // rows this CTA reduces and stores
   constexpr int kVecRow = TILE_N / 4;
   const int row0 = tm * TILE_M + rank * kRows, col0 = tn * TILE_N;
-  for (int v = tid; v < kRows * kVecRow; v += kThreads) {
+  for (int v = tid; v < kRows * kVecRow; v += kThreads + 32) {
     const int r = v / kVecRow, c4 = v % kVecRow;
     const int lr = rank * kRows + r;
     const int off = lr * (kLdC / 4) + c4;
@@ -282,7 +290,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   if (static_cast<long long>(tiles_m) * tiles_n > 65535) return 2;  // grid.y limit
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(CLUSTER_K, static_cast<unsigned>(tiles_m * tiles_n), 1);
-  lc.blockDim = dim3(kThreads, 1, 1);
+  lc.blockDim = dim3(kThreads + 32, 1, 1);
   lc.dynamicSmemBytes = kSmemBytes;
   lc.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[2];
