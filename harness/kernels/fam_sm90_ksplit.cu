@@ -90,7 +90,11 @@ using TileM = Int<TILE_M>;
 using TileN = Int<TILE_N>;
 using TileK = Int<TILE_K>;
 using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(TileM{}, TileK{}, Int<STAGES>{})));
-using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(TileN{}, TileK{}, Int<STAGES>{})));
+// B is N-major: its 64x8 swizzle atoms are stacked along K first, so that one 64 (N) x 64 (K) block
+// is contiguous and one TMA box (with atoms along N first, every 1 KB atom was its own TMA
+// instruction: ~0.6 us per 128x128x64 k-tile on the H200, issue-bound)
+using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(TileN{}, TileK{}, Int<STAGES>{}),
+                                           Step<_2, _1, _3>{}));
 using MmaAtom = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, TileN, TileK>, GMMA::Major::K, GMMA::Major::MN>());
 using TiledMma = decltype(make_tiled_mma(MmaAtom{}, Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
 
