@@ -214,6 +214,20 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
+  if constexpr (CLUSTER_K == 1) {  // the whole K here: fp16 straight from the accumulators
+    if (tid < kThreads) {
+      Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
+      const int r0 = tm * TILE_M, c0 = tn * TILE_N;
+      CUTE_UNROLL
+      for (int e = 0; e < size(acc); e += 2) {  // (e, e + 1): two adjacent columns of one row
+        const int gr = r0 + get<0>(tCcC(e)), gc = c0 + get<1>(tCcC(e));
+        if (gr < M && gc < N) {  // N % 8 == 0 and gc even: the pair is wholly in or out
+          *reinterpret_cast<uint32_t*>(C + static_cast<long long>(gr) * N + gc) = pack_half2(acc(e), acc(e + 1));
+        }
+      }
+    }
+    return;
+  }
   // the fp32 partial tile, row-major with padded rows, over the (now idle) pipeline buffers
   __syncthreads();  // every warpgroup's wgmma reads of the stages are done
   float* part = reinterpret_cast<float*>(ss.data);
@@ -299,11 +313,13 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   lc.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[2];
   int n_attrs = 0;
-  attr[n_attrs].id = cudaLaunchAttributeClusterDimension;
-  attr[n_attrs].val.clusterDim.x = CLUSTER_K;
-  attr[n_attrs].val.clusterDim.y = 1;
-  attr[n_attrs].val.clusterDim.z = 1;
-  ++n_attrs;
+  if (CLUSTER_K > 1) {
+    attr[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attrs].val.clusterDim.x = CLUSTER_K;
+    attr[n_attrs].val.clusterDim.y = 1;
+    attr[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
 #if PDL
   attr[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[n_attrs].val.programmaticStreamSerializationAllowed = 1;
