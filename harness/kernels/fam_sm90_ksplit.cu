@@ -84,7 +84,8 @@ static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M /
 using T = cutlass::half_t;
 constexpr int kWarpgroups = TILE_M / 64;
 constexpr int kThreads = 128 * kWarpgroups;  // consumers; one producer warp more
-constexpr int kLdC = TILE_N + 4;  // fp32 row of the partial tile (float4-aligned, fewer bank conflicts)
+constexpr int kLdC = TILE_N + 8;  // fp32 row of the partial tile: float4-aligned, and the float2 stores of
+                                  // 4 rows x 8 columns per warp hit 32 distinct banks
 
 using TileM = Int<TILE_M>;
 using TileN = Int<TILE_N>;
@@ -231,46 +232,54 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   // the fp32 partial tile, row-major with padded rows, over the (now idle) pipeline buffers
   __syncthreads();  // every warpgroup's wgmma reads of the stages are done
   float* part = reinterpret_cast<float*>(ss.data);
-  Tensor sC = make_tensor(make_smem_ptr(part), make_layout(Shape<TileM, TileN>{}, make_stride(Int<kLdC>{}, _1{})));
-  Tensor tCsC = thr.partition_C(sC);
-  if (tid < kThreads) {
+  if (tid < kThreads) {  // adjacent column pairs as float2
+    Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
     CUTE_UNROLL
-    for (int e = 0; e < size(acc); ++e) tCsC(e) = acc(e);
+    for (int e = 0; e < size(acc); e += 2) {
+      *reinterpret_cast<float2*>(part + get<0>(tCcC(e)) * kLdC + get<1>(tCcC(e))) = make_float2(acc(e), acc(e + 1));
+    }
   }
 
   cg::cluster_group cluster = cg::this_cluster();
-  if constexpr (CLUSTER_K > 1) {
-    cluster.sync();  // release/acquire: every partial tile is visible to the whole cluster
-  } else {
-    __syncthreads();
-  }
+  cluster.sync();  // release/acquire: every partial tile is visible to the whole cluster
   const float4* peer[CLUSTER_K];
   CUTE_UNROLL
-  for (int q = 0; q < CLUSTER_K; ++q) {
-    peer[q] = CLUSTER_K > 1 ? reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q))
-                            : reinterpret_cast<const float4*>(part);
-  }
-  constexpr int kRows = TILE_M / CLUSTER_K;  // rows this CTA reduces and stores
+  for (int q = 0; q < CLUSTER_K; ++q) peer[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
+  // this CTA's TILE_M / CLUSTER_K rows: every (remote) load is issued before the first add, so
+  // the distributed-shared-memory round trips overlap instead of queueing one after another
+  constexpr int kRows = TILE_M / CLUSTER_K;
   constexpr int kVecRow = TILE_N / 4;
+  constexpr int kVecs = kRows * kVecRow;
+  constexpr int kAll = kThreads + 32;
+  constexpr int kIters = (kVecs + kAll - 1) / kAll;
   const int row0 = tm * TILE_M + rank * kRows, col0 = tn * TILE_N;
-  for (int v = tid; v < kRows * kVecRow; v += kThreads + 32) {
-    const int r = v / kVecRow, c4 = v % kVecRow;
-    const int lr = rank * kRows + r;
-    const int off = lr * (kLdC / 4) + c4;
-    float4 s = peer[0][off];
-    CUTE_UNROLL
-    for (int q = 1; q < CLUSTER_K; ++q) {
-      const float4 x = peer[q][off];
-      s.x += x.x; s.y += x.y; s.z += x.z; s.w += x.w;
-    }
-    const int gr = row0 + r, gc = col0 + c4 * 4;
-    if (gr < M && gc < N) {  // N % 8 == 0: a 4-column group is wholly in or out
-      *reinterpret_cast<uint2*>(C + static_cast<long long>(gr) * N + gc) = make_uint2(pack_half2(s.x, s.y), pack_half2(s.z, s.w));
+  float4 got[kIters][CLUSTER_K];
+  CUTE_UNROLL
+  for (int it = 0; it < kIters; ++it) {
+    const int v = tid + it * kAll;
+    if (v < kVecs) {
+      const int off = (rank * kRows + v / kVecRow) * (kLdC / 4) + v % kVecRow;
+      CUTE_UNROLL
+      for (int q = 0; q < CLUSTER_K; ++q) got[it][q] = peer[q][off];
     }
   }
-  if constexpr (CLUSTER_K > 1) {
-    cluster.sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
+  CUTE_UNROLL
+  for (int it = 0; it < kIters; ++it) {
+    const int v = tid + it * kAll;
+    if (v < kVecs) {
+      float4 sum = got[it][0];
+      CUTE_UNROLL
+      for (int q = 1; q < CLUSTER_K; ++q) {  // rank order: bit-reproducible
+        sum.x += got[it][q].x; sum.y += got[it][q].y; sum.z += got[it][q].z; sum.w += got[it][q].w;
+      }
+      const int gr = row0 + v / kVecRow, gc = col0 + (v % kVecRow) * 4;
+      if (gr < M && gc < N) {  // N % 8 == 0: a 4-column group is wholly in or out
+        *reinterpret_cast<uint2*>(C + static_cast<long long>(gr) * N + gc) =
+            make_uint2(pack_half2(sum.x, sum.y), pack_half2(sum.z, sum.w));
+      }
+    }
   }
+  cluster.sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
 #endif
 }
 
