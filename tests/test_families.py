@@ -337,3 +337,37 @@ def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatc
     res = _build(F.render("tiny_mma", knobs), "sm_90a")
     assert res.ok, res.error_text()
     assert "0 bytes spill stores" in res.log
+
+
+def test_ksplit_family_rules_names_and_catalog():
+    """sm90_ksplit: fp32 only, CLUSTER_K must divide TILE_M, shared memory bounded; catalog
+    entries are f32-only and sm_90-only (WGMMA, TMA, clusters)."""
+    ok = {"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "2"}
+    assert F.validate("sm90_ksplit", {**F.KSPLIT.defaults(), **ok}) == []
+    assert F.config_name("sm90_ksplit", {**F.KSPLIT.defaults(), **ok}) == "ksp-64x128x64-s8-ck2"
+    too_big = {**F.KSPLIT.defaults(), "TILE_M": "128", "TILE_N": "256", "STAGES": "8"}
+    assert any("shared memory" in p for p in F.validate("sm90_ksplit", too_big))
+    split = {**F.KSPLIT.defaults(), "TILE_M": "64", "CLUSTER_K": "8"}
+    assert F.validate("sm90_ksplit", split) == []          # 8 rows each
+    assert any("ACC" in p for p in F.validate("sm90_ksplit", {**F.KSPLIT.defaults(), "ACC": "ACC_F16"}))
+    assert [c for c in F.catalog("f16") if c.family == "sm90_ksplit"] == []
+    assert [c for c in F.catalog("f32", "sm_80") if c.family == "sm90_ksplit"] == []
+    ksp = [c for c in F.catalog("f32", "sm_90a") if c.family == "sm90_ksplit"]
+    assert len(ksp) >= 8 and all(F.validate(c.family, c.knob_dict) == [] for c in ksp)
+    assert F.build_arch_for("sm90_ksplit", "sm_90") == "sm_90a"
+    g = F.geometry("sm90_ksplit", {**F.KSPLIT.defaults(), **ok})
+    assert (g.cluster, g.split_k, g.threads) == (2, 2, 160)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knobs", [{"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "2"},
+                                   {"TILE_M": "128", "TILE_N": "128", "STAGES": "4", "CLUSTER_K": "1"},
+                                   {"TILE_M": "64", "TILE_N": "256", "STAGES": "4", "CLUSTER_K": "2"}])
+def test_ksplit_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
+    """The WGMMA mainloop, the TMA descriptors and the cluster reduction compile for sm_90a with
+    no register spills (a 64x256 tile keeps 128 fp32 accumulators per thread)."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    res = _build(F.render("sm90_ksplit", knobs), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "0 bytes spill stores" in res.log
+    assert "C7510" not in res.log      # wgmma not serialized

@@ -1,6 +1,6 @@
 """GPU: every seed family passes every harness check on a spread of shapes (issue 5).
 
-Run with ``pytest -m gpu tests/test_families_gpu.py`` on a GPU box (sm_90 runs all three
+Run with ``pytest -m gpu tests/test_families_gpu.py`` on a GPU box (sm_90 runs all five
 families, sm_80/86/89 the two mma.sync ones).  Shapes include non-multiples of every tile.
 """
 
@@ -343,4 +343,23 @@ def test_new_streamk_configurations_pass_every_check(evaluator):
             e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
             if e.status != "ok":
                 failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
+
+
+KSPLIT_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 4104), Shape(520, 264, 8200), Shape(64, 64, 8)]
+
+
+def test_ksplit_configurations_pass_every_check(evaluator):
+    """Every sm90_ksplit catalog configuration (cluster K slices added through distributed shared
+    memory; CLUSTER_K 1 straight from the accumulators) on partial tiles, a K that is no multiple
+    of 64, a K shorter than the cluster's slices (idle ranks add zeros) and a long K."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_ksplit needs sm_90")
+    failures = []
+    for cfg in (c for c in F.catalog("f32", arch) if c.family == "sm90_ksplit"):
+        for shape in KSPLIT_SHAPES:
+            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)

@@ -57,7 +57,7 @@ def always_time(shape: Shape) -> list:
     cluster split-K of the latency family (the model prices its reduction like the global one's);
     tiny_mma with K over its warps (the model does not see the shorter MMA chains); and, where it
     would split, SPLITK_REDUCE in a cluster (multicast again)."""
-    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
+    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma", "sm90_ksplit")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
         lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",

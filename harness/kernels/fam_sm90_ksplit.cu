@@ -28,10 +28,19 @@
 //                                       TILE_N) x TILE_K x 2 bytes, at most 227 KB)
 //   CLUSTER_K  1, 2, 4, 8               CTAs of one cluster that share a tile's K
 //   RASTER     RASTER_ALONG_M, RASTER_ALONG_N  which tile index runs fastest (L2 reuse)
+//   MMA_DEPTH  0, 1                     wgmma batches in flight past the one just issued (1: a
+//                                       stage is released one k-tile later, the tensor cores never
+//                                       wait for the release)
 //   PDL        0, 1                     programmatic dependent launch: griddepcontrol.wait before
 //                                       the first global access, launch_dependents after the
 //                                       mainloop
-// Accumulation is fp32 (ACC_F32 only).
+// CLUSTER_K 1 launches without a cluster and stores fp16 straight from the accumulators. A
+// cluster of CLUSTER_K must be co-resident: the H200 holds 66 clusters of 2 and 30 of 4 at this
+// shared-memory size, so more (tile, slice) CTAs than that run in two waves.
+// Measured on the H200 (sm90_ksplit development calls, 2026-11-30): 64x64x64 in 1.7 us with
+// CLUSTER_K 1 and ~2.3-2.9 us with 2 (cluster launch plus the reduction), a 64x128x64 k-tile
+// every ~225 ns per SM (fed at ~105 GB/s per SM), 4096^3 at ~630 TFLOP/s with 128x128 tiles.
+//   ACC        ACC_F32                  accumulator type (fp32 only)
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -44,15 +53,15 @@
 #define ACC_F32 1
 
 // l2: knobs begin
-#define TILE_M 128
+#define TILE_M 64
 #define TILE_N 128
 #define TILE_K 64
-#define STAGES 4
-#define CLUSTER_K 4
+#define STAGES 8
+#define CLUSTER_K 2
 #define RASTER RASTER_ALONG_M
 #define ACC ACC_F32
 #define PDL 1
-#define MMA_DEPTH 0
+#define MMA_DEPTH 1
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)

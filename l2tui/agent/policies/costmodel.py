@@ -94,6 +94,9 @@ DEFAULT_PARAMS = Params(
         # (tools/probes/latency_floor on the H200); not yet fitted on a pick
         "tiny_mma": FamilyParams(fixed_us=1.4, peak_tflops=250.0, fill_ktiles=0.5, ktile_latency_us=0.35,
                                  pdl_us=0.5),
+        # sm90_ksplit: a first guess; the calibrated file holds a fit to its development benches
+        "sm90_ksplit": FamilyParams(fixed_us=2.6, peak_tflops=600.0, fill_ktiles=2.0, ktile_latency_us=0.3,
+                                    reduce_gbs=200.0, pdl_us=0.7),
     }
 )
 

@@ -239,6 +239,12 @@ class SearchPolicy:
             if cur["SCHEDULER"] == "SPLITK_REDUCE":
                 add({"SCHEDULER": "PERSISTENT", "SPLITS": "1"}, "back to one persistent GEMM (no split)")
             add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
+        elif fam.name == "sm90_ksplit":
+            add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"]}, "transpose the CTA tile")
+            ck = int(cur["CLUSTER_K"])
+            if ck > 1 and cur["TILE_M"] == "64":  # as many CTAs: twice as tall tiles, half the K slices
+                add({"TILE_M": "128", "CLUSTER_K": str(ck // 2)}, "twice as tall tiles, half the K slices "
+                    "(as many CTAs, half the partial sums to add)")
         else:
             bm, bn = int(cur["BM"]), int(cur["BN"])
             add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
