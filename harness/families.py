@@ -446,7 +446,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         smem = max(st * (tm + tn) * tk * 2, tm * (tn + 8) * 4) + 16 * st + 1024
         threads = tm // 64 * 128 + 32
         regs = 40 + tm * tn // (tm // 64 * 128)
-        return Geometry(fam.name, tm, tn, tk, threads, smem, regs, 1, st, ck, False, False, ck, False, acc,
+        cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads))
+        return Geometry(fam.name, tm, tn, tk, threads, smem, regs, cps, st, ck, False, False, ck, False, acc,
                         knobs.get("PDL", "1") == "1", epilogue="REGS" if ck == 1 else "SMEM",
                         raster={"RASTER_ALONG_M": "M", "RASTER_ALONG_N": "N"}[knobs["RASTER"]])
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
@@ -907,6 +908,13 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_ksplit", _ksp(64, 128, 6, 4)),
     ("sm90_ksplit", _ksp(64, 128, 6, 1)),
     ("sm90_ksplit", _ksp(128, 128, 4, 1)),
+    # (64x64 with clusters of 2 and 4 won 39 of the 40 shapes kept at cbd1168) shallower rings,
+    # up to three CTAs per SM, and 8 K slices for the longest K
+    ("sm90_ksplit", _ksp(64, 64, 4, 2)),
+    ("sm90_ksplit", _ksp(64, 64, 4, 4)),
+    ("sm90_ksplit", _ksp(64, 64, 4, 8)),
+    ("sm90_ksplit", _ksp(64, 64, 8, 8)),
+    ("sm90_ksplit", _ksp(64, 128, 8, 4)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")
