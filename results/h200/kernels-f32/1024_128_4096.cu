@@ -1,1 +1,1 @@
-configs/ksp-64x128x64-s6-ck4.cu
+configs/ksp-64x128x64-s8-ck4.cu

@@ -1,1 +1,1 @@
-configs/tiny-16x64x128-w1x4x2-a2-ck4.cu
+configs/ksp-64x64x64-s4-ck8.cu

@@ -1,1 +1,1 @@
-configs/tiny-64x64x64-w2x2x2-a2-ck8.cu
+configs/ksp-64x64x64-s4-ck8.cu

@@ -54,10 +54,10 @@
 
 // l2: knobs begin
 #define TILE_M 64
-#define TILE_N 128
+#define TILE_N 64
 #define TILE_K 64
-#define STAGES 6
-#define CLUSTER_K 4
+#define STAGES 4
+#define CLUSTER_K 8
 #define RASTER RASTER_ALONG_M
 #define ACC ACC_F32
 #define PDL 1

@@ -1,0 +1,350 @@
+// l2tui seed family: sm90_ksplit
+//
+// Purpose: mid-size HGEMM on Hopper whose time goes to feeding the SMs, not to arithmetic: a few
+// dozen to ~130 output tiles with K of one to several thousand (e.g. 1024x512x2048). One small
+// tile per SM (what the persistent CUTLASS kernels pick there) makes every SM pull
+// (TILE_M + TILE_N) x K x 2 bytes through its L2 port, about 512 KB for 64x64 tiles at K = 2048,
+// at ~100 GB/s per SM. A 128x128 tile needs half the bytes per output, but then too few tiles
+// fill the GPU. So: big tiles, and K split over the CTAs of one thread-block cluster
+// (CLUSTER_K): each CTA multiplies 1/CLUSTER_K of K with WGMMA from a TMA-fed multistage
+// shared-memory pipeline, leaves its fp32 partial tile in its own shared memory, and after a
+// cluster barrier adds its 1/CLUSTER_K of the tile's rows over every peer (in rank order, through
+// distributed shared memory: bit-reproducible) and stores fp16 C. No workspace, no second kernel,
+// no global-memory fixup (CUTLASS's stream-K / split-K round trips through L2 and, for few tiles,
+// cost more than they save on these shapes).
+//
+// Structure: TILE_M / 64 consumer warpgroups (each 64 rows x TILE_N, wgmma m64nTILE_Nk16 with A
+// K-major and B N-major straight from 128-byte-swizzled shared memory); thread 0 also issues the
+// TMA loads STAGES k-tiles ahead (full barriers count the bytes, empty barriers the consumers).
+// M, N and K are runtime arguments; TMA zero-fills partial tiles; stores are predicated. Needs K
+// and N multiples of 8 and 16-byte aligned pointers (TMA), otherwise l2_hgemm returns 2.
+// A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0).
+//
+// Knobs (legal values):
+//   TILE_M     64, 128                  CTA tile rows (one consumer warpgroup per 64)
+//   TILE_N     64, 128, 256             CTA tile columns (the wgmma N)
+//   TILE_K     64                       K per pipeline stage (one 128-byte swizzle row of fp16)
+//   STAGES     2 .. 8                   k-tiles in flight (shared memory: STAGES x (TILE_M +
+//                                       TILE_N) x TILE_K x 2 bytes, at most 227 KB)
+//   CLUSTER_K  1, 2, 4, 8               CTAs of one cluster that share a tile's K
+//   RASTER     RASTER_ALONG_M, RASTER_ALONG_N  which tile index runs fastest (L2 reuse)
+//   MMA_DEPTH  0, 1                     wgmma batches in flight past the one just issued (1: a
+//                                       stage is released one k-tile later, the tensor cores never
+//                                       wait for the release)
+//   PDL        0, 1                     programmatic dependent launch: griddepcontrol.wait before
+//                                       the first global access, launch_dependents after the
+//                                       mainloop
+// CLUSTER_K 1 launches without a cluster and stores fp16 straight from the accumulators. A
+// cluster of CLUSTER_K must be co-resident: the H200 holds 66 clusters of 2 and 30 of 4 at this
+// shared-memory size, so more (tile, slice) CTAs than that run in two waves.
+// Measured on the H200 (sm90_ksplit development calls, 2026-11-30): 64x64x64 in 1.7 us with
+// CLUSTER_K 1 and ~2.3-2.9 us with 2 (cluster launch plus the reduction), a 64x128x64 k-tile
+// every ~225 ns per SM (fed at ~105 GB/s per SM), 4096^3 at ~630 TFLOP/s with 128x128 tiles.
+//   ACC        ACC_F32                  accumulator type (fp32 only)
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <cooperative_groups.h>
+
+// Names for knob values (do not edit).
+#define RASTER_ALONG_M 1
+#define RASTER_ALONG_N 2
+#define ACC_F32 1
+
+// l2: knobs begin
+#define TILE_M 64
+#define TILE_N 128
+#define TILE_K 64
+#define STAGES 8
+#define CLUSTER_K 4
+#define RASTER RASTER_ALONG_M
+#define ACC ACC_F32
+#define PDL 1
+#define MMA_DEPTH 1
+// l2: knobs end
+// l2: acc=f32
+// (the line above declares the accumulator to the harness: keep it equal to ACC)
+
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+
+#include "cute/tensor.hpp"
+#include "cute/arch/mma_sm90.hpp"
+#include "cute/atom/mma_atom.hpp"
+#include "cute/atom/copy_atom.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cluster_launch.hpp"
+#include "cutlass/numeric_types.h"
+
+namespace l2 {
+using namespace cute;
+namespace cg = cooperative_groups;
+
+static_assert(ACC == ACC_F32, "sm90_ksplit accumulates in fp32 only");
+static_assert(TILE_M == 64 || TILE_M == 128, "TILE_M is 64 or 128");
+static_assert(TILE_N == 64 || TILE_N == 128 || TILE_N == 256, "TILE_N is 64, 128 or 256");
+static_assert(TILE_K == 64, "TILE_K is 64 (one 128-byte swizzle row)");
+static_assert(STAGES >= 2 && STAGES <= 8, "STAGES is 2 .. 8");
+static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
+static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M / CLUSTER_K rows");
+
+using T = cutlass::half_t;
+constexpr int kWarpgroups = TILE_M / 64;
+constexpr int kThreads = 128 * kWarpgroups;  // consumers; one producer warp more
+constexpr int kLdC = TILE_N + 8;  // fp32 row of the partial tile: float4-aligned, and the float2 stores of
+                                  // 4 rows x 8 columns per warp hit 32 distinct banks
+
+using TileM = Int<TILE_M>;
+using TileN = Int<TILE_N>;
+using TileK = Int<TILE_K>;
+using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(TileM{}, TileK{}, Int<STAGES>{})));
+// B is N-major: its 64x8 swizzle atoms are stacked along K first, so that one 64 (N) x 64 (K) block
+// is contiguous and one TMA box (with atoms along N first, every 1 KB atom was its own TMA
+// instruction: ~0.6 us per 128x128x64 k-tile on the H200, issue-bound)
+using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(TileN{}, TileK{}, Int<STAGES>{}),
+                                           Step<_2, _1, _3>{}));
+using MmaAtom = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, TileN, TileK>, GMMA::Major::K, GMMA::Major::MN>());
+using TiledMma = decltype(make_tiled_mma(MmaAtom{}, Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
+
+constexpr int kStageBytes = (TILE_M + TILE_N) * TILE_K * static_cast<int>(sizeof(T));
+constexpr int kPipeBytes = STAGES * kStageBytes;
+constexpr int kPartBytes = TILE_M * kLdC * static_cast<int>(sizeof(float));
+constexpr int kDataBytes = kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes;
+
+struct SharedStorage {
+  // the pipeline's A and B stages; after the mainloop the same bytes hold the fp32 partial tile
+  alignas(1024) unsigned char data[kDataBytes];
+  alignas(8) uint64_t full[STAGES];
+  alignas(8) uint64_t empty[STAGES];
+};
+constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024, "shared memory over 227 KB: lower STAGES or the tile");
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+         (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
+}
+
+template <class TmaA, class TmaB>
+__global__ void __launch_bounds__(kThreads + 32, 1)
+ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB tma_b, __half* __restrict__ C,
+              int M, int N, int K, int tiles_m, int tiles_n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ unsigned char smem_raw[];
+  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+  // which tile, which K share
+  const int rank = CLUSTER_K > 1 ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
+  const int tile = blockIdx.y;
+#if RASTER == RASTER_ALONG_M
+  const int tm = tile % tiles_m, tn = tile / tiles_m;
+#else
+  const int tn = tile % tiles_n, tm = tile / tiles_n;
+#endif
+  const int k_tiles = (K + TILE_K - 1) / TILE_K;
+  const int k_begin = static_cast<int>((static_cast<long long>(k_tiles) * rank) / CLUSTER_K);
+  const int k_end = static_cast<int>((static_cast<long long>(k_tiles) * (rank + 1)) / CLUSTER_K);
+  const int n_k = k_end - k_begin;
+
+  Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<T*>(ss.data)), SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<T*>(ss.data + STAGES * TILE_M * TILE_K * sizeof(T))),
+                          SmemLayoutB{});
+
+  Tensor mA = tma_a.get_tma_tensor(make_shape(M, K));
+  Tensor mB = tma_b.get_tma_tensor(make_shape(N, K));
+  Tensor gA = local_tile(mA, make_shape(TileM{}, TileK{}), make_coord(tm, _));  // (TILE_M, TILE_K, k)
+  Tensor gB = local_tile(mB, make_shape(TileN{}, TileK{}), make_coord(tn, _));  // (TILE_N, TILE_K, k)
+  auto [tAgA, tAsA] = tma_partition(tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+  auto [tBgB, tBsB] = tma_partition(tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    cute::prefetch_tma_descriptor(tma_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(tma_b.get_tma_descriptor());
+    for (int s = 0; s < STAGES; ++s) {
+      FullBarrier::init(&ss.full[s], 1);
+      EmptyBarrier::init(&ss.empty[s], kThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+#if PDL
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the previous kernel's writes are visible
+#endif
+
+  if (tid >= kThreads) {  // the producer warp: one lane issues every TMA load, STAGES k-tiles ahead
+    if (tid == kThreads) {
+      for (int i = 0; i < n_k; ++i) {
+        const int s = i % STAGES;
+        if (i >= STAGES) EmptyBarrier::wait(&ss.empty[s], ((i / STAGES) - 1) & 1);
+        FullBarrier::arrive_and_expect_tx(&ss.full[s], kStageBytes);
+        copy(tma_a.with(ss.full[s]), tAgA(_, k_begin + i), tAsA(_, s));
+        copy(tma_b.with(ss.full[s]), tBgB(_, k_begin + i), tBsB(_, s));
+      }
+    }
+  }
+
+  TiledMma mma;
+  ThrMMA thr = mma.get_slice(tid < kThreads ? tid : 0);
+  Tensor acc = partition_fragment_C(mma, Shape<TileM, TileN>{});
+  clear(acc);
+  if (tid < kThreads) {  // the consumer warpgroups
+    Tensor tCsA = thr.partition_A(sA);  // (MMA, MMA_M, MMA_K, STAGES)
+    Tensor tCsB = thr.partition_B(sB);
+    Tensor tCrA = thr.make_fragment_A(tCsA);
+    Tensor tCrB = thr.make_fragment_B(tCsB);
+    for (int i = 0; i < n_k; ++i) {
+      const int s = i % STAGES;
+      FullBarrier::wait(&ss.full[s], (i / STAGES) & 1);
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      gemm(mma, tCrA(_, _, _, s), tCrB(_, _, _, s), acc);
+      warpgroup_commit_batch();
+#if MMA_DEPTH == 1
+      warpgroup_wait<1>();  // the previous k-tile's wgmma is done: release its stage
+      warpgroup_fence_operand(acc);
+      if (i > 0) EmptyBarrier::arrive(&ss.empty[(i - 1) % STAGES]);
+#else
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc);
+      EmptyBarrier::arrive(&ss.empty[s]);
+#endif
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
+  }
+
+#if PDL
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+
+  if constexpr (CLUSTER_K == 1) {  // the whole K here: fp16 straight from the accumulators
+    if (tid < kThreads) {
+      Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
+      const int r0 = tm * TILE_M, c0 = tn * TILE_N;
+      CUTE_UNROLL
+      for (int e = 0; e < size(acc); e += 2) {  // (e, e + 1): two adjacent columns of one row
+        const int gr = r0 + get<0>(tCcC(e)), gc = c0 + get<1>(tCcC(e));
+        if (gr < M && gc < N) {  // N % 8 == 0 and gc even: the pair is wholly in or out
+          *reinterpret_cast<uint32_t*>(C + static_cast<long long>(gr) * N + gc) = pack_half2(acc(e), acc(e + 1));
+        }
+      }
+    }
+    return;
+  }
+  // the fp32 partial tile, row-major with padded rows, over the (now idle) pipeline buffers
+  __syncthreads();  // every warpgroup's wgmma reads of the stages are done
+  float* part = reinterpret_cast<float*>(ss.data);
+  if (tid < kThreads) {  // adjacent column pairs as float2
+    Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
+    CUTE_UNROLL
+    for (int e = 0; e < size(acc); e += 2) {
+      *reinterpret_cast<float2*>(part + get<0>(tCcC(e)) * kLdC + get<1>(tCcC(e))) = make_float2(acc(e), acc(e + 1));
+    }
+  }
+
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // release/acquire: every partial tile is visible to the whole cluster
+  const float4* peer[CLUSTER_K];
+  CUTE_UNROLL
+  for (int q = 0; q < CLUSTER_K; ++q) peer[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
+  // this CTA's TILE_M / CLUSTER_K rows: every (remote) load is issued before the first add, so
+  // the distributed-shared-memory round trips overlap instead of queueing one after another
+  constexpr int kRows = TILE_M / CLUSTER_K;
+  constexpr int kVecRow = TILE_N / 4;
+  constexpr int kVecs = kRows * kVecRow;
+  constexpr int kAll = kThreads + 32;
+  constexpr int kIters = (kVecs + kAll - 1) / kAll;
+  const int row0 = tm * TILE_M + rank * kRows, col0 = tn * TILE_N;
+  float4 got[kIters][CLUSTER_K];
+  CUTE_UNROLL
+  for (int it = 0; it < kIters; ++it) {
+    const int v = tid + it * kAll;
+    if (v < kVecs) {
+      const int off = (rank * kRows + v / kVecRow) * (kLdC / 4) + v % kVecRow;
+      CUTE_UNROLL
+      for (int q = 0; q < CLUSTER_K; ++q) got[it][q] = peer[q][off];
+    }
+  }
+  CUTE_UNROLL
+  for (int it = 0; it < kIters; ++it) {
+    const int v = tid + it * kAll;
+    if (v < kVecs) {
+      float4 sum = got[it][0];
+      CUTE_UNROLL
+      for (int q = 1; q < CLUSTER_K; ++q) {  // rank order: bit-reproducible
+        sum.x += got[it][q].x; sum.y += got[it][q].y; sum.z += got[it][q].z; sum.w += got[it][q].w;
+      }
+      const int gr = row0 + v / kVecRow, gc = col0 + (v % kVecRow) * 4;
+      if (gr < M && gc < N) {  // N % 8 == 0: a 4-column group is wholly in or out
+        *reinterpret_cast<uint2*>(C + static_cast<long long>(gr) * N + gc) =
+            make_uint2(pack_half2(sum.x, sum.y), pack_half2(sum.z, sum.w));
+      }
+    }
+  }
+  cluster.sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
+#endif
+}
+
+}  // namespace l2
+
+extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  using namespace l2;
+  if (M <= 0 || N <= 0 || K <= 0) return 1;
+  if (K % 8 != 0 || N % 8 != 0) return 2;  // TMA needs 16-byte aligned rows
+  if ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(C)) & 15) return 2;
+  static int cc = -1;
+  if (cc < 0) {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cc = major;
+  }
+  if (cc < 9) return 2;  // WGMMA, TMA and clusters: Hopper and later
+
+  Tensor gA = make_tensor(make_gmem_ptr(static_cast<const T*>(A)), make_shape(M, K), make_stride(K, _1{}));
+  Tensor gB = make_tensor(make_gmem_ptr(static_cast<const T*>(B)), make_shape(N, K), make_stride(_1{}, N));
+  auto tma_a = make_tma_copy(SM90_TMA_LOAD{}, gA, SmemLayoutA{}(_, _, 0));
+  auto tma_b = make_tma_copy(SM90_TMA_LOAD{}, gB, SmemLayoutB{}(_, _, 0));
+  auto* kernel = &ksplit_kernel<decltype(tma_a), decltype(tma_b)>;
+
+  static bool configured = false;
+  if (!configured) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
+      cudaGetLastError();
+      return 4;
+    }
+    configured = true;
+  }
+  const int tiles_m = (M + TILE_M - 1) / TILE_M, tiles_n = (N + TILE_N - 1) / TILE_N;
+  if (static_cast<long long>(tiles_m) * tiles_n > 65535) return 2;  // grid.y limit
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(CLUSTER_K, static_cast<unsigned>(tiles_m * tiles_n), 1);
+  lc.blockDim = dim3(kThreads + 32, 1, 1);
+  lc.dynamicSmemBytes = kSmemBytes;
+  lc.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[2];
+  int n_attrs = 0;
+  if (CLUSTER_K > 1) {
+    attr[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attrs].val.clusterDim.x = CLUSTER_K;
+    attr[n_attrs].val.clusterDim.y = 1;
+    attr[n_attrs].val.clusterDim.z = 1;
+    ++n_attrs;
+  }
+#if PDL
+  attr[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+  ++n_attrs;
+#endif
+  lc.attrs = attr;
+  lc.numAttrs = n_attrs;
+  cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tma_a, tma_b, static_cast<__half*>(C), M, N, K, tiles_m, tiles_n);
+  return err == cudaSuccess ? 0 : 4;
+}
