@@ -211,6 +211,18 @@ def subset(rf: ResultFile, labels: list[str], *, source: str = "") -> ResultFile
 MERGE_SAME = ("gpu", "driver", "mode", "acc", "method")
 
 
+def _covers(specs: Any, rows: dict[tuple[int, int, int], Any]) -> bool:
+    """Whether ``rows`` has every shape of the shape specs a run recorded (False when the specs
+    cannot be read here, e.g. a shapes file of another machine)."""
+    from .shapes import resolve_shapes
+
+    try:
+        wanted = resolve_shapes(specs) if specs else []
+    except Exception:  # noqa: BLE001 - an unreadable spec only means "cannot tell"
+        return False
+    return bool(wanted) and all((s.m, s.n, s.k) in rows for s in wanted)
+
+
 def merge(files: list[tuple[str, ResultFile]]) -> ResultFile:
     """Rows of several runs of the same method on the same GPU, e.g. a run continued later.
 
@@ -231,6 +243,10 @@ def merge(files: list[tuple[str, ResultFile]]) -> ResultFile:
             rows[(r["m"], r["n"], r["k"])] = r
         parts.append({"file": name, "date": rf.meta.get("date"), "git_rev": rf.meta.get("git_rev"), "rows": len(rf.rows)})
     meta = dict(files[-1][1].meta)
+    # a later run stopped by its time limit does not make the merge partial when earlier runs
+    # supplied the rows it did not reach: complete = every shape of its shape list has a row
+    if "complete" in meta and not meta["complete"]:
+        meta["complete"] = _covers(meta.get("shapes"), rows)
     meta["merged_from"] = parts
     meta["git_rev"] = ",".join(dict.fromkeys(str(p["git_rev"]) for p in parts))
     return ResultFile(meta, [rows[k] for k in sorted(rows)])

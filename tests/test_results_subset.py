@@ -51,3 +51,15 @@ def test_merge_joins_parts_of_one_method_and_refuses_other_methods(tmp_path):
     results.save(other, tmp_path / "o.json")
     with pytest.raises(results.ResultFormatError, match="mode differs"):
         results.merge([("a", a), ("o", other)])
+
+
+def test_a_merge_is_complete_when_earlier_runs_fill_what_a_partial_one_missed():
+    """A run stopped by its time limit, merged over rows of every shape of its shape list, is
+    complete; over only some of them it is still partial."""
+    src = results.load(SMOKE)
+    spec = [f"{r['m']}x{r['n']}x{r['k']}" for r in src.rows]
+    whole = results.ResultFile(dict(src.meta, complete=True, shapes=["other.shapes"]), src.rows)
+    cut = results.ResultFile(dict(src.meta, complete=False, shapes=spec, git_rev="late"), src.rows[:3])
+    assert results.merge([("whole", whole), ("cut", cut)]).meta["complete"] is True
+    some = results.ResultFile(dict(src.meta, complete=True, shapes=["x"]), src.rows[:2])
+    assert results.merge([("some", some), ("cut", cut)]).meta["complete"] is False
