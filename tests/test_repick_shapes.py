@@ -81,6 +81,7 @@ def test_the_pick_always_times_a_split_reduce_config_only_where_it_splits_and_a_
     assert few[9].family == "tiny_mma" and few[9].knob_dict["WARPS_K"] != "1"  # K over the warps
     assert few[10].knob_dict["SCHEDULER"] == "SPLITK_REDUCE" and few[10].geometry().cluster == 2  # split pairs
     assert picks(Shape(8192, 8192, 128))[11] is None     # (nothing would split there)
+    assert few[11].family == "sm90_ksplit"              # the newest family, after the kinds
 
 
 def test_a_repick_times_each_shapes_earlier_winner_again(tmp_path):

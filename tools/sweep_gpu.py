@@ -56,8 +56,9 @@ def always_time(shape: Shape) -> list:
     their coarser grid); the
     cluster split-K of the latency family (the model prices its reduction like the global one's);
     tiny_mma with K over its warps (the model does not see the shorter MMA chains); and, where it
-    would split, SPLITK_REDUCE in a cluster (multicast again)."""
-    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma", "sm90_ksplit")]
+    would split, SPLITK_REDUCE in a cluster (multicast again); and the best of sm90_ksplit (its
+    constants come from its development benches only)."""
+    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
         lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",
@@ -68,6 +69,7 @@ def always_time(shape: Shape) -> list:
         and c.knob_dict["TILE_N"] == "64",
         lambda c: c.family == "tiny_mma" and c.knob_dict.get("WARPS_K", "1") != "1",
         lambda c: c.geometry().separate_reduce and c.geometry().cluster >= 2 and c.geometry().splits_for(shape) > 1,
+        lambda c: c.family == "sm90_ksplit",   # (the newest family: after the kinds above, which keep their places)
     ]
 
 
