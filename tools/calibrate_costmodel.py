@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from l2tui.agent.policies.costmodel import (  # noqa: E402
-    CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_timings, log_error, spearman)
+    CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_params, load_timings, log_error, spearman)
 
 
 def ranking_quality(model: CostModel, records) -> dict:
@@ -52,9 +52,11 @@ def main(argv=None) -> int:
     if not records:
         raise SystemExit("no timings in " + ", ".join(paths))
     before = ranking_quality(CostModel(DEFAULT_PARAMS), records)
+    current = ranking_quality(CostModel(load_params()), records)
     params = fit(records, DEFAULT_PARAMS)
     after = ranking_quality(CostModel(params), records)
     print("defaults:", json.dumps(before))
+    print("current: ", json.dumps(current))   # the committed constants, on the same records
     print("fitted:  ", json.dumps(after))
     if args.dry_run:
         print("dry run: nothing written")
