@@ -145,7 +145,7 @@ def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100"
     """Turn user shape specs into a de-duplicated, ordered shape list.
 
     Each spec is a set name (``grid``, ``small``, ``sample100``), a shape string
-    (``4096x4096x4096``), a comma/space separated list of shape strings, or a
+    (``4096x4096x4096``), a space- or semicolon-separated list of shape strings, or a
     path to a shapes file.
     """
     if specs is None:
