@@ -9,7 +9,8 @@ and so checked by ``validate``) and ``OUT/<name>/M_N_K.cu`` links for every shap
 ``harness bench --kernels OUT/<name>`` reads; ``--build`` compiles each variant for sm_90a into
 the build cache ``--cache`` (carry it so nothing is rebuilt on the device). On the device,
 ``tools/probes/family_variants.sh`` benches every variant against cuBLASLt autotuned with every
-check and packs the results (``CFGS="name …" OUT_DIR=.carry/ks bash tools/probes/family_variants.sh``).
+check and packs the results (``L2TUI_GIT_REV=<rev> CFGS="name …" OUT_DIR=.carry/ks bash
+tools/probes/family_variants.sh``; without the revision the device reports its stale checkout's).
 The sm90_ksplit development benches in ``results/h200/runs/ksplit-dev-*.tar.gz`` were made with an
 earlier, uncommitted form of this probe (the same folders, the same bench command).
 Why a probe and not the pick: while a kernel is being written its variants are not catalog

@@ -3,7 +3,7 @@
 # autotuned (every harness check), optionally profile some with ncu, print one line per
 # (variant, shape) and pack everything into $OUT/variants.tar.gz (the device returns few files).
 #   carry: [".whl", "<OUT_DIR>", "<build cache>"]
-#   command: CFGS="name name" OUT_DIR=.carry/ks CACHE=.carry/kscache [CAP=40] [PROFILE="name:MxNxK"] \
+#   command: L2TUI_GIT_REV=<rev> CFGS="name name" OUT_DIR=.carry/ks CACHE=.carry/kscache [CAP=40] [PROFILE="name:MxNxK"] \
 #            bash tools/probes/family_variants.sh
 source tools/device-setup.sh
 export L2TUI_CACHE_DIR=$PWD/${CACHE:-.carry/kscache}
