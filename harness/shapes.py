@@ -141,6 +141,14 @@ def read_shapes_file(path: str | Path) -> list[Shape]:
     return out
 
 
+def _is_file(spec: str) -> bool:
+    """``Path.is_file`` that says no, rather than raising, for names the OS rejects (too long)."""
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100") -> list[Shape]:
     """Turn user shape specs into a de-duplicated, ordered shape list.
 
@@ -159,10 +167,10 @@ def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100"
             items = SHAPE_SETS[spec]()
         elif _SHAPE_RE.match(spec.replace("_", "x")):
             items = [parse_shape(spec)]
-        elif Path(spec).is_file():
-            items = read_shapes_file(spec)
-        elif re.fullmatch(r"[\dx×X_,\s]+", spec) and any(sep in spec for sep in (" ", ";")):
+        elif re.fullmatch(r"[\dx×X_,;\s]+", spec) and any(sep in spec for sep in (" ", ";")):
             items = [parse_shape(t) for t in re.split(r"[\s;]+", spec) if t]
+        elif _is_file(spec):
+            items = read_shapes_file(spec)
         else:
             raise ShapeError(
                 f"unknown shapes {spec!r}: use grid, small, sample100, MxNxK or a shapes file"

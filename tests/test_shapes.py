@@ -77,6 +77,15 @@ def test_resolve_shapes_mixes_sets_strings_and_files_without_duplicates(tmp_path
         resolve_shapes(["bogus"])
 
 
+def test_resolve_shapes_reads_long_lists_and_semicolons():
+    """A list longer than a file name can be is still a list, not an OSError from the file check."""
+    many = [Shape(64 * i, 64, 128) for i in range(1, 80)]
+    assert resolve_shapes(" ".join(f"{s.m}x{s.n}x{s.k}" for s in many)) == many
+    assert resolve_shapes("64x64x64;128x128x128") == [Shape(64, 64, 64), Shape(128, 128, 128)]
+    with pytest.raises(ShapeError, match="unknown shapes"):
+        resolve_shapes("no/such/dir/" + "x" * 5000)
+
+
 def test_accumulator():
     assert parse_accumulator("f32") == "f32" and parse_accumulator("f16") == "f16"
     with pytest.raises(ShapeError):
