@@ -702,7 +702,7 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     # store by one subtile and the stores overlap the register-to-shared copies (EPI_TMA_NOC);
     # wider epilogue subtiles; ping-pong 128x192 (192 accumulators per consumer thread). Each of
     # these won shapes in the 2026-11-29 pick of the 215 shapes of 132+ tiles with K <= 1024
-    # (results/h200/runs/pick-storebound.json), where ping-pong 128x128 with EPI_TMA_NOC was
+    # (results/h200/runs/pick-storebound.json.gz), where ping-pong 128x128 with EPI_TMA_NOC was
     # 1.14x faster than with EPI_TMA (geomean) and 1.20x with 64-column subtiles too. Every other
     # EPI_TMA entry gets its EPI_TMA_NOC twin below (_with_epilogue_twins).
     ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC")),
@@ -832,7 +832,7 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     # cluster split-K: the K slices of a tile in one cluster, added through distributed shared
     # memory (one launch, no workspace): few tiles with a K of a few hundred to a few thousand,
     # where one CTA walking all of K is latency-bound (sm_90 only: catalog() leaves them out on
-    # older GPUs). In the 29755a9 pick of the 340 shapes of < 33 tiles (runs/pick-fewtiles.json)
+    # older GPUs). In the 29755a9 pick of the 340 shapes of < 33 tiles (runs/pick-fewtiles.json.gz)
     # the cluster launch and its two barriers cost about 0.9 us (3.1 us on 64x64x64 against
     # 2.3 us unclustered): the best of five cluster configurations won 3 shapes (64x64x1024 by
     # 6 %), and this one was the best of them on 141 shapes; the other four left the catalog
