@@ -63,6 +63,21 @@ def test_margin_leaves_near_ties_to_the_later_pick(tmp_path):
     assert [r["winner"] for r in json.loads(out.read_text())["timings"]] == ["new-a", "new-b", "same"]
 
 
+def test_min_gain_keeps_the_earlier_winner_unless_the_later_clears_the_noise(tmp_path):
+    out = tmp_path / "out.json"
+    # B: later 1.613x against earlier 1.10x (+47 %): kept with --min-gain 0.4, not with 0.5
+    assert _tool().main([*_files(tmp_path), "--out", str(out), "--min-gain", "0.4"]) == 0
+    doc = json.loads(out.read_text())
+    assert [r["winner"] for r in doc["timings"]] == ["old-a", "new-b", "same"]
+    assert doc["confirm"]["min_gain"] == 0.4
+    assert _tool().main([*_files(tmp_path), "--out", str(out), "--min-gain", "0.5"]) == 0
+    assert [r["winner"] for r in json.loads(out.read_text())["timings"]] == ["old-a", "old-b", "same"]
+    with pytest.raises(SystemExit, match="not both"):
+        _tool().main([*_files(tmp_path), "--out", str(out), "--min-gain", "0.1", "--margin", "0.1"])
+    with pytest.raises(SystemExit, match=">= 0"):
+        _tool().main([*_files(tmp_path), "--out", str(out), "--min-gain", "-0.1"])
+
+
 def test_a_shape_missing_from_a_bench_keeps_the_later_winner():
     tool = _tool()
     doc = tool.confirm(_pick((A, "old")), _bench("e", (B, 1.0, 1.0)), _pick((A, "new")), _bench("l", (A, 9.0, 1.0)))
