@@ -210,6 +210,8 @@ KSPLIT = Family(
         Knob("TILE_K", _V(64), "K per pipeline stage (one 128-byte swizzle row)"),
         Knob("STAGES", _V(2, 3, 4, 5, 6, 7, 8), "k-tiles in flight (TMA ring in shared memory)"),
         Knob("CLUSTER_K", _V(1, 2, 4, 8), "CTAs of one cluster sharing a tile's K (1: no cluster, direct stores)"),
+        Knob("GROUPS", _V(0, 1, 2, 4, 8, 16),
+             "clusters sharing a tile's K, their sums added through a global workspace (0: as many as stay resident)"),
         Knob("RASTER", ("RASTER_ALONG_M", "RASTER_ALONG_N"), "which tile index runs fastest"),
         Knob("ACC", ("ACC_F32",), "accumulator type (fp32 only)"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch"),
@@ -363,6 +365,7 @@ class Geometry:
     raster: str = "H"
     swizzle: int = 0
     cluster_mn: tuple[int, int] = (1, 1)   # CTAs of a cluster along M and N
+    groups: int = 1                        # sm90_ksplit: clusters per tile (0 = chosen per shape)
 
     def tile_grid(self, shape: Shape) -> tuple[int, int]:
         """Output tiles along M and N that the kernel computes: CUTLASS's sm90 tile schedulers
@@ -388,6 +391,8 @@ class Geometry:
         tiles = math.ceil(shape.m / self.tile_m) * math.ceil(shape.n / self.tile_n)
         ktiles = math.ceil(shape.k / self.tile_k)
         s = self.split_k
+        if self.family == "sm90_ksplit":  # CLUSTER_K slices per cluster, GROUPS clusters per tile
+            return min(s * self.groups_for(shape, sm_count), ktiles)
         if self.family == "sm90_cutlass":
             if s == 0:  # SPLITS 0: one wave of (tile, split) units, >= 4 k-tiles per split
                 s = max(1, min(sm_count // max(tiles, 1), ktiles // 4))
@@ -403,6 +408,33 @@ class Geometry:
         s = max(1, min(s, ktiles))
         per = math.ceil(ktiles / s) * self.tile_k
         return math.ceil(shape.k / per)
+
+
+    def groups_for(self, shape: Shape, sm_count: int = 132) -> int:
+        """sm90_ksplit's GROUPS on ``shape`` (mirrors the .cu host code): 0 = the largest power of
+        two up to 16 that keeps every cluster resident and at least two k-tiles per CTA."""
+        if self.family != "sm90_ksplit" or self.groups == 1:
+            return 1
+        tiles = math.ceil(shape.m / self.tile_m) * math.ceil(shape.n / self.tile_n)
+        if self.groups:
+            return self.groups
+        ktiles = math.ceil(shape.k / self.tile_k)
+        resident = resident_clusters(self.split_k, self.ctas_per_sm, sm_count)
+        g = 1
+        while g * 2 <= 16 and tiles * g * 2 <= resident and self.split_k * g * 4 <= ktiles:
+            g *= 2
+        return g
+
+
+def resident_clusters(cluster: int, ctas_per_sm: int = 1, sm_count: int = 132) -> int:
+    """Clusters of ``cluster`` CTAs the H200 holds at once (what cudaOccupancyMaxActiveClusters
+    answers on it): a cluster lives in one GPC, so fewer than SMs / size fit. Measured at one CTA
+    per SM (sm90_ksplit development calls): 66 clusters of 2, 30 of 4; 8 assumed 14."""
+    per_sm = max(1, ctas_per_sm)
+    if cluster <= 1:
+        return sm_count * per_sm
+    measured = {2: 66, 4: 30, 8: 14}.get(cluster, sm_count // cluster)
+    return measured * sm_count // 132 * per_sm
 
 
 def _i(knobs: Mapping[str, str], name: str) -> int:
@@ -449,7 +481,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads))
         return Geometry(fam.name, tm, tn, tk, threads, smem, regs, cps, st, ck, False, False, ck, False, acc,
                         knobs.get("PDL", "1") == "1", epilogue="REGS" if ck == 1 else "SMEM",
-                        raster={"RASTER_ALONG_M": "M", "RASTER_ALONG_N": "N"}[knobs["RASTER"]])
+                        raster={"RASTER_ALONG_M": "M", "RASTER_ALONG_N": "N"}[knobs["RASTER"]],
+                        groups=int(knobs.get("GROUPS", "1")))
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
     if fam.name == "tiny_mma":  # two register-staged chunks in static shared memory, no split
         wm, wn = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N")
@@ -634,6 +667,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
                 f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_ksplit":
         extra = ("-rn" if k["RASTER"] == "RASTER_ALONG_N" else "") + ("-d0" if k["MMA_DEPTH"] == "0" else "")
+        if k.get("GROUPS", "1") != "1":
+            extra = ("-ga" if k["GROUPS"] == "0" else f"-g{k['GROUPS']}") + extra
         return f"ksp-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-s{k['STAGES']}-ck{k['CLUSTER_K']}{extra}{acc}"
     if fam.name == "tiny_mma":
         wk = f"x{k['WARPS_K']}" if k.get("WARPS_K", "1") != "1" else ""
@@ -665,9 +700,12 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M") -> dict[str, str]:
-    return {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": "64", "STAGES": str(st), "CLUSTER_K": str(ck),
-            "RASTER": raster, "PDL": str(pdl), "MMA_DEPTH": str(depth)}
+def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1) -> dict[str, str]:
+    k = {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": "64", "STAGES": str(st), "CLUSTER_K": str(ck),
+         "RASTER": raster, "PDL": str(pdl), "MMA_DEPTH": str(depth)}
+    if groups != 1:
+        k["GROUPS"] = str(groups)
+    return k
 
 
 def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
@@ -915,6 +953,16 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_ksplit", _ksp(64, 64, 4, 8)),
     ("sm90_ksplit", _ksp(64, 64, 8, 8)),
     ("sm90_ksplit", _ksp(64, 128, 8, 4)),
+    # GROUPS 0 (2026-11-30): a second, global level of split-K for few tiles with a long K (e.g.
+    # 128x128x16384, 1024x128x16384: 0.93-0.95x with CUTLASS's SPLITK_REDUCE, two kernels)
+    ("sm90_ksplit", _ksp(64, 64, 8, 2, groups=0)),
+    ("sm90_ksplit", _ksp(64, 64, 8, 4, groups=0)),
+    ("sm90_ksplit", _ksp(64, 128, 6, 2, groups=0)),
+    ("sm90_ksplit", _ksp(128, 64, 6, 2, groups=0)),
+    ("sm90_ksplit", _ksp(128, 128, 4, 1, groups=0)),
+    ("sm90_ksplit", _ksp(128, 128, 4, 2, groups=0)),
+    ("sm90_ksplit", _ksp(64, 128, 6, 1, groups=0)),
+    ("sm90_ksplit", _ksp(64, 64, 8, 1, groups=0)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")

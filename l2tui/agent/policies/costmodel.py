@@ -45,6 +45,8 @@ SMEM_PER_SM = 227 * 1024
 #: a dependent second kernel (SPLITK_REDUCE's reduce) in a graph, launched with PDL: roughly the
 #: empty-kernel floor measured on the H200 (../shared/GPU.md: ~0.5 us) plus its own tail
 SECOND_LAUNCH_US = 1.0
+#: sm90_ksplit GROUPS > 1: arrive, spin on the counter, depart (a guess until measured)
+GLOBAL_BARRIER_US = 1.0
 #: the H200's L2 (50 MB); an operand up to half of it is taken to stay there between waves
 L2_BYTES = 50 * 1024 * 1024
 
@@ -183,6 +185,11 @@ class CostModel:
             reduce = 8.0 * splits * s.m * s.n / (self.params.bandwidth_gbs * 1e9) + SECOND_LAUNCH_US * 1e-6
         else:
             reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
+        groups = g.groups_for(s, self.sm_count)
+        if groups > 1:
+            # sm90_ksplit GROUPS: each cluster's sums go through an fp32 workspace in L2 and the
+            # clusters of a tile meet at a global barrier (counter round trips)
+            reduce = (g.split_k + groups) * tm * tn * 4 / (p.reduce_gbs * 1e9) + GLOBAL_BARRIER_US * 1e-6
         exposed = p.store_noc if g.epilogue == "EPI_TMA_NOC" else p.store_tma
         store = 0.0
         if exposed > 0:

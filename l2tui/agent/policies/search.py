@@ -245,6 +245,11 @@ class SearchPolicy:
             if ck > 1 and cur["TILE_M"] == "64":  # as many CTAs: twice as tall tiles, half the K slices
                 add({"TILE_M": "128", "CLUSTER_K": str(ck // 2)}, "twice as tall tiles, half the K slices "
                     "(as many CTAs, half the partial sums to add)")
+            if cur.get("GROUPS", "1") == "1":
+                add({"GROUPS": "0"}, "several clusters per tile, their sums added through a global workspace "
+                    "(few tiles with a long K: fills the SMs)")
+            else:
+                add({"GROUPS": "1"}, "one cluster per tile (no workspace, no global barrier)")
         else:
             bm, bn = int(cur["BM"]), int(cur["BN"])
             add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
