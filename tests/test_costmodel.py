@@ -164,3 +164,17 @@ def test_calibrated_model_orders_swizzle_twins_like_the_h200():
             agree += (times[a] < times[b]) == (model.predict(cfgs[a], shape) < model.predict(cfgs[b], shape))
     assert pairs >= 60
     assert agree / pairs >= 0.85, f"{agree}/{pairs}"
+
+
+def test_ksplit_groups_are_priced_where_one_cluster_per_tile_leaves_the_sms_idle():
+    """Four 64x64 tiles with K = 16384: one cluster of 2 per tile keeps 8 of 132 SMs busy, 16
+    groups keep 128 busy at the price of a workspace round trip and a global barrier; on a grid
+    of many tiles the auto rule adds no group, so the prediction is unchanged."""
+    model = CostModel()
+    base = {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "2"}
+    auto, one = Config.of("sm90_ksplit", {**base, "GROUPS": "0"}), Config.of("sm90_ksplit", base)
+    long_k = Shape(128, 128, 16384)
+    assert model.estimate(auto, long_k).splits == 32 and model.estimate(one, long_k).splits == 2
+    assert model.predict(auto, long_k) < 0.5 * model.predict(one, long_k)
+    many = Shape(4096, 4096, 1024)
+    assert model.predict(auto, many) == model.predict(one, many)

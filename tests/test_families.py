@@ -359,10 +359,39 @@ def test_ksplit_family_rules_names_and_catalog():
     assert (g.cluster, g.split_k, g.threads) == (2, 2, 160)
 
 
+def test_ksplit_groups_geometry_mirrors_the_host_rule():
+    """GROUPS 0: the largest power of two up to 16 that keeps every cluster resident (66 clusters
+    of 2, 30 of 4 on the H200) and two k-tiles per CTA; GROUPS 1 keeps one cluster per tile, an
+    explicit value is used as given. The split the cost model sees is CLUSTER_K x GROUPS."""
+    base = {**F.KSPLIT.defaults(), "TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "2"}
+    auto = F.geometry("sm90_ksplit", {**base, "GROUPS": "0"})
+    one = F.geometry("sm90_ksplit", base)
+    assert auto.groups == 0 and one.groups == 1
+    assert auto.groups_for(Shape(128, 128, 16384)) == 16       # 4 tiles x 16 groups = 64 clusters of 2
+    assert auto.splits_for(Shape(128, 128, 16384)) == 32
+    assert auto.groups_for(Shape(256, 256, 16384)) == 4        # 16 tiles: 8 x 16 > 66 would not be resident
+    assert auto.groups_for(Shape(512, 512, 16384)) == 1        # 64 tiles: one group fills 64 of 66
+    assert auto.groups_for(Shape(64, 64, 256)) == 1            # 4 k-tiles: two per CTA of one cluster
+    assert auto.groups_for(Shape(64, 64, 512)) == 2
+    assert auto.groups_for(Shape(4096, 4096, 4096)) == 1       # more tiles than resident clusters
+    assert one.groups_for(Shape(128, 128, 16384)) == 1 and one.splits_for(Shape(128, 128, 16384)) == 2
+    four = F.geometry("sm90_ksplit", {**base, "CLUSTER_K": "4", "GROUPS": "0"})
+    assert four.groups_for(Shape(128, 128, 16384)) == 4        # 30 clusters of 4: 4 tiles x 4 groups
+    fixed = F.geometry("sm90_ksplit", {**base, "GROUPS": "8"})
+    assert fixed.groups_for(Shape(64, 64, 64)) == 8
+    assert F.config_name("sm90_ksplit", {**base, "GROUPS": "0"}) == "ksp-64x64x64-s8-ck2-ga"
+    assert F.config_name("sm90_ksplit", {**base, "GROUPS": "16"}) == "ksp-64x64x64-s8-ck2-g16"
+    assert any("GROUPS" in p for p in F.validate("sm90_ksplit", {**base, "GROUPS": "3"}))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("knobs", [{"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "2"},
                                    {"TILE_M": "128", "TILE_N": "128", "STAGES": "4", "CLUSTER_K": "1"},
-                                   {"TILE_M": "64", "TILE_N": "256", "STAGES": "4", "CLUSTER_K": "2"}])
+                                   {"TILE_M": "64", "TILE_N": "256", "STAGES": "4", "CLUSTER_K": "2"},
+                                   {"TILE_M": "128", "TILE_N": "128", "STAGES": "4", "CLUSTER_K": "2",
+                                    "GROUPS": "0"},
+                                   {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "1",
+                                    "GROUPS": "16"}])
 def test_ksplit_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     """The WGMMA mainloop, the TMA descriptors and the cluster reduction compile for sm_90a with
     no register spills (a 64x256 tile keeps 128 fp32 accumulators per thread)."""

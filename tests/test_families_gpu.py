@@ -363,3 +363,36 @@ def test_ksplit_configurations_pass_every_check(evaluator):
             if e.status != "ok":
                 failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+#: GROUPS > 1: one tile with a K that is no multiple of 64, partial tiles with a long K, a mid K,
+#: and a K so short that the auto rule is held back by the two-k-tiles-per-CTA floor
+KSPLIT_GROUP_SHAPES = [Shape(64, 64, 12296), Shape(136, 200, 16392), Shape(264, 128, 4104), Shape(128, 128, 520)]
+
+
+def test_ksplit_groups_pass_every_check_and_refuse_grids_that_would_not_be_resident(evaluator):
+    """sm90_ksplit with several clusters per tile (sums through the fp32 workspace after a global
+    barrier): every GROUPS catalog configuration and an explicit GROUPS 16 pass every check
+    (exact to bound, bit-identical repeats, graph replays fresh, counters reset between calls);
+    an explicit GROUPS whose grid the GPU cannot hold at once returns 'unsupported' instead of
+    spinning forever on a barrier that a CTA not yet resident would have to reach."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_ksplit needs sm_90")
+    failures = []
+    cfgs = [c for c in F.catalog("f32", arch) if c.family == "sm90_ksplit" and c.knob_dict.get("GROUPS") == "0"]
+    assert cfgs
+    sources = [(c.name, c.source()) for c in cfgs]
+    sources.append(("ksp-64x64-ck1-g16", F.render("sm90_ksplit", {"TILE_M": "64", "TILE_N": "64", "STAGES": "8",
+                                                                   "CLUSTER_K": "1", "GROUPS": "16"})))
+    for name, src in sources:
+        for shape in KSPLIT_GROUP_SHAPES:
+            e = ev.evaluate(src, shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    too_many = F.render("sm90_ksplit", {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "8",
+                                        "GROUPS": "16"})
+    e = ev.evaluate(too_many, Shape(1024, 1024, 4096), "f32", time_baselines=False)
+    if e.status != "unsupported":
+        failures.append(f"256 tiles x 16 clusters of 8: {e.status} {e.message} (expected unsupported)")
+    assert not failures, "\n".join(failures)
