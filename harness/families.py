@@ -210,7 +210,7 @@ KSPLIT = Family(
         Knob("TILE_K", _V(64), "K per pipeline stage (one 128-byte swizzle row)"),
         Knob("STAGES", _V(2, 3, 4, 5, 6, 7, 8), "k-tiles in flight (TMA ring in shared memory)"),
         Knob("CLUSTER_K", _V(1, 2, 4, 8), "CTAs of one cluster sharing a tile's K (1: no cluster, direct stores)"),
-        Knob("GROUPS", _V(0, 1, 2, 4, 8, 16),
+        Knob("GROUPS", _V(0, 1, 2, 4, 8, 16, 32, 64),
              "clusters sharing a tile's K, their sums added through a global workspace (0: as many as stay resident)"),
         Knob("RASTER", ("RASTER_ALONG_M", "RASTER_ALONG_N"), "which tile index runs fastest"),
         Knob("ACC", ("ACC_F32",), "accumulator type (fp32 only)"),
@@ -412,7 +412,7 @@ class Geometry:
 
     def groups_for(self, shape: Shape, sm_count: int = 132) -> int:
         """sm90_ksplit's GROUPS on ``shape`` (mirrors the .cu host code): 0 = the largest power of
-        two up to 16 that keeps every cluster resident and at least two k-tiles per CTA."""
+        two up to 64 that keeps every cluster resident and at least two k-tiles per CTA."""
         if self.family != "sm90_ksplit" or self.groups == 1:
             return 1
         tiles = math.ceil(shape.m / self.tile_m) * math.ceil(shape.n / self.tile_n)
@@ -421,7 +421,7 @@ class Geometry:
         ktiles = math.ceil(shape.k / self.tile_k)
         resident = resident_clusters(self.split_k, self.ctas_per_sm, sm_count)
         g = 1
-        while g * 2 <= 16 and tiles * g * 2 <= resident and self.split_k * g * 4 <= ktiles:
+        while g * 2 <= 64 and tiles * g * 2 <= resident and self.split_k * g * 4 <= ktiles:
             g *= 2
         return g
 
@@ -963,6 +963,8 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_ksplit", _ksp(128, 128, 4, 2, groups=0)),
     ("sm90_ksplit", _ksp(64, 128, 6, 1, groups=0)),
     ("sm90_ksplit", _ksp(64, 64, 8, 1, groups=0)),
+    ("sm90_ksplit", _ksp(64, 64, 4, 1, groups=0)),
+    ("sm90_ksplit", _ksp(64, 64, 4, 2, groups=0)),
 )
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")

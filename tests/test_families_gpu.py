@@ -372,7 +372,7 @@ KSPLIT_GROUP_SHAPES = [Shape(64, 64, 12296), Shape(136, 200, 16392), Shape(264, 
 
 def test_ksplit_groups_pass_every_check_and_refuse_grids_that_would_not_be_resident(evaluator):
     """sm90_ksplit with several clusters per tile (sums through the fp32 workspace after a global
-    barrier): every GROUPS catalog configuration and an explicit GROUPS 16 pass every check
+    barrier): every GROUPS catalog configuration and explicit GROUPS 16 and 64 pass every check
     (exact to bound, bit-identical repeats, graph replays fresh, counters reset between calls);
     an explicit GROUPS whose grid the GPU cannot hold at once returns 'unsupported' instead of
     spinning forever on a barrier that a CTA not yet resident would have to reach."""
@@ -382,14 +382,16 @@ def test_ksplit_groups_pass_every_check_and_refuse_grids_that_would_not_be_resid
     failures = []
     cfgs = [c for c in F.catalog("f32", arch) if c.family == "sm90_ksplit" and c.knob_dict.get("GROUPS") == "0"]
     assert cfgs
-    sources = [(c.name, c.source()) for c in cfgs]
-    sources.append(("ksp-64x64-ck1-g16", F.render("sm90_ksplit", {"TILE_M": "64", "TILE_N": "64", "STAGES": "8",
-                                                                   "CLUSTER_K": "1", "GROUPS": "16"})))
-    for name, src in sources:
-        for shape in KSPLIT_GROUP_SHAPES:
-            e = ev.evaluate(src, shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    runs = [(c.name, c.source(), shape) for c in cfgs for shape in KSPLIT_GROUP_SHAPES]
+    for groups in ("16", "64"):  # explicit values, on grids of 1 and 4 tiles (64 x 4 would not be resident)
+        src = F.render("sm90_ksplit", {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "1",
+                                       "GROUPS": groups})
+        runs += [(f"ksp-64x64-ck1-g{groups}", src, Shape(64, 64, 12296))]
+        runs += [(f"ksp-64x64-ck1-g{groups}", src, Shape(128, 128, 8200))] if groups == "16" else []
+    for name, src, shape in runs:
+        e = ev.evaluate(src, shape, "f32", time_baselines=False)
+        if e.status != "ok":
+            failures.append(f"{name} {shape}: {e.status} {e.message}")
     too_many = F.render("sm90_ksplit", {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "8",
                                         "GROUPS": "16"})
     e = ev.evaluate(too_many, Shape(1024, 1024, 4096), "f32", time_baselines=False)

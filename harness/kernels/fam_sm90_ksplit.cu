@@ -27,7 +27,7 @@
 //   STAGES     2 .. 8                   k-tiles in flight (shared memory: STAGES x (TILE_M +
 //                                       TILE_N) x TILE_K x 2 bytes, at most 227 KB)
 //   CLUSTER_K  1, 2, 4, 8               CTAs of one cluster that share a tile's K
-//   GROUPS     0 (auto), 1, 2, 4, 8, 16 clusters that share a tile's K (a second level of split-K
+//   GROUPS     0 (auto), 1, 2, 4 .. 64  clusters that share a tile's K (a second level of split-K
 //                                       for few tiles with a long K, where one cluster per tile
 //                                       leaves most SMs idle): each cluster adds its CTAs'
 //                                       partials through distributed shared memory as above, writes
@@ -102,9 +102,9 @@ static_assert(TILE_K == 64, "TILE_K is 64 (one 128-byte swizzle row)");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES is 2 .. 8");
 static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
 static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M / CLUSTER_K rows");
-static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16,
-              "GROUPS is 0 (auto), 1, 2, 4, 8 or 16");
-constexpr int kMaxGroups = 16;
+static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16 ||
+              GROUPS == 32 || GROUPS == 64, "GROUPS is 0 (auto), 1, 2, 4, 8, 16, 32 or 64");
+constexpr int kMaxGroups = 64;
 
 using T = cutlass::half_t;
 constexpr int kWarpgroups = TILE_M / 64;
@@ -338,18 +338,22 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   const float4* mine = work + static_cast<long long>(tile * CLUSTER_K + rank) * groups * kVecs;
   const int v_begin = static_cast<int>((static_cast<long long>(kVecs) * group) / groups);
   const int v_end = static_cast<int>((static_cast<long long>(kVecs) * (group + 1)) / groups);
+  constexpr int kBatch = 8;  // group partials loaded at once (all in flight before their adds)
 #pragma unroll 1
   for (int v = v_begin + tid; v < v_end; v += kAll) {
-    float4 part_g[kMaxGroups];
-    CUTE_UNROLL
-    for (int q = 0; q < kMaxGroups; ++q) {  // every load in flight before the first add
-      if (q < groups) part_g[q] = __ldcg(mine + static_cast<long long>(q) * kVecs + v);
-    }
-    float4 sum = part_g[0];
-    CUTE_UNROLL
-    for (int q = 1; q < kMaxGroups; ++q) {
-      if (q < groups) {
-        sum.x += part_g[q].x; sum.y += part_g[q].y; sum.z += part_g[q].z; sum.w += part_g[q].w;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+    for (int q0 = 0; q0 < groups; q0 += kBatch) {
+      float4 part_g[kBatch];
+      CUTE_UNROLL
+      for (int q = 0; q < kBatch; ++q) {
+        if (q0 + q < groups) part_g[q] = __ldcg(mine + static_cast<long long>(q0 + q) * kVecs + v);
+      }
+      CUTE_UNROLL
+      for (int q = 0; q < kBatch; ++q) {  // group order: bit-reproducible
+        if (q0 + q < groups) {
+          sum.x += part_g[q].x; sum.y += part_g[q].y; sum.z += part_g[q].z; sum.w += part_g[q].w;
+        }
       }
     }
     const int gr = row0 + v / kVecRow, gc = col0 + (v % kVecRow) * 4;
