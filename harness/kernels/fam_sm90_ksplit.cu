@@ -338,24 +338,33 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   const float4* mine = work + static_cast<long long>(tile * CLUSTER_K + rank) * groups * kVecs;
   const int v_begin = static_cast<int>((static_cast<long long>(kVecs) * group) / groups);
   const int v_end = static_cast<int>((static_cast<long long>(kVecs) * (group + 1)) / groups);
-  constexpr int kBatch = 8;  // group partials loaded at once (all in flight before their adds)
+  // every (group, vector) load of this CTA's share in flight at once (one L2 round trip, not one
+  // per group), parked in the now idle shared memory, then added in group order (bit-reproducible)
+  const int nv = v_end - v_begin, n_loads = nv * groups;
+  float4* stage = reinterpret_cast<float4*>(ss.data);
+  constexpr int kLoads = (kVecs + kMaxGroups + kAll - 1) / kAll;
+  static_assert((kVecs + kMaxGroups) * 16 <= kDataBytes, "the staged group sums fit the partial tile's bytes");
+  float4 got_g[kLoads];
+  CUTE_UNROLL
+  for (int it = 0; it < kLoads; ++it) {
+    const int idx = tid + it * kAll;
+    if (idx < n_loads) got_g[it] = __ldcg(mine + static_cast<long long>(idx / nv) * kVecs + v_begin + idx % nv);
+  }
+  CUTE_UNROLL
+  for (int it = 0; it < kLoads; ++it) {
+    const int idx = tid + it * kAll;
+    if (idx < n_loads) stage[idx] = got_g[it];
+  }
+  __syncthreads();
 #pragma unroll 1
-  for (int v = v_begin + tid; v < v_end; v += kAll) {
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int vl = tid; vl < nv; vl += kAll) {
+    float4 sum = stage[vl];
 #pragma unroll 1
-    for (int q0 = 0; q0 < groups; q0 += kBatch) {
-      float4 part_g[kBatch];
-      CUTE_UNROLL
-      for (int q = 0; q < kBatch; ++q) {
-        if (q0 + q < groups) part_g[q] = __ldcg(mine + static_cast<long long>(q0 + q) * kVecs + v);
-      }
-      CUTE_UNROLL
-      for (int q = 0; q < kBatch; ++q) {  // group order: bit-reproducible
-        if (q0 + q < groups) {
-          sum.x += part_g[q].x; sum.y += part_g[q].y; sum.z += part_g[q].z; sum.w += part_g[q].w;
-        }
-      }
+    for (int q = 1; q < groups; ++q) {
+      const float4 t = stage[q * nv + vl];
+      sum.x += t.x; sum.y += t.y; sum.z += t.z; sum.w += t.w;
     }
+    const int v = v_begin + vl;
     const int gr = row0 + v / kVecRow, gc = col0 + (v % kVecRow) * 4;
     if (gr < M && gc < N) {
       *reinterpret_cast<uint2*>(C + static_cast<long long>(gr) * N + gc) =
