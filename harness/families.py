@@ -412,7 +412,7 @@ class Geometry:
 
     def groups_for(self, shape: Shape, sm_count: int = 132) -> int:
         """sm90_ksplit's GROUPS on ``shape`` (mirrors the .cu host code): 0 = the largest power of
-        two up to 64 that keeps every cluster resident and at least two k-tiles per CTA."""
+        two up to 16 that keeps every cluster resident and at least two k-tiles per CTA."""
         if self.family != "sm90_ksplit" or self.groups == 1:
             return 1
         tiles = math.ceil(shape.m / self.tile_m) * math.ceil(shape.n / self.tile_n)
@@ -421,7 +421,7 @@ class Geometry:
         ktiles = math.ceil(shape.k / self.tile_k)
         resident = resident_clusters(self.split_k, self.ctas_per_sm, sm_count)
         g = 1
-        while g * 2 <= 64 and tiles * g * 2 <= resident and self.split_k * g * 4 <= ktiles:
+        while g * 2 <= 16 and tiles * g * 2 <= resident and self.split_k * g * 4 <= ktiles:
             g *= 2
         return g
 

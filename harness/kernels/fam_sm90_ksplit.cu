@@ -35,8 +35,8 @@
 //                                       at a global barrier (the whole grid is resident: the host
 //                                       checks) and each adds every cluster's sums, in cluster
 //                                       order, for its 1/GROUPS of the tile (bit-reproducible).
-//                                       0: the most (a power of two) that keeps the grid resident
-//                                       and at least two k-tiles per CTA; a shape it would not
+//                                       0: the most (a power of two, up to 16) that keeps the grid
+//                                       resident and at least two k-tiles per CTA; a shape it would not
 //                                       split runs as GROUPS 1. Otherwise l2_hgemm returns 2 when
 //                                       the grid would not be resident
 //   RASTER     RASTER_ALONG_M, RASTER_ALONG_N  which tile index runs fastest (L2 reuse)
@@ -105,6 +105,9 @@ static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M /
 static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16 ||
               GROUPS == 32 || GROUPS == 64, "GROUPS is 0 (auto), 1, 2, 4, 8, 16, 32 or 64");
 constexpr int kMaxGroups = 64;
+// GROUPS 0 stops at 16: on 128x128x16384 (64x64 tiles, no cluster) 32 groups took 7.4-7.6 us where
+// 16 took 6.4 us (H200 picks at be3427c and bce8c8d, runs/groups-*.tar.gz)
+constexpr int kAutoGroups = 16;
 
 using T = cutlass::half_t;
 constexpr int kWarpgroups = TILE_M / 64;
@@ -466,7 +469,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   int groups = GROUPS;
   if (groups == 0) {  // the most clusters per tile that stay resident, >= 2 k-tiles per CTA
     groups = 1;
-    while (groups * 2 <= kMaxGroups && tiles * groups * 2 <= resident_clusters &&
+    while (groups * 2 <= kAutoGroups && tiles * groups * 2 <= resident_clusters &&
            CLUSTER_K * groups * 2 * 2 <= k_tiles) {
       groups *= 2;
     }
