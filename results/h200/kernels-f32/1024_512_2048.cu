@@ -1,1 +1,1 @@
-configs/ksp-64x128x64-s8-ck2.cu
+configs/ksp-64x64x64-s8-ck1-ga.cu

@@ -1,1 +1,1 @@
-configs/ksp-64x64x64-s4-ck8.cu
+configs/ksp-64x64x64-s8-ck8.cu

@@ -27,6 +27,18 @@
 //   STAGES     2 .. 8                   k-tiles in flight (shared memory: STAGES x (TILE_M +
 //                                       TILE_N) x TILE_K x 2 bytes, at most 227 KB)
 //   CLUSTER_K  1, 2, 4, 8               CTAs of one cluster that share a tile's K
+//   GROUPS     0 (auto), 1, 2, 4 .. 64  clusters that share a tile's K (a second level of split-K
+//                                       for few tiles with a long K, where one cluster per tile
+//                                       leaves most SMs idle): each cluster adds its CTAs'
+//                                       partials through distributed shared memory as above, writes
+//                                       the sums to an fp32 workspace, the clusters of a tile meet
+//                                       at a global barrier (the whole grid is resident: the host
+//                                       checks) and each adds every cluster's sums, in cluster
+//                                       order, for its 1/GROUPS of the tile (bit-reproducible).
+//                                       0: the most (a power of two, up to 16) that keeps the grid
+//                                       resident and at least two k-tiles per CTA; a shape it would not
+//                                       split runs as GROUPS 1. Otherwise l2_hgemm returns 2 when
+//                                       the grid would not be resident
 //   RASTER     RASTER_ALONG_M, RASTER_ALONG_N  which tile index runs fastest (L2 reuse)
 //   MMA_DEPTH  0, 1                     wgmma batches in flight past the one just issued (1: a
 //                                       stage is released one k-tile later, the tensor cores never
@@ -58,6 +70,7 @@
 #define TILE_K 64
 #define STAGES 8
 #define CLUSTER_K 4
+#define GROUPS 1
 #define RASTER RASTER_ALONG_M
 #define ACC ACC_F32
 #define PDL 1
@@ -89,6 +102,12 @@ static_assert(TILE_K == 64, "TILE_K is 64 (one 128-byte swizzle row)");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES is 2 .. 8");
 static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
 static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M / CLUSTER_K rows");
+static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16 ||
+              GROUPS == 32 || GROUPS == 64, "GROUPS is 0 (auto), 1, 2, 4, 8, 16, 32 or 64");
+constexpr int kMaxGroups = 64;
+// GROUPS 0 stops at 16: on 128x128x16384 (64x64 tiles, no cluster) 32 groups took 7.4-7.6 us where
+// 16 took 6.4 us (H200 picks at be3427c and bce8c8d, runs/groups-*.tar.gz)
+constexpr int kAutoGroups = 16;
 
 using T = cutlass::half_t;
 constexpr int kWarpgroups = TILE_M / 64;
@@ -130,7 +149,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 template <class TmaA, class TmaB>
 __global__ void __launch_bounds__(kThreads + 32, 1)
 ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB tma_b, __half* __restrict__ C,
-              int M, int N, int K, int tiles_m, int tiles_n) {
+              int M, int N, int K, int tiles_m, int tiles_n, float4* __restrict__ work, int* __restrict__ counters) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ unsigned char smem_raw[];
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(
@@ -146,9 +165,12 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
 #else
   const int tn = tile % tiles_n, tm = tile / tiles_n;
 #endif
+  // K slice: cluster `group` of the tile's `groups`, then this CTA's rank in the cluster
+  const int groups = static_cast<int>(gridDim.z), group = static_cast<int>(blockIdx.z);
+  const int slice = group * CLUSTER_K + rank, slices = groups * CLUSTER_K;
   const int k_tiles = (K + TILE_K - 1) / TILE_K;
-  const int k_begin = static_cast<int>((static_cast<long long>(k_tiles) * rank) / CLUSTER_K);
-  const int k_end = static_cast<int>((static_cast<long long>(k_tiles) * (rank + 1)) / CLUSTER_K);
+  const int k_begin = static_cast<int>((static_cast<long long>(k_tiles) * slice) / slices);
+  const int k_end = static_cast<int>((static_cast<long long>(k_tiles) * (slice + 1)) / slices);
   const int n_k = k_end - k_begin;
 
   Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<T*>(ss.data)), SmemLayoutA{});
@@ -224,7 +246,7 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
-  if constexpr (CLUSTER_K == 1) {  // the whole K here: fp16 straight from the accumulators
+  if (CLUSTER_K == 1 && groups == 1) {  // the whole K here: fp16 straight from the accumulators
     if (tid < kThreads) {
       Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
       const int r0 = tm * TILE_M, c0 = tn * TILE_N;
@@ -249,11 +271,17 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
     }
   }
 
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // release/acquire: every partial tile is visible to the whole cluster
   const float4* peer[CLUSTER_K];
-  CUTE_UNROLL
-  for (int q = 0; q < CLUSTER_K; ++q) peer[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
+  if constexpr (CLUSTER_K > 1) {
+    cg::this_cluster().sync();  // release/acquire: every partial tile is visible to the whole cluster
+    CUTE_UNROLL
+    for (int q = 0; q < CLUSTER_K; ++q) {
+      peer[q] = reinterpret_cast<const float4*>(cg::this_cluster().map_shared_rank(part, q));
+    }
+  } else {
+    __syncthreads();
+    peer[0] = reinterpret_cast<const float4*>(part);
+  }
   // this CTA's TILE_M / CLUSTER_K rows: every (remote) load is issued before the first add, so
   // the distributed-shared-memory round trips overlap instead of queueing one after another
   constexpr int kRows = TILE_M / CLUSTER_K;
@@ -281,6 +309,10 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
       for (int q = 1; q < CLUSTER_K; ++q) {  // rank order: bit-reproducible
         sum.x += got[it][q].x; sum.y += got[it][q].y; sum.z += got[it][q].z; sum.w += got[it][q].w;
       }
+      if (groups > 1) {  // this cluster's sums of the CTA's rows, for the clusters' reduction below
+        __stcg(work + (static_cast<long long>(tile * CLUSTER_K + rank) * groups + group) * kVecs + v, sum);
+        continue;
+      }
       const int gr = row0 + v / kVecRow, gc = col0 + (v % kVecRow) * 4;
       if (gr < M && gc < N) {  // N % 8 == 0: a 4-column group is wholly in or out
         *reinterpret_cast<uint2*>(C + static_cast<long long>(gr) * N + gc) =
@@ -288,8 +320,95 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
       }
     }
   }
-  cluster.sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
+  if constexpr (CLUSTER_K > 1) {
+    cg::this_cluster().sync();  // no CTA leaves (freeing its shared memory) while a peer still reads it
+  }
+  if (groups == 1) return;
+
+  // Second level: the `groups` clusters of this tile have each written their sums of these rows.
+  // Every CTA of the grid is resident (the host checks), so the CTAs of one (tile, rank) wait for
+  // each other, then each adds all groups, in group order, for its 1/groups of the rows.
+  int* arrive = counters + (tile * CLUSTER_K + rank);
+  int* depart = arrive + static_cast<long long>(tiles_m) * tiles_n * CLUSTER_K;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    atomicAdd(arrive, 1);
+    while (*reinterpret_cast<volatile int*>(arrive) < groups) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  const float4* mine = work + static_cast<long long>(tile * CLUSTER_K + rank) * groups * kVecs;
+  const int v_begin = static_cast<int>((static_cast<long long>(kVecs) * group) / groups);
+  const int v_end = static_cast<int>((static_cast<long long>(kVecs) * (group + 1)) / groups);
+  // every (group, vector) load of this CTA's share in flight at once (one L2 round trip, not one
+  // per group), parked in the now idle shared memory, then added in group order (bit-reproducible)
+  const int nv = v_end - v_begin, n_loads = nv * groups;
+  float4* stage = reinterpret_cast<float4*>(ss.data);
+  constexpr int kLoads = (kVecs + kMaxGroups + kAll - 1) / kAll;
+  static_assert((kVecs + kMaxGroups) * 16 <= kDataBytes, "the staged group sums fit the partial tile's bytes");
+  float4 got_g[kLoads];
+  CUTE_UNROLL
+  for (int it = 0; it < kLoads; ++it) {
+    const int idx = tid + it * kAll;
+    if (idx < n_loads) got_g[it] = __ldcg(mine + static_cast<long long>(idx / nv) * kVecs + v_begin + idx % nv);
+  }
+  CUTE_UNROLL
+  for (int it = 0; it < kLoads; ++it) {
+    const int idx = tid + it * kAll;
+    if (idx < n_loads) stage[idx] = got_g[it];
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int vl = tid; vl < nv; vl += kAll) {
+    float4 sum = stage[vl];
+#pragma unroll 1
+    for (int q = 1; q < groups; ++q) {
+      const float4 t = stage[q * nv + vl];
+      sum.x += t.x; sum.y += t.y; sum.z += t.z; sum.w += t.w;
+    }
+    const int v = v_begin + vl;
+    const int gr = row0 + v / kVecRow, gc = col0 + (v % kVecRow) * 4;
+    if (gr < M && gc < N) {
+      *reinterpret_cast<uint2*>(C + static_cast<long long>(gr) * N + gc) =
+          make_uint2(pack_half2(sum.x, sum.y), pack_half2(sum.z, sum.w));
+    }
+  }
+  __syncthreads();
+  if (tid == 0 && atomicAdd(depart, 1) == groups - 1) {
+    // the last to leave resets both counters (every CTA of this (tile, rank) is past its wait)
+    *arrive = 0;
+    *depart = 0;
+  }
 #endif
+}
+
+// Grow-only workspace and counters for GROUPS > 1: allocated on the first call that needs them,
+// never per call afterwards (a call inside CUDA graph capture must not allocate: the harness and
+// the export call once before capturing). A smaller old buffer is not freed: a graph captured
+// earlier may still point at it.
+struct Workspace {
+  float4* work = nullptr;
+  size_t work_vecs = 0;
+  int* counters = nullptr;
+  size_t counter_count = 0;
+};
+
+static bool ensure_workspace(Workspace& ws, size_t vecs, size_t counters) {
+  if (vecs > ws.work_vecs) {
+    ws.work = nullptr;
+    ws.work_vecs = 0;
+    if (cudaMalloc(&ws.work, vecs * sizeof(float4)) != cudaSuccess) return false;
+    ws.work_vecs = vecs;
+  }
+  if (counters > ws.counter_count) {
+    ws.counters = nullptr;
+    ws.counter_count = 0;
+    if (cudaMalloc(&ws.counters, counters * sizeof(int)) != cudaSuccess) return false;
+    if (cudaMemset(ws.counters, 0, counters * sizeof(int)) != cudaSuccess) return false;
+    ws.counter_count = counters;
+  }
+  return true;
 }
 
 }  // namespace l2
@@ -299,11 +418,12 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   if (M <= 0 || N <= 0 || K <= 0) return 1;
   if (K % 8 != 0 || N % 8 != 0) return 2;  // TMA needs 16-byte aligned rows
   if ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(C)) & 15) return 2;
-  static int cc = -1;
+  static int cc = -1, sm_count = 0;
   if (cc < 0) {
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev);
     cc = major;
   }
   if (cc < 9) return 2;  // WGMMA, TMA and clusters: Hopper and later
@@ -314,21 +434,56 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   auto tma_b = make_tma_copy(SM90_TMA_LOAD{}, gB, SmemLayoutB{}(_, _, 0));
   auto* kernel = &ksplit_kernel<decltype(tma_a), decltype(tma_b)>;
 
+  cudaLaunchConfig_t lc = {};
+  lc.blockDim = dim3(kThreads + 32, 1, 1);
+  lc.dynamicSmemBytes = kSmemBytes;
+  lc.stream = static_cast<cudaStream_t>(stream);
   static bool configured = false;
+  static int resident_clusters = 0;  // clusters of CLUSTER_K CTAs the GPU holds at once
   if (!configured) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
       cudaGetLastError();
       return 4;
     }
+    cudaLaunchAttribute cl;
+    cl.id = cudaLaunchAttributeClusterDimension;
+    cl.val.clusterDim.x = CLUSTER_K;
+    cl.val.clusterDim.y = 1;
+    cl.val.clusterDim.z = 1;
+    cudaLaunchConfig_t probe = lc;
+    probe.gridDim = dim3(CLUSTER_K, 1, 1);
+    probe.attrs = &cl;
+    probe.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&resident_clusters, kernel, &probe) != cudaSuccess) {
+      cudaGetLastError();
+      // unknown: one CTA per SM (the launch bounds) is certain without a cluster; with one, GROUPS > 1
+      // is refused below
+      resident_clusters = CLUSTER_K == 1 ? sm_count : 0;
+    }
     configured = true;
   }
   const int tiles_m = (M + TILE_M - 1) / TILE_M, tiles_n = (N + TILE_N - 1) / TILE_N;
-  if (static_cast<long long>(tiles_m) * tiles_n > 65535) return 2;  // grid.y limit
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(CLUSTER_K, static_cast<unsigned>(tiles_m * tiles_n), 1);
-  lc.blockDim = dim3(kThreads + 32, 1, 1);
-  lc.dynamicSmemBytes = kSmemBytes;
-  lc.stream = static_cast<cudaStream_t>(stream);
+  const long long tiles = static_cast<long long>(tiles_m) * tiles_n;
+  if (tiles > 65535) return 2;  // grid.y limit
+  const int k_tiles = (K + TILE_K - 1) / TILE_K;
+  int groups = GROUPS;
+  if (groups == 0) {  // the most clusters per tile that stay resident, >= 2 k-tiles per CTA
+    groups = 1;
+    while (groups * 2 <= kAutoGroups && tiles * groups * 2 <= resident_clusters &&
+           CLUSTER_K * groups * 2 * 2 <= k_tiles) {
+      groups *= 2;
+    }
+  }
+  if (groups > 1 && tiles * groups > resident_clusters) return 2;  // the global barrier needs one wave
+  static Workspace ws;
+  if (groups > 1) {
+    const size_t vecs = static_cast<size_t>(tiles) * groups * TILE_M * TILE_N / 4;
+    if (!ensure_workspace(ws, vecs, 2 * static_cast<size_t>(tiles) * CLUSTER_K)) {
+      cudaGetLastError();
+      return 3;
+    }
+  }
+  lc.gridDim = dim3(CLUSTER_K, static_cast<unsigned>(tiles), static_cast<unsigned>(groups));
   cudaLaunchAttribute attr[2];
   int n_attrs = 0;
   if (CLUSTER_K > 1) {
@@ -345,6 +500,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
 #endif
   lc.attrs = attr;
   lc.numAttrs = n_attrs;
-  cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tma_a, tma_b, static_cast<__half*>(C), M, N, K, tiles_m, tiles_n);
+  cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tma_a, tma_b, static_cast<__half*>(C), M, N, K, tiles_m, tiles_n,
+                                      ws.work, ws.counters);
   return err == cudaSuccess ? 0 : 4;
 }
