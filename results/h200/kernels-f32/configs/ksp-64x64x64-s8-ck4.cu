@@ -384,9 +384,9 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
 }
 
 // Grow-only workspace and counters for GROUPS > 1: allocated on the first call that needs them,
-// never per call afterwards (a call inside CUDA graph capture must not allocate: the harness and
-// the export call once before capturing). A smaller old buffer is not freed: a graph captured
-// earlier may still point at it.
+// never per call afterwards. A call inside a CUDA graph capture must not allocate, so call a shape
+// once before capturing it (the harness's checks do). A smaller old buffer is not freed: a graph
+// captured earlier may still point at it.
 struct Workspace {
   float4* work = nullptr;
   size_t work_vecs = 0;
