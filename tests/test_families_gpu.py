@@ -41,6 +41,23 @@ def representative(acc: str, arch: str) -> list[F.Config]:
     return out
 
 
+def assert_catalog_configs_pass(evaluator, names, shapes) -> None:
+    """Every named f32 sm90_cutlass catalog configuration passes every check on every shape."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass needs sm_90")
+    by_name = {c.name: c for c in F.catalog("f32", arch)}
+    missing = [name for name in names if name not in by_name]
+    assert not missing, f"not in the catalog: {missing}"
+    failures = []
+    for name in names:
+        for shape in shapes:
+            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
+
+
 #: fp16 accumulation chains this long lose more than cuBLAS's CUBLAS_COMPUTE_16F (see below)
 F16_LONG_K = 8192
 
@@ -262,17 +279,7 @@ BIG_PAIR_SHAPES = [Shape(200, 136, 264), Shape(1030, 520, 2056), Shape(4104, 404
 def test_big_tile_cluster_pairs_pass_every_check(evaluator):
     """256x128 tiles in pairs either way, ping-pong 128x192 pairs and swizzled 128x256 pairs:
     every check passes where the grid of tiles ends mid-cluster."""
-    ev, arch = evaluator
-    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
-        pytest.skip("sm90_cutlass needs sm_90")
-    by_name = {c.name: c for c in F.catalog("f32", arch)}
-    failures = []
-    for name in BIG_PAIR_NAMES:
-        for shape in BIG_PAIR_SHAPES:
-            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{name} {shape}: {e.status} {e.message}")
-    assert not failures, "\n".join(failures)
+    assert_catalog_configs_pass(evaluator, BIG_PAIR_NAMES, BIG_PAIR_SHAPES)
 
 
 #: the swizzle-8 tile orders joined for the power-bound big shapes; shapes whose tile grids are at
@@ -287,17 +294,7 @@ SWIZZLE8_SHAPES = [Shape(1030, 520, 2056), Shape(4104, 4040, 1032), Shape(1800, 
 def test_swizzle8_tile_orders_pass_every_check(evaluator):
     """Swizzle-8 tile orders cover every output tile exactly once, tile grids cut mid-swizzle
     and mid-cluster included."""
-    ev, arch = evaluator
-    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
-        pytest.skip("sm90_cutlass needs sm_90")
-    by_name = {c.name: c for c in F.catalog("f32", arch)}
-    failures = []
-    for name in SWIZZLE8_NAMES:
-        for shape in SWIZZLE8_SHAPES:
-            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{name} {shape}: {e.status} {e.message}")
-    assert not failures, "\n".join(failures)
+    assert_catalog_configs_pass(evaluator, SWIZZLE8_NAMES, SWIZZLE8_SHAPES)
 
 
 #: 160-column tiles (cuBLASLt's width on big shapes): N not a multiple of 160 nor of the
@@ -309,17 +306,7 @@ TILE160_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 2056), Shape(4104, 308
 
 def test_tile160_configurations_pass_every_check(evaluator):
     """128x160 tiles compute every output exactly, with the N residue of a 160-wide tile."""
-    ev, arch = evaluator
-    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
-        pytest.skip("sm90_cutlass needs sm_90")
-    by_name = {c.name: c for c in F.catalog("f32", arch)}
-    failures = []
-    for name in TILE160_NAMES:
-        for shape in TILE160_SHAPES:
-            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{name} {shape}: {e.status} {e.message}")
-    assert not failures, "\n".join(failures)
+    assert_catalog_configs_pass(evaluator, TILE160_NAMES, TILE160_SHAPES)
 
 
 #: stream-K joined by a swizzled tile order, 256-row pairs and 192-column tiles (2d329d7): shapes whose
@@ -333,17 +320,23 @@ STREAMK_NEW_SHAPES = [Shape(1030, 1000, 4104), Shape(2056, 3080, 2056), Shape(52
 def test_new_streamk_configurations_pass_every_check(evaluator):
     """Stream-K with swizzle 8, in 256x128 pairs and with 192-column tiles: every output exact,
     results reproducible (the fixed-order fixup), graph replays fresh."""
-    ev, arch = evaluator
-    if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
-        pytest.skip("sm90_cutlass needs sm_90")
-    by_name = {c.name: c for c in F.catalog("f32", arch)}
-    failures = []
-    for name in STREAMK_NEW_NAMES:
-        for shape in STREAMK_NEW_SHAPES:
-            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{name} {shape}: {e.status} {e.message}")
-    assert not failures, "\n".join(failures)
+    assert_catalog_configs_pass(evaluator, STREAMK_NEW_NAMES, STREAMK_NEW_SHAPES)
+
+
+#: cuBLASLt's 256x96 tiles in clusters of two (8192x8192x4096) and the 256x192 / 256x64 tiles of
+#: the same two-warpgroup split: N residues that are not multiples of 96, 192 or the 64-column
+#: epilogue subtile, tile grids cut mid-cluster both ways, a stream-K split that shares tiles
+TILE256_NAMES = ("sm90-256x96x64-c1x2-coop-p-st0-noc", "sm90-256x96x64-c1x2-coop-p-st0-sw8-noc",
+                 "sm90-256x96x64-c2x1-coop-p-st0-noc", "sm90-256x96x64-c1x1-coop-p-st0-noc",
+                 "sm90-256x96x64-c1x2-coop-sk-st0-noc", "sm90-256x192x64-c1x1-coop-p-st0-noc-e64",
+                 "sm90-256x192x64-c1x2-coop-p-st0-noc-e64", "sm90-256x64x64-c1x2-coop-p-st0-noc-e64")
+TILE256_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 2056), Shape(4104, 3080, 1032), Shape(12296, 200, 4104)]
+
+
+def test_tile256_configurations_pass_every_check(evaluator):
+    """256-row tiles with 96, 192 and 64 columns, alone and in pairs along M or N: every output
+    exact, the stream-K fixup reproducible, graph replays fresh."""
+    assert_catalog_configs_pass(evaluator, TILE256_NAMES, TILE256_SHAPES)
 
 
 KSPLIT_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 4104), Shape(520, 264, 8200), Shape(64, 64, 8)]
