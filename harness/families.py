@@ -865,14 +865,6 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(256, 192, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(256, 192, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(256, 64, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
-    # stream-K for memory-bound shapes of less than a wave of tiles with a long K (12288x64x16384:
-    # 96 tiles of 128x64, so the split-K winner streams A from 96 of the 132 SMs, 0.80 of the
-    # bandwidth against cuBLASLt's 0.97 at e330b57): every SM takes an equal share of the
-    # k-iterations (the 128x64x64 stream-K above, and these); 128-deep K slices halve the TMA
-    # transactions per byte
-    ("sm90_cutlass", _sm90(128, 64, tk=128, scheduler="STREAMK", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 128, tk=128, scheduler="STREAMK", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),

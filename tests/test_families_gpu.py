@@ -339,19 +339,6 @@ def test_tile256_configurations_pass_every_check(evaluator):
     assert_catalog_configs_pass(evaluator, TILE256_NAMES, TILE256_SHAPES)
 
 
-#: stream-K with 128-deep K slices and the 64-column subtile epilogue (memory-bound shapes of less
-#: than a wave of tiles): k-iterations that do not split evenly over the SMs, a K that is no
-#: multiple of 128, N residues under one tile
-STREAMK_MB_NAMES = ("sm90-128x64x128-c1x1-coop-sk-st0-noc", "sm90-128x128x128-c1x1-coop-sk-st0-noc",
-                    "sm90-128x128x64-c1x1-coop-sk-st0-noc-e64")
-STREAMK_MB_SHAPES = [Shape(200, 136, 264), Shape(12296, 72, 4104), Shape(1030, 136, 8200)]
-
-
-def test_memory_bound_streamk_configurations_pass_every_check(evaluator):
-    """Stream-K over 128-deep K slices: every output exact, the fixup reproducible."""
-    assert_catalog_configs_pass(evaluator, STREAMK_MB_NAMES, STREAMK_MB_SHAPES)
-
-
 KSPLIT_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 4104), Shape(520, 264, 8200), Shape(64, 64, 8)]
 
 
