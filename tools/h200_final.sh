@@ -10,7 +10,8 @@
 #   pick times per shape beyond the always-timed kinds, default 6), ONLY (regex on configuration
 #   names), BENCH_SHAPES (default grid; a subset's results merge into a grid file with
 #   python -m harness.results merge; "changed" = the shapes whose winner the pick changed from
-#   BASE_PICK's, for tools/confirm_picks.py), BENCH_LIMIT_S (the grid bench's time limit, default 200),
+#   BASE_PICK's, for tools/confirm_picks.py), BENCH_LIMIT_S (the grid bench's time limit, default
+#   280: 1,000 shapes took 217-235 s),
 #   SERVER_S (0 = no server step), EXPORT_DIR + EXPORT_ARGS (the export
 #   benchmark of an export built here), PROFILE_SHAPES, BENCH=0, PICK_ARGS (more options of the pick, e.g.
 #   "--target-ms 200": big shapes are power-bound, their SM clock falls from ~1,965 to 1,305-1,545 MHz
@@ -57,8 +58,8 @@ if [ "${BENCH_SHAPES:-}" = "changed" ]; then
   [ "$(grep -vc '^#' $W/changed.shapes)" = "0" ] && BENCH=0
 fi
 if [ "${BENCH:-1}" = "1" ]; then
-step bench-grid $(( ${BENCH_LIMIT_S:-200} + 15 )) python3 -m harness bench --shapes ${BENCH_SHAPES:-grid} --kernels $W/k32 \
-  --label l2 --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-200}
+step bench-grid $(( ${BENCH_LIMIT_S:-280} + 15 )) python3 -m harness bench --shapes ${BENCH_SHAPES:-grid} --kernels $W/k32 \
+  --label l2 --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-280}
 step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
 fi
