@@ -44,8 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--acc", default="f32", help="accumulator: f32 (default) or f16")
     p.add_argument("--baselines", default=",".join(BASELINES),
                    help=f"comma separated: {', '.join(BASELINES)}, all or none (default all)")
-    p.add_argument("--kernels", metavar="DIR", help="directory of candidate kernels named M_N_K.cu")
-    p.add_argument("--label", default="candidate", help="label of the --kernels candidates in results (default candidate)")
+    p.add_argument("--kernels", metavar="DIR", action="append",
+                   help="directory of candidate kernels named M_N_K.cu (repeatable: several sets are checked and timed "
+                        "side by side, interleaved with the baselines in the same rounds)")
+    p.add_argument("--label", action="append",
+                   help="label of the --kernels candidates in results, one per --kernels in the same order "
+                        "(default candidate, for a single set)")
     p.add_argument("--out", metavar="FILE", help="result JSON (CSV written beside it); default bench-<mode>-<acc>-<time>.json")
     p.add_argument("--arch", help="build target, e.g. sm_90a or sm_80 (default: the GPU's)")
     p.add_argument("--seed", type=int, default=0, help="seed for interleaving order (default 0)")
@@ -183,10 +187,42 @@ def _row_from(res: dict[str, Any], shape: Shape) -> dict[str, Any]:
     return row
 
 
+def _mark(row: dict[str, Any], label: str, status: str, message: str) -> None:
+    """Record that ``label``'s kernel has no time on this row, and why."""
+    row["times_ms"][label] = None
+    row["status"][label] = status
+    row["checks"][label] = {"ok": False, "failed": status, "detail": message}
+
+
 def _failed_row(shape: Shape, labels: list[str], status: str, message: str) -> dict[str, Any]:
     return {"m": shape.m, "n": shape.n, "k": shape.k, "times_ms": {lb: None for lb in labels}, "roofline_ms": None,
             "checks": {lb: {"ok": False, "failed": status, "detail": message} for lb in labels},
             "status": {lb: status for lb in labels}, "size_class": shape.size_class}
+
+
+def candidate_sets(kernels: list[str] | str | None, labels: list[str] | str | None) -> list[tuple[str, str]]:
+    """(label, directory) per candidate set, from the repeatable ``--kernels`` / ``--label`` pair.
+
+    Why several: comparing two winners of a shape in two bench runs mixes their difference with
+    the GPU's drift between runs (a few per cent per shape on the H200, more on power-bound
+    shapes); in one run they share every round and every clock state.
+    """
+    dirs = [kernels] if isinstance(kernels, str) else list(kernels or [])
+    names = [labels] if isinstance(labels, str) else list(labels or [])
+    if not dirs:
+        if names:
+            raise HarnessError("--label names the candidates of --kernels: give --kernels DIR too")
+        return []
+    if not names and len(dirs) == 1:
+        names = ["candidate"]
+    if len(names) != len(dirs):
+        raise HarnessError(f"give one --label per --kernels ({len(dirs)} --kernels, {len(names)} --label)")
+    if len(set(names)) != len(names):
+        raise HarnessError(f"--label values must differ: {', '.join(names)}")
+    clash = [n for n in names if n in BASELINE_LABELS]
+    if clash:
+        raise HarnessError(f"--label {clash[0]!r} is a baseline's name: choose another")
+    return list(zip(names, dirs))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -199,36 +235,38 @@ def main(args: argparse.Namespace) -> int:
     baselines = parse_baselines(args.baselines)
     if args.replays < 7:
         raise HarnessError("--replays must be at least 7")
-    kernels: dict[Shape, Path] = load_kernels(args.kernels) if args.kernels else {}
+    sets = [(label, load_kernels(d)) for label, d in candidate_sets(args.kernels, args.label)]
+    all_shapes = sorted({s for _, ks in sets for s in ks})
     if args.shapes:
         shapes = resolve_shapes(args.shapes)
-    elif kernels:
-        shapes = sorted(kernels)
+    elif sets:
+        shapes = all_shapes
     else:
         shapes = resolve_shapes(None)
-    if not baselines and not kernels:
+    if not baselines and not sets:
         raise HarnessError("nothing to time: give --kernels DIR or at least one baseline")
     gpu = require_gpu(args.device or 0)
     arch = args.arch or gpu.arch
 
     # build every distinct candidate source once, in parallel
-    so_for: dict[Shape, dict[str, Any]] = {}
-    build_fail: dict[Shape, str] = {}
-    wanted = [s for s in shapes if s in kernels]
+    so_for: dict[Shape, list[dict[str, Any]]] = {}
+    build_fail: dict[tuple[Shape, str], str] = {}
+    wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
     if wanted:
         sources = []
-        for s in wanted:
+        for _, _, path in wanted:
             try:
-                sources.append(kernels[s].read_text())
+                sources.append(path.read_text())
             except (OSError, UnicodeDecodeError) as e:
-                raise KernelSourceError(f"cannot read kernel file {str(kernels[s])!r}: {e}") from None
+                raise KernelSourceError(f"cannot read kernel file {str(path)!r}: {e}") from None
         print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
         results = buildmod.build_many(sources, arch=arch)
-        for s, src, br in zip(wanted, sources, results):
+        for (s, label, _), src, br in zip(wanted, sources, results):
             if br.ok:
-                so_for[s] = {"label": args.label, "so_path": str(br.so_path), "nondeterministic": is_nondeterministic(src)}
+                so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
+                                                 "nondeterministic": is_nondeterministic(src)})
             else:
-                build_fail[s] = str(br.errors[0]) if br.errors else "compile error"
+                build_fail[(s, label)] = str(br.errors[0]) if br.errors else "compile error"
 
     out = Path(args.out) if args.out else Path(
         f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")
@@ -252,13 +290,13 @@ def main(args: argparse.Namespace) -> int:
             "cuda_driver": info.get("cuda_driver"), "nvcc": buildmod.nvcc_version(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
             "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
-            "baselines": baselines, "candidates": {args.label: str(args.kernels)} if kernels else {},
-            "checks": args.checks, "seed": args.seed, "shapes": args.shapes or (["--kernels"] if kernels else ["sample100"]),
+            "baselines": baselines, "candidates": dict(candidate_sets(args.kernels, args.label)),
+            "checks": args.checks, "seed": args.seed, "shapes": args.shapes or (["--kernels"] if sets else ["sample100"]),
             "roofline": rfl, "cupy": info.get("cupy"), "complete": False,
         }
         rf = ResultFile(meta, [])
         try:
-            stopped = _run_shapes(args, ev, shapes, acc, baselines, kernels, so_for, build_fail, rf, out, t0)
+            stopped = _run_shapes(args, ev, shapes, acc, baselines, sets, so_for, build_fail, rf, out, t0)
         except KeyboardInterrupt:
             rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
             if rf.rows:
@@ -276,8 +314,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str, baselines: list[str],
-                kernels: dict[Shape, Path], so_for: dict[Shape, dict[str, Any]], build_fail: dict[Shape, str],
-                rf: ResultFile, out: Path, t0: float) -> bool:
+                sets: list[tuple[str, dict[Shape, Path]]], so_for: dict[Shape, list[dict[str, Any]]],
+                build_fail: dict[tuple[Shape, str], str], rf: ResultFile, out: Path, t0: float) -> bool:
     """One request per shape; returns True when --limit-seconds stopped it early."""
     from .worker import WorkerError
 
@@ -287,7 +325,7 @@ def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str
         if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
             stopped = True
             break
-        cands = [so_for[shape]] if shape in so_for else []
+        cands = so_for.get(shape, [])
         try:
             res = ev.run_shape(shape, acc, cands, baselines)
             row = _row_from(res, shape)
@@ -300,25 +338,24 @@ def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str
                     row = _row_from(res, shape)
                 except WorkerError as e2:
                     row = _failed_row(shape, baselines, "timeout" if e2.kind == "timeout" else "crashed", str(e2)[:300])
-                row["times_ms"][args.label] = None
-                row["status"][args.label] = st
-                row["checks"][args.label] = {"ok": False, "failed": st, "detail": msg}
+                for c in cands:  # the worker names no culprit: every set of this shape is marked
+                    _mark(row, c["label"], st, msg)
             else:
                 row = _failed_row(shape, baselines, st, msg)
-        if shape in build_fail:
-            row["times_ms"][args.label] = None
-            row["status"][args.label] = "compile_error"
-            row["checks"][args.label] = {"ok": False, "failed": "compile_error", "detail": build_fail[shape][:300]}
-        elif kernels and shape not in kernels:
-            row["times_ms"].setdefault(args.label, None)
-            row["status"][args.label] = "absent"
+        for label, ks in sets:
+            if (shape, label) in build_fail:
+                _mark(row, label, "compile_error", build_fail[(shape, label)][:300])
+            elif shape not in ks:
+                row["times_ms"].setdefault(label, None)
+                row["status"][label] = "absent"
         rf.rows.append(row)
         note = f"{shape}"
         t = row["times_ms"]
         if t.get("cublas"):
             note += f" cublas {t['cublas']:.4g}ms"
-        if kernels and t.get(args.label):
-            note += f" {args.label} {t[args.label]:.4g}ms"
+        for label, _ in sets:
+            if t.get(label):
+                note += f" {label} {t[label]:.4g}ms"
         prog.update(i + 1, note)
         if (i + 1) % CHECKPOINT_EVERY == 0:
             rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)

@@ -43,3 +43,34 @@ def test_kernels_dir(tmp_path):
     (tmp_path / "notes.cu").write_text("// ignored")
     ks = load_kernels(str(tmp_path))
     assert [str(s) for s in ks] == ["64x128x256"]
+
+
+def test_candidate_sets_pair_each_kernels_folder_with_its_label():
+    from harness.bench import candidate_sets
+
+    assert candidate_sets(None, None) == []
+    assert candidate_sets(["k"], None) == [("candidate", "k")]
+    assert candidate_sets("k", "l2") == [("l2", "k")]
+    assert candidate_sets(["a", "b"], ["incumbent", "l2"]) == [("incumbent", "a"), ("l2", "b")]
+    with pytest.raises(HarnessError, match="one --label per --kernels"):
+        candidate_sets(["a", "b"], None)
+    with pytest.raises(HarnessError, match="one --label per --kernels"):
+        candidate_sets(["a", "b"], ["x"])
+    with pytest.raises(HarnessError, match="must differ"):
+        candidate_sets(["a", "b"], ["x", "x"])
+    with pytest.raises(HarnessError, match="baseline's name"):
+        candidate_sets(["a"], ["cublas"])
+    with pytest.raises(HarnessError, match="give --kernels DIR too"):
+        candidate_sets(None, ["x"])
+
+
+def test_two_kernel_sets_without_labels_is_a_one_line_error(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "64_64_64.cu").write_text("// x")
+    p = subprocess.run([sys.executable, "-m", "l2tui.cli", "bench", "--kernels", str(tmp_path / "a"),
+                        "--kernels", str(tmp_path / "b"), "--label", "one"],
+                       capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "give one --label per --kernels (2 --kernels, 1 --label)" in lines[0]

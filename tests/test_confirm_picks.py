@@ -110,3 +110,29 @@ def test_tools_read_gzip_compressed_picks(tmp_path):
     with gzip.open(packed, "wt", encoding="utf-8") as fh:
         json.dump(doc, fh)
     assert read_json(plain) == read_json(packed) == doc
+
+
+def test_one_ab_bench_file_gives_both_speedups(tmp_path):
+    """Both winners timed in one run under two labels (l2tui bench --kernels OLD --label incumbent
+    --kernels NEW --label l2): the file is given twice and each side reads its own label."""
+    earlier = _pick((A, "old-a"), (B, "old-b"), configs={"old-a": {"f": 1}, "old-b": {"f": 2}})
+    later = _pick((A, "new-a"), (B, "new-b"), configs={"new-a": {"f": 3}, "new-b": {"f": 4}})
+    ab = {"meta": {"git_rev": "ab1"}, "rows": [
+        {"m": A[0], "n": A[1], "k": A[2], "times_ms": {"incumbent": 2.0, "l2": 1.9, "cublaslt_autotune": 3.0}},
+        {"m": B[0], "n": B[1], "k": B[2], "times_ms": {"incumbent": 4.0, "l2": 3.0, "cublaslt_autotune": 4.4}}]}
+    paths = []
+    for name, doc in (("e.json", earlier), ("ab.json", ab), ("l.json", later)):
+        (tmp_path / name).write_text(json.dumps(doc))
+        paths.append(str(tmp_path / name))
+    out = tmp_path / "out.json"
+    args = [paths[0], paths[1], paths[2], paths[1], "--out", str(out), "--earlier-label", "incumbent",
+            "--later-label", "l2", "--min-gain", "0.1"]
+    assert _tool().main(args) == 0
+    doc = json.loads(out.read_text())
+    # A: 1.9 against 2.0 is 5 % (under --min-gain 0.1): the incumbent stays; B: 33 % faster: the new one
+    assert [r["winner"] for r in doc["timings"]] == ["old-a", "new-b"]
+    conf = doc["confirm"]
+    assert (conf["earlier_label"], conf["later_label"]) == ("incumbent", "l2")
+    assert conf["earlier_bench"] == conf["later_bench"] == "ab1"
+    with pytest.raises(SystemExit, match="no shape timed for both 'nope'"):
+        _tool().main([*args[:6], "--earlier-label", "nope", "--later-label", "l2"])

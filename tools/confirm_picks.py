@@ -2,6 +2,8 @@
 
     python tools/confirm_picks.py EARLIER_PICK EARLIER_BENCH LATER_PICK LATER_BENCH --out PICK \
         [--baseline cublaslt_autotune] [--label l2] [--margin 0.0 | --min-gain 0.04]
+    python tools/confirm_picks.py EARLIER_PICK AB_BENCH LATER_PICK AB_BENCH --out PICK \
+        --earlier-label incumbent --later-label l2 [--min-gain 0.02]
 
 Why: the pick (tools/sweep_gpu.py) times dozens of configurations per shape quickly, one after
 the other, and its per-shape times disagree with the grid bench (harness bench: interleaved
@@ -23,6 +25,14 @@ of 612 mid shapes (runs/midbroad.md) 76 of 192 changes passed that way and a thi
 them at 0.997x of the earlier winners. ``--min-gain G`` keeps the later winner only when its
 speedup beats the earlier one's by more than the fraction G (with 0.04 the same data kept 18, at
 1.012x in the third bench); ``--margin`` is the mirror image (the earlier winner must win by more).
+
+Two runs compared this way still differ by the GPU's state: a bench of only the changed shapes
+(`h200_final.sh BENCH_SHAPES=changed`) runs them back to back, power-bound ones hotter than in
+the grid bench they are compared with. In the 29f3b04 re-pick of 235 big shapes 3 of 37 changes
+passed --min-gain 0.04 and came out at a net -2 % in the next grid bench. The remedy is one run:
+``l2tui bench --kernels OLD --label incumbent --kernels NEW --label l2`` times both winners of each
+shape in the same interleaved rounds (`h200_final.sh AB=1` does it for the changed shapes), and
+``--earlier-label`` / ``--later-label`` read both speedups from that one file.
 """
 
 from __future__ import annotations
@@ -56,14 +66,21 @@ def _speedups(bench: dict, label: str, baseline: str) -> dict[Shape, float]:
     return out
 
 
+def _rev(bench: dict) -> str | None:
+    """The git revision a bench file records (``git_rev``; ``git`` in files before the schema named it)."""
+    meta = bench.get("meta", {})
+    return meta.get("git_rev") or meta.get("git")
+
+
 def confirm(earlier: dict, earlier_bench: dict, later: dict, later_bench: dict, *, label: str = "l2",
-            baseline: str = "cublaslt_autotune", margin: float = 0.0, min_gain: float = 0.0) -> dict:
+            baseline: str = "cublaslt_autotune", margin: float = 0.0, min_gain: float = 0.0,
+            earlier_label: str | None = None, later_label: str | None = None) -> dict:
     """The later pick, with the earlier row wherever the earlier winner's bench speedup beat the later's
     by more than ``margin`` (or, with ``min_gain`` > 0, wherever the later's did not beat the earlier's by
     more than ``min_gain``)."""
     old_rows = {tuple(r["shape"]): r for r in earlier["timings"]}
-    s_old = _speedups(earlier_bench, label, baseline)
-    s_new = _speedups(later_bench, label, baseline)
+    s_old = _speedups(earlier_bench, earlier_label or label, baseline)
+    s_new = _speedups(later_bench, later_label or label, baseline)
     timings, decisions = [], []
     for row in later["timings"]:
         shape = tuple(row["shape"])
@@ -83,9 +100,10 @@ def confirm(earlier: dict, earlier_bench: dict, later: dict, later_bench: dict, 
     used = {r["winner"] for r in timings if r.get("winner")} | {n for r in timings for n in r.get("times_ms", {})}
     doc = {k: v for k, v in later.items() if k not in ("timings", "configs")}
     doc.update({"timings": timings, "configs": {k: v for k, v in configs.items() if k in used},
-                "confirm": {"label": label, "baseline": baseline, "margin": margin, "min_gain": min_gain,
-                            "earlier_bench": earlier_bench.get("meta", {}).get("git"),
-                            "later_bench": later_bench.get("meta", {}).get("git"),
+                "confirm": {"label": label, "earlier_label": earlier_label or label,
+                            "later_label": later_label or label, "baseline": baseline, "margin": margin,
+                            "min_gain": min_gain, "earlier_bench": _rev(earlier_bench),
+                            "later_bench": _rev(later_bench),
                             "decisions": decisions}})
     return doc
 
@@ -98,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("later_bench", help="grid bench result of the later pick's winners")
     ap.add_argument("--out", required=True)
     ap.add_argument("--label", default="l2", help="the candidates' label in both bench files")
+    ap.add_argument("--earlier-label", help="the earlier winners' label in EARLIER_BENCH (default: --label)")
+    ap.add_argument("--later-label", help="the later winners' label in LATER_BENCH (default: --label); with "
+                                          "--earlier-label and one A/B bench file given twice, both from one run")
     ap.add_argument("--baseline", default="cublaslt_autotune", help="the reference timed in both runs")
     ap.add_argument("--margin", type=float, default=0.0,
                     help="keep the earlier winner only when its speedup is higher by more than this fraction")
@@ -113,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, d in zip(("earlier pick", "later pick"), (docs[0], docs[2])):
         if not isinstance(d.get("timings"), list):
             raise SystemExit(f"the {name} has no 'timings' list: not a pick file (tools/sweep_gpu.py pick)")
-    for name, d in zip(("earlier bench", "later bench"), (docs[1], docs[3])):
-        if not _speedups(d, args.label, args.baseline):
-            raise SystemExit(f"the {name} has no shape timed for both '{args.label}' and '{args.baseline}'")
+    labels = (args.earlier_label or args.label, args.later_label or args.label)
+    for name, d, lb in zip(("earlier bench", "later bench"), (docs[1], docs[3]), labels):
+        if not _speedups(d, lb, args.baseline):
+            raise SystemExit(f"the {name} has no shape timed for both '{lb}' and '{args.baseline}'")
     out = confirm(docs[0], docs[1], docs[2], docs[3], label=args.label, baseline=args.baseline,
-                  margin=args.margin, min_gain=args.min_gain)
+                  margin=args.margin, min_gain=args.min_gain, earlier_label=args.earlier_label,
+                  later_label=args.later_label)
     Path(args.out).write_text(json.dumps(out))
     dec = out["confirm"]["decisions"]
     kept = sum(1 for d in dec if d["kept"] == "earlier")

@@ -10,7 +10,9 @@
 #   pick times per shape beyond the always-timed kinds, default 6), ONLY (regex on configuration
 #   names), BENCH_SHAPES (default grid; a subset's results merge into a grid file with
 #   python -m harness.results merge; "changed" = the shapes whose winner the pick changed from
-#   BASE_PICK's, for tools/confirm_picks.py), BENCH_LIMIT_S (the grid bench's time limit, default
+#   BASE_PICK's, for tools/confirm_picks.py; with AB=1 the bench times each changed shape's
+#   earlier winner too, label "incumbent", in the same rounds: confirm_picks --earlier-label
+#   incumbent --later-label l2 reads both from that one file), BENCH_LIMIT_S (the grid bench's time limit, default
 #   280: 1,000 shapes took 217-235 s),
 #   SERVER_S (0 = no server step), EXPORT_DIR + EXPORT_ARGS (the export
 #   benchmark of an export built here), PROFILE_SHAPES, BENCH=0, PICK_ARGS (more options of the pick, e.g.
@@ -57,9 +59,15 @@ if [ "${BENCH_SHAPES:-}" = "changed" ]; then
   BENCH_SHAPES=$W/changed.shapes
   [ "$(grep -vc '^#' $W/changed.shapes)" = "0" ] && BENCH=0
 fi
+INCUMBENTS=()
+if [ "${AB:-0}" = "1" ] && [ -n "${BASE_PICK:-}" ] && [ "${BENCH:-1}" = "1" ]; then
+  step materialize-incumbents 30 python3 tools/sweep_gpu.py materialize --pick "$BASE_PICK" --prebuilt /tmp/prebuilt \
+    --kernels-dir $W/k32base --out $W
+  INCUMBENTS=(--kernels $W/k32base --label incumbent)
+fi
 if [ "${BENCH:-1}" = "1" ]; then
 step bench-grid $(( ${BENCH_LIMIT_S:-280} + 15 )) python3 -m harness bench --shapes ${BENCH_SHAPES:-grid} --kernels $W/k32 \
-  --label l2 --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-280}
+  --label l2 "${INCUMBENTS[@]}" --baselines $B --out $OUT/kernels-offline.json --limit-seconds ${BENCH_LIMIT_S:-280}
 step server ${SERVER_S:-140} python3 -m harness bench --shapes sample100 --kernels $W/k32 --label l2 --baselines $B \
   --mode server --server-calls 10 --out $OUT/kernels-server-sample100.json --limit-seconds 130
 fi
