@@ -65,6 +65,29 @@ def pick_label(rf: ResultFile, label: str | None) -> str | None:
     return cands[0] if cands else None
 
 
+def report_labels(rf: ResultFile, label: str | None) -> list[str]:
+    """The candidate labels to report: ``label`` alone when given, else every candidate of the
+    file (an A/B run holds two), the preferred one (``pick_label``) first."""
+    first = pick_label(rf, label)
+    if first is None:
+        return []
+    if label:
+        return [first]
+    return [first] + [lb for lb in rf.candidate_labels() if lb != first]
+
+
+def head_to_head(rf: ResultFile, a: str, b: str) -> tuple[float | None, int, int]:
+    """Geomean of time(b) / time(a) over the shapes both timed, shapes where a was faster, shapes."""
+    logs = []
+    for r in rf.rows:
+        ta, tb = r["times_ms"].get(a), r["times_ms"].get(b)
+        if ta and tb and ta > 0 and tb > 0:
+            logs.append(math.log(tb / ta))
+    if not logs:
+        return None, 0, 0
+    return math.exp(sum(logs) / len(logs)), sum(1 for x in logs if x > 0), len(logs)
+
+
 def speedups(rf: ResultFile, label: str, baseline: str) -> list[tuple[Shape, float]]:
     out = []
     for r in rf.rows:
@@ -154,36 +177,52 @@ def markdown(files: Sequence[tuple[str, ResultFile]], label: str | None = None) 
              "candidate time (1.0 = at the GPU's limit). Size classes: small < 2^30 flop <= mid < 2^37 flop <= big.",
              ""]
     for path, rf in files:
-        lb = pick_label(rf, label)
+        labels = report_labels(rf, label)
         m = rf.meta
         lines += [f"## {Path(path).name}", "",
                   f"{m.get('gpu')} · driver {m.get('driver')} · CUDA {m.get('cuda')} · nvcc {m.get('nvcc')} · "
                   f"{m.get('mode')} · acc {m.get('acc')} · {m.get('date')} · git {str(m.get('git_rev'))[:10]}", ""]
         lines += caveats(rf)
-        if lb is None:
+        if not labels:
             lines += ["No candidate label in this file.", ""]
             continue
-        s = summarize(rf, lb)
-        lines += [f"Candidate `{lb}` on {s['shapes']} shapes ({s['missing']} without a time).", "",
-                  "| baseline | geomean speedup | faster on | shapes |", "|---|---:|---:|---:|"]
-        for b, v in s["baselines"].items():
-            name = "per-shape fastest baseline" if b == "best" else b
-            pct = f"{100 * v['wins'] / v['n']:.0f}%" if v["n"] else "-"
-            lines.append(f"| {name} | {_f(v['geomean'])}x | {pct} | {v['n']} |")
-        lines += ["", f"| size class | shapes | vs {TARGET_BASELINE} | faster on | vs fastest baseline | roofline reached |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for cls, v in s["classes"].items():
-            pct = f"{100 * v['wins'] / v['timed']:.0f}%" if v["timed"] else "-"
-            lines.append(f"| {cls} | {v['n']} | {_f(v['vs_target'])}x | {pct} | {_f(v['vs_best'])}x | "
-                         f"{_f(v['roofline'], '.2f')} |")
-        lines += ["", f"| regime (128x128 output tiles, K) | shapes | vs {TARGET_BASELINE} | faster on | "
-                  "vs fastest baseline | roofline reached |", "|---|---:|---:|---:|---:|---:|"]
-        for reg, v in s["regimes"].items():
-            pct = f"{100 * v['wins'] / v['timed']:.0f}%" if v["timed"] else "-"
-            lines.append(f"| {reg} | {v['n']} | {_f(v['vs_target'])}x | {pct} | {_f(v['vs_best'])}x | "
-                         f"{_f(v['roofline'], '.2f')} |")
-        lines.append("")
+        if len(labels) > 1:
+            lines += [f"Candidates side by side in this run: {', '.join(f'`{x}`' for x in labels)}.", "",
+                      "| candidate | against | geomean speedup | faster on | shapes |", "|---|---|---:|---:|---:|"]
+            for other in labels[1:]:
+                g, wins, n = head_to_head(rf, labels[0], other)
+                pct = f"{100 * wins / n:.0f}%" if n else "-"
+                lines.append(f"| {labels[0]} | {other} | {_f(g)}x | {pct} | {n} |")
+            lines.append("")
+        for lb in labels:
+            lines += _candidate_tables(rf, lb)
     return "\n".join(lines) + "\n"
+
+
+def _candidate_tables(rf: ResultFile, lb: str) -> list[str]:
+    """One candidate's tables: speedup over each baseline, by size class and by regime."""
+    lines: list[str] = []
+    s = summarize(rf, lb)
+    lines += [f"Candidate `{lb}` on {s['shapes']} shapes ({s['missing']} without a time).", "",
+              "| baseline | geomean speedup | faster on | shapes |", "|---|---:|---:|---:|"]
+    for b, v in s["baselines"].items():
+        name = "per-shape fastest baseline" if b == "best" else b
+        pct = f"{100 * v['wins'] / v['n']:.0f}%" if v["n"] else "-"
+        lines.append(f"| {name} | {_f(v['geomean'])}x | {pct} | {v['n']} |")
+    lines += ["", f"| size class | shapes | vs {TARGET_BASELINE} | faster on | vs fastest baseline | roofline reached |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for cls, v in s["classes"].items():
+        pct = f"{100 * v['wins'] / v['timed']:.0f}%" if v["timed"] else "-"
+        lines.append(f"| {cls} | {v['n']} | {_f(v['vs_target'])}x | {pct} | {_f(v['vs_best'])}x | "
+                     f"{_f(v['roofline'], '.2f')} |")
+    lines += ["", f"| regime (128x128 output tiles, K) | shapes | vs {TARGET_BASELINE} | faster on | "
+              "vs fastest baseline | roofline reached |", "|---|---:|---:|---:|---:|---:|"]
+    for reg, v in s["regimes"].items():
+        pct = f"{100 * v['wins'] / v['timed']:.0f}%" if v["timed"] else "-"
+        lines.append(f"| {reg} | {v['n']} | {_f(v['vs_target'])}x | {pct} | {_f(v['vs_best'])}x | "
+                     f"{_f(v['roofline'], '.2f')} |")
+    lines.append("")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

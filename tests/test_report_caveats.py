@@ -28,3 +28,24 @@ def test_complete_offline_run_has_no_caveat_and_derived_file_says_so():
         assert "Merged from" in "\n".join(report.caveats(rf))
     text = "\n".join(report.caveats(results.load(H200 / "baselines-offline.json")))
     assert "Derived from `results/h200/kernels-offline.json`" in text
+
+
+def test_an_ab_run_reports_both_candidates_and_their_head_to_head():
+    """The committed A/B file (two kernel sets in one bench run): both candidates' tables, the
+    preferred label first, and the geomean of one against the other over the shapes both timed."""
+    path = H200 / "runs" / "ab-tile256-e42f7a3.json"
+    rf = results.load(path)
+    assert report.report_labels(rf, None) == ["l2", "incumbent"]
+    assert report.report_labels(rf, "incumbent") == ["incumbent"]
+    g, wins, n = report.head_to_head(rf, "l2", "incumbent")
+    expect = 1.0
+    for r in rf.rows:
+        expect *= r["times_ms"]["incumbent"] / r["times_ms"]["l2"]
+    assert n == 3 and abs(g - expect ** (1 / 3)) < 1e-12
+    assert wins == sum(1 for r in rf.rows if r["times_ms"]["incumbent"] > r["times_ms"]["l2"])
+    text = report.markdown([(str(path), rf)])
+    assert "Candidates side by side in this run: `l2`, `incumbent`." in text
+    assert text.index("Candidate `l2` on 3 shapes") < text.index("Candidate `incumbent` on 3 shapes")
+    assert f"| l2 | incumbent | {g:.3f}x | {100 * wins / n:.0f}% | 3 |" in text
+    single = report.markdown([(str(path), rf)], "l2")
+    assert "side by side" not in single and "Candidate `incumbent`" not in single
