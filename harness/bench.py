@@ -291,7 +291,8 @@ def main(args: argparse.Namespace) -> int:
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
             "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
             "baselines": baselines, "candidates": dict(candidate_sets(args.kernels, args.label)),
-            "checks": args.checks, "seed": args.seed, "shapes": args.shapes or (["--kernels"] if sets else ["sample100"]),
+            "checks": args.checks, "seed": args.seed,
+            "shapes": args.shapes or (["--kernels"] if sets else ["sample100"]),
             "roofline": rfl, "cupy": info.get("cupy"), "complete": False,
         }
         rf = ResultFile(meta, [])
