@@ -74,3 +74,15 @@ def test_two_kernel_sets_without_labels_is_a_one_line_error(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert "give one --label per --kernels (2 --kernels, 1 --label)" in lines[0]
+
+
+@pytest.mark.skipif(gpu_present(), reason="this machine has a GPU")
+def test_sweep_without_gpu_is_one_line_error_and_leaves_no_session(tmp_path):
+    env = dict(os.environ, L2TUI_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-m", "l2tui.cli", "sweep", "--shapes", "64x64x64", "--policy", "search",
+                        "--session", str(tmp_path / "sw")], capture_output=True, text=True, env=env, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0] == ("l2tui: error: no NVIDIA GPU found: run on a machine with a GPU and its driver "
+                        "(nvidia-smi must work)")
+    assert not (tmp_path / "sw" / "events.jsonl").exists()

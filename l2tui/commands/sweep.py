@@ -92,13 +92,16 @@ def run(args: argparse.Namespace) -> int:
         evaluator = RecordedEvaluator(args.recorded, arch=arch)
     else:
         from harness.evaluate import Evaluator
+        from harness.gpuinfo import require_gpu
 
+        require_gpu()   # the one-line "no NVIDIA GPU found" before a worker is started for nothing
         evaluator = Evaluator(arch=arch, baselines=(args.baseline,))
     gpu = {}
     try:
         gpu = dict(evaluator.gpu_info()) if hasattr(evaluator, "gpu_info") else {}
     except Exception as e:  # noqa: BLE001
-        raise UserError(f"no GPU to sweep on ({str(e).splitlines()[0][:120]}): pass --recorded FILE or run on a GPU box") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"no GPU to sweep on: {why} (pass --recorded FILE or run on a GPU box)") from None
 
     if session is None:
         from ..paths import sessions_root
