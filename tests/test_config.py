@@ -104,3 +104,22 @@ def test_url_credentials_are_not_snapshotted():
     cfg = parse_config({"llm": {"base_url": "https://bob:s3cret@llm.example.com/v1"}})
     assert cfg.snapshot()["llm"]["base_url"] == "https://llm.example.com/v1"
     assert cfg.llm["base_url"] == "https://bob:s3cret@llm.example.com/v1"  # still used for requests
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_replay_reads_config_given_before_or_after_the_subcommand(tmp_path, where):
+    """`l2tui --config F replay S` and `l2tui replay --config F S` both read F (a subcommand's own
+    --config default once overwrote the global one, and a malformed file was silently ignored)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bad = write(tmp_path / "bad.toml", "[loop\n")
+    session = Path(__file__).resolve().parent.parent / "sessions" / "demo-h200-scripted"
+    cmd = ["--config", str(bad), "replay", str(session)] if where == "before" else \
+        ["replay", "--config", str(bad), str(session)]
+    p = subprocess.run([sys.executable, "-m", "l2tui.cli", *cmd], capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-500:]
+    assert lines[0].startswith(f"l2tui: error: {bad}: not valid TOML")

@@ -15,7 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paused", action="store_true", help="start paused (space plays)")
     p.add_argument("--at", metavar="EVENT", type=int, default=None,
                    help="start after this many events (e.g. --at 0 for an empty screen, default: the start)")
-    p.add_argument("--config", metavar="FILE", help="config file for key bindings and theme")
+    # dest of its own: a subcommand's --config default would overwrite `l2tui --config FILE replay …`
+    p.add_argument("--config", dest="replay_config", metavar="FILE", help="config file for key bindings and theme")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.speed not in SPEEDS:
         raise UserError(f"--speed {args.speed:g} is not offered: use one of {', '.join(f'{s:g}' for s in SPEEDS)}")
-    cfg = load_config(getattr(args, "config", None))
+    cfg = load_config(getattr(args, "replay_config", None) or getattr(args, "config", None))
     app = make_replay_app(args.session, cfg=cfg, speed=args.speed, autoplay=not args.paused, start=args.at)
     app.run()
     return int(app.return_code or 0)
