@@ -128,3 +128,21 @@ def test_command_line_shape(tmp_path):
     assert "--nvtx" not in prof and prof[prof.index("--profile-from-start") + 1] == "off"
     assert ncu_mod.import_command("ncu", tmp_path / "r.ncu-rep", "raw")[-5:] == ["--csv", "--page", "raw",
                                                                                  "--print-units", "base"]
+
+
+def test_cublas_baseline_request_builds_the_trusted_linked_shim(tmp_path, monkeypatch):
+    """--baseline cublas profiles the bench's own cuBLAS shim: built as trusted code and linked to
+    libcublas (it once went through the candidate path, whose source policy refuses cuBLAS calls,
+    so `l2tui profile --baseline cublas` failed with 'the kernel does not compile')."""
+    import subprocess
+
+    from harness.profiling.api import baseline_request
+    from harness.shapes import Shape
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    req = baseline_request("cublas", Shape(64, 64, 64), "f16", arch="sm_90a")
+    assert req.label == "cublas" and req.symbol == "l2_hgemm_f16" and req.baseline is None
+    assert Path(req.so_path).is_file()
+    ldd = subprocess.run(["ldd", req.so_path], capture_output=True, text=True).stdout
+    assert "libcublas.so" in ldd and "not found" not in ldd, ldd
+    assert req.item("r0")["kind"] == "so"

@@ -52,6 +52,13 @@ def test_profile_torch_baseline_tiny_shape():
     assert p.kernels and p.metrics["duration_us"].value < 1000
 
 
+def test_profile_cublas_baseline_through_the_shim():
+    """The bench's cuBLAS shim (trusted, linked to libcublas), f32 and f16 entry points."""
+    for acc in ("f32", "f16"):
+        p = profile_kernel(None, "1024x1024x1024", acc, baseline="cublas")
+        assert p.kernels and p.metrics["duration_us"].value > 0, acc
+
+
 def test_kernel_that_refuses_the_shape_is_no_kernel_error():
     src = ('extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* s)'
            " { return 1; }\n")

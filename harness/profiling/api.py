@@ -134,10 +134,14 @@ def baseline_request(name: str, shape: Shape, acc: str = "f32", arch: str | None
     if name not in BASELINES:
         raise HarnessError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
     if name == "cublas":
+        from ..baselines import build_shim
+
         shim = KERNELS_DIR / "cublas_shim.cu"
         if not shim.is_file():
             raise HarnessError("the cuBLAS shim (harness/kernels/cublas_shim.cu) is missing: use --baseline torch")
-        return Request(shape, acc, so_path=_build_so(shim.read_text(), arch, ()), label="cublas",
+        # the bench's own build of the shim: trusted (a candidate may not call cuBLAS, the shim
+        # must) and linked against the pip wheel's libcublas
+        return Request(shape, acc, so_path=str(build_shim(arch).so_path), label="cublas",
                        symbol="l2_hgemm_f16" if acc == "f16" else "l2_hgemm")
     return Request(shape, acc, baseline=name, label=name)
 
