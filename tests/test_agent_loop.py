@@ -369,3 +369,29 @@ def test_reject_and_accept_commands_move_the_best(tmp_path, scenarios, recorded,
     assert loop.tracks[tid].best_sha == best and by_type(s, "best")[-1]["sha"] == best
     decisions = [(d["action"], d["by"]) for d in by_type(s, "decision") if d["by"] == "user"]
     assert decisions == [("accept", "user"), ("reject", "user")]
+
+
+def test_resume_with_a_larger_step_budget_continues_a_finished_track(tmp_path, scenarios, recorded, agent_cache,
+                                                                      scripted_server, monkeypatch):
+    """`l2tui run --resume --max-steps 4` after a run of 2 steps: the track that ended on its step
+    budget goes on to 4; resumed with the same budget it stays done."""
+    monkeypatch.setenv(ENV, SECRET)
+    scripted_server.defaults["*"] = "nothing useful"
+    loop, s = _loop(tmp_path, scenarios, scripted_server, recorded, max_steps=2)
+    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.run()
+    assert [e["reason"] for e in by_type(s, "track_done")] == ["max_steps (2)"]
+
+    def reopen(max_steps):
+        cfg = parse_config(scenarios.scenario_config(scripted_server.base_url, api_key_env=ENV, max_steps=max_steps))
+        session = Session.open(tmp_path / "s")
+        lp = AgentLoop(session, LoopConfig.from_config(cfg), policy=LLMPolicy.from_config(cfg), evaluator=recorded)
+        lp.run()
+        return session
+
+    same = reopen(2)
+    assert [e["steps_done"] for e in by_type(same, "checkpoint")] == [1, 2]
+    more = reopen(4)
+    assert [e["steps_done"] for e in by_type(more, "checkpoint")] == [1, 2, 3, 4]
+    assert [e["reason"] for e in by_type(more, "track_done")] == ["max_steps (2)", "max_steps (4)"]
+    assert [e["seq"] for e in more.events] == list(range(len(more.events)))

@@ -36,6 +36,8 @@ from .rewards import RewardConfig, code_lines, failure_reward, reference_error, 
 from .structure import guard_debug_patch, structure_key
 
 TERMINAL = ("done", "failed", "stopped_final")
+#: track_done reasons that a larger per-track budget on --resume lifts (see _budget)
+BUDGET_REASONS = ("max_steps (", "wall_time (", "token_budget (")
 DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
 NOT_RECORDED = "not_recorded"
 
@@ -1013,6 +1015,9 @@ class AgentLoop:
                     t.best_sha = None
             for a in t.history:
                 a.accepted = a.sha is not None and (a.sha == t.best_sha or a.sha in t.best_stack)
+            if t.done_reason is not None and t.state != "failed" and t.done_reason.startswith(BUDGET_REASONS) \
+                    and self._budget(t) is None:
+                t.done_reason = None  # finished on a budget that this run raises (--max-steps 30 after 20): go on
             if t.done_reason is None:
                 t.state = "queued"  # running/paused/stopped before the stop: continue
             else:
