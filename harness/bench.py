@@ -235,7 +235,8 @@ def main(args: argparse.Namespace) -> int:
     baselines = parse_baselines(args.baselines)
     if args.replays < 7:
         raise HarnessError("--replays must be at least 7")
-    sets = [(label, load_kernels(d)) for label, d in candidate_sets(args.kernels, args.label)]
+    pairs = candidate_sets(args.kernels, args.label)
+    sets = [(label, load_kernels(d)) for label, d in pairs]
     all_shapes = sorted({s for _, ks in sets for s in ks})
     if args.shapes:
         shapes = resolve_shapes(args.shapes)
@@ -290,7 +291,7 @@ def main(args: argparse.Namespace) -> int:
             "cuda_driver": info.get("cuda_driver"), "nvcc": buildmod.nvcc_version(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
             "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
-            "baselines": baselines, "candidates": dict(candidate_sets(args.kernels, args.label)),
+            "baselines": baselines, "candidates": dict(pairs),
             "checks": args.checks, "seed": args.seed,
             "shapes": args.shapes or (["--kernels"] if sets else ["sample100"]),
             "roofline": rfl, "cupy": info.get("cupy"), "complete": False,
