@@ -1,1 +1,1 @@
-configs/sm90-256x96x64-c1x2-coop-p-st0-sw8-noc.cu
+configs/sm90-128x256x64-c1x1-coop-sk-st0.cu
