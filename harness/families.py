@@ -107,7 +107,7 @@ SM90 = Family(
     build_arch="sm_90a",
     summary="CUTLASS 3.x TMA + WGMMA warp-specialized GEMM (Hopper): big and mid shapes",
     knobs=(
-        Knob("TILE_M", _V(64, 128, 256), "CTA tile rows (COOPERATIVE needs >= 128)"),
+        Knob("TILE_M", _V(64, 128, 192, 256), "CTA tile rows (COOPERATIVE needs >= 128, a multiple of 128)"),
         Knob("TILE_N", _V(64, 96, 128, 160, 192, 256), "CTA tile columns"),
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
@@ -537,6 +537,9 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
     if fam.name == "sm90_cutlass":
         if not g.pingpong and g.tile_m < 128:
             problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
+        if not g.pingpong and g.tile_m % 128:
+            problems.append(f"COOPERATIVE needs a TILE_M that is a multiple of 128 (two warpgroups of 64-row WGMMAs), "
+                            f"not {g.tile_m}: use PINGPONG")
         if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
             problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
         if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") and knobs["SPLITS"] == "1":
@@ -865,6 +868,15 @@ CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
     ("sm90_cutlass", _sm90(256, 192, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(256, 192, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
     ("sm90_cutlass", _sm90(256, 64, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
+    # cuBLASLt tiles M = 12288, N <= 256 with 384 rows (ncu: nvjet 384x64 in clusters of two), a
+    # TMA box CUTLASS cannot load (at most 256 rows: "Failed to initialize the TMA descriptor" and
+    # a hang on the H200 at 8e4d7e6). 192-row ping-pong tiles give the same single wave: 12288 /
+    # 192 = 64 tile rows, so 12288x256 is 128 tiles of 192x128 where 128x128 gives 1.45 waves and
+    # 64x128 2.9, and 12288x128 is 128 tiles of 192x64
+    ("sm90_cutlass", _sm90(192, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(192, 128, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(192, 64, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
+    ("sm90_cutlass", _sm90(192, 64, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
     ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
     ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
     ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),

@@ -339,6 +339,18 @@ def test_tile256_configurations_pass_every_check(evaluator):
     assert_catalog_configs_pass(evaluator, TILE256_NAMES, TILE256_SHAPES)
 
 
+#: 192-row ping-pong tiles (one warpgroup holds all 192 rows: three WGMMA atoms, 192 accumulator
+#: registers a thread at 128 columns): M residues of a third of a tile, grids cut mid-cluster
+TILE192_NAMES = ("sm90-192x128x64-c1x1-pp-p-st0-noc-e64", "sm90-192x128x64-c1x2-pp-p-st0-noc-e64",
+                 "sm90-192x64x64-c1x1-pp-p-st0-noc-e64", "sm90-192x64x64-c1x2-pp-p-st0-noc-e64")
+TILE192_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 2056), Shape(12296, 200, 4104), Shape(520, 264, 72)]
+
+
+def test_tile192_configurations_pass_every_check(evaluator):
+    """192-row ping-pong tiles, alone and in pairs along N: every output exact, graph replays fresh."""
+    assert_catalog_configs_pass(evaluator, TILE192_NAMES, TILE192_SHAPES)
+
+
 KSPLIT_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 4104), Shape(520, 264, 8200), Shape(64, 64, 8)]
 
 
