@@ -80,4 +80,4 @@ def test_sweep_search_resume_and_bench_on_the_gpu(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == len(SHAPES)
     for r in rows:
-        assert r["status"]["l2"] == "ok" and r["times_ms"]["l2"] > 0, r["status"]
+        assert r["status"]["candidate"] == "ok" and r["times_ms"]["candidate"] > 0, r["status"]
