@@ -1,1 +1,1 @@
-configs/sm90-128x64x128-c1x1-coop-split0-st0.cu
+configs/sm90-192x64x64-c1x1-pp-p-st0-noc-e64.cu

@@ -71,19 +71,19 @@
 #define ACC_F16 2
 
 // l2: knobs begin
-#define TILE_M 128
-#define TILE_N 128
+#define TILE_M 192
+#define TILE_N 64
 #define TILE_K 64
 #define CLUSTER_M 1
 #define CLUSTER_N 1
-#define SCHEDULE COOPERATIVE
+#define SCHEDULE PINGPONG
 #define STAGES 0
-#define SCHEDULER STREAMK
+#define SCHEDULER PERSISTENT
 #define SPLITS 1
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
 #define EPILOGUE EPI_TMA_NOC
-#define EPI_TILE_N 0
+#define EPI_TILE_N 64
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
