@@ -1,1 +1,1 @@
-configs/sm90-128x256x64-c2x1-coop-sk-st0-noc.cu
+configs/sm90-192x128x64-c1x1-pp-p-st0-noc-e64.cu

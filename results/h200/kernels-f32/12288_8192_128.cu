@@ -1,1 +1,1 @@
-configs/sm90-128x192x64-c2x1-pp-p-st0-noc-e64.cu
+configs/sm90-192x128x64-c1x2-pp-p-st0-noc-e64.cu
