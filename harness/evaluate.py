@@ -172,7 +172,7 @@ class Evaluator:
         else:
             msg = f"wrong: check '{check.get('failed')}' failed: {check.get('detail')}" if check else st
         extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound",
-                                         "absent", "errors", "phases")}
+                                         "absent", "errors", "phases", "seconds")}
         extra["label"] = label
         extra["mode"] = self.mode
         return Evaluation(st, br, check, times, spread, res.get("roofline_ms"), msg, extra)

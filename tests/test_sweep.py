@@ -95,6 +95,8 @@ def test_sweep_logs_tracks_picks_winners_and_resumes(tmp_path, monkeypatch):
     assert [r.track for r in out2] == ["64x64x16384-f32"]
     done = json.loads((sdir / RESULTS_FILE).read_text())["tracks"]
     assert set(done) == {"4096x4096x4096-f32", "64x64x16384-f32"}
+    # every finished track says where its time went (recorded evaluations: no nvcc, no GPU)
+    assert all(t["build_s"] == 0 and t["gpu_s"] == 0 and t["seconds"] >= 0 for t in done.values())
 
 
 def test_cli_prebuild_only_builds_the_catalog(capsys, tmp_path, monkeypatch):

@@ -50,6 +50,8 @@ def test_sweep_search_resume_and_bench_on_the_gpu(tmp_path):
         assert t["speedup"] and t["speedup"] > 0, (tid, t)
         assert t["best_ms"] > 0 and t["baseline_ms"]["cublaslt_autotune"] > 0, (tid, t)
         assert t["evaluated"] >= 2, (tid, t)
+        # where a track's time goes: the GPU worker's checks and timing, nvcc for uncached builds
+        assert 0 < t["gpu_s"] <= t["seconds"] and 0 <= t["build_s"] <= t["seconds"], (tid, t)
     winners = sorted(f.name for f in (sdir / "winners").iterdir())
     assert winners == ["1000_512_1032.cu", "64_64_64.cu"]
 
@@ -63,6 +65,8 @@ def test_sweep_search_resume_and_bench_on_the_gpu(tmp_path):
     # the refinement step ran: candidates of step 1 are patches of the seed's best (with a diff)
     step1 = [e for e in s.events if e["type"] == "candidate" and e.get("step") == 1]
     assert step1 and all(e["parent"] and e["diff"] for e in step1)
+    checked = [e for e in s.events if e["type"] == "checked"]
+    assert checked and all(e["worker_s"] > 0 and {"setup", "checks"} <= set(e["phases"]) for e in checked)
     rewards = s.rewards()
     assert rewards and all(r["policy"] == "search" for r in rewards)
 

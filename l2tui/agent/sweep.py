@@ -81,6 +81,8 @@ class TrackResult:
     speedup: float | None = None
     evaluated: int = 0
     seconds: float = 0.0
+    build_s: float = 0.0            # nvcc time of this track's uncached builds (batch builds included)
+    gpu_s: float = 0.0              # the GPU worker's time: checks and timing of every evaluation
     gpu: str | None = None
 
     def to_dict(self) -> dict:
@@ -206,10 +208,11 @@ class Sweep:
                  seconds=_get(b, "seconds", 0.0), cached=_get(b, "cached", False))
         status = _get(ev, "status")
         chk = _get(ev, "check") or {}
+        extra = _get(ev, "extra") or {}
         if status != "compile_error":
             s.append("checked", track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
-                     bound=chk.get("bound"))
+                     bound=chk.get("bound"), worker_s=extra.get("seconds"), phases=extra.get("phases"))
         return ev, sha
 
     def run_track(self, shape: Shape, acc: str) -> TrackResult:
@@ -228,6 +231,10 @@ class Sweep:
             nonlocal best_src, best_ms, base_ms
             ev, sha = self._evaluate(ctx, prop, source, parent, step, time_baselines=not base_ms)
             res.evaluated += 1
+            b = _get(ev, "build")
+            if b is not None and not _get(b, "cached", False):
+                res.build_s += float(_get(b, "seconds", 0.0) or 0.0)
+            res.gpu_s += float((_get(ev, "extra") or {}).get("seconds") or 0.0)
             times = dict(_get(ev, "times_ms") or {})
             if not base_ms:
                 base_ms = {k: v for k, v in times.items() if k != "candidate" and v}
@@ -298,7 +305,9 @@ class Sweep:
                     s.append("patch", track=track, step=step, role="coder", ok=r.ok, error=r.error)
                     if r.ok:
                         sources.append((p, r.source))
+            t_build = time.monotonic()
             self._build_batch([src for _, src in sources])
+            res.build_s += time.monotonic() - t_build
             before = best_ms
             parent = best_src
             for p, src in sources:
@@ -307,6 +316,7 @@ class Sweep:
             if stale >= cfg.patience:
                 break
         res.seconds = round(time.monotonic() - t0, 2)
+        res.build_s, res.gpu_s = round(res.build_s, 2), round(res.gpu_s, 2)
         if best_src is not None:
             c = Config.from_source(best_src)
             res.best_sha, res.best_name, res.best_ms = sha256(best_src), (c.name if c else None), best_ms
@@ -354,7 +364,7 @@ class Sweep:
             eta = el / i * (len(todo) - i)
             sp = f"{r.speedup:.3f}x" if r.speedup else "-"
             self.progress(f"[{skipped + i}/{len(tracks)}] {r.track}: {r.best_name} {sp} vs {self.cfg.baseline} "
-                          f"({r.evaluated} evaluated, {r.seconds:.1f}s)  elapsed {el:.0f}s ETA {eta:.0f}s")
+                          f"({r.evaluated} evaluated, {r.seconds:.1f}s: nvcc {r.build_s:.1f}s, GPU {r.gpu_s:.1f}s)  elapsed {el:.0f}s ETA {eta:.0f}s")
         return out
 
 
