@@ -11,8 +11,10 @@
 // CUTLASS terms), C/D is M x N row-major, beta = 0 (C is never read).
 //
 // Knobs (legal values):
-//   TILE_M          64, 128, 256        CTA tile rows (COOPERATIVE needs >= 128)
-//   TILE_N          64, 96, 128, 192, 256  CTA tile columns
+//   TILE_M          64, 128, 192, 256   CTA tile rows (COOPERATIVE: 128 or 256, two warpgroups split
+//                                       the rows; 192: PINGPONG only, one warpgroup holds 192 rows;
+//                                       more than 256 rows is no TMA box)
+//   TILE_N          64, 96, 128, 160, 192, 256  CTA tile columns
 //   TILE_K          32, 64, 128         K slice per pipeline stage
 //   CLUSTER_M       1, 2, 4             CTAs per cluster along M (TMA multicast of B)
 //   CLUSTER_N       1, 2, 4             CTAs per cluster along N (TMA multicast of A)
