@@ -260,3 +260,30 @@ def test_tiny_cluster_k_steps_on_hopper_only():
     plain = F.Config.of("tiny_mma", {**F._tiny(16, 64, 128, 1, 4, wk=2, ahead=2), "ACC": "ACC_F32"})
     ampere = pol.neighbours(plain, Shape(64, 64, 2048), "f32", "sm_80")
     assert not any(m.config.knob_dict.get("CLUSTER_K", "1") != "1" for m in ampere if m.config.family == "tiny_mma")
+
+
+@pytest.mark.parametrize("limit", [0, 1])
+def test_new_builds_limits_the_proposals_the_prebuilt_catalog_lacks(limit):
+    """``new_builds`` N: at most N proposals a step are configurations outside the catalog (each a
+    new nvcc build); 0 searches the built catalog only. Without the limit the same steps do propose
+    such configurations, so the limit is what keeps them out."""
+    from harness.families import Config
+
+    def run(new_builds):
+        pol = SearchPolicy(seed=3, width=4, budget=4, new_builds=new_builds)
+        outside = []
+        for shape in (Shape(2048, 2048, 2048), Shape(12288, 256, 4096), Shape(64, 64, 4096)):
+            ctx = ctx_for(shape)
+            ctx.source = pol.seed(ctx).source
+            catalog = set(pol.candidates(shape, "f32", "sm_90a"))
+            for step in (1, 2, 3):
+                ctx.step = step
+                props = pol.propose(ctx)
+                srcs = [p.source if p.source else apply_patch(ctx.source, p.patch).source for p in props]
+                outside.append(sum(1 for s in srcs if Config.from_source(s) not in catalog))
+                if srcs:
+                    ctx.source = srcs[0]
+        return outside
+
+    assert max(run(None)) > limit
+    assert max(run(limit)) <= limit

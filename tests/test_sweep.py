@@ -108,3 +108,14 @@ def test_cli_prebuild_only_builds_the_catalog(capsys, tmp_path, monkeypatch):
     assert rc == 0
     out = capsys.readouterr().out
     assert "configurations built for sm_80" in out
+
+
+def test_cli_rejects_a_negative_new_builds_in_one_line(capsys, tmp_path):
+    from l2tui.cli import main
+
+    rc = main(["sweep", "--policy", "search", "--shapes", "64x64x64", "--arch", "sm_90a", "--new-builds", "-1",
+               "--session", str(tmp_path / "s")])
+    assert rc != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--new-builds must be 0 or more" in err[0]
+    assert not (tmp_path / "s").exists()   # nothing was created for a bad option

@@ -67,6 +67,7 @@ class SweepConfig:
     jobs: int | None = None
     patience: int = 2               # steps without improvement before a track stops
     build_batches: bool = True      # build each step's proposals in parallel before evaluating
+    new_builds: int | None = None   # proposals a step outside the prebuilt catalog (None: any number)
 
 
 @dataclass
@@ -136,7 +137,8 @@ class Sweep:
         self.ev = evaluator
         self.session = session or NullSession()
         self.out_dir = Path(out_dir) if out_dir else None
-        self.policy = policy or SearchPolicy(seed=cfg.seed, width=cfg.width, budget=cfg.steps, arch=cfg.arch)
+        self.policy = policy or SearchPolicy(seed=cfg.seed, width=cfg.width, budget=cfg.steps, arch=cfg.arch,
+                                              new_builds=cfg.new_builds)
         self.progress = progress
         self.gpu = gpu_name
         self.cache = ResultsCache(self.out_dir / RESULTS_FILE) if self.out_dir else None

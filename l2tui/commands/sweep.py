@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=3, help="proposals evaluated per step (default 3)")
     p.add_argument("--seeds", type=int, default=3, help="catalog configurations tried at the seed (default 3)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
+    p.add_argument("--new-builds", type=int, default=None, metavar="N",
+                   help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
+                        "for a CUTLASS configuration); 0 = search the catalog only (default: no limit)")
     p.add_argument("--arch", default=None, help="GPU arch (default: the GPU's, else sm_90a)")
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc builds (default: one per core)")
     p.add_argument("--recorded", metavar="FILE", help="replay evaluations recorded on a GPU instead of using one")
@@ -74,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
         except Exception:  # noqa: BLE001 - no GPU tools: build for the project's target
             arch = None
     arch = arch or "sm_90a"
+    new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
+    if new_builds is not None and new_builds < 0:
+        raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
     cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, steps=args.steps, width=args.width,
-                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs)
+                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds)
 
     def say(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
@@ -110,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         path = Path(session_dir) if session_dir else sessions_root() / time.strftime("sweep-%Y%m%d-%H%M%S")
         session = Session.create(path, config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
                                                          "baseline": args.baseline, "steps": args.steps,
-                                                         "width": args.width, "seeds": args.seeds, "seed": args.seed},
+                                                         "width": args.width, "seeds": args.seeds, "seed": args.seed,
+                                                         "new_builds": new_builds},
                                                "policy": "search"},
                                  gpu=gpu, versions={})
     say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {gpu.get('name', arch)}")

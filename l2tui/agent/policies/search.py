@@ -58,6 +58,23 @@ ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N",
 AUTO_ZERO = {"SPLIT_K", "SPLITS"}
 
 
+def _new_count(rows: list, catalog_set: set) -> int:
+    """How many of the scored rows propose a configuration outside the prebuilt catalog."""
+    return sum(1 for r in rows if r[2].config not in catalog_set)
+
+
+def _limit_new_builds(rows: list, catalog_set: set, limit: int) -> list:
+    """The rows in their order, keeping only the first ``limit`` that need a new build."""
+    out, new = [], 0
+    for r in rows:
+        if r[2].config not in catalog_set:
+            if new >= limit:
+                continue
+            new += 1
+        out.append(r)
+    return out
+
+
 def _distinct_first(scored: list) -> list:
     """``scored`` (best first, each row's third item a :class:`Move`) reordered so the best move of
     each configuration-up-to-the-epilogue comes first: the cost model barely tells epilogue
@@ -92,7 +109,7 @@ class SearchPolicy:
     def __init__(self, seed: int = 0, width: int = 3, budget: int = 8, explore: bool = True,
                  arch: str | None = None, cost_model: CostModel | None = None,
                  families: Iterable[str] | None = None, candidates_per_step: int | None = None,
-                 **_: Any) -> None:
+                 new_builds: int | None = None, **_: Any) -> None:
         self.rng_seed = int(seed)
         # ``candidates_per_step`` is the [search] config key for the width
         self.width = max(1, int(candidates_per_step if candidates_per_step is not None else width))
@@ -103,6 +120,11 @@ class SearchPolicy:
         self.cost = cost_model or CostModel()
         # restrict the search to some families (e.g. the fast-building mma ones in CI)
         self.families = set(families) if families else None
+        # at most this many proposals a step outside the prebuilt catalog (None: no limit). Why: on
+        # the H200 a sweep's time is nvcc's (a new CUTLASS configuration takes 30-60 s to build,
+        # a whole evaluation on the GPU about 0.4 s; runs/sweep-sample100-6df0c93), so a grid
+        # sweep that must fit an hour searches the built catalog only (0) or nearly (1)
+        self.new_builds = None if new_builds is None else max(0, int(new_builds))
         self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
         self._bad: dict[str, set[str]] = {}     # track -> shas that failed
 
@@ -330,11 +352,18 @@ class SearchPolicy:
             return []
         scored.sort(key=lambda t: (t[0], t[1]))
         ordered = _distinct_first(scored)
+        if self.new_builds is not None:
+            ordered = _limit_new_builds(ordered, catalog_set, self.new_builds)
+            if not ordered:
+                return []
         chosen = ordered[: self.width]
         if self.explore and len(ordered) > self.width and self.width > 1:
             rng = random.Random(f"{self.rng_seed}:{ctx.track}:{ctx.step}")
-            pick = rng.choice(ordered[self.width: self.width + 6])
-            chosen = chosen[:-1] + [pick]
+            pool = ordered[self.width: self.width + 6]
+            if self.new_builds is not None and _new_count(chosen[:-1], catalog_set) >= self.new_builds:
+                pool = [r for r in pool if r[2].config in catalog_set]
+            if pool:
+                chosen = chosen[:-1] + [rng.choice(pool)]
         base_t = self.cost.predict(cfg, shape) if cfg is not None else None
         state = self._state_text(ctx, shape)
         table = "\n".join(f"  {r[6] * 1e6:8.1f} us  {r[2].config.name}: {r[2].why}" for r in scored[:10])
