@@ -58,11 +58,6 @@ ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N",
 AUTO_ZERO = {"SPLIT_K", "SPLITS"}
 
 
-def _new_count(rows: list, catalog_set: set) -> int:
-    """How many of the scored rows propose a configuration outside the prebuilt catalog."""
-    return sum(1 for r in rows if r[2].config not in catalog_set)
-
-
 def _limit_new_builds(rows: list, catalog_set: set, limit: int) -> list:
     """The rows in their order, keeping only the first ``limit`` that need a new build."""
     out, new = [], 0
@@ -359,11 +354,8 @@ class SearchPolicy:
         chosen = ordered[: self.width]
         if self.explore and len(ordered) > self.width and self.width > 1:
             rng = random.Random(f"{self.rng_seed}:{ctx.track}:{ctx.step}")
-            pool = ordered[self.width: self.width + 6]
-            if self.new_builds is not None and _new_count(chosen[:-1], catalog_set) >= self.new_builds:
-                pool = [r for r in pool if r[2].config in catalog_set]
-            if pool:
-                chosen = chosen[:-1] + [rng.choice(pool)]
+            # (the limited list holds at most new_builds new configurations, so any pick keeps to it)
+            chosen = chosen[:-1] + [rng.choice(ordered[self.width: self.width + 6])]
         base_t = self.cost.predict(cfg, shape) if cfg is not None else None
         state = self._state_text(ctx, shape)
         table = "\n".join(f"  {r[6] * 1e6:8.1f} us  {r[2].config.name}: {r[2].why}" for r in scored[:10])
