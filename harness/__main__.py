@@ -1,4 +1,4 @@
-"""``python -m harness COMMAND``: the harness without l2tui (bench, doctor, profile)."""
+"""``python -m harness COMMAND``: the harness without l2tui (bench, doctor, profile, build, winners)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ COMMANDS = {
     "doctor": ("harness.doctor", "check GPU, nvcc, CUTLASS, ncu, NVML and Python packages"),
     "profile": ("harness.profiling.cli", "profile a kernel or baseline with Nsight Compute"),
     "build": ("harness.buildcli", "compile an ABI kernel file and print its ptxas report"),
+    "winners": ("harness.winners", "render a winners file's configurations as per-shape kernel sources"),
 }
 
 

@@ -1,9 +1,9 @@
-"""The committed winners (results/h200/kernels-f32) are what the current templates render.
+"""The committed winners (results/h200/winners-*.json) are what the current templates render.
 
-Why: the grid bench measured those sources; a template edit that is not followed by
-re-rendering the winners (tools/commit_winners.py from a fresh tools/prebuild.py) would leave
-the committed kernels and the code that generates them telling different stories, and a search
-that starts from a winner would patch knobs into a file whose knob block no longer matches."""
+Why: the benches measured the sources these files name; a template edit that is not followed
+by re-measuring (or at least re-recording) the winners would leave the committed results and
+the code that generates their kernels telling different stories, and a search that starts from
+a winner would patch knobs into a file whose knob block no longer matches."""
 
 from __future__ import annotations
 
@@ -12,29 +12,29 @@ from pathlib import Path
 import pytest
 
 from harness import families as F
-from harness.shapes import Shape, resolve_shapes
+from harness import winners as W
+from harness.shapes import resolve_shapes
 
-KERNELS = Path(__file__).resolve().parents[1] / "results" / "h200" / "kernels-f32"
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return {c.name: c for c in F.catalog("f32", "sm_90a")}
+H200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+FILES = {"f32": (H200 / "winners-f32.json", "grid"), "f16": (H200 / "winners-f16.json", "sample100")}
 
 
-def test_every_winner_configuration_is_a_current_catalog_render(catalog):
-    configs = sorted((KERNELS / "configs").glob("*.cu"))
-    assert configs
-    stale = [p.name for p in configs if p.stem not in catalog or catalog[p.stem].source() != p.read_text()]
-    assert not stale, f"re-render these winners from the current templates: {stale}"
+@pytest.mark.parametrize("acc", sorted(FILES))
+def test_every_winner_renders_the_measured_source(acc):
+    w = W.load(FILES[acc][0])
+    stale = [n for n, win in w.configs.items() if W.sha256(win.source()) != win.sha256]
+    assert not stale, f"a template changed under these winners; re-measure them: {stale}"
 
 
-def test_every_grid_shape_links_to_one_winner_configuration(catalog):
-    shapes = resolve_shapes("grid")
-    assert len(shapes) == 1000
-    for s in shapes:
-        link = KERNELS / f"{s.m}_{s.n}_{s.k}.cu"
-        assert link.is_symlink(), link
-        target = link.resolve()
-        assert target.parent == (KERNELS / "configs").resolve() and target.stem in catalog, link
-    assert isinstance(shapes[0], Shape)
+@pytest.mark.parametrize("acc", sorted(FILES))
+def test_every_winner_is_a_current_catalog_configuration(acc):
+    catalog = {c.name: c for c in F.catalog(acc, "sm_90a")}
+    w = W.load(FILES[acc][0])
+    missing = [n for n, win in w.configs.items() if catalog.get(n) != win.config]
+    assert not missing, f"not in the {acc} catalog (or with other knobs): {missing}"
+
+
+@pytest.mark.parametrize("acc", sorted(FILES))
+def test_the_winners_cover_their_shape_set_exactly(acc):
+    path, spec = FILES[acc]
+    assert set(W.load(path).shapes) == set(resolve_shapes(spec))

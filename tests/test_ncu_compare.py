@@ -1,5 +1,5 @@
 """tools/ncu_compare.py on the Nsight Compute profiles recorded on the H200 at 2c3cbdc
-(results/h200/runs/ncu-2c3cbdc: our winner and cuBLASLt autotuned on one shape per size class)."""
+(tests/fixtures/ncu/ncu-2c3cbdc: our winner and cuBLASLt autotuned on one shape per size class)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import ncu_compare  # noqa: E402
 
-RUN = ROOT / "results" / "h200" / "runs" / "ncu-2c3cbdc"
+RUN = ROOT / "tests" / "fixtures" / "ncu" / "ncu-2c3cbdc"
 
 
 def test_rows_carry_what_explains_the_big_shape_gap():

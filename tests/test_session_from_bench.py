@@ -1,35 +1,44 @@
 """tools/session_from_bench.py: a real H200 bench result + the kernels it timed -> a session -> l2tui export.
 
 The bench rows are a slice of results/h200/kernels-offline.json (real measurements) and the
-kernels are results/h200/kernels-f32; the export is the real one (no --build, no GPU).
+kernels are results/h200/winners-f32.json rendered into a folder; the export is the real one (no --build, no GPU).
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import hashlib
 import importlib.util
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from harness.results import BASELINE_LABELS, validate as validate_results
 from harness.shapes import Shape
+from harness.winners import render_dir
 from l2tui.cli import main as cli_main
 from l2tui.export import ExportError, export_session, load_manifest
 from l2tui.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "results" / "h200" / "kernels-offline.json"
-KERNELS = ROOT / "results" / "h200" / "kernels-f32"
+WINNERS = ROOT / "results" / "h200" / "winners-f32.json"
+# The per-shape sources the bench timed, rendered from the winners file once per test run.
+KERNELS = Path(tempfile.mkdtemp(prefix="l2-winners-"))
+atexit.register(shutil.rmtree, KERNELS, True)
+if WINNERS.is_file():
+    render_dir(WINNERS, KERNELS)
 LABEL = "l2"
 
 _spec = importlib.util.spec_from_file_location("session_from_bench", ROOT / "tools" / "session_from_bench.py")
 sfb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sfb)
 
-pytestmark = pytest.mark.skipif(not (BENCH.is_file() and KERNELS.is_dir()), reason="no committed H200 bench result")
+pytestmark = pytest.mark.skipif(not (BENCH.is_file() and WINNERS.is_file()), reason="no committed H200 bench result")
 
 
 def _shape(r: dict) -> Shape:

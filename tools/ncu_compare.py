@@ -1,6 +1,6 @@
 """Side-by-side table of Nsight Compute profiles: our kernel against a library's, per shape.
 
-    python tools/ncu_compare.py results/h200/runs/ncu-2c3cbdc/ --out results/h200/runs/ncu-2c3cbdc/summary.md
+    python tools/ncu_compare.py tests/fixtures/ncu/ncu-2c3cbdc/ --out summary.md
 
 Why: the profiles that `python -m harness profile --out` writes (and `tools/h200_final.sh
 PROFILE_SHAPES` collects as ``ncu-l2-<shape>.json`` / ``ncu-cublaslt-<shape>.json``) hold every

@@ -1,7 +1,7 @@
 """Turn a measured bench result into an l2tui session that ``l2tui export`` accepts.
 
     python tools/session_from_bench.py results/h200/kernels-offline.json \
-        --kernels results/h200/kernels-f32 --shapes sample100 --out sessions/h200-grid-winners
+        --kernels DIR --shapes sample100 --out sessions/h200-grid-winners
     l2tui export sessions/h200-grid-winners --out lib --build
 
 Inputs: a result file written by ``l2tui bench`` / ``python -m harness bench`` (schema in

@@ -1,1 +1,0 @@
-configs/sm90-128x256x64-c2x1-coop-p-st0-noc-e64-f16.cu

@@ -1,1 +1,0 @@
-configs/small-64x64x64-w2x2-st3-sw4-sk0-f16.cu

@@ -1,1 +1,0 @@
-configs/tiny-64x64x64-w2x2x2.cu

@@ -1,1 +1,0 @@
-configs/sm90-128x128x64-c1x1-pp-p-st0-sw8-noc-e128.cu

@@ -1,1 +1,0 @@
-configs/sm90-64x64x64-c1x1-pp-splitr0-st0-noc.cu

@@ -1,1 +1,0 @@
-configs/sm90-256x128x64-c2x1-coop-p-st0-sw8-noc-e64.cu

@@ -1,1 +1,0 @@
-configs/sm90-128x256x64-c1x1-coop-p-st0-sw4-noc-e64.cu

@@ -1,1 +1,0 @@
-configs/sm90-128x256x64-c2x1-coop-sk-st0-noc.cu

@@ -1,1 +1,0 @@
-configs/sm90-128x64x128-c1x1-coop-split0-st0.cu

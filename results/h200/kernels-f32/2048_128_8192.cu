@@ -1,1 +1,0 @@
-configs/sm90-128x64x64-c1x1-coop-splitr4-st0-noc.cu

@@ -1,1 +1,0 @@
-configs/sm90-128x128x64-c1x1-pp-p-st0-noc-e64.cu

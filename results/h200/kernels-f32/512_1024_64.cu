@@ -1,1 +1,0 @@
-configs/tiny-32x64x64-w2x2x2-a2.cu

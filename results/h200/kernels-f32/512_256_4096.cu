@@ -1,1 +1,0 @@
-configs/ksp-64x128x64-s8-ck4.cu

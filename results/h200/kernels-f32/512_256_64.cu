@@ -1,1 +1,0 @@
-configs/tiny-16x64x64-w1x4x2.cu

@@ -1,1 +1,0 @@
-configs/sm90-256x128x64-c1x1-coop-p-st0-noc-e64.cu

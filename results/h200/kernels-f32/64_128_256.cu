@@ -1,1 +1,0 @@
-configs/tiny-16x32x128-w1x2x4-a2.cu

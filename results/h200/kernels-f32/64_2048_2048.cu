@@ -1,1 +1,0 @@
-configs/ksp-64x64x64-s8-ck2.cu

@@ -1,1 +1,0 @@
-configs/sm90-128x256x64-c1x1-coop-sk-st0-noc.cu

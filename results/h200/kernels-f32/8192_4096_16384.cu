@@ -1,1 +1,0 @@
-configs/sm90-256x128x64-c2x1-coop-sk-st0-noc-e64.cu

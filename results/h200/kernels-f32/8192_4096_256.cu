@@ -1,1 +1,0 @@
-configs/sm90-128x192x64-c2x1-pp-p-st0-noc-e64.cu
