@@ -21,15 +21,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import KernelSourceError, ToolMissing
+from . import sandbox as _sandbox
+from .errors import HarnessError, KernelSourceError, ToolMissing
 from .paths import build_cache_dir
 
 #: bump when the build recipe changes in a way the key does not capture
@@ -520,21 +523,26 @@ def build(
 
     root = build_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    _sweep_stale_work(root)
+    sandboxed = _sandbox.use_sandbox(trusted)
+    work = Path(tempfile.mkdtemp(prefix=f"{_WORK_PREFIX}{name}-{os.getpid()}-", dir=root))
     src = work / SOURCE_NAME
     src.write_text(source)
     so = work / LIB_NAME
     cmd = nvcc_command(nvcc, arch_n, flags_v, src, so, source)
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=work)
-        log = (proc.stdout or "") + (proc.stderr or "")
-        rc = proc.returncode
-    except subprocess.TimeoutExpired as e:
-        log = f"nvcc timed out after {timeout_s:.0f} s\n" + (e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or ""))
-        rc = -1
+        if sandboxed:
+            cmd = _sandbox.build_argv(cmd, work, ro=_toolchain_roots(nvcc))
+        rc, log = _run_compiler(cmd, work, timeout_s)
+    except BaseException:
+        # Ctrl-C, SIGTERM, a kill of the whole run: the compiler is gone (its process group was
+        # killed), and so is its work folder; nothing is cached and no compile_error comes back
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(work / "tmp", ignore_errors=True)
     seconds = time.monotonic() - t0
-    log = log.replace(str(work) + os.sep, "")
+    log = scrub_log(log, str(work), nvcc)
     errors = parse_diagnostics(log, str(work))
     ok = rc == 0 and so.is_file()
     if ok:
@@ -579,6 +587,207 @@ def build(
         result.so_path = entry / LIB_NAME
         (entry / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result
+
+
+class BuildInterrupted(HarnessError):
+    """The build was stopped from outside (Ctrl-C, SIGTERM, the run ending): not the kernel's fault,
+    so it is never a ``compile_error`` and never cached."""
+
+
+_WORK_PREFIX = ".work-"
+_WORK_RE = re.compile(r"^\.work-.*-(\d+)-[^-]+$")
+_LIVE: dict[int, subprocess.Popen] = {}
+_KILLED: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the compiler's whole process group (nvcc, cicc, ptxas, the host compiler; or bwrap,
+    whose sandbox dies with it)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except (ProcessLookupError, OSError):
+        pass
+
+
+def kill_all_builds() -> int:
+    """Kill every compiler this process is running (the command line's Ctrl-C / SIGTERM path);
+    their :func:`build` calls raise :class:`BuildInterrupted`. Returns how many were running."""
+    with _LIVE_LOCK:
+        procs = list(_LIVE.values())
+        _KILLED.update(p.pid for p in procs)
+    for p in procs:
+        _kill_group(p)
+    return len(procs)
+
+
+def _run_compiler(cmd: Sequence[str], work: Path, timeout_s: float) -> tuple[int, str]:
+    """Run one compiler command in its own process group; (status, stdout+stderr).
+
+    A timeout kills the group and is reported in the log (status -1); any exception while waiting
+    (KeyboardInterrupt, SystemExit from a signal handler) kills the group and propagates, and a
+    group killed by :func:`kill_all_builds` raises :class:`BuildInterrupted`.
+    """
+    env = dict(os.environ)
+    env["TMPDIR"] = str(work / "tmp")   # nvcc's intermediates stay inside the work folder
+    (work / "tmp").mkdir(exist_ok=True)
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=work, env=env, start_new_session=True)
+    with _LIVE_LOCK:
+        _LIVE[proc.pid] = proc
+    try:
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+            rc = proc.returncode
+            text = out.decode(errors="replace") if out else ""
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            rc = -1
+            text = f"nvcc timed out after {timeout_s:.0f} s\n" + (out.decode(errors="replace") if out else "")
+        except BaseException:
+            _kill_group(proc)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.pop(proc.pid, None)
+            killed = proc.pid in _KILLED
+            _KILLED.discard(proc.pid)
+    if killed:
+        raise BuildInterrupted("the build was interrupted (the run is stopping); nothing was cached")
+    return rc, text
+
+
+def _sweep_stale_work(root: Path) -> None:
+    """Remove work folders left by a build whose process no longer exists (kill -9 of a run)."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for e in entries:
+        m = _WORK_RE.match(e.name)
+        if not m or not e.is_dir():
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue          # its builder is still running
+        except ProcessLookupError:
+            shutil.rmtree(e, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def _toolchain_roots(nvcc: str) -> list[Path]:
+    """Folders the sandboxed compiler reads: the CUDA toolkit and the CUTLASS include folders."""
+    roots: list[Path] = []
+    try:
+        cuda = Path(nvcc).resolve().parent.parent
+        roots.append(cuda)
+        if Path(nvcc).parent.parent != cuda:
+            roots.append(Path(nvcc).parent.parent)
+    except OSError:
+        pass
+    roots += [d.resolve() for d in cutlass_include_dirs()]
+    return roots
+
+
+# --------------------------------------------------------------------------- compile logs
+
+_HIDDEN = "(a diagnostic in a file outside kernel.cu, CUDA and CUTLASS was hidden)"
+_ABS_PATH = re.compile(r"(?<![\w.<>-])/(?:[\w.+@~-]+/)*[\w.+@~-]+")
+_DIAG_FILE = re.compile(
+    r"^(?:In file included from |\s*from )?(?P<file>/[^\s(:]+|[\w.+-]+\.(?:cu|cuh|h|hpp|hxx|inl|c|cc|cpp|cxx|ptx))"
+    r"(?:\(\d+\)|:\d+|:)")
+
+
+def _path_roots(nvcc: str | None) -> list[tuple[str, str]]:
+    """(absolute prefix, label) of the folders a diagnostic may name, longest first."""
+    roots: list[tuple[str, str]] = []
+    for d in cutlass_include_dirs():
+        for p in {str(d), str(d.resolve())}:
+            roots.append((p, "<cutlass>"))
+    if nvcc:
+        roots.append((str(Path(nvcc).resolve().parent.parent), "<cuda>"))
+    for sysdir in ("/usr/include", "/usr/lib/gcc", "/usr/local/include"):
+        roots.append((sysdir, "<system>"))
+    roots.sort(key=lambda r: -len(r[0]))
+    return roots
+
+
+def _rewrite_paths(line: str, roots: list[tuple[str, str]]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        p = os.path.normpath(m.group(0))
+        for root, label in roots:
+            if p == root or p.startswith(root + "/"):
+                return label + p[len(root):]
+        base = p.rsplit("/", 1)[-1]
+        return base if _TOOL_LINE.match(p + ":") else "<path>"
+
+    return _ABS_PATH.sub(sub, line)
+
+
+_TOOL_LINE = re.compile(r"^/\S*/(?:ld(?:\.\w+)?|collect2|nvlink|ptxas|fatbinary|cicc|cudafe\+\+|g\+\+|gcc|cc1plus)(?::|\s)")
+
+
+def _allowed_file(name: str, roots: list[tuple[str, str]]) -> bool:
+    """kernel.cu, or a header under the CUDA / CUTLASS / system include folders."""
+    if not name.startswith("/"):
+        return name == SOURCE_NAME
+    name = os.path.normpath(name)
+    return any(name == r or name.startswith(r + "/") for r, _ in roots)
+
+
+def scrub_log(log: str, workdir: str, nvcc: str | None = None) -> str:
+    """The compiler log as callers may see it: diagnostics about ``kernel.cu``, CUDA and CUTLASS
+    headers and the tools themselves, with absolute paths shortened (``<cutlass>/cute/...``,
+    ``<cuda>/...``) or replaced by ``<path>``.
+
+    Why: the log goes to the debugger's prompt (an LLM endpoint), the session's events and the RL
+    data. A diagnostic located in any other file quotes that file's text (``#include
+    "/home/me/.env"`` once gave ``identifier "sk-..." is undefined``), so such a diagnostic and
+    its continuation lines are dropped, leaving one line that says so. Values of secret-looking
+    environment variables are masked as a last resort.
+    """
+    roots = _path_roots(nvcc)
+    out: list[str] = []
+    keep = True
+    for raw in log.splitlines():
+        line = raw.replace(workdir + os.sep, "") if workdir else raw
+        m = None if _TOOL_LINE.match(line) else _DIAG_FILE.match(line)
+        if m:
+            keep = _allowed_file(m.group("file"), roots)
+            if not keep:
+                if not out or out[-1] != _HIDDEN:
+                    out.append(_HIDDEN)
+                continue
+        elif line[:1] in (" ", "\t") or not line.strip():
+            if not keep:
+                continue
+        else:
+            keep = True
+        out.append(_rewrite_paths(line, roots))
+    text = "\n".join(out) + ("\n" if log.endswith("\n") else "")
+    return mask_secrets(text)
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with the values of secret-looking environment variables (…KEY, …TOKEN, …SECRET,
+    …PASSWORD) replaced by ``<secret>``."""
+    for k, v in os.environ.items():
+        if v and len(v) >= 8 and re.search(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", k, re.I) and v in text:
+            text = text.replace(v, "<secret>")
+    return text
 
 
 def _source_caused(errors: Sequence[CompileError]) -> bool:
@@ -629,14 +838,23 @@ def build_many(
         except KernelSourceError as e:
             return BuildResult(False, "", None, None, [CompileError(SOURCE_NAME, None, None, "error", str(e))], str(e), 0.0, False, arch_n, list(flags))
 
-    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
-        futs = {pool.submit(one, s): s for s in unique}
-        from concurrent.futures import as_completed
+    from concurrent.futures import as_completed
 
+    pool = ThreadPoolExecutor(max_workers=jobs or default_jobs())
+    try:
+        futs = {pool.submit(one, s): s for s in unique}
         for fut in as_completed(futs):
             res = fut.result()
             results[futs[fut]] = res
             done += 1
             if progress is not None:
                 progress(done, len(unique), res)
+    except BaseException:
+        # Ctrl-C / SIGTERM / a failed build: queued builds never start, running compilers die now
+        # (not when they would have finished), and each of their work folders is removed
+        pool.shutdown(wait=False, cancel_futures=True)
+        kill_all_builds()
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[s] for s in sources]
