@@ -153,8 +153,8 @@ def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100"
     """Turn user shape specs into a de-duplicated, ordered shape list.
 
     Each spec is a set name (``grid``, ``small``, ``sample100``), a shape string
-    (``4096x4096x4096``), a space- or semicolon-separated list of shape strings, or a
-    path to a shapes file.
+    (``4096x4096x4096``), a space-, semicolon- or (for ``MxNxK`` shapes) comma-separated list
+    of shape strings, or a path to a shapes file.
     """
     if specs is None:
         specs = [default]
@@ -167,8 +167,11 @@ def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100"
             items = SHAPE_SETS[spec]()
         elif _SHAPE_RE.match(spec.replace("_", "x")):
             items = [parse_shape(spec)]
-        elif re.fullmatch(r"[\dx×X_,;\s]+", spec) and any(sep in spec for sep in (" ", ";")):
-            items = [parse_shape(t) for t in re.split(r"[\s;]+", spec) if t]
+        elif re.fullmatch(r"[\dx×X_,;\s]+", spec) and (any(sep in spec for sep in (" ", ";"))
+                                                     or ("," in spec and re.search(r"[x×X_]", spec))):
+            # shapes written MxNxK may also be separated by commas (M,N,K shapes only by space or ';')
+            seps = r"[\s;,]+" if re.search(r"[x×X_]", spec) else r"[\s;]+"
+            items = [parse_shape(t) for t in re.split(seps, spec) if t]
         elif _is_file(spec):
             items = read_shapes_file(spec)
         else:

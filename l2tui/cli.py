@@ -1,6 +1,7 @@
 """The ``l2tui`` console script.
 
-``l2tui`` with no sub-command opens the app; sub-commands live in
+``l2tui`` with no sub-command opens the app (a plain ``l2tui`` without a GPU replays the
+bundled demo; with any run option it needs a GPU or ``--recorded``); sub-commands live in
 ``l2tui.commands.<name>``.  Errors a user can cause are printed as one line
 (``l2tui: error: ...``) with exit status 2, never as a traceback.
 """
@@ -35,7 +36,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser.add_argument("--resume", action="store_true", help="resume the session's loop state")
     parser.add_argument("--config", metavar="FILE", help="config file (default: ./l2tui.toml, then the user config dir)")
     parser.add_argument("--policy", choices=("llm", "search", "human"), help="who plays the agent's roles")
-    parser.add_argument("--shapes", action="append", metavar="SPEC", help="grid, small, sample100, MxNxK or a shapes file")
+    parser.add_argument("--shapes", action="append", metavar="SPEC",
+                        help="grid, small, sample100, MxNxK, a list or a shapes file (repeatable)")
+    # dest of its own: `l2tui run`'s --recorded default would overwrite it
+    parser.add_argument("--recorded", dest="app_recorded", metavar="FILE",
+                        help="replay GPU evaluations recorded in FILE instead of using a GPU")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     for name in COMMAND_MODULES:

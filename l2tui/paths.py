@@ -5,7 +5,8 @@
 * prompts: shipped inside the wheel as ``l2tui/prompts``; in a checkout they are
   read from the top-level ``prompts/`` folder;
 * sessions: ``./sessions/<name>`` when run from a checkout, else the user data dir;
-* bundled demo sessions: the checkout's ``sessions/`` folder.
+* the bundled demo session: ``DEMO_SESSION`` (``sessions/demo-h200``), with a fallback
+  (``FALLBACK_DEMO_SESSION``) while none is bundled.
 """
 
 from __future__ import annotations
@@ -61,15 +62,35 @@ def bundled_sessions_dir() -> Path:
     return REPO_ROOT / "sessions"
 
 
+#: The bundled demo: a real H200 session of the live app running the search policy
+#: (written by ``tools/record_demo.py``), opened in replay by a plain ``l2tui`` without a GPU.
+DEMO_SESSION = bundled_sessions_dir() / "demo-h200"
+#: The GPU evaluations of that run, so ``--recorded`` can replay the same run without a GPU.
+DEMO_RECORDING = DEMO_SESSION / "evaluations.json"
+#: The shapes of that run, one per line (a shapes file ``--shapes`` reads).
+DEMO_SHAPES = DEMO_SESSION / "shapes.txt"
+#: Opened instead, with a notice saying what it is, while no real demo session is bundled: the
+#: scripted two-shape session of the tests (a toy kernel; its speedups are not the product's).
+FALLBACK_DEMO_SESSION = REPO_ROOT / "tests" / "fixtures" / "sessions" / "demo-h200-scripted"
+
+
+def _is_session(p: Path) -> bool:
+    return (p / "events.jsonl").is_file()
+
+
 def demo_session() -> Path | None:
-    """The bundled demo session opened in replay when there is no GPU."""
-    root = bundled_sessions_dir()
-    if not root.is_dir():
-        return None
-    for cand in sorted(root.iterdir()):
-        if (cand / "events.jsonl").is_file() and cand.name.startswith("demo"):
-            return cand
-    for cand in sorted(root.iterdir()):
-        if (cand / "events.jsonl").is_file():
+    """The session a plain ``l2tui`` replays without a GPU: the real demo, else the fallback."""
+    for cand in (DEMO_SESSION, FALLBACK_DEMO_SESSION):
+        if _is_session(cand):
             return cand
     return None
+
+
+def demo_is_real(path: Path | None) -> bool:
+    """True for the bundled real session (False for the scripted fallback)."""
+    return path is not None and Path(path).resolve() == DEMO_SESSION.resolve()
+
+
+def demo_recording() -> Path | None:
+    """The recorded evaluations of the bundled demo run, when they are bundled."""
+    return DEMO_RECORDING if DEMO_RECORDING.is_file() else None

@@ -13,7 +13,8 @@ three formats a training job reads directly:
 ``openai-sft``
     ``{"messages": [... , {"role": "assistant", "content": completion}]}`` for
     accepted improvements only: reward > 0 and the child kernel became the
-    track's best or was accepted by the user.
+    track's best or was accepted by the user, or a debugger's repair that
+    compiled and passed the checks.
 ``openai-dpo``
     ``{"input": {"messages": [...]}, "preferred_output": [assistant msg],
     "non_preferred_output": [assistant msg]}``: for the same parent kernel and
@@ -142,6 +143,13 @@ def _improvements(events: Iterable[dict]) -> set[tuple[str, str]]:
     return best | {(t, s) for t, s in accepted.items() if s}
 
 
+def _repaired(r: dict) -> bool:
+    """A debugger step whose fix compiled and passed the checks: its job is to repair a failing
+    kernel, not to beat the best, so a successful repair is a completion worth imitating even
+    when the repaired kernel is slower than the track's best."""
+    return r.get("role") == "debugger" and r.get("kind") == "ok"
+
+
 def _clean_messages(msgs: Any) -> list[dict] | None:
     if not isinstance(msgs, list):
         return None
@@ -213,7 +221,7 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
                 stats.filtered += 1
                 continue
             data = dict(r, messages=msgs)
-            improvement = (r.get("track"), r.get("child_sha")) in imp
+            improvement = (r.get("track"), r.get("child_sha")) in imp or _repaired(r)
             rows.append(_Row(str(view.path), data, improvement))
     return rows
 
@@ -388,7 +396,7 @@ def rl_data(
         except RowError as e:  # a bug here, not the user's: say which row
             raise RlDataError(f"row {i} does not follow {fmt}: {e}") from None
     if not built:
-        hint = {"openai-sft": "no accepted improvements (reward > 0 and became best/accepted)",
+        hint = {"openai-sft": "no accepted improvements (reward > 0 and became best/accepted) or debugger repairs",
                 "openai-dpo": "no two completions with different rewards for the same parent and prompt",
                 "trl": "no rows with messages and a completion"}[fmt]
         raise RlDataError(f"nothing to write: {hint} among {stats.read} row(s) read ({stats.invalid} without "

@@ -115,7 +115,7 @@ def test_replay_reads_config_given_before_or_after_the_subcommand(tmp_path, wher
     from pathlib import Path
 
     bad = write(tmp_path / "bad.toml", "[loop\n")
-    session = Path(__file__).resolve().parent.parent / "sessions" / "demo-h200-scripted"
+    session = Path(__file__).resolve().parent / "fixtures" / "sessions" / "demo-h200-scripted"
     cmd = ["--config", str(bad), "replay", str(session)] if where == "before" else \
         ["replay", "--config", str(bad), str(session)]
     p = subprocess.run([sys.executable, "-m", "l2tui.cli", *cmd], capture_output=True, text=True, timeout=60,

@@ -163,6 +163,7 @@ def test_live_app_creates_the_session_with_the_config_policy(tmp_path, monkeypat
     from l2tui.tui.launch import make_live_app
 
     monkeypatch.setenv("L2TUI_SESSIONS_DIR", str(tmp_path / "sessions"))
+    monkeypatch.setattr("l2tui.tui.launch.gpu_present", lambda: True)  # a live app needs a GPU (or --recorded)
     cfg = parse_config({"llm": {"base_url": "http://127.0.0.1:9/v1"}})
     cfg.source = None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")

@@ -5,7 +5,7 @@ Run on a GPU (done on the H200 for the committed recordings)::
 
     source tools/device-setup.sh; python tools/record_evaluations.py \
         --out tests/fixtures/recorded/evaluations.json \
-        --session-out sessions/demo-h200-scripted
+        --session-out tests/fixtures/sessions/demo-h200-scripted
 
 It starts the scripted OpenAI server (tests/openai_server.py), drives the main
 agent scenario (tests/fixtures/recorded/scenarios.py: a good patch, a 429, a
@@ -16,7 +16,8 @@ profiles once delayed profiling triggers), and saves
 
 * every ``Evaluation.to_dict()`` and profile, keyed by sha256(source)+shape+acc
   (``--out``; the CI tests replay them with ``RecordedEvaluator``);
-* the session itself (``--session-out``): the first real demo session.
+* the session itself (``--session-out``): the scripted session the TUI tests replay (and
+  ``l2tui`` without a GPU while no real demo session is bundled).
 
 """
 
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sc = _load_scenarios()
     ap.add_argument("--out", default=str(sc.RECORDINGS), help="recording file to write")
-    ap.add_argument("--session-out", default=str(ROOT / "sessions" / "demo-h200-scripted"),
+    ap.add_argument("--session-out", default=str(ROOT / "tests" / "fixtures" / "sessions" / "demo-h200-scripted"),
                     help="where to save the session of the recording run (replaced if it exists)")
     ap.add_argument("--shapes", default=f"{sc.SHAPE_A},{sc.SHAPE_B}", help="comma-separated shapes")
     ap.add_argument("--baselines", default="cublas,cublaslt_heuristic,cublaslt_autotune,torch")

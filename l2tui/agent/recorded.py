@@ -4,10 +4,15 @@
 every ``Evaluation.to_dict()`` (and profile) it returns, keyed by
 ``sha256(source) : MxNxK : acc``.  ``RecordedEvaluator`` replays them:
 
-* the **build is always real** (``harness.build.build`` with real nvcc), so
-  compile errors, ptxas reports and the debugger's inputs are genuine;
-* a kernel that compiles and was recorded gets the recorded check/time result
-  (with the live build substituted);
+* by default the **build is always real** (``harness.build.build`` with real nvcc), so
+  compile errors, ptxas reports and the debugger's inputs are genuine; a kernel that
+  compiles and was recorded gets the recorded check/time result (with the live build
+  substituted);
+* with ``build="unrecorded"`` (``--recorded`` on the command line) a recorded kernel keeps
+  the build the recording holds (its ptxas report, made by nvcc on the GPU machine) and
+  is not built again: a CUTLASS configuration takes 20-60 s of nvcc, and replaying a
+  recorded run should not cost that per candidate.  Kernels the recording lacks are
+  still built for real;
 * a kernel that compiles but was **not recorded** gets status
   ``"not_recorded"`` and a message saying so.  Nothing is invented: the loop
   treats it as "no result" (reward kind ``not_recorded``, reward 0, never a
@@ -83,7 +88,7 @@ def _wrap(d: dict) -> Any:
 class RecordedEvaluator:
     """EvaluatorLike that replays recordings; builds with real nvcc."""
 
-    def __init__(self, path: str | Path, *, arch: str | None = None, build: bool = True):
+    def __init__(self, path: str | Path, *, arch: str | None = None, build: bool | str = True):
         self.path = Path(path)
         try:
             doc = json.loads(self.path.read_text())
@@ -109,9 +114,20 @@ class RecordedEvaluator:
 
         return build(source, arch=self.arch, flags=list(flags or ())).to_dict()
 
+    def _recorded_build(self, key: str) -> dict | None:
+        """The recording's own successful build of ``key`` (``build="unrecorded"`` only)."""
+        if self.do_build != "unrecorded":
+            return None
+        b = (self.records.get(key) or {}).get("build")
+        return b if isinstance(b, dict) and b.get("ok") else None
+
     def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Any = (), label: str = "candidate",
                  time_baselines: bool = True) -> Any:
         key = record_key(source, shape, acc)
+        if self._recorded_build(key) is not None:
+            d = json.loads(json.dumps(self.records[key]))
+            d["build"] = {**d["build"], "replayed": True}
+            return _wrap(d)
         try:
             b = self._build(source, flags)
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing

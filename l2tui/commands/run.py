@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         # the app reads the top-level names
         args.session, args.resume, args.shapes = session_dir, resume, shapes_spec
         args.policy, args.config = policy_name, config_path
+        args.app_recorded = args.recorded or getattr(args, "app_recorded", None)
         try:
             from ..tui.launch import launch_app  # the app runs the same loop
         except ImportError:
@@ -215,15 +216,20 @@ def run(args: argparse.Namespace) -> int:
     if args.recorded:
         from ..agent.recorded import RecordedEvaluator
 
-        evaluator = RecordedEvaluator(args.recorded, arch=cfg.harness["arch"] or None)
+        evaluator = RecordedEvaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded")
         gpu = dict(evaluator.meta.get("gpu") or {})
         gpu["replayed_from"] = str(args.recorded)
         if evaluator.provisional:
             gpu["provisional"] = True
     else:
-        from harness.gpuinfo import require_gpu
+        from harness.errors import ToolMissing
+        from harness.gpuinfo import list_gpus, require_gpu
 
-        info = require_gpu()   # one-line ToolMissing without a GPU
+        if not list_gpus():
+            from ..demo import no_gpu_message
+
+            raise ToolMissing(no_gpu_message())  # one line that names --recorded
+        info = require_gpu()
         try:
             from harness.evaluate import Evaluator  # type: ignore[import-not-found]
         except ImportError as e:

@@ -28,6 +28,7 @@ class UIContext:
     baseline: str | None = None
     keys: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    notice: str = ""  # shown once as a notification when the screen opens (e.g. why this is a demo)
     title: str = "l2tui"
     flush_hz: float = 15.0
     telemetry_hz: float = 0.0  # live NVML sampling in the UI (0: only telemetry events from the session)

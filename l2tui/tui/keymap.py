@@ -84,6 +84,11 @@ GRID = (
     Spec("grid.select", "enter", "select", "Focus track", "grid", palette=False),
 )
 
+LIST = (
+    Spec("list.first", "home", "first", "First track", "list", palette=False),
+    Spec("list.last", "end", "last", "Last track", "list", palette=False),
+)
+
 EDITOR = (
     Spec("editor.submit", "ctrl+s", "submit", "Submit as human step", "editor", show=True, palette=False),
     Spec("editor.cancel", "escape", "cancel", "Cancel", "editor", show=True, palette=False),
@@ -101,12 +106,13 @@ DIALOG = (
     Spec("help.close", "question_mark,f1,q", "cancel", "Close the help", "dialog", palette=False),
 )
 
-ALL: tuple[Spec, ...] = APP + MAIN + REPLAY + GRID + EDITOR + REORDER + DIALOG
+ALL: tuple[Spec, ...] = APP + MAIN + REPLAY + GRID + LIST + EDITOR + REORDER + DIALOG
 BY_ID = {s.id: s for s in ALL}
 
 
-def bindings(specs: tuple[Spec, ...]) -> list[Binding]:
-    return [Binding(s.key, s.action, s.description, show=s.show, id=s.id) for s in specs]
+def bindings(specs: tuple[Spec, ...], *, hide: tuple[str, ...] = ()) -> list[Binding]:
+    """Textual bindings of ``specs``; those of the groups in ``hide`` stay bound but leave the footer."""
+    return [Binding(s.key, s.action, s.description, show=s.show and s.group not in hide, id=s.id) for s in specs]
 
 
 def validate_keymap(keys: dict[str, object], source: str = "config") -> dict[str, str]:
@@ -121,4 +127,41 @@ def validate_keymap(keys: dict[str, object], source: str = "config") -> dict[str
         if not isinstance(key, str) or not key.strip():
             raise ConfigError(f"{source}: [keys] {bid} must be a key name such as \"ctrl+k\" or \"f5\"")
         out[bid] = ",".join(k.strip() for k in key.split(",") if k.strip())
+    _check_shadowing(out, source)
     return out
+
+
+_VIEW = tuple(s for s in MAIN if s.group == "view")
+#: bindings in force at the same time (the app's, a screen's and those of the widget with the
+#: focus); two ids of one scope on one key means one of them never fires.  In a replay the
+#: transport keys come first and the steering keys only say that a replay is read-only, so a
+#: transport key may reuse a steering key.
+SCOPES: tuple[tuple[Spec, ...], ...] = (APP + MAIN + GRID, APP + MAIN + LIST, APP + REPLAY + _VIEW + GRID,
+                                        EDITOR, REORDER)
+
+
+def _norm(key: str) -> str:
+    """A key as Textual matches it ("." and "full_stop" are one key)."""
+    from textual.keys import _character_to_key
+
+    key = key.strip()
+    return _character_to_key(key) if len(key) == 1 else key
+
+
+def _check_shadowing(remap: dict[str, str], source: str) -> None:
+    """One line naming both actions when a remapped key is also another binding's key
+    (``accept = "q"`` would make ``a`` stop accepting and ``q`` do one thing only)."""
+    for scope in SCOPES:
+        owner: dict[str, str] = {}
+        ids = [s.id for s in scope]
+        # remapped ids last, so the message names the remap as the one that shadows
+        for bid in sorted(ids, key=lambda i: i in remap):
+            keys = remap.get(bid, BY_ID[bid].key)
+            for k in {_norm(k) for k in keys.split(",") if k.strip()}:
+                other = owner.get(k)
+                if other is not None and other != bid:
+                    a, b = (bid, other) if bid in remap else (other, bid)
+                    raise ConfigError(
+                        f'{source}: [keys] {a} = "{remap.get(a, BY_ID[a].key)}" shadows {b} '
+                        f'({BY_ID[b].description}, also on "{k}"): give one of them another key')
+                owner[k] = bid

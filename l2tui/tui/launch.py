@@ -17,6 +17,9 @@ from typing import Any, Callable
 from .. import paths
 from ..errors import SessionError, UserError
 
+#: replay speed of the demo a plain ``l2tui`` opens (``l2tui replay``'s default)
+DEMO_SPEED = 10.0
+
 
 def ui_settings(cfg: Any) -> tuple[dict[str, str], float, str | None]:
     """(validated [keys] keymap, flush rate in Hz, theme) from a Config (or None)."""
@@ -83,7 +86,7 @@ def gpu_present() -> bool:
 
 
 def make_replay_app(session_path: str | Path, *, cfg: Any = None, speed: float = 1.0, autoplay: bool = True,
-                    start: int | None = None, note: str = ""):
+                    start: int | None = None, note: str = "", notice: str = ""):
     """The app on a recorded session; never touches a GPU."""
     from .app import L2App, UIContext
     from .sessionio import open_session
@@ -91,7 +94,7 @@ def make_replay_app(session_path: str | Path, *, cfg: Any = None, speed: float =
     keys, hz, theme = ui_settings(cfg)
     sess = open_session(session_path)
     ctx = UIContext(session=sess, events=list(sess.events), replay=True, speed=speed, autoplay=autoplay,
-                    start=start, keys=keys, note=note, title=f"l2tui replay {Path(session_path).name}",
+                    start=start, keys=keys, note=note, notice=notice, title=f"l2tui replay {Path(session_path).name}",
                     baseline=None)  # the session's own reward baseline until the user picks another
     app = L2App(ctx)
     _apply_theme(app, theme)
@@ -116,20 +119,33 @@ def _cfg_get(cfg: Any, dotted: str) -> Any:
         return None
 
 
-def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, resume: bool) -> Callable[[], Any]:
-    """Build the AgentLoop in the worker thread (agent, openai and harness imports stay off start-up)."""
+def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, resume: bool,
+                  recorded: str | None = None, wrap: Callable[[Any], Any] | None = None,
+                  gpu: dict | None = None) -> Callable[[], Any]:
+    """Build the AgentLoop in the worker thread (agent, openai and harness imports stay off start-up).
+
+    ``recorded``: replay the GPU evaluations in that file instead of using a GPU; ``wrap``: a
+    function the evaluator goes through first (the demo recorder keeps every evaluation)."""
 
     def build() -> Any:
-        from harness.evaluate import Evaluator
-
         from ..agent.loop import make_loop
         from ..agent.policies import make_policy
 
         h = cfg.harness
-        ev = Evaluator(arch=h.get("arch") or None, baselines=tuple(h["baselines"]), mode=h["mode"],
-                       timeout_s=h["timeout_s"])
-        lp = make_loop(session, cfg, policy=make_policy(policy, cfg), evaluator=ev,
-                       policy_factory=lambda name: make_policy(name, cfg))
+        ev: Any
+        if recorded:
+            from ..agent.recorded import RecordedEvaluator
+
+            ev = RecordedEvaluator(recorded, arch=h.get("arch") or None, build="unrecorded")
+        else:
+            from harness.evaluate import Evaluator
+
+            ev = Evaluator(arch=h.get("arch") or None, baselines=tuple(h["baselines"]), mode=h["mode"],
+                           timeout_s=h["timeout_s"])
+        if wrap is not None:
+            ev = wrap(ev)
+        lp = make_loop(session, cfg, policy=make_policy(policy, cfg, gpu=gpu or {}), evaluator=ev,
+                       policy_factory=lambda name: make_policy(name, cfg, gpu=gpu or {}))
         if not resume:
             for s in shapes:
                 lp.add_track(s, acc)
@@ -138,60 +154,97 @@ def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, r
     return build
 
 
-def make_live_app(args: argparse.Namespace, cfg: Any):
-    from harness.gpuinfo import list_gpus
+def wants_live(args: argparse.Namespace) -> bool:
+    """True when the command line asks for a live run (any of the run's own options);
+    only a plain ``l2tui`` (``--config`` at most) may fall back to the demo replay."""
+    return any(getattr(args, name, None) for name in ("session", "resume", "shapes", "policy", "app_recorded"))
+
+
+def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], Any] | None = None):
+    """The app on a new (or resumed) session with the loop attached.
+
+    Everything a user can get wrong is checked before anything is created, in the order
+    ``l2tui run`` checks it (session options, shapes, then the GPU), with the same one-line
+    errors; without a GPU only ``--recorded FILE`` goes on."""
     from harness.shapes import resolve_shapes
 
     from .. import __version__
+    from ..demo import no_gpu_message
     from ..session import Session
     from .app import L2App, UIContext
     from .widgets.feeds import LoopHandle
 
     keys, hz, theme = ui_settings(cfg)
     policy = default_policy(cfg, getattr(args, "policy", None))
-    shapes = resolve_shapes(getattr(args, "shapes", None), default="sample100")
-    acc = cfg.loop["acc"]
     resume = bool(getattr(args, "resume", False))
+    recorded = getattr(args, "app_recorded", None)
+    if resume and not args.session:
+        raise UserError("--resume needs --session DIR (the session to continue)")
     if args.session:
         path = Path(args.session)
         has_events = (path / "events.jsonl").is_file() and (path / "events.jsonl").stat().st_size > 0
         if has_events and not resume:
             raise SessionError(f"{path} already holds a session: add --resume to continue it, "
                                f"or watch it with `l2tui replay {path}`")
+        if resume and not has_events:
+            raise SessionError(f"{path} is not a session to resume (no events.jsonl): check the path, "
+                               f"or leave out --resume to start a new session there")
     else:
-        if resume:
-            raise UserError("--resume needs --session DIR (the session to continue)")
         path = paths.sessions_root() / time.strftime(f"%Y%m%d-%H%M%S-{policy}")
-    gpus = list_gpus()
-    gpu = gpus[0].to_dict() if gpus else {}
+    shapes = resolve_shapes(getattr(args, "shapes", None), default="sample100")
+    gpu: dict = {}
+    if recorded:
+        from ..agent.recorded import RecordedEvaluator
+
+        meta = RecordedEvaluator(recorded, build=False).meta  # one-line error for an unreadable file
+        gpu = {**(meta.get("gpu") or {}), "replayed_from": str(recorded)}
+    elif not gpu_present():
+        raise UserError(no_gpu_message())
+    else:
+        from harness.gpuinfo import list_gpus
+
+        gpus = list_gpus()
+        gpu = gpus[0].to_dict() if gpus else {}
     if resume:
         session = Session.open(path)
     else:
-        session = Session.create(path, config={**cfg.snapshot(), "policy": policy}, gpu=gpu,
-                                 versions={"l2tui": __version__})
+        snap = {**cfg.snapshot(), "policy": policy}
+        if recorded:
+            snap["run"] = {"policy": policy, "shapes": [str(s) for s in shapes], "recorded": str(recorded)}
+        session = Session.create(path, config=snap, gpu=gpu, versions={"l2tui": __version__})
     ctx = UIContext(session=session, events=list(session.events), replay=False, handle=LoopHandle(),
-                    loop_factory=_loop_factory(cfg, session, policy, shapes, acc, resume),
+                    loop_factory=_loop_factory(cfg, session, policy, shapes, cfg.loop["acc"], resume,
+                                               recorded=recorded, wrap=wrap, gpu=gpu),
                     keys=keys, baseline=cfg.harness["baseline"], title=f"l2tui {path.name}", flush_hz=hz,
-                    telemetry_hz=1.0 if cfg.ui.get("show_telemetry", True) else 0.0)
+                    telemetry_hz=1.0 if cfg.ui.get("show_telemetry", True) and not recorded else 0.0,
+                    note="recorded evaluations" if recorded else "")
     app = L2App(ctx)
     _apply_theme(app, theme)
     return app
 
 
+def make_demo_app(cfg: Any):
+    """A plain ``l2tui`` without a GPU: the bundled demo in replay, from its first event, playing,
+    with a notice that says what it is."""
+    from ..demo import demo_notice
+
+    demo = paths.demo_session()
+    if demo is None:
+        raise UserError("no NVIDIA GPU found and no demo session bundled: run on a GPU machine, "
+                        "or `l2tui replay SESSION` to watch a recorded session")
+    notice = demo_notice(demo)
+    print(f"l2tui: {notice}", file=sys.stderr)
+    return make_replay_app(demo, cfg=cfg, speed=DEMO_SPEED, note="no GPU: demo replay", notice=notice)
+
+
 def launch_app(args: argparse.Namespace) -> int:
-    """Entry point used by ``l2tui`` (see :mod:`l2tui.cli`)."""
+    """Entry point used by ``l2tui`` and ``l2tui run`` (see :mod:`l2tui.cli`)."""
     from ..config import load_config
 
     cfg = load_config(getattr(args, "config", None))
     ui_settings(cfg)  # validate [keys] before anything is drawn
-    if not gpu_present():
-        demo = paths.demo_session()
-        if demo is None:
-            raise UserError("no NVIDIA GPU found and no demo session bundled: run on a GPU machine, "
-                            "or `l2tui replay SESSION` to watch a recorded session")
-        print(f"l2tui: no NVIDIA GPU found (NVML / nvidia-smi); opening the bundled demo session {demo.name} in replay",
-              file=sys.stderr)
-        app = make_replay_app(demo, cfg=cfg, note="no GPU: demo replay")
+    if not wants_live(args) and not gpu_present():
+        app = make_demo_app(cfg)
     else:
         app = make_live_app(args, cfg)
     app.run()

@@ -32,7 +32,7 @@ from ..widgets.bars import TelemetryBar
 from ..widgets.feeds import EventFeed, LiveFeed
 from ..widgets.history import HistoryPanel
 from ..widgets.kernel_panel import KernelPanel
-from ..widgets.metrics_panel import MetricsPanel
+from ..widgets.metrics_panel import MetricsPanel, profiled_ancestor
 from ..widgets.shape_grid import ShapeGrid, forms_grid
 from ..widgets.track_list import TrackList
 from .modals import ChoiceScreen, EditorScreen, HelpScreen, PromptScreen, ReorderScreen
@@ -101,6 +101,19 @@ class MainScreen(Screen):
         self.query_one(MetricsPanel).border_title = "metrics"
         self.query_one(ShapeGrid).focus()
         self._sync_all(Changes(reset=True))
+        if self.ctx.notice:
+            self.notify(self.ctx.notice, title="l2tui", timeout=15)
+        if not self.ctx.events and self.ctx.replay:
+            from rich.text import Text
+
+            self.notify(self.empty_message(), severity="warning", timeout=15)
+            self.query_one(AgentLog).write(Text(self.empty_message(), style="yellow"))  # stays after the notice
+
+    def empty_message(self) -> str:
+        """Why a session with no events shows an empty screen."""
+        path = getattr(self.ctx.session, "path", None) or "this session"
+        return (f"{path} holds no events yet (its events.jsonl is empty): nothing to replay; "
+                f"a run writes its first events when it starts")
 
     # -- events in ----------------------------------------------------------------------------
     @on(EventFeed.Batch)
@@ -211,7 +224,7 @@ class MainScreen(Screen):
     def send(self, name: str, track: str | None = None, **args) -> bool:
         """Send one command to the loop; in a replay only say that it is read-only."""
         if self.ctx.replay or self.ctx.handle is None:
-            self.notify("replay is read-only: steering needs a live session (run `l2tui`)", severity="warning", timeout=3)
+            self.notify(self.read_only_message(), severity="warning", timeout=5)
             return False
         cmd = {"name": name, "track": track, **args}
         self.ctx.handle.send(cmd)
@@ -219,6 +232,13 @@ class MainScreen(Screen):
         self.post_message(self.CommandSent(cmd))
         self.notify(f"sent {name}" + (f" to {track}" if track else " to all tracks"), timeout=2)
         return True
+
+    def read_only_message(self) -> str:
+        """What to run instead of steering a replay: the same session, live."""
+        path = getattr(self.ctx.session, "path", None)
+        target = shlex.quote(str(path)) if path else "DIR"
+        return (f"replay is read-only: to steer this session, continue it live with "
+                f"`l2tui --session {target} --resume` on a GPU machine")
 
     def _need_track(self) -> Track | None:
         tr = self.track
@@ -493,6 +513,15 @@ class MainScreen(Screen):
         mp = self.query_one(MetricsPanel)
         mp.full = not mp.full
         mp.refresh_view()
+        tr, c = self.track, self.shown_candidate()
+        if mp.full and tr is not None and c is not None and c.profiled is None:
+            anc = profiled_ancestor(tr, c)
+            if anc is not None:
+                self.notify(f"#{c.step} is not profiled: the full table is its ancestor #{anc.step}'s", timeout=4)
+            else:
+                how = "" if self.ctx.replay else " (f profiles the track's best now)"
+                self.notify(f"no NCU profile of #{c.step} or of any kernel it was derived from{how}",
+                            severity="warning", timeout=5)
 
     def action_log_filter(self) -> None:
         log = self.query_one(AgentLog)

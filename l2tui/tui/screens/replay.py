@@ -13,7 +13,10 @@ from .modals import PromptScreen
 
 
 class ReplayScreen(MainScreen):
-    BINDINGS = keymap.bindings(keymap.REPLAY)
+    # the steering keys stay bound (they say how to steer instead) but leave the footer, which
+    # shows what works here: the transport keys and the view keys
+    inherit_bindings = False
+    BINDINGS = keymap.bindings(keymap.REPLAY) + keymap.bindings(keymap.MAIN, hide=("steer",))
 
     def compose_top(self) -> ComposeResult:
         yield ReplayBar(id="replaybar")

@@ -40,6 +40,22 @@ def timing_table(c: Candidate, baseline: str | None) -> RenderableType:
     return Group(Text(f"{timed.get('mode', 'offline')} timing, median per call", style="grey62"), table)
 
 
+def profiled_ancestor(tr: Track, c: Candidate) -> Candidate | None:
+    """The nearest kernel ``c`` was derived from (parent, grandparent, ...) that has an NCU profile:
+    delayed profiling profiles a track's best, so the newest candidates usually have none."""
+    seen = {c.sha}
+    sha = c.parent
+    while sha and sha not in seen:
+        seen.add(sha)
+        a = tr.candidates.get(sha)
+        if a is None:
+            return None
+        if a.profiled is not None:
+            return a
+        sha = a.parent
+    return None
+
+
 class MetricsPanel(VerticalScroll):
     """Everything measured about the focused candidate; ``full`` shows every NCU metric."""
 
@@ -140,8 +156,14 @@ class MetricsPanel(VerticalScroll):
             lines.append(Text("profile not yet in the model's context (delayed profiling)", style="grey62"))
         pr = c.profiled
         if pr is None:
-            lines.append(Text("not profiled (press f to profile now)", style="grey50"))
-            return Group(*lines)
+            anc = profiled_ancestor(tr, c)
+            if anc is None:
+                lines.append(Text("not profiled, nor any kernel it was derived from (f: profile the track's best now)",
+                                  style="grey50"))
+                return Group(*lines)
+            pr = anc.profiled or {}
+            lines.append(Text(f"this candidate is not profiled; its ancestor #{anc.step} {anc.sha[:10]} is:",
+                              style="italic grey70"))
         verdict = str(pr.get("verdict") or "?")
         style = {"compute": "cyan", "memory-bandwidth": "yellow", "memory-latency": "magenta"}.get(verdict, "bold")
         t = Text("bottleneck: ")

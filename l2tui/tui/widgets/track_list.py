@@ -9,6 +9,7 @@ from textual import on
 from textual.message import Message
 from textual.widgets import DataTable
 
+from .. import keymap
 from ..state import SessionModel, Track, fmt_speedup
 from .colors import speedup_style
 
@@ -21,6 +22,9 @@ class TrackList(DataTable):
     DEFAULT_CSS = """
     TrackList { height: 1fr; }
     """
+    # Home/End go to the first/last track (a DataTable's own Home/End scroll sideways, which a
+    # row cursor never needs)
+    BINDINGS = keymap.bindings(keymap.LIST)
 
     @dataclass
     class Focused(Message):
@@ -62,6 +66,14 @@ class TrackList(DataTable):
         if not self.display:
             return
         self.sync(set(), True)
+
+    def action_first(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=0)
+
+    def action_last(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.row_count - 1)
 
     def focus_track(self, tid: str) -> None:
         if tid in self.rows:
