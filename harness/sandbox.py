@@ -359,9 +359,10 @@ def build_argv(cmd: Sequence[str], work: Path, *, ro: Sequence[Path] = (), bwrap
 
 
 def worker_argv(cmd: Sequence[str], scratch: Path, *, ro: Sequence[Path] = (), env: dict[str, str] | None = None,
-                bwrap: str | None = None) -> list[str]:
+                bwrap: str | None = None, info_fd: int | None = None) -> list[str]:
     """argv running the GPU worker sandboxed: the NVIDIA device nodes, the Python installation, the
-    ``harness`` package and ``ro`` (the build cache) read-only; ``scratch`` writable."""
+    ``harness`` package and ``ro`` (the build cache) read-only; ``scratch`` writable. With
+    ``info_fd`` bwrap writes ``{"child-pid": N}`` there (the worker's pid as the parent sees it)."""
     b = bwrap or bwrap_path()
     if b is None:
         raise SandboxUnavailable(f"bwrap not found: {INSTALL_HINT}")
@@ -372,6 +373,8 @@ def worker_argv(cmd: Sequence[str], scratch: Path, *, ro: Sequence[Path] = (), e
     extra.update(env or {})
     for k, v in extra.items():
         args += ["--setenv", k, v]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
     return [b, *args, "--", *cmd]
 
 

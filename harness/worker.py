@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -67,6 +68,39 @@ class WorkerRemoteError(WorkerError):
     kind = "error"
 
 
+def _read_child_pid(fd: int, timeout_s: float) -> int | None:
+    """bwrap's ``--info-fd`` JSON: the sandboxed child's pid in our pid namespace."""
+    import json
+
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.5)
+        if not r:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+        try:
+            return int(json.loads(buf.decode())["child-pid"])
+        except (ValueError, KeyError):
+            continue
+    return None
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+        time.sleep(0.02)
+
+
 def _signame(rc: int) -> str:
     if rc < 0:
         try:
@@ -85,8 +119,16 @@ class GpuWorker:
 
     def __init__(self, *, device: int | None = None, env: dict[str, str] | None = None,
                  python: str | None = None, default_timeout_s: float = DEFAULT_TIMEOUT_S,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, sandbox: bool | None = None,
+                 trusted: bool = False) -> None:
+        """``sandbox``: True / False force it on / off; None follows :func:`harness.sandbox.mode`
+        (``trusted`` workers -- only the project's own libraries -- may then run without it)."""
         self.device = device
+        self.sandbox = sandbox
+        self.trusted = trusted
+        self.sandboxed = False
+        self._child_pid: int | None = None
+        self._scratch: Path | None = None
         self.extra_env = dict(env or {})
         self.python = python or sys.executable
         self.default_timeout_s = default_timeout_s
@@ -106,24 +148,26 @@ class GpuWorker:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        """The worker's pid as this process sees it (inside the sandbox it has its own numbering)."""
+        if self._proc is None:
+            return None
+        return getattr(self, "_child_pid", None) or self._proc.pid
 
     def _start(self) -> None:
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        if self.device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
-        env["PYTHONUNBUFFERED"] = "1"
-        # the harness package must be importable in the child even when run from a checkout
-        pkg_root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         fd, name = tempfile.mkstemp(prefix="l2tui-worker-", suffix=".log")
         self._stderr_path = Path(name)
-        self._proc = subprocess.Popen(
-            [self.python, "-m", "harness.worker_main"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, env=env, close_fds=True,
-        )
-        os.close(fd)
+        self.sandboxed = self._want_sandbox()
+        self._child_pid = None
+        try:
+            if self.sandboxed:
+                self._proc = self._spawn_sandboxed(fd)
+            else:
+                self._proc = subprocess.Popen(
+                    [self.python, "-m", "harness.worker_main"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, env=self._env(), close_fds=True,
+                )
+        finally:
+            os.close(fd)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._wfd = self._proc.stdin.fileno()
         self._rfd = self._proc.stdout.fileno()
@@ -133,8 +177,95 @@ class GpuWorker:
             self._kill()
             raise WorkerCrashed(f"GPU worker sent a bad greeting: {hello!r:.80}")
 
+    def _exit_status(self, proc: subprocess.Popen | None) -> int | None:
+        """The worker's exit status; bwrap reports a child killed by signal N as 128 + N."""
+        if proc is None:
+            return None
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        if self.sandboxed and rc is not None and 128 < rc < 128 + 65:
+            return -(rc - 128)
+        return rc
+
+    def _want_sandbox(self) -> bool:
+        from . import sandbox
+
+        if self.sandbox is not None:
+            if self.sandbox and not sandbox.probe().works:
+                raise sandbox.SandboxUnavailable(f"the GPU worker's sandbox does not work: {sandbox.probe().detail}; "
+                                                 f"{sandbox.INSTALL_HINT}")
+            return bool(self.sandbox)
+        return sandbox.use_sandbox(self.trusted)
+
+    def _env(self) -> dict[str, str]:
+        """The unsandboxed worker's environment: the parent's without secret-looking variables."""
+        from .sandbox import _SECRETISH
+
+        env = {k: v for k, v in os.environ.items() if not _SECRETISH.search(k)}
+        env.update(self.extra_env)
+        if self.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        env["PYTHONUNBUFFERED"] = "1"
+        # the harness package must be importable in the child even when run from a checkout
+        pkg_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return env
+
+    def _spawn_sandboxed(self, stderr_fd: int) -> subprocess.Popen:
+        """bwrap around ``python -m harness.worker_main``: the build cache read-only (the worker loads
+        libraries from it), a private scratch folder as HOME and the only writable place, the
+        allow-listed environment, the NVIDIA device nodes."""
+        from . import sandbox
+        from .paths import build_cache_dir, cache_dir
+
+        self._scratch = Path(tempfile.mkdtemp(prefix="l2tui-worker-scratch-"))
+        builds = build_cache_dir()
+        builds.mkdir(parents=True, exist_ok=True)
+        ro = [builds]
+        roof = cache_dir() / "roofline"
+        if roof.is_dir():
+            ro.append(roof)     # read-only: a worker that measures anew cannot replace the cached one
+        ro += self._cuda_roots()
+        env = {"L2TUI_CACHE_DIR": str(cache_dir())}
+        env.update(self.extra_env)
+        if self.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        r_info, w_info = os.pipe()
+        try:
+            argv = sandbox.worker_argv([self.python, "-m", "harness.worker_main"], self._scratch, ro=ro, env=env,
+                                       info_fd=w_info)
+            proc = sandbox.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_fd,
+                                 env=sandbox._clean_env(self._scratch), close_fds=True, pass_fds=(w_info,))
+        finally:
+            os.close(w_info)
+        try:
+            self._child_pid = _read_child_pid(r_info, self.start_timeout_s)
+        finally:
+            os.close(r_info)
+        return proc
+
+    @staticmethod
+    def _cuda_roots() -> list[Path]:
+        """The CUDA toolkit (CuPy compiles its own kernels with NVRTC and reads its headers)."""
+        roots: list[Path] = []
+        for var in ("CUDA_HOME", "CUDA_PATH"):
+            v = os.environ.get(var)
+            if v and Path(v).is_dir():
+                roots.append(Path(v))
+        try:
+            from .build import nvcc_path
+
+            roots.append(Path(nvcc_path()).resolve().parent.parent)
+        except Exception:  # noqa: BLE001 - no toolkit: CuPy uses the wheels' headers
+            pass
+        return roots
+
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
+        child, self._child_pid = getattr(self, "_child_pid", None), None
+        scratch, self._scratch = getattr(self, "_scratch", None), None
         if proc is None:
             return
         if proc.poll() is None:
@@ -146,6 +277,8 @@ class GpuWorker:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if child is not None:
+            _wait_gone(child, 5.0)   # the sandbox dies with bwrap; wait until it has
         for f in (proc.stdin, proc.stdout):
             try:
                 if f:
@@ -153,6 +286,8 @@ class GpuWorker:
             except OSError:
                 pass
         self._wfd = self._rfd = None
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def close(self) -> None:
         """Ask the worker to exit, then make sure it has."""
@@ -220,7 +355,7 @@ class GpuWorker:
             raise
         except (EOFError, OSError):
             proc = self._proc
-            rc = proc.wait(timeout=10) if proc is not None else None
+            rc = self._exit_status(proc)
             tail = self.stderr_tail()
             self._kill()
             msg = f"{what}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})"
@@ -256,7 +391,7 @@ class GpuWorker:
             try:
                 self._write_frame({"id": rid, "op": op, "args": args})
             except (BrokenPipeError, OSError):
-                rc = self._proc.wait(timeout=10) if self._proc is not None else None
+                rc = self._exit_status(self._proc)
                 self._kill()
                 raise WorkerCrashed(f"{op}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})") from None
             resp = self._read_frame(time.monotonic() + timeout, op, timeout)
@@ -264,6 +399,9 @@ class GpuWorker:
                 self._kill()
                 raise WorkerCrashed(f"{op}: the GPU worker answered out of turn; it was restarted")
             if resp.get("ok"):
+                result = resp.get("result")
+                if op == "ping" and isinstance(result, dict) and self.pid is not None:
+                    result = {**result, "pid": self.pid}   # the pid as seen from here, not the sandbox's
                 if resp.get("retire"):
                     # the worker exits after this answer (too many libraries loaded): not a crash
                     try:
@@ -272,7 +410,7 @@ class GpuWorker:
                     except subprocess.TimeoutExpired:
                         pass
                     self._kill()
-                return resp.get("result")
+                return result
             kind = resp.get("kind", "error")
             err = resp.get("error", "unknown error")
             kw = dict(label=resp.get("label"), remote_type=resp.get("type"), remote_traceback=resp.get("traceback"))
