@@ -240,6 +240,13 @@ def op_debug_retire(**_: Any) -> str:
     return "retiring"
 
 
+def op_debug_load(path: str, **_: Any) -> str:
+    """Load a library with ctypes and call nothing (CPU tests of load-time code: constructors and
+    static initialisers run here, as they would before a GPU evaluation)."""
+    ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    return path
+
+
 def op_gpu_info(**_: Any) -> dict[str, Any]:
     return gpu().info()
 
@@ -292,6 +299,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "_debug_exit": op_debug_exit,
     "_debug_retire": op_debug_retire,
     "_debug_sticky": op_debug_sticky,
+    "_debug_load": op_debug_load,
 }
 
 
