@@ -184,6 +184,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "diff_context": Key(3, _int(0, 50), "context lines in kernel diffs"),
     },
 }
+#: [loop] keys that bound how long a run goes on; a resumed session keeps its own
+BUDGET_KEYS = ("max_steps", "wall_time_s", "token_budget", "global_wall_time_s", "global_token_budget")
+
 # [keys] is free-form: binding id -> key string (consumed by the TUI); only the value type is checked.
 FREE_SECTIONS = ("keys",)
 
@@ -219,6 +222,26 @@ class Config:
                 continue
             sec, key = dotted.split(".", 1)
             data[sec][key] = _check(sec, key, value, "command line")
+        return Config(data, self.source)
+
+    def with_session_budgets(self, session_config: Any, explicit: set[str] | frozenset[str] = frozenset(),
+                             where: str = "session.toml") -> "Config":
+        """A copy whose budgets are the resumed session's own, except those the command line set.
+
+        A session is resumed to finish what it was started for: a run that ended at
+        ``max_steps = 1`` stays at one step unless ``--max-steps`` asks for more, whatever
+        the current ``l2tui.toml`` says.  The recorded values are validated like a file's
+        (one line naming the key on a bad one).
+        """
+        data = copy.deepcopy(self.data)
+        saved = session_config.get("loop") if isinstance(session_config, dict) else None
+        if saved is not None and not isinstance(saved, dict):
+            raise ConfigError(f"{where}: [config.loop] is not a table; the session file is damaged")
+        for key in BUDGET_KEYS:
+            dotted = f"loop.{key}"
+            if dotted in explicit or not saved or key not in saved:
+                continue
+            data["loop"][key] = _check("loop", key, saved[key], f"{where} [config]")
         return Config(data, self.source)
 
     def snapshot(self) -> dict[str, Any]:

@@ -11,14 +11,26 @@ Every line is written with flush + fsync, so a ``kill -9`` loses at most the
 line being written; :meth:`Session.open` ignores such a torn last line and
 truncates it away before appending again, so the file stays valid JSON lines.
 Resume (``l2tui.agent.loop``) rebuilds the loop state from ``events``.
+
+One writer at a time: ``run``, ``sweep``, ``--resume`` and the app open a
+session with ``writer=<command>``, which takes an exclusive ``flock`` on
+``session.lock`` in the folder for as long as the session is open (the kernel
+drops it when the process dies, even by ``kill -9``, so a stale lock file never
+blocks anyone).  A second writer gets one line naming the holder.  Readers
+(replay, export, rl-data) take no lock and never repair a file a writer holds.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
+import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +42,7 @@ EVENTS_FILE = "events.jsonl"
 REWARDS_FILE = "rewards.jsonl"
 TOML_FILE = "session.toml"
 KERNELS_DIR = "kernels"
+LOCK_FILE = "session.lock"
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 # keys whose values are never written, whatever a caller passes (defence in depth:
@@ -116,6 +129,104 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_HOLDER_SAFE = re.compile(r"[^A-Za-z0-9_.:+@/ -]")
+
+
+def _holder_text(value: Any, limit: int = 80) -> str:
+    """A holder field fit for a one-line message (the lock file is read back, so it is cleaned)."""
+    return _HOLDER_SAFE.sub("?", str(value))[:limit] or "?"
+
+
+class WriterLock:
+    """An exclusive ``flock`` on ``<session>/session.lock``, held while a writer has the session open.
+
+    The file holds who took it (pid, command, host, start time) so that a second
+    writer can say whom it is waiting for.  ``flock`` is tied to the open file,
+    so the lock goes away with the process however it ends.
+    """
+
+    def __init__(self, folder: Path, fd: int, holder: dict):
+        self.folder = folder
+        self.fd: int | None = fd
+        self.holder = holder
+
+    @classmethod
+    def acquire(cls, folder: str | Path, command: str) -> "WriterLock":
+        folder = Path(folder)
+        try:
+            fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise SessionError(f"cannot lock session folder {folder}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            held = read_holder(fd)
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise SessionError(f"{folder} is being written by {describe_holder(held)}; "
+                                   "wait for it to finish (or stop it), then retry") from None
+            raise SessionError(f"cannot lock session folder {folder}: {e.strerror}") from None
+        holder = {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
+                  "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "argv": " ".join(sys.argv[1:])[:200]}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        except OSError:
+            pass  # the lock is what counts; the note is a courtesy
+        return cls(folder, fd, holder)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+
+    def __del__(self) -> None:  # pragma: no cover - belt and braces; the fd closes with the process anyway
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def read_holder(fd_or_path: int | str | Path) -> dict:
+    """The holder note of a lock file ({} when absent or unreadable)."""
+    try:
+        if isinstance(fd_or_path, int):
+            data = os.pread(fd_or_path, 4096, 0)
+        else:
+            with open(Path(fd_or_path) / LOCK_FILE, "rb") as f:
+                data = f.read(4096)
+        doc = json.loads(data.decode("utf-8", "replace") or "{}")
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def describe_holder(h: dict) -> str:
+    if not h:
+        return "another l2tui process (it has not written its name yet)"
+    return (f"pid {_holder_text(h.get('pid'))} (l2tui {_holder_text(h.get('command'))}) on host "
+            f"{_holder_text(h.get('host'))} since {_holder_text(h.get('started'))}")
+
+
+def is_locked(folder: str | Path) -> bool:
+    """Whether a writer holds ``folder`` now (a probe: takes the lock and drops it at once)."""
+    try:
+        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's lock
+    return False
+
+
 class Session:
     """An open session folder.  Thread-safe appends (one lock per session)."""
 
@@ -130,19 +241,36 @@ class Session:
         self.problems = problems
         self._lock = threading.RLock()
         self._next_seq = (events[-1]["seq"] + 1) if events else 0
+        self.writer_lock: WriterLock | None = None
+
+    def close(self) -> None:
+        """Give up the writer lock (if this session holds one); appends after this are still possible
+        but no longer exclusive, so a writer closes only when it is done."""
+        if self.writer_lock is not None:
+            self.writer_lock.release()
+            self.writer_lock = None
 
     # ------------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, path: str | Path, *, config: dict, gpu: dict, versions: dict) -> "Session":
-        """Make a new session folder (refuses one that already holds events)."""
+    def create(cls, path: str | Path, *, config: dict, gpu: dict, versions: dict,
+               writer: str | None = None) -> "Session":
+        """Make a new session folder (refuses one that already holds events).
+
+        ``writer`` (the command, e.g. ``"run"``) takes the folder's writer lock first.
+        """
         p = Path(path)
         ev = p / EVENTS_FILE
         if ev.exists() and ev.stat().st_size > 0:
             raise SessionError(f"{p} already holds a session; use --resume to continue it or pick a new folder")
         try:
             (p / KERNELS_DIR).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise SessionError(f"cannot create session folder {p}: {e.strerror}") from None
+        except (OSError, ValueError) as e:
+            why = getattr(e, "strerror", None) or "not a usable folder name"
+            raise SessionError(f"cannot create session folder {p}: {why}") from None
+        lock = WriterLock.acquire(p, writer) if writer else None
+        if lock is not None and ev.exists() and ev.stat().st_size > 0:  # another writer got here first
+            lock.release()
+            raise SessionError(f"{p} already holds a session; use --resume to continue it or pick a new folder")
         config = scrub(config)
         import tomli_w
 
@@ -157,15 +285,33 @@ class Session:
             (p / name).touch()
         _fsync_dir(p)
         s = cls(p, config, gpu or {}, versions or {}, [], [], [])
+        s.writer_lock = lock
         s.append("session_started", config=config, gpu=gpu or {}, versions=versions or {})
         return s
 
     @classmethod
-    def open(cls, path: str | Path) -> "Session":
-        """Load a session: a torn last line is ignored (and trimmed), missing kernels reported."""
+    def open(cls, path: str | Path, *, writer: str | None = None) -> "Session":
+        """Load a session: a torn last line is ignored (and trimmed), missing kernels reported.
+
+        ``writer`` (the command, e.g. ``"run --resume"``) takes the writer lock before
+        anything is read or repaired.  Without it the session is opened for reading:
+        a torn line is trimmed only when no writer holds the folder.
+        """
         p = Path(path)
         if not (p / EVENTS_FILE).is_file():
             raise SessionError(f"{p} is not a session folder (no {EVENTS_FILE}); check the path")
+        lock = WriterLock.acquire(p, writer) if writer else None
+        try:
+            s = cls._load(p, repair=lock is not None or not is_locked(p))
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        s.writer_lock = lock
+        return s
+
+    @classmethod
+    def _load(cls, p: Path, *, repair: bool) -> "Session":
         problems: list[str] = []
         config: dict = {}
         gpu: dict = {}
@@ -186,11 +332,13 @@ class Session:
         events, good_len, torn = _read_jsonl(p / EVENTS_FILE)
         if torn:
             problems.append(f"{EVENTS_FILE}: torn last line ignored")
-            cls._truncate(p / EVENTS_FILE, good_len)
+            if repair:
+                cls._truncate(p / EVENTS_FILE, good_len)
         rewards, rgood, rtorn = _read_jsonl(p / REWARDS_FILE)
         if rtorn:
             problems.append(f"{REWARDS_FILE}: torn last line ignored")
-            cls._truncate(p / REWARDS_FILE, rgood)
+            if repair:
+                cls._truncate(p / REWARDS_FILE, rgood)
         for i, e in enumerate(events):
             if e.get("seq") != i:
                 problems.append(f"{EVENTS_FILE}: seq {e.get('seq')} at line {i + 1} (expected {i})")

@@ -175,6 +175,9 @@ def test_live_app_creates_the_session_with_the_config_policy(tmp_path, monkeypat
     with pytest.raises(SessionError, match="--resume"):
         make_live_app(args, cfg)
     args.resume = True
+    with pytest.raises(SessionError, match=r"being written by pid \d+ \(l2tui app\)"):
+        make_live_app(args, cfg)          # one writer per session: the first app still holds it
+    app.ctx.session.close()
     assert make_live_app(args, cfg).ctx.session.path == tmp_path / "s"
 
 

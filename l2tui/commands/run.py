@@ -64,6 +64,11 @@ def _versions() -> dict[str, Any]:
     return v
 
 
+def _explicit_budgets(args: argparse.Namespace) -> set[str]:
+    """The budget keys this command line sets (they win over a resumed session's own)."""
+    return {"loop.max_steps"} if getattr(args, "max_steps", None) is not None else set()
+
+
 def _fmt(x: Any, spec: str = ".3f") -> str:
     return format(x, spec) if isinstance(x, (int, float)) else "-"
 
@@ -238,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
                               mode=cfg.harness["mode"], timeout_s=cfg.harness["timeout_s"])
         gpu = info.to_dict()
 
+    session = None
     try:
         if policy_name == "llm" and cfg.llm["base_url"].startswith("https://api.openai.com") and cfg.api_key() is None:
             raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
@@ -251,14 +257,15 @@ def run(args: argparse.Namespace) -> int:
             return make_policy(name, cfg, gpu=gpu)
 
         if resume:
-            session = Session.open(session_dir)
+            session = Session.open(session_dir, writer="run --resume")
+            cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
             for p in session.problems:
                 print(f"l2tui: warning: {p}", file=sys.stderr)
         else:
             path = Path(session_dir) if session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
             snap = cfg.snapshot()
             snap["run"] = {"policy": policy_name, "shapes": list(shapes_spec or []), "recorded": args.recorded}
-            session = Session.create(path, config=snap, gpu=gpu, versions=_versions())
+            session = Session.create(path, config=snap, gpu=gpu, versions=_versions(), writer="run")
         loop = AgentLoop(session, LoopConfig.from_config(cfg), policy=policy, evaluator=evaluator, policy_factory=factory)
         loop.subscribe(Progress(args.quiet))
         for s in shapes:
@@ -292,3 +299,5 @@ def run(args: argparse.Namespace) -> int:
         close = getattr(evaluator, "close", None)
         if close:
             close()
+        if session is not None:
+            session.close()  # the writer lock

@@ -30,9 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", dest="sweep_resume", action="store_true", help="continue the sweep in --session")
     p.add_argument("--acc", nargs="+", choices=("f32", "f16"), default=None, help="accumulators (default: f32)")
     p.add_argument("--baseline", default="cublaslt_autotune", help="speedup baseline (default: cublaslt_autotune)")
-    p.add_argument("--steps", type=int, default=3, help="refinement steps per track after the seed (default 3)")
-    p.add_argument("--width", type=int, default=3, help="proposals evaluated per step (default 3)")
-    p.add_argument("--seeds", type=int, default=3, help="catalog configurations tried at the seed (default 3)")
+    p.add_argument("--steps", type=int, default=None, help="refinement steps per track after the seed (default 3)")
+    p.add_argument("--width", type=int, default=None, help="proposals evaluated per step (default 3)")
+    p.add_argument("--seeds", type=int, default=None, help="catalog configurations tried at the seed (default 3)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
     p.add_argument("--new-builds", type=int, default=None, metavar="N",
                    help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if session_dir and resume:
         from ..session import Session
 
-        session = Session.open(session_dir)
+        session = Session.open(session_dir, writer="sweep --resume")
         saved = dict((session.config or {}).get("sweep", {}))
         session.append("session_resumed", from_seq=session.events[-1]["seq"] if session.events else 0)
         spec = spec or saved.get("shapes")
@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         except Exception:  # noqa: BLE001 - no GPU tools: build for the project's target
             arch = None
     arch = arch or "sm_90a"
+    for budget in ("steps", "width", "seeds"):  # a resumed sweep keeps its own budgets unless given here
+        if getattr(args, budget) is None:
+            v = saved.get(budget)
+            setattr(args, budget, v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 3)
     new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                                                          "width": args.width, "seeds": args.seeds, "seed": args.seed,
                                                          "new_builds": new_builds},
                                                "policy": "search"},
-                                 gpu=gpu, versions={})
+                                 gpu=gpu, versions={}, writer="sweep")
     say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {gpu.get('name', arch)}")
     sweep = Sweep(cfg, evaluator, session=session, out_dir=Path(session.path), progress=say,
                   gpu_name=gpu.get("name"))

@@ -47,7 +47,8 @@ from typing import Callable, Mapping, Sequence
 
 from harness.errors import HarnessError, ToolMissing
 
-from .manifest import safe_label
+from .manifest import kernel_name, safe_label, symbol_name
+from .values import sh_word
 
 LIB_FILE = "lib/libl2hgemm.so"
 HEADER_FILE = "include/l2hgemm.h"
@@ -74,6 +75,9 @@ _FLAG_OK = re.compile(
     r"|--?prec-sqrt=(true|false)|--?fmad=(true|false)|-lcublas|-lcublasLt|--extra-device-vectorization)$"
 )
 
+
+#: architecture flags build.sh may carry (what :func:`l2tui.export.values.gencode` makes)
+_GENCODE_OK = re.compile(r"^-gencode=arch=compute_[0-9]{2,3}[af]?,code=sm_[0-9]{2,3}[af]?$")
 
 #: machine-specific search paths a session may have recorded; the export supplies its own
 _FLAG_DROP = re.compile(r"^(-I|-L|-Xlinker=-rpath=|-Xlinker=-rpath,)")
@@ -900,8 +904,30 @@ def parse_table(dispatch_source: str) -> list[tuple[int, int, int, str | None]]:
             if (m, n, k) != ("0", "0", "0")]
 
 
+def _checked_name(e: dict) -> tuple[str, str]:
+    """A kernel entry's file stem and symbol, re-derived from its shape (digits and underscores only)."""
+    shape = e.get("shape")
+    if not isinstance(shape, list) or len(shape) != 3:
+        raise HarnessError("an export entry's shape is not [M, N, K]; re-run l2tui export")
+    name, sym = kernel_name(*shape), symbol_name(*shape)
+    if e.get("name") != name or e.get("symbol") != sym:
+        raise HarnessError(f"export entry {name}: name or symbol does not match its shape; re-run l2tui export")
+    return name, sym
+
+
 def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
-    """A POSIX sh script that rebuilds lib/libl2hgemm.so with the same steps as ``--build``."""
+    """A POSIX sh script that rebuilds lib/libl2hgemm.so with the same steps as ``--build``.
+
+    Every value in it is either a constant, derived from a checked shape (digits), an nvcc flag
+    from :func:`check_flags`' allow-list, or a checked architecture name, and each is quoted as one
+    shell word anyway.
+    """
+    from .values import check_arch
+
+    for f in arch_flags:
+        if not _GENCODE_OK.match(f):
+            raise HarnessError("the export's architecture flags are not nvcc -gencode flags; pass --arch sm_90a")
+    check_arch(manifest.get("arch"), "the export's arch")
     lines = [
         "#!/bin/sh",
         "# Rebuild lib/libl2hgemm.so from the exported sources (what `l2tui export --build` does).",
@@ -909,7 +935,9 @@ def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
         "set -eu",
         'cd "$(dirname "$0")"',
         'NVCC="${NVCC:-nvcc}"',
-        f'ARCH="${{ARCH:-{" ".join(arch_flags)}}}"',
+        # the default is a single-quoted word: nothing recorded in a session is ever expanded by the shell
+        f'ARCH_DEFAULT={sh_word(" ".join(arch_flags))}',
+        'ARCH="${ARCH:-$ARCH_DEFAULT}"',
         'CUTLASS_INC="${CUTLASS_INC:-}"',
         '# cuBLAS/cuBLASLt outside the toolkit (the nvidia-cublas wheel): CUBLAS_INC="-I.../include" CUBLAS_LINK="-L.../lib"',
         'CUBLAS_INC="${CUBLAS_INC:-}"',
@@ -922,9 +950,9 @@ def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
     for e in manifest["kernels"]:
         if e.get("fallback"):
             continue
-        name, sym = e["name"], e["symbol"]
+        name, sym = _checked_name(e)
         ok_flags = check_flags(e.get("flags", []), e["file"])
-        flags = " ".join(f for f in ok_flags if not f.startswith("-l"))
+        flags = " ".join(sh_word(f) for f in ok_flags if not f.startswith("-l"))
         libs.update(f for f in ok_flags if f.startswith("-l"))
         lines += [
             f'"$NVCC" -c -O3 -std=c++17 -Xcompiler=-fPIC --expt-relaxed-constexpr $ARCH $CUTLASS_INC $CUBLAS_INC {flags} '
@@ -934,7 +962,7 @@ def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
         ]
     lines += [
         '"$NVCC" -c -O3 -std=c++17 -Xcompiler=-fPIC $ARCH $CUBLAS_INC -Iinclude src/l2hgemm_dispatch.cu -o "$OBJ/dispatch.o"',
-        f'"$NVCC" -shared $ARCH "$OBJ"/*.o -o {LIB_FILE} -Xlinker --version-script=src/l2hgemm.map -Xlinker -soname=libl2hgemm.so $CUBLAS_LINK {" ".join(sorted(libs))}',
+        f'"$NVCC" -shared $ARCH "$OBJ"/*.o -o {LIB_FILE} -Xlinker --version-script=src/l2hgemm.map -Xlinker -soname=libl2hgemm.so $CUBLAS_LINK {" ".join(sh_word(x) for x in sorted(libs))}',
         f'echo "built {LIB_FILE}"',
     ]
     return "\n".join(lines) + "\n"

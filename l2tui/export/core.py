@@ -25,6 +25,7 @@ from . import cdispatch
 from .manifest import ABI, MANIFEST_NAME, SCHEMA, fallback_for, kernel_name, speedups, symbol_name, validate
 from .select import Choice, select_kernels
 from .sessionio import SessionView, open_session
+from .values import check_arch, check_out_path, gencode, inside
 
 
 class ExportError(UserError):
@@ -71,13 +72,18 @@ def _session_revision(view: SessionView) -> str | None:
 
 
 def check_target(out: Path, force: bool, session_path: Path | None = None) -> None:
-    """Refuse targets that would lose someone's files."""
+    """Refuse targets that would lose someone's files.
+
+    An output inside the session (or holding it) is refused even with
+    ``--force``: replacing it would replace the session's own records.
+    """
+    check_out_path(out)
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a folder; pick another --out")
     if session_path is not None:
-        o, s = out.resolve(), session_path.resolve()
-        if o == s or s in o.parents or o in s.parents:
-            raise ExportError(f"--out {out} overlaps the session folder; export somewhere else")
+        if inside(out, session_path) or inside(session_path, out):
+            raise ExportError(f"--out {out} overlaps the session folder {session_path}; export somewhere else "
+                              "(--force never replaces a session)")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise ExportError(f"{out} is not empty; pass --force to replace it or pick another --out")
@@ -204,20 +210,17 @@ def export_session(
         what = "accepted kernels" if only_accepted else "kernels that passed every check and were timed"
         raise ExportError(f"{view.path} has no {what}{' for those shapes' if want else ''}; nothing to export")
     sources = {c.sha: view.get_kernel(c.sha) for c in sel.choices}
-    from harness.build import ARCH_GENCODE, DEFAULT_ARCH, normalize_arch
-    from harness.errors import HarnessError
+    from harness.build import DEFAULT_ARCH
 
-    raw_arch = arch or str(view.gpu.get("arch") or DEFAULT_ARCH)
-    try:
-        arch = normalize_arch(raw_arch)
-    except HarnessError:
-        if build or arch is not None:
-            raise
-        arch = raw_arch  # an arch this nvcc driver does not know: recorded, not built
-    arch_flags = ARCH_GENCODE.get(arch, [f"-arch={arch}"])
+    if arch is not None:
+        arch = check_arch(arch, "--arch")
+    else:
+        arch = check_arch(view.gpu.get("arch") or DEFAULT_ARCH, f"{view.path}/session.toml: [gpu] arch")
+    arch_flags = gencode(arch)
     manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch)
     for e in manifest["kernels"]:
         cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
+    validate(manifest, None)  # names, symbols and shapes are checked before any of them reaches a build file
     out_p.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_p.name}.tmp-", dir=out_p.parent))
     library: Path | None = None

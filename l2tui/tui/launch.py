@@ -206,12 +206,13 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
         gpus = list_gpus()
         gpu = gpus[0].to_dict() if gpus else {}
     if resume:
-        session = Session.open(path)
+        session = Session.open(path, writer="app --resume")
+        cfg = cfg.with_session_budgets(session.config)
     else:
         snap = {**cfg.snapshot(), "policy": policy}
         if recorded:
             snap["run"] = {"policy": policy, "shapes": [str(s) for s in shapes], "recorded": str(recorded)}
-        session = Session.create(path, config=snap, gpu=gpu, versions={"l2tui": __version__})
+        session = Session.create(path, config=snap, gpu=gpu, versions={"l2tui": __version__}, writer="app")
     ctx = UIContext(session=session, events=list(session.events), replay=False, handle=LoopHandle(),
                     loop_factory=_loop_factory(cfg, session, policy, shapes, cfg.loop["acc"], resume,
                                                recorded=recorded, wrap=wrap, gpu=gpu),
