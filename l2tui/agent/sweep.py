@@ -3,28 +3,36 @@
 Why a driver of its own (and not one AgentLoop track per shape): a sweep over the 1,000-shape
 grid has to share work across shapes.  It
 
-1. builds every catalog configuration once, in parallel (``harness.build.build_many``; M, N, K are
-   runtime arguments, so one library serves every shape), then builds each step's proposals as a
-   batch, so a configuration proposed for many shapes compiles once (content-addressed cache);
-2. runs, per track (shape, accumulator), the ``search`` policy: seed, then up to ``steps``
-   refinement steps of ``width`` proposals each, evaluated through the harness ``Evaluator``
-   (baselines timed once per track at the seed, candidates alone afterwards - same method);
-3. logs everything as session events (``track_added``, ``candidate``, ``compiled``, ``checked``,
+1. builds every catalog configuration once, in parallel, through its executor (this machine's
+   cores, or CPU tasks on a Ray cluster; M, N, K are runtime arguments, so one library serves
+   every shape), with a progress bar; then builds each step's proposals as a batch, so a
+   configuration proposed for many shapes compiles once (content-addressed cache);
+2. runs, per track (shape, accumulator), the ``search`` policy: first the pick
+   (``policies/pick.py``: the catalog configurations the cost model and its known blind spots
+   choose, checked and timed together with the baselines in one request of the harness), the
+   fastest that passes every check kept; then up to ``steps`` refinement steps of ``width``
+   proposals each (candidates alone, the same checker and timer);
+3. schedules tracks over the executor's GPU slots (one per GPU): a free slot takes the next
+   track and keeps it to its end, so a shape is never split across GPUs; a slot that is lost
+   (its Ray actor died) gives its track, from the start, to another slot;
+4. logs everything (from the driver alone) as session events (``track_added``, ``candidate``, ``compiled``, ``checked``,
    ``timed``, ``best``, ``track_done``) and one ``rewards.jsonl`` row per evaluated proposal,
    with the policy's textual rationale as messages and its patch as completion, so a sweep is
    RL data like an LLM session;
-4. keeps a resumable results file (``sweep.json`` in the session folder, keyed by track and
-   GPU); ``--resume`` skips finished tracks;
-5. writes the winners as ``kernels/M_N_K.cu`` (``winners/`` in the session folder) for
+5. keeps a resumable results file (``sweep.json`` in the session folder, keyed by track; each
+   row names the GPU model and UUID that timed it); ``--resume`` skips finished tracks;
+6. writes the winners as ``kernels/M_N_K.cu`` (``winners/`` in the session folder) for
    ``l2tui bench --kernels DIR``.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +42,7 @@ from harness.families import Config, build_arch_for, catalog
 from harness.shapes import Shape
 
 from .policies.base import Attempt, Failure, Proposal, TrackContext
+from .policies.pick import PickSettings, choose
 from .policies.search import SearchPolicy
 
 RESULTS_FILE = "sweep.json"
@@ -59,15 +68,17 @@ class SweepConfig:
     shapes: Sequence[Shape]
     accs: Sequence[str] = ("f32",)
     baseline: str = "cublaslt_autotune"
-    steps: int = 3                  # refinement steps per track after the seed
+    steps: int = 3                  # refinement steps per track after the pick
     width: int = 3                  # proposals per step
-    seeds: int = 3                  # catalog configurations evaluated at the seed step
+    seeds: int = 5                  # the pick: the cost model's top distinct catalog configurations timed
     seed: int = 0
     arch: str | None = None
     jobs: int | None = None
     patience: int = 2               # steps without improvement before a track stops
     build_batches: bool = True      # build each step's proposals in parallel before evaluating
     new_builds: int | None = None   # proposals a step outside the prebuilt catalog (None: any number)
+    pick_kinds: bool = True         # the pick also times the best of each kind the model is least sure of
+    families: Sequence[str] | None = None   # restrict the catalog and the search to these families
 
 
 @dataclass
@@ -81,21 +92,24 @@ class TrackResult:
     baseline_ms: dict[str, float] = field(default_factory=dict)
     speedup: float | None = None
     evaluated: int = 0
+    picked: int = 0                 # catalog configurations timed by the pick
     seconds: float = 0.0
     build_s: float = 0.0            # nvcc time of this track's uncached builds (batch builds included)
     gpu_s: float = 0.0              # the GPU worker's time: checks and timing of every evaluation
-    gpu: str | None = None
+    gpu: str | None = None          # the GPU model that timed the track
+    gpu_uuid: str | None = None     # and which one of them (a track is never split across GPUs)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
 class ResultsCache:
-    """``sweep.json``: finished tracks, rewritten atomically after each one."""
+    """``sweep.json``: finished tracks, rewritten atomically after each one (any thread)."""
 
     def __init__(self, path: Path):
         self.path = path
         self.data: dict[str, Any] = {"version": 1, "tracks": {}}
+        self._lock = threading.Lock()
         if path.exists():
             try:
                 self.data = json.loads(path.read_text())
@@ -108,10 +122,11 @@ class ResultsCache:
         return bool(row) and (gpu is None or row.get("gpu") in (None, gpu))
 
     def put(self, res: TrackResult) -> None:
-        self.data["tracks"][res.track] = res.to_dict()
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        with self._lock:
+            self.data["tracks"][res.track] = res.to_dict()
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
 
 
 class NullSession:
@@ -128,68 +143,83 @@ class NullSession:
 
 
 class Sweep:
-    """Run the search policy over many tracks (see the module docstring)."""
+    """Run the search policy over many tracks (see the module docstring).
 
-    def __init__(self, cfg: SweepConfig, evaluator: Any, *, session: Any = None, out_dir: Path | None = None,
+    ``executor`` (``l2tui.executors``) says where builds and evaluations run; without one, a
+    local executor over ``evaluator`` (None: builds only, e.g. ``prebuild``).
+    """
+
+    def __init__(self, cfg: SweepConfig, evaluator: Any = None, *, session: Any = None, out_dir: Path | None = None,
                  policy: SearchPolicy | None = None, progress: Callable[[str], None] = print,
-                 gpu_name: str | None = None) -> None:
+                 gpu_name: str | None = None, executor: Any = None,
+                 build_progress: Callable[[str], Callable[[int, int, Any], None]] | None = None) -> None:
         self.cfg = cfg
-        self.ev = evaluator
+        if executor is None:
+            from l2tui.executors.local import LocalExecutor
+
+            gpu = {"name": gpu_name} if gpu_name else None
+            executor = LocalExecutor(evaluator, jobs=cfg.jobs, gpu=gpu) if evaluator is not None else \
+                LocalExecutor(None, jobs=cfg.jobs)
+        self.executor = executor
         self.session = session or NullSession()
         self.out_dir = Path(out_dir) if out_dir else None
         self.policy = policy or SearchPolicy(seed=cfg.seed, width=cfg.width, budget=cfg.steps, arch=cfg.arch,
-                                              new_builds=cfg.new_builds)
+                                              new_builds=cfg.new_builds, families=cfg.families)
         self.progress = progress
+        self.build_progress = build_progress
         self.gpu = gpu_name
         self.cache = ResultsCache(self.out_dir / RESULTS_FILE) if self.out_dir else None
-        self._step_seconds: list[float] = []
+        self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
 
     # ------------------------------------------------------------ builds
 
-    def prebuild(self) -> dict[str, Any]:
-        """Compile the catalog for every accumulator once, in parallel."""
-        from harness.build import build_many
-
+    def _build(self, sources: Sequence[str], flags: Sequence[str] = (), progress: Any = None) -> list[Any]:
+        """Build through the executor, each source for its family's arch (sm_90a for the CUTLASS ones)."""
         arch = self.cfg.arch or "sm_90a"
-        configs = [c for acc in self.cfg.accs for c in catalog(acc, arch)]
-        sources = [c.source() for c in configs]
-        t0 = time.monotonic()
-
-        def prog(done: int, total: int, res: Any) -> None:
-            self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
-                          f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
-
-        results = {}
         by_arch: dict[str, list[int]] = {}
-        for i, c in enumerate(configs):
-            by_arch.setdefault(build_arch_for(c.family, arch), []).append(i)
+        for i, src in enumerate(sources):
+            c = Config.from_source(src)
+            by_arch.setdefault(build_arch_for(c.family, arch) if c else arch, []).append(i)
+        out: list[Any] = [None] * len(sources)
         for a, idx in by_arch.items():
-            for i, r in zip(idx, build_many([sources[i] for i in idx], arch=a, jobs=self.cfg.jobs, progress=prog)):
-                results[configs[i].name] = r
+            for i, r in zip(idx, self.executor.build_many([sources[i] for i in idx], arch=a, flags=flags,
+                                                           progress=progress)):
+                out[i] = r
+        return out
+
+    def prebuild(self) -> dict[str, Any]:
+        """Compile the catalog for every accumulator once, in parallel (one progress bar)."""
+        arch = self.cfg.arch or "sm_90a"
+        fams = set(self.cfg.families) if self.cfg.families else None
+        configs = [c for acc in self.cfg.accs for c in catalog(acc, arch) if fams is None or c.family in fams]
+        prog = self.build_progress("catalog") if self.build_progress else None
+        if prog is None:
+            t0 = time.monotonic()
+
+            def prog(done: int, total: int, res: Any) -> None:
+                self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
+                              f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
+
+        built = self._build([c.source() for c in configs], progress=prog)
+        results = {c.name: r for c, r in zip(configs, built)}
         bad = [n for n, r in results.items() if not r.ok]
         if bad:
             self.progress(f"{len(bad)} catalog configurations failed to build: {', '.join(bad)}")
         return results
 
     def _build_batch(self, sources: list[str]) -> None:
-        if not self.cfg.build_batches or len(sources) < 2:
+        if not self.cfg.build_batches or not sources:
             return
         try:
-            from harness.build import build_many
-        except ImportError:  # pragma: no cover - harness always has it
-            return
-        try:
-            build_many(sources, arch=self.cfg.arch, jobs=self.cfg.jobs)
+            self._build(sources)
         except Exception as e:  # noqa: BLE001 - the per-candidate evaluate reports real errors
             self.progress(f"batch build failed: {e}")
 
     # ------------------------------------------------------------ one track
 
-    def _evaluate(self, ctx: TrackContext, prop: Proposal, source: str, parent: str | None, step: int,
-                  time_baselines: bool) -> tuple[Any, str]:
+    def _announce(self, ctx: TrackContext, prop: Proposal, source: str, parent: str | None, step: int) -> str:
         s = self.session
         sha = s.put_kernel(source)
-        shape = ctx.shape
         diff = ""
         if parent is not None:
             try:
@@ -200,8 +230,10 @@ class Sweep:
                 diff = ""
         s.append("candidate", track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
                  origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
-        s.append("stage", track=ctx.track, step=step, stage="compile", status="start")
-        ev = self.ev.evaluate(source, shape, ctx.acc, flags=tuple(prop.flags), time_baselines=time_baselines)
+        return sha
+
+    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Any, slot: Any) -> None:
+        s = self.session
         b = _get(ev, "build")
         s.append("compiled", track=ctx.track, step=step, sha=sha, ok=bool(_get(b, "ok", False)),
                  ptxas=(b.ptxas.to_dict() if getattr(b, "ptxas", None) is not None and hasattr(b.ptxas, "to_dict")
@@ -214,24 +246,43 @@ class Sweep:
         if status != "compile_error":
             s.append("checked", track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
-                     bound=chk.get("bound"), worker_s=extra.get("seconds"), phases=extra.get("phases"))
-        return ev, sha
+                     bound=chk.get("bound"), worker_s=extra.get("seconds"), phases=extra.get("phases"),
+                     gpu=getattr(slot, "uuid", None), batch=extra.get("batch"))
 
-    def run_track(self, shape: Shape, acc: str) -> TrackResult:
+    def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
+        """One track on one GPU slot, from the pick to its last refinement step.
+
+        Raises ``l2tui.executors.SlotLost`` when the slot goes away mid-track (the caller gives
+        the track to another slot)."""
+        if slot is None:
+            slots = self.executor.slots()
+            if not slots:
+                from l2tui.errors import UserError
+
+                raise UserError("no GPU to evaluate on: pass --recorded FILE or run on a GPU box")
+            slot = slots[0]
         cfg, s, pol = self.cfg, self.session, self.policy
         track = track_id(shape, acc)
         t0 = time.monotonic()
-        s.append("track_added", track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline)
+        s.append("track_added", track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline,
+                 gpu=slot.uuid)
         s.append("track_state", track=track, state="running")
         ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=cfg.baseline, step=0, arch=cfg.arch)
-        res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu)
+        res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu or getattr(slot, "name", None),
+                          gpu_uuid=slot.uuid)
         base_ms: dict[str, float] = {}
         best_src: str | None = None
         best_ms = math.inf
 
-        def consider(prop: Proposal, source: str, parent: str | None, step: int) -> None:
+        def consider(prop: Proposal, source: str, parent: str | None, step: int, ev: Any = None) -> None:
             nonlocal best_src, best_ms, base_ms
-            ev, sha = self._evaluate(ctx, prop, source, parent, step, time_baselines=not base_ms)
+            if ev is None:
+                sha = self._announce(ctx, prop, source, parent, step)
+                s.append("stage", track=ctx.track, step=step, stage="compile", status="start")
+                ev = slot.evaluate(source, shape, acc, flags=tuple(prop.flags), time_baselines=not base_ms)
+            else:
+                sha = self._announce(ctx, prop, source, parent, step)
+            self._record(ctx, step, sha, ev, slot)
             res.evaluated += 1
             b = _get(ev, "build")
             if b is not None and not _get(b, "cached", False):
@@ -246,7 +297,8 @@ class Sweep:
             speedup = ref / t if (status == "ok" and t and ref) else None
             if status == "ok":
                 s.append("timed", track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
-                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=speedup)
+                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=speedup,
+                         gpu=slot.uuid)
             reward, parts = self._reward(status, speedup, _get(ev, "check"))
             s.append("reward", track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
             s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
@@ -270,22 +322,37 @@ class Sweep:
                 s.append("best", track=track, sha=sha, speedup=speedup, baseline=cfg.baseline,
                          times_ms=ctx.times_ms)
 
-        # seed: the policy's pick, then the next best catalog configurations (built already)
+        # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
+        # checked and timed together (with the baselines) in one request on this track's GPU
         s.append("stage", track=track, step=0, stage="seed", status="start")
         seed = pol.seed(ctx)
         seeds: list[Proposal] = [seed] if seed.source else []
-        ranked = pol.rank(pol.candidates(shape, acc, cfg.arch or "sm_90a"), shape)
-        for _, c in ranked:
-            if len(seeds) >= cfg.seeds:
-                break
+        arch = cfg.arch or "sm_90a"
+        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch), shape)]
+        settings = PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds, siblings=cfg.pick_kinds)
+        chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
+        for c in chosen:
             src = c.source()
-            if seed.source and src == seed.source:
+            if any(p.source == src for p in seeds):
                 continue
-            seeds.append(Proposal(source=src, plan=f"seed alternative {c.name}: "
+            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: "
                                   f"{pol.cost.estimate(c, shape).rationale()}", family=c.family, origin="seed",
                                   role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
-        for p in seeds:
-            consider(p, p.source, None, 0)
+        res.picked = len(seeds)
+        if seeds:
+            s.append("plan", track=track, step=0, role="planner",
+                     text=f"pick: timing {len(seeds)} catalog configurations together on {slot.uuid}: "
+                          + ", ".join((Config.from_source(p.source).name if Config.from_source(p.source) else "seed")
+                                      for p in seeds))
+            t_build = time.monotonic()
+            if cfg.build_batches:
+                self._build([p.source for p in seeds])
+            res.build_s += time.monotonic() - t_build
+            s.append("stage", track=track, step=0, stage="compile", status="start")
+            items = [(f"pick{i}", p.source, tuple(p.flags)) for i, p in enumerate(seeds)]
+            evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline,))
+            for (label, _, _), p in zip(items, seeds):
+                consider(p, p.source, None, 0, ev=evs[label])
         s.append("stage", track=track, step=0, stage="seed", status="end")
         # refinement steps
         stale = 0
@@ -330,7 +397,7 @@ class Sweep:
                 wdir.mkdir(parents=True, exist_ok=True)
                 (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
         s.append("track_done", track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
-                 best_speedup=res.speedup)
+                 best_speedup=res.speedup, gpu=slot.uuid)
         s.append("track_state", track=track, state="done" if best_src else "failed")
         return res
 
@@ -350,23 +417,91 @@ class Sweep:
     # ------------------------------------------------------------ all tracks
 
     def run(self) -> list[TrackResult]:
+        """Every unfinished track, scheduled over the executor's GPU slots (module docstring)."""
+        from l2tui.executors.base import ExecutorError, SlotLost
+
         tracks = [(s, a) for a in self.cfg.accs for s in self.cfg.shapes]
         todo = [(s, a) for s, a in tracks if not (self.cache and self.cache.done(track_id(s, a), self.gpu))]
         skipped = len(tracks) - len(todo)
         if skipped:
             self.progress(f"resuming: {skipped} of {len(tracks)} tracks already done")
-        out = []
+        slots = self.executor.slots()
+        if todo and not slots:
+            raise ExecutorError("no GPU to evaluate on: pass --recorded FILE or run on a GPU box")
+        queue: collections.deque = collections.deque(todo)
+        lock = threading.Lock()
+        out: list[TrackResult] = []
+        errors: list[BaseException] = []
+        live = {id(sl) for sl in slots}
         t0 = time.monotonic()
-        for i, (shape, acc) in enumerate(todo, 1):
-            r = self.run_track(shape, acc)
-            if self.cache:
-                self.cache.put(r)
-            out.append(r)
+
+        def report(r: TrackResult) -> None:
+            n = len(out)
             el = time.monotonic() - t0
-            eta = el / i * (len(todo) - i)
+            eta = el / n * (len(todo) - n)
             sp = f"{r.speedup:.3f}x" if r.speedup else "-"
-            self.progress(f"[{skipped + i}/{len(tracks)}] {r.track}: {r.best_name} {sp} vs {self.cfg.baseline} "
-                          f"({r.evaluated} evaluated, {r.seconds:.1f}s: nvcc {r.build_s:.1f}s, GPU {r.gpu_s:.1f}s)  elapsed {el:.0f}s ETA {eta:.0f}s")
+            on = f" on {r.gpu_uuid}" if len(slots) > 1 else ""
+            self.progress(f"[{skipped + n}/{len(tracks)}] {r.track}: {r.best_name} {sp} vs {self.cfg.baseline} "
+                          f"({r.evaluated} evaluated, {r.picked} picked, {r.seconds:.1f}s: nvcc {r.build_s:.1f}s, "
+                          f"GPU {r.gpu_s:.1f}s){on}  elapsed {el:.0f}s ETA {eta:.0f}s")
+
+        cond = threading.Condition(lock)
+        inflight = [0]
+
+        def serve(slot: Any) -> None:
+            # a slot waits while others still run tracks: a lost slot's track comes back to the queue
+            while True:
+                with cond:
+                    while not queue and inflight[0] and not errors:
+                        cond.wait()
+                    if errors or not queue:
+                        cond.notify_all()
+                        return
+                    shape, acc = queue.popleft()
+                    inflight[0] += 1
+                try:
+                    r = self.run_track(shape, acc, slot)
+                except SlotLost as e:
+                    tid = track_id(shape, acc)
+                    with cond:
+                        queue.appendleft((shape, acc))
+                        live.discard(id(slot))
+                        self.requeued.append((tid, slot.uuid))
+                        left = len(live)
+                        inflight[0] -= 1
+                        cond.notify_all()
+                    self.session.append("track_state", track=tid, state="requeued", gpu=slot.uuid, reason=str(e))
+                    self.progress(f"{e}; {tid} goes back to the queue ({left} GPU(s) left)")
+                    return
+                except BaseException as e:  # noqa: BLE001 - stop the other slots, re-raised below
+                    with cond:
+                        errors.append(e)
+                        inflight[0] -= 1
+                        cond.notify_all()
+                    return
+                if self.cache:
+                    self.cache.put(r)
+                with cond:
+                    out.append(r)
+                    report(r)
+                    inflight[0] -= 1
+                    cond.notify_all()
+
+        if len(slots) <= 1:
+            for sl in slots:
+                serve(sl)
+        else:
+            threads = [threading.Thread(target=serve, args=(sl,), name=f"sweep-{sl.uuid}", daemon=True)
+                       for sl in slots]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        if errors:
+            raise errors[0]
+        if queue:
+            raise ExecutorError(f"every GPU was lost with {len(queue)} track(s) left: "
+                                f"continue with --resume once the GPUs are back")
         return out
 
 

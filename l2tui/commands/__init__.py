@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "profile",    # harness: NCU metrics and verdict (issue 3)
     "run",        # agent: headless loop (issue 4)
     "sweep",      # agent: search policy over many shapes (issue 5)
+    "build",      # agent: prebuild the seed catalog into a (portable) build cache
     "replay",     # tui: replay a session (issue 6)
     "export",     # export: kernels as a library (issue 7)
     "rl_data",    # rldata: training rows (issue 7)

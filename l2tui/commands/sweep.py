@@ -4,9 +4,14 @@
     l2tui sweep --session sessions/grid-h200 --resume          # after any stop
     l2tui sweep --shapes sample100 --acc f16 --session sessions/f16 --steps 2
     l2tui sweep --prebuild-only                                  # just compile the catalog (CPU)
+    l2tui sweep --shapes sample100 --executor ray                # builds as Ray tasks, one actor per GPU
 
-The catalog of seed configurations is compiled once, in parallel; each track (shape,
-accumulator) is then seeded with the cost model's best few and refined for ``--steps`` steps.
+The catalog of seed configurations is compiled once, in parallel (progress bar and ETA on
+stderr); each track (shape, accumulator) starts with the pick (the cost model's best
+``--seeds`` configurations and the best of each kind it is least sure of, checked and timed
+together with the baseline in one request) and is refined from the fastest for ``--steps`` steps.
+``--executor ray`` runs the builds as CPU tasks on a Ray cluster and the tracks on one GPU actor
+per GPU (docs/sweep.md).
 Winners land in ``<session>/winners/M_N_K.cu``; time them against the baselines with
 ``l2tui bench --kernels <session>/winners``.
 """
@@ -32,7 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default="cublaslt_autotune", help="speedup baseline (default: cublaslt_autotune)")
     p.add_argument("--steps", type=int, default=None, help="refinement steps per track after the seed (default 3)")
     p.add_argument("--width", type=int, default=None, help="proposals evaluated per step (default 3)")
-    p.add_argument("--seeds", type=int, default=None, help="catalog configurations tried at the seed (default 3)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="the pick: the cost model's top N distinct catalog configurations timed per track, besides "
+                        "the best of each kind it is least sure of (default 5)")
+    p.add_argument("--no-pick-kinds", dest="pick_kinds", action="store_false",
+                   help="the pick times the model's top --seeds only (not the best of each kind, nor their variants)")
+    p.add_argument("--families", nargs="+", metavar="FAMILY", default=None,
+                   help="only these seed families (e.g. tiny_mma sm80_mma: fast builds)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
     p.add_argument("--new-builds", type=int, default=None, metavar="N",
                    help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
@@ -41,6 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc builds (default: one per core)")
     p.add_argument("--recorded", metavar="FILE", help="replay evaluations recorded on a GPU instead of using one")
     p.add_argument("--prebuild-only", action="store_true", help="compile the catalog and stop (no GPU needed)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where builds and evaluations run: this machine (default) or a Ray cluster")
+    p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
+                   help="the Ray cluster to join (default: $RAY_ADDRESS, else a cluster of this machine)")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="--executor ray: GPU actors to start (default: every GPU of the cluster; with --recorded, "
+                        "simulated GPUs replaying the recording)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if session_dir and resume:
         from ..session import Session
 
-        session = Session.open(session_dir, writer="sweep --resume")
+        session = Session.open(session_dir)
         saved = dict((session.config or {}).get("sweep", {}))
         session.append("session_resumed", from_seq=session.events[-1]["seq"] if session.events else 0)
         spec = spec or saved.get("shapes")
@@ -80,38 +98,55 @@ def run(args: argparse.Namespace) -> int:
     for budget in ("steps", "width", "seeds"):  # a resumed sweep keeps its own budgets unless given here
         if getattr(args, budget) is None:
             v = saved.get(budget)
-            setattr(args, budget, v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 3)
+            setattr(args, budget, v if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                    else {"seeds": 5}.get(budget, 3))
     new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
     cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, steps=args.steps, width=args.width,
-                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds)
+                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
+                      pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
+                      families=args.families or saved.get("families") or None)
+    from ..executors.progress import BuildProgress
 
     def say(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
     if args.prebuild_only:
-        res = Sweep(cfg, evaluator=None, progress=say).prebuild()
+        res = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress).prebuild()
         bad = [n for n, r in res.items() if not r.ok]
         say(f"catalog: {len(res) - len(bad)} of {len(res)} configurations built for {arch}")
         return 1 if bad else 0
 
-    if args.recorded:
-        from ..agent.recorded import RecordedEvaluator
-
-        evaluator = RecordedEvaluator(args.recorded, arch=arch)
-    else:
-        from harness.evaluate import Evaluator
-        from harness.gpuinfo import require_gpu
-
-        require_gpu()   # the one-line "no NVIDIA GPU found" before a worker is started for nothing
-        evaluator = Evaluator(arch=arch, baselines=(args.baseline,))
-    gpu = {}
+    executor = _executor(args, arch)
     try:
-        gpu = dict(evaluator.gpu_info()) if hasattr(evaluator, "gpu_info") else {}
-    except Exception as e:  # noqa: BLE001
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"no GPU to sweep on: {why} (pass --recorded FILE or run on a GPU box)") from None
+        return _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say)
+    finally:
+        executor.close()
+
+
+def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say) -> int:
+    from ..agent.sweep import Sweep, geomean
+    from ..errors import UserError
+    from ..executors.progress import BuildProgress
+
+    slots = executor.slots()
+    gpu = dict(getattr(slots[0], "info", None) or {}) if args.executor == "ray" else {}
+    if args.executor == "local":
+        ev = slots[0].evaluator
+        try:
+            from ..executors.local import gpu_identity
+
+            gpu = gpu_identity(ev)
+        except Exception as e:  # noqa: BLE001
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UserError(f"no GPU to sweep on: {why} (pass --recorded FILE or run on a GPU box)") from None
+        slots[0].uuid, slots[0].name = gpu.get("uuid") or "local", gpu.get("name") or "local GPU"
+    gpu = {k: v for k, v in gpu.items() if k not in ("pid", "cache_dir", "node_id")}
+    if len(slots) > 1:
+        gpu["count"] = len(slots)
+        gpu["uuids"] = [sl.uuid for sl in slots]
+    gpu["executor"] = args.executor
 
     if session is None:
         from ..paths import sessions_root
@@ -121,25 +156,54 @@ def run(args: argparse.Namespace) -> int:
         session = Session.create(path, config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
                                                          "baseline": args.baseline, "steps": args.steps,
                                                          "width": args.width, "seeds": args.seeds, "seed": args.seed,
-                                                         "new_builds": new_builds},
+                                                         "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
+                                                         "families": list(cfg.families or [])},
                                                "policy": "search"},
-                                 gpu=gpu, versions={}, writer="sweep")
-    say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {gpu.get('name', arch)}")
-    sweep = Sweep(cfg, evaluator, session=session, out_dir=Path(session.path), progress=say,
-                  gpu_name=gpu.get("name"))
-    try:
-        sweep.prebuild()
-        results = sweep.run()
-    finally:
-        try:
-            evaluator.close()
-        except Exception:  # noqa: BLE001
-            pass
+                                 gpu=gpu, versions={})
+    on = f"{len(slots)} x {gpu.get('name', arch)} (Ray)" if args.executor == "ray" else gpu.get("name", arch)
+    say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {on}")
+    sweep = Sweep(cfg, session=session, out_dir=Path(session.path), progress=say, gpu_name=gpu.get("name"),
+                  executor=executor, build_progress=BuildProgress)
+    sweep.prebuild()
+    results = sweep.run()
     done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
     sps = [r.get("speedup") for r in done if r.get("speedup")]
     g = geomean(sps)
     wins = sum(1 for x in sps if x > 1)
     session.append("session_ended", reason="sweep done")
+    if sweep.requeued:
+        say(f"{len(sweep.requeued)} track(s) started again on another GPU after theirs was lost: "
+            + ", ".join(f"{t} (lost {u})" for t, u in sweep.requeued))
     say(f"done: {len(sps)} tracks timed, geomean {g:.3f}x vs {args.baseline}, faster on {wins}" if g else "done")
     say(f"winners: {Path(session.path) / 'winners'}  (time them: l2tui bench --kernels {Path(session.path) / 'winners'})")
     return 0
+
+
+def _executor(args: argparse.Namespace, arch: str):
+    """The executor the arguments ask for; one-line errors before anything is created."""
+    from ..errors import UserError
+
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError(f"--gpus must be 1 or more, not {args.gpus}")
+    if args.executor == "ray":
+        from ..executors.ray_executor import RayExecutor
+
+        if args.recorded:
+            from ..agent.recorded import RecordedEvaluator
+
+            RecordedEvaluator(args.recorded, arch=arch)   # the one-line error for a bad file, before Ray starts
+        return RayExecutor(address=args.ray_address, arch=arch, baselines=(args.baseline,), gpus=args.gpus,
+                           recorded=args.recorded, simulate=args.gpus or 1)
+    if args.gpus not in (None, 1):
+        raise UserError("--executor local times on one GPU; use --executor ray for several")
+    from ..executors.local import LocalExecutor
+
+    if args.recorded:
+        from ..agent.recorded import RecordedEvaluator
+
+        return LocalExecutor(RecordedEvaluator(args.recorded, arch=arch), jobs=args.jobs)
+    from harness.evaluate import Evaluator
+    from harness.gpuinfo import require_gpu
+
+    require_gpu()   # the one-line "no NVIDIA GPU found" before a worker is started for nothing
+    return LocalExecutor(Evaluator(arch=arch, baselines=(args.baseline,)), jobs=args.jobs, gpu={})

@@ -1,0 +1,132 @@
+"""The pick: the first stage of the ``search`` policy, where the prebuilt catalog meets the GPU.
+
+Why a stage of its own: the cost model ranks the catalog well enough to say which dozen of its
+configurations can win on a shape, not which one does (its tile-quantization, multicast and
+epilogue terms are approximations). The pick times that dozen on the shape, in one request of the
+harness (one checker, one timer, every subject interleaved with the baselines), keeps the fastest
+that passes every check, and the search refines from there. All of it is built in parallel
+before anything touches the GPU; the catalog is prebuilt, so on a warm cache the pick costs GPU
+time only.
+
+What is timed (:func:`choose`), from the catalog ranked best-first by the cost model:
+
+* the model's top ``top`` distinct configurations (epilogue variants count as one: the model
+  cannot tell them apart);
+* with ``kinds``, the model's best of each kind it is least sure of (:func:`always_time`), so a
+  wrong term in the model cannot hide a whole kind of kernel;
+* with ``siblings``, the epilogue variants and PDL twins of everything chosen (timed, not ranked).
+
+This module only chooses; ``l2tui.executors.batch.evaluate_many`` times the chosen ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from harness.families import Config, epilogue_siblings, launch_twins, sans_epilogue
+from harness.shapes import Shape
+
+#: a predicate on a configuration: "of a kind the model is least sure of"
+Kind = Callable[[Config], bool]
+
+
+def always_time(shape: Shape) -> list[Kind]:
+    """Predicates on configurations; the pick times the model's best match of each besides its
+    top-k: one per family; stream-K (the model's least calibrated term); ping-pong (its epilogue
+    overlaps the other warpgroup's mainloop, which the model does not see: store-bound shapes);
+    when it would split this shape, SPLITK_REDUCE (its reduce term is not calibrated); clusters of
+    four and pairs of 64x64 tiles (the model has no multicast term: it sees only their coarser
+    grid); the cluster split-K of the latency family (the model prices its reduction like the
+    global one's); tiny_mma with K over its warps (the model does not see the shorter MMA chains);
+    where it would split, SPLITK_REDUCE in a cluster (multicast again); and the best of
+    sm90_ksplit (its constants come from its development benches only)."""
+    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
+    return fams + [
+        lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
+        lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",
+        lambda c: c.geometry().separate_reduce and c.geometry().splits_for(shape) > 1,
+        lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 4,
+        lambda c: c.knob_dict.get("CLUSTER_K", "1") != "1",
+        lambda c: c.family == "sm90_cutlass" and c.geometry().cluster >= 2 and c.knob_dict["TILE_M"] == "64"
+        and c.knob_dict["TILE_N"] == "64",
+        lambda c: c.family == "tiny_mma" and c.knob_dict.get("WARPS_K", "1") != "1",
+        lambda c: c.geometry().separate_reduce and c.geometry().cluster >= 2 and c.geometry().splits_for(shape) > 1,
+        lambda c: c.family == "sm90_ksplit",
+    ]
+
+
+def choose(ranked: Sequence[Config], shape: Shape, top: int, *, kinds: bool = True,
+           siblings: bool = True) -> list[Config]:
+    """What the pick times on ``shape`` from ``ranked`` (best first by the cost model); see the
+    module docstring. The order is the model's, then the kinds, then the siblings."""
+    chosen: list[Config] = []
+    keys: set = set()
+    for c in ranked:
+        if len(chosen) >= top:
+            break
+        if sans_epilogue(c) not in keys:
+            keys.add(sans_epilogue(c))
+            chosen.append(c)
+    if kinds:
+        for wanted in always_time(shape):
+            extra = next((c for c in ranked if _safe(wanted, c)), None)
+            if extra is not None and extra not in chosen:
+                chosen.append(extra)
+    if siblings:
+        pool = list(ranked)
+        for c in list(chosen):
+            for sib in epilogue_siblings(c, pool):
+                if sib not in chosen:
+                    chosen.append(sib)
+        for c in list(chosen):
+            for twin in launch_twins(c, pool):
+                if twin not in chosen:
+                    chosen.append(twin)
+    return chosen
+
+
+def _safe(pred: Kind, c: Config) -> bool:
+    """A kind predicate that reads a knob another family lacks is simply false for it."""
+    try:
+        return bool(pred(c))
+    except (KeyError, AttributeError, ValueError):
+        return False
+
+
+@dataclass
+class PickSettings:
+    """How much of the catalog the pick times per shape (``[search]`` keys ``pick_top`` etc.)."""
+
+    top: int = 5                 # the cost model's top distinct configurations (0 = no pick)
+    kinds: bool = True           # plus the best of each kind the model is least sure of
+    siblings: bool = True        # plus epilogue variants and PDL twins of the chosen
+
+
+@dataclass
+class PickRow:
+    """One timed configuration of a pick (what the pick table and the pick event show)."""
+
+    name: str
+    predicted_us: float
+    status: str
+    time_ms: float | None = None
+
+    def line(self) -> str:
+        t = f"{self.time_ms * 1e3:9.1f} us" if self.time_ms else f"{self.status:>12s}"
+        return f"  {self.name}: {t} per call (model {self.predicted_us:.1f} us)"
+
+
+@dataclass
+class PickResult:
+    """The pick's outcome: every row, the winner's source (None when nothing passed)."""
+
+    rows: list[PickRow] = field(default_factory=list)
+    best_source: str | None = None
+    best_name: str | None = None
+    best_ms: float | None = None
+    evaluations: dict[str, Any] = field(default_factory=dict)   # config name -> Evaluation
+
+    def table(self, limit: int = 12) -> str:
+        rows = sorted(self.rows, key=lambda r: (r.time_ms is None, r.time_ms or 0.0))
+        return "\n".join(r.line() for r in rows[:limit])

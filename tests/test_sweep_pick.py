@@ -1,0 +1,118 @@
+"""The pick, the first stage of the search: what it chooses, and that a sweep keeps its fastest.
+
+The evaluations are recorded H200 timings (tests/sweep_support.py); builds are skipped here
+(``build=False``: the catalog's builds are covered by test_families and test_build_catalog).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.families import Config, catalog, epilogue_siblings, sans_epilogue
+from harness.shapes import Shape
+from l2tui.agent.policies.costmodel import CostModel
+from l2tui.agent.policies.pick import always_time, choose
+from l2tui.agent.recorded import RecordedEvaluator, record_key
+from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig
+from l2tui.session import Session
+from tests.sweep_support import H200_UUID, TIMINGS, fixture_times, recorded_file, timed_names
+
+SHAPES = [Shape(4096, 4096, 4096), Shape(64, 64, 16384), Shape(12288, 128, 1024)]
+
+
+def ranked_for(shape: Shape) -> list[Config]:
+    return [c for _, c in CostModel().rank(catalog("f32", "sm_90a"), shape)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(shape):
+    ranked = ranked_for(shape)
+    chosen = choose(ranked, shape, 4)
+    # the first four: the model's best four configurations, epilogue variants counted once
+    distinct = []
+    for c in ranked:
+        if sans_epilogue(c) not in {sans_epilogue(d) for d in distinct}:
+            distinct.append(c)
+    assert chosen[:4] == distinct[:4]
+    assert len(set(chosen)) == len(chosen)
+    # the model's best of every kind it is least sure of is timed, whatever its rank
+    for wanted in always_time(shape):
+        best = next((c for c in ranked if wanted(c)), None)
+        if best is not None:
+            assert best in chosen
+    # one configuration of every family that runs here
+    assert {c.family for c in chosen} == {c.family for c in ranked}
+    # and the epilogue variants of everything chosen
+    for c in chosen:
+        assert set(epilogue_siblings(c, ranked)) <= set(chosen)
+    # without kinds and siblings: the top distinct only
+    assert choose(ranked, shape, 4, kinds=False, siblings=False) == distinct[:4]
+    assert choose(ranked, shape, 0, kinds=False, siblings=False) == []
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_the_sweep_times_the_pick_and_keeps_its_fastest(tmp_path, monkeypatch):
+    import l2tui.agent.policies.search as search
+
+    shape = Shape(4096, 4096, 4096)
+    timed = timed_names()
+    full = search.catalog
+    # the catalog the fixture timed (configurations added later have no recorded H200 time)
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    rec = recorded_file(tmp_path, [shape])
+    s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={"name": "NVIDIA H200"}, versions={})
+    ev = RecordedEvaluator(rec, arch="sm_90a", build=False)
+    cfg = SweepConfig(shapes=[shape], steps=0, seeds=3, arch="sm_90a", build_batches=False)
+    sw = Sweep(cfg, ev, session=s, out_dir=s.path, progress=lambda line: None)
+    (res,) = sw.run()
+
+    # what the pick timed: the policy's seed and what choose() adds, all at step 0
+    step0 = [e for e in s.events if e["type"] == "candidate" and e["step"] == 0]
+    assert res.picked == len(step0) == res.evaluated
+    ranked = [c for c in ranked_for(shape) if c.name in timed]
+    expected = {c.name for c in choose(ranked, shape, 3)}
+    names = {Config.from_source(s.get_kernel(e["sha"])).name for e in step0}
+    assert names == expected
+    assert len(names) > 3        # the kinds and siblings beside the model's top 3
+    # the winner is the fastest of them in the recording, and its speedup is against the baseline
+    times = fixture_times()[(4096, 4096, 4096)]
+    fastest = min(names, key=lambda n: times[n])
+    assert res.best_name == fastest
+    assert res.best_ms == pytest.approx(times[fastest])
+    assert res.speedup == pytest.approx(times["cublaslt_autotune"] / times[fastest])
+    # every checked and timed event, and the result row, name the GPU that timed them
+    checked = [e for e in s.events if e["type"] in ("checked", "timed")]
+    assert checked and all(e["gpu"] == H200_UUID for e in checked)
+    row = json.loads((s.path / RESULTS_FILE).read_text())["tracks"][res.track]
+    assert row["gpu_uuid"] == H200_UUID and row["gpu"] == "NVIDIA H200"
+    # the pick's rationale reaches the log (the planner's plan) and the RL rows
+    plans = [e for e in s.events if e["type"] == "plan" and e["text"].startswith("pick:")]
+    assert plans and fastest in plans[0]["text"]
+    assert len(s.rewards()) == res.evaluated
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_a_pick_candidate_without_a_result_never_wins(tmp_path, monkeypatch):
+    """A configuration without a result (here: its record removed) is logged and skipped, not guessed."""
+    import l2tui.agent.policies.search as search
+
+    timed = timed_names()
+    full = search.catalog
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    shape = Shape(4096, 4096, 4096)
+    rec = recorded_file(tmp_path, [shape])
+    doc = json.loads(rec.read_text())
+    top = [c for c in ranked_for(shape) if c.name in timed][0]     # the model's favourite: timed first
+    doc["records"].pop(record_key(top.source(), shape, "f32"), None)
+    rec.write_text(json.dumps(doc))
+    s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={}, versions={})
+    cfg = SweepConfig(shapes=[shape], steps=0, seeds=2, arch="sm_90a", build_batches=False)
+    (res,) = Sweep(cfg, RecordedEvaluator(rec, arch="sm_90a", build=False), session=s, out_dir=s.path,
+                   progress=lambda line: None).run()
+    assert res.best_name and res.best_name != top.name
+    first = next(e for e in s.events if e["type"] == "candidate")
+    assert Config.from_source(s.get_kernel(first["sha"])).name == top.name
+    kinds = [e["kind"] for e in s.events if e["type"] == "reward"]
+    assert kinds[0] == "not_recorded" and "ok" in kinds
