@@ -1,4 +1,5 @@
-"""Baselines: cuBLAS shim (ABI), cuBLASLt heuristic/autotuned (nvmath-python), torch.matmul.
+"""Baselines: cuBLAS and cuBLASLt (heuristic, autotuned) through the C shim's ABI entry points,
+and torch.matmul (the framework path).
 
 Two halves:
 
@@ -6,11 +7,13 @@ Two halves:
   with flags that find cuBLAS either in the CUDA toolkit next to nvcc or in the
   ``nvidia-cublas`` wheel (which has no unversioned ``libcublas.so``, so a private
   link directory with that symlink is made in the cache);
-* worker side: :func:`make_subjects` turns baseline names into callables that
-  enqueue one GEMM on the worker's stream, all writing the same guarded C buffer
-  as the candidate, so every subject is checked and timed by the same code.
+* worker side: :func:`abi_subject` and :func:`torch_subject` make callables that enqueue
+  one GEMM on the worker's stream, all writing the same guarded C buffer as the candidate,
+  so every subject is checked and timed by the same code; every library but torch is called
+  through a C entry point of the shim by the same ctypes caller as a candidate, so the host
+  path of a server-mode call is the same kind for all.
 
-Imports of cupy / nvmath / torch happen inside functions: this module is also
+Imports of cupy and torch happen inside functions: this module is also
 imported by the parent process, which must never create a CUDA context.
 """
 
@@ -159,15 +162,6 @@ def abi_subject(label: str, fn: Callable[..., int], a_ptr: int, b_ptr: int, c_pt
     return Subject(label, call, **kw)
 
 
-def nvmath_available() -> str | None:
-    """None when nvmath-python imports, else why not (one line)."""
-    try:
-        import nvmath.linalg.advanced  # noqa: F401
-    except Exception as e:  # ImportError, missing CUDA libs
-        return f"nvmath-python not importable ({type(e).__name__}: {e}); pip install nvmath-python"
-    return None
-
-
 def torch_available() -> str | None:
     try:
         import torch
@@ -176,33 +170,6 @@ def torch_available() -> str | None:
     if not torch.cuda.is_available():
         return "torch has no CUDA"
     return None
-
-
-def make_nvmath_matmul(a: Any, b: Any, c: Any, acc: str, stream: Any) -> Any:
-    """An in-place cuBLASLt matmul (C = A @ B, beta = 0) writing our guarded C buffer."""
-    import nvmath
-    from nvmath.linalg.advanced import Matmul, MatmulOptions
-
-    ct = nvmath.linalg.ComputeType.COMPUTE_32F if acc == "f32" else nvmath.linalg.ComputeType.COMPUTE_16F
-    opts = MatmulOptions(inplace=True, compute_type=ct)
-    return Matmul(a, b, c=c, beta=0.0, options=opts, stream=stream)
-
-
-def nvmath_plan(mm: Any, limit: int, stream: Any) -> list[Any]:
-    from nvmath.linalg.advanced import MatmulPlanPreferences
-
-    algos = mm.plan(preferences=MatmulPlanPreferences(limit=limit), stream=stream)
-    return list(algos)
-
-
-def nvmath_subject(label: str, mm: Any, algo: Any, stream: Any, **kw: Any) -> Subject:
-    def call() -> int:
-        mm.execute(algorithm=algo, stream=stream)
-        return 0
-
-    s = Subject(label, call, **kw)
-    s.keep.append(mm)
-    return s
 
 
 def torch_subject(label: str, a: Any, b: Any, c: Any, stream_ptr: int, **kw: Any) -> Subject:

@@ -23,16 +23,39 @@ from .baselines import BASELINES, parse_baselines
 from .errors import HarnessError, KernelSourceError
 from .results import BASELINE_LABELS, ResultFile, save
 from .shapes import Shape, parse_accumulator, parse_shape, resolve_shapes
+from .timing import DEFAULT_TIMING, MODE_LABELS, TIMINGS
 
-METHOD_OFFLINE = ("offline: per subject a CUDA graph of R back-to-back calls (R so one replay >= 1 ms), "
+METHOD_ISOLATED = ("offline, per call: per subject a CUDA graph of R steps, each an ordinary one-thread kernel that "
+                   "changes one element of A (the separator; not the subject, not PDL-aware), the call, and a row "
+                   "verification of its C; a base graph of R separator+verification steps replayed in the same "
+                   "rounds is subtracted round by round (R the same for all subjects, so one replay >= 1 ms); one "
+                   "warm-up replay, then {replays} rounds with graphs in random order, each replay timed with CUDA "
+                   "events; median per call; every timed call verified")
+METHOD_CHAINED = ("offline, back to back: per subject a CUDA graph of R back-to-back calls (R so one replay >= 1 ms), "
                   "one warm-up replay, then {replays} rounds with subjects in random order, each replay timed "
-                  "with CUDA events; median per call; cublas = best of NN and TN (TN reads a column-major copy "
-                  "of B made outside the timed region); cublaslt_autotune = fastest of the cuBLASLt heuristic "
-                  "candidates screened with the same graph method (3 replays of >= 0.2 ms, up to 100 candidates "
-                  "or 80 ms of screening per shape, at least 4)")
+                  "with CUDA events; median per call (call i+1 may overlap call i when launched with PDL: a "
+                  "pipeline figure)")
+METHOD_COMMON = ("; cublas = best of NN and TN (TN reads a column-major copy of B made outside the timed region); "
+                 "cuBLASLt through C entry points of the baseline shim; cublaslt_autotune = fastest of up to 100 "
+                 "cuBLASLt heuristic candidates screened with the headline's method (3 replays of >= 0.2 ms, 80 ms "
+                 "of screening per shape, at least 4)")
 METHOD_SERVER = ("server: one Poisson arrival process at {qps} QPS shared by all subjects (random interleaving), "
                  "{calls} calls per subject, each timed on the host from the call to stream completion "
-                 "(CUDA events give device time); median and p90 of host latency")
+                 "(CUDA events give device time); before each call one element of A changes and, on a random half "
+                 "of the calls, C is poisoned (untimed); every call verified on sampled rows after it; every "
+                 "subject called through a C entry point by the same ctypes caller except torch.matmul (the "
+                 "framework path); median and p90 of host latency")
+
+
+def method_text(mode: str, timing: str, replays: int, qps: float, calls: int) -> str:
+    """What a result file's ``meta.method`` says about how its figures were made."""
+    if mode == "server":
+        return METHOD_SERVER.format(qps=qps, calls=calls)
+    parts = {"isolated": [METHOD_ISOLATED], "chained": [METHOD_CHAINED],
+             "both": [METHOD_ISOLATED, "times_ms_chained: " + METHOD_CHAINED]}[timing]
+    return "; ".join(x.format(replays=replays) for x in parts) + METHOD_COMMON
+
+
 CHECKPOINT_EVERY = 25
 
 
@@ -41,6 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="grid, small, sample100, MxNxK or a shapes file (repeatable; default: sample100, "
                         "or the shapes of --kernels)")
     p.add_argument("--mode", choices=("offline", "server"), default="offline", help="timing method (default offline)")
+    p.add_argument("--timing", choices=TIMINGS, default=DEFAULT_TIMING,
+                   help="offline mode: isolated = per call, each call after an unrelated kernel (default, the "
+                        "headline); chained = back to back (a pipeline figure); both = each subject both ways in "
+                        "the same rounds (times_ms per call, times_ms_chained back to back)")
     p.add_argument("--acc", default="f32", help="accumulator: f32 (default) or f16")
     p.add_argument("--baselines", default=",".join(BASELINES),
                    help=f"comma separated: {', '.join(BASELINES)}, all or none (default all)")
@@ -64,8 +91,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=int, default=None, help="GPU index (default: CUDA_VISIBLE_DEVICES / 0)")
 
 
+def _command_line() -> str:
+    """The command that made a result file, as a user would type it again."""
+    import os
+    import shlex
+
+    argv = list(sys.argv)
+    prog = os.path.basename(argv[0]) if argv else "bench"
+    if prog in ("__main__.py", "-m"):
+        prog = "python -m harness"
+    return shlex.join([prog, *argv[1:]]) if argv else prog
+
+
 def _git_rev() -> str:
-    """The checkout's revision; ``$L2TUI_GIT_REV`` wins (copies of a tree without .git, e.g. on a lent GPU box)."""
+    """The checkout's revision; ``$L2TUI_GIT_REV`` wins (a copy of the tree without .git)."""
     import os
 
     if os.environ.get("L2TUI_GIT_REV"):
@@ -181,7 +220,8 @@ def _row_from(res: dict[str, Any], shape: Shape) -> dict[str, Any]:
     row = {"m": shape.m, "n": shape.n, "k": shape.k, "times_ms": res["times_ms"], "roofline_ms": res.get("roofline_ms"),
            "checks": res["checks"], "status": res["status"], "size_class": shape.size_class}
     for key in ("spread", "p90_ms", "device_ms", "reps", "detail_times_ms", "cublas_variant", "bound", "autotune",
-                "clocks", "absent", "errors", "seconds", "phases"):
+                "clocks", "absent", "errors", "seconds", "phases", "times_ms_chained", "spread_chained",
+                "separator_ms", "charged_alone"):
         if res.get(key) not in (None, {}, []):
             row[key] = res[key]
     return row
@@ -227,7 +267,7 @@ def candidate_sets(kernels: list[str] | str | None, labels: list[str] | str | No
 
 def main(args: argparse.Namespace) -> int:
     from . import build as buildmod
-    from .evaluate import Evaluator, is_nondeterministic
+    from .evaluate import Evaluator, is_nondeterministic, uses_pdl
     from .gpuinfo import require_gpu
     from .worker import WorkerError
 
@@ -265,16 +305,17 @@ def main(args: argparse.Namespace) -> int:
         for (s, label, _), src, br in zip(wanted, sources, results):
             if br.ok:
                 so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
-                                                 "nondeterministic": is_nondeterministic(src)})
+                                                 "nondeterministic": is_nondeterministic(src), "pdl": uses_pdl(src)})
             else:
                 build_fail[(s, label)] = str(br.errors[0]) if br.errors else "compile error"
 
     out = Path(args.out) if args.out else Path(
         f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")
     t0 = time.monotonic()
+    timing = getattr(args, "timing", None) or DEFAULT_TIMING
     with Evaluator(arch=arch, baselines=baselines, mode=args.mode, timeout_s=args.timeout, checks=args.checks,
                    seed=args.seed, device=args.device, qps=args.qps, server_calls=args.server_calls,
-                   replays=args.replays) as ev:
+                   replays=args.replays, timing=timing) as ev:
         _ = ev.shim
         try:
             info = ev.gpu_info()
@@ -284,13 +325,15 @@ def main(args: argparse.Namespace) -> int:
             if "no NVIDIA GPU found" in msg:
                 raise HarnessError("no NVIDIA GPU found: " + msg.split("no NVIDIA GPU found:", 1)[1].strip()) from None
             raise
-        method = (METHOD_OFFLINE.format(replays=args.replays) if args.mode == "offline"
-                  else METHOD_SERVER.format(qps=args.qps, calls=args.server_calls))
+        method = method_text(args.mode, timing, args.replays, args.qps, args.server_calls)
         meta = {
             "gpu": info.get("name"), "driver": info.get("driver") or gpu.driver, "cuda": info.get("cuda_runtime"),
             "cuda_driver": info.get("cuda_driver"), "nvcc": buildmod.nvcc_version(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
             "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
+            "timing": timing if args.mode == "offline" else "server",
+            "mode_label": MODE_LABELS[timing if args.mode == "offline" else "server"],
+            "command": _command_line(),
             "baselines": baselines, "candidates": dict(pairs),
             "checks": args.checks, "seed": args.seed,
             "shapes": args.shapes or (["--kernels"] if sets else ["sample100"]),
@@ -329,21 +372,13 @@ def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str
             break
         cands = so_for.get(shape, [])
         try:
-            res = ev.run_shape(shape, acc, cands, baselines)
-            row = _row_from(res, shape)
+            # a candidate that crashes or hangs the worker is charged alone (Evaluator.run_shape)
+            row = _row_from(ev.run_shape(shape, acc, cands, baselines), shape)
         except WorkerError as e:
             st = "timeout" if e.kind == "timeout" else "crashed"
-            msg = str(e).splitlines()[0][:300]
-            if cands:
-                try:
-                    res = ev.run_shape(shape, acc, [], baselines)
-                    row = _row_from(res, shape)
-                except WorkerError as e2:
-                    row = _failed_row(shape, baselines, "timeout" if e2.kind == "timeout" else "crashed", str(e2)[:300])
-                for c in cands:  # the worker names no culprit: every set of this shape is marked
-                    _mark(row, c["label"], st, msg)
-            else:
-                row = _failed_row(shape, baselines, st, msg)
+            row = _failed_row(shape, baselines + [c["label"] for c in cands], st, str(e).splitlines()[0][:300])
+        if cands:
+            row["pdl"] = {c["label"]: bool(c.get("pdl")) for c in cands}
         for label, ks in sets:
             if (shape, label) in build_fail:
                 _mark(row, label, "compile_error", build_fail[(shape, label)][:300])

@@ -18,7 +18,14 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   ``// l2: nondeterministic``, within the accuracy bound)
 ``graph_replay``  after timing, C is poisoned and the timed CUDA graph replayed once; the output
                   must again pass written/guards/accuracy
-``fresh``         memoization by content (candidates, offline mode): (1) a few elements of A are
+``timed_calls``   every timed call is verified (per call and server modes, every subject): it follows a
+                  change of one element of A (server mode: and, on a random half of the calls, C
+                  poisoned) and rows of its C are checked right after it on the GPU (Freivalds, see
+                  :class:`Verifier`): the changed row and VERIFY_ROWS - 1 others. A kernel that
+                  skips work on some calls, memoizes, or only computes when C is poisoned fails
+``fresh``         memoization by content (candidates, offline mode; back to back only, where the
+                  timed calls repeat the same inputs; with ``--timing both``, the per-call time
+                  against the back-to-back one): (1) a few elements of A are
                   changed in place, C poisoned, the timed graph replayed: its output must follow
                   (catches a kernel that hashes a sample of the inputs and replays a cached C);
                   (2) a graph whose every call follows a one-element change of A (a tiny kernel,
@@ -42,7 +49,7 @@ from typing import Any
 GUARD_BYTES = 64 << 10
 SENTINEL = 0xA5
 CHECK_ORDER = ("runs", "written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "graph_replay",
-               "fresh")
+               "timed_calls", "fresh")
 EXACT_MAX_TERMS = 2048          # integers up to 2048 are exact in fp16
 F32_FLOOR = 1e-6
 F16_FLOOR = 1e-3

@@ -27,6 +27,19 @@ def is_nondeterministic(source: str) -> bool:
     return bool(_NONDET_RE.search(source))
 
 
+_PDL_KNOB_RE = re.compile(r"^\s*#\s*define\s+PDL\s+(\d+)\b", re.M)
+
+
+def uses_pdl(source: str) -> bool:
+    """Whether a source launches its kernel with programmatic dependent launch: a family's ``PDL``
+    knob when it has one, else the launch attribute or the grid-dependency instructions in the
+    source. It is what back-to-back timing rewards and per-call timing does not."""
+    knob = _PDL_KNOB_RE.search(source)
+    if knob:
+        return knob.group(1) != "0"
+    return "ProgrammaticStreamSerialization" in source or "griddepcontrol" in source
+
+
 def request_timeout_s(shape: Shape, base: float, n_subjects: int = 5) -> float:
     """Generous per-request timeout: base plus time for checks and timing of big shapes."""
     per_call_s = shape.flops / 2e14          # pessimistic 200 TFLOP/s
@@ -79,6 +92,15 @@ class Evaluation:
         )
 
 
+def _failure_kind(e: WorkerError) -> str:
+    return "timeout" if e.kind == "timeout" else "crashed"
+
+
+def _one_line(e: WorkerError) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
+
+
 class Evaluator:
     """Build + check + time through one GPU worker.  Context manager; ``close()`` stops the worker.
 
@@ -89,9 +111,15 @@ class Evaluator:
     def __init__(self, arch: str | None = None, baselines: Sequence[str] | str = DEFAULT_BASELINES,
                  mode: str = "offline", timeout_s: float = 60, *, checks: str = "fast", seed: int = 0,
                  device: int | None = None, worker: GpuWorker | None = None, qps: float = 100.0,
-                 server_calls: int = 20, replays: int = 7) -> None:
+                 server_calls: int = 20, replays: int = 7, timing: str | None = None) -> None:
+        from .timing import parse_timing
+
         if mode not in ("offline", "server"):
             raise HarnessError(f"bad mode {mode!r}: use offline or server")
+        try:
+            self.timing = parse_timing(timing)
+        except ValueError as e:
+            raise HarnessError(str(e)) from None
         self.arch = arch
         self.baselines = parse_baselines(baselines)
         self.mode = mode
@@ -121,17 +149,59 @@ class Evaluator:
             self._shim = build_shim(self.arch)
         return self._shim
 
-    def run_shape(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
-                  timeout_s: float | None = None) -> dict[str, Any]:
-        """One ``evaluate_shape`` request (raises WorkerError on crash/timeout)."""
+    def _request(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
+                 timeout_s: float | None) -> dict[str, Any]:
         n = len(candidates) + len(baselines) + 1
         t = timeout_s if timeout_s is not None else request_timeout_s(shape, self.timeout_s, n)
         return self.worker.call(
             "evaluate_shape", timeout_s=t, m=shape.m, n=shape.n, k=shape.k, acc=acc,
             candidates=candidates, baselines=list(baselines), shim_path=str(self.shim.so_path),
             mode=self.mode, checks=self.checks, seed=self.seed, qps=self.qps,
-            server_calls=self.server_calls, replays=self.replays,
+            server_calls=self.server_calls, replays=self.replays, timing=self.timing,
         )
+
+    def run_shape(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
+                  timeout_s: float | None = None) -> dict[str, Any]:
+        """One ``evaluate_shape`` request; a subject that crashes or hangs the worker is charged alone.
+
+        Why: a CUDA error poisons the whole context and surfaces at the next synchronisation,
+        often inside another subject's call, and a hang stops every subject of the request. So
+        after a failed request the worker (restarted by harness.worker) evaluates each candidate
+        by itself to find which ones fail, then the others with the baselines again; the failing
+        ones get ``crashed``/``timeout`` with their own message. Raises WorkerError only when the
+        baselines alone cannot be evaluated."""
+        try:
+            return self._request(shape, acc, candidates, baselines, timeout_s)
+        except WorkerError as e:
+            if not candidates:
+                raise
+            first = e
+        failed: dict[str, tuple[str, str]] = {}
+        if len(candidates) == 1:
+            failed[candidates[0]["label"]] = (_failure_kind(first), _one_line(first))
+        else:
+            for cand in candidates:
+                try:
+                    self._request(shape, acc, [cand], [], timeout_s)
+                except WorkerError as e:
+                    failed[cand["label"]] = (_failure_kind(e), _one_line(e))
+        rest = [c for c in candidates if c["label"] not in failed]
+        try:
+            res = self._request(shape, acc, rest, baselines, timeout_s)
+        except WorkerError as e:
+            if not rest:
+                raise
+            # fine alone, failing together: charge the survivors (no single culprit), keep the baselines
+            for cand in rest:
+                failed[cand["label"]] = (_failure_kind(e), _one_line(e) + " (only together with the other subjects)")
+            res = self._request(shape, acc, [], baselines, timeout_s)
+        for label, (status, message) in failed.items():
+            res["status"][label] = status
+            res["times_ms"][label] = None
+            res["checks"][label] = {"ok": False, "failed": status, "detail": message}
+            res.setdefault("errors", {})[label] = message
+        res["charged_alone"] = sorted(failed)
+        return res
 
     def gpu_info(self) -> dict[str, Any]:
         return self.worker.call("gpu_info", timeout_s=120)
@@ -169,10 +239,16 @@ class Evaluator:
                     break
         elif st == "unsupported":
             msg = "unsupported: l2_hgemm returned non-zero for this shape"
+        elif st in ("crashed", "timeout"):
+            return Evaluation(st, br, message=(check or {}).get("detail", st)[:300],
+                              extra={"label": label, "mode": self.mode, "timing": self.timing})
         else:
             msg = f"wrong: check '{check.get('failed')}' failed: {check.get('detail')}" if check else st
         extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound",
-                                         "absent", "errors", "phases", "seconds")}
+                                         "absent", "errors", "phases", "seconds", "separator_ms")}
         extra["label"] = label
         extra["mode"] = self.mode
+        extra["timing"] = self.timing
+        if res.get("times_ms_chained"):
+            extra["times_ms_chained"] = {k: v for k, v in res["times_ms_chained"].items() if v is not None}
         return Evaluation(st, br, check, times, spread, res.get("roofline_ms"), msg, extra)

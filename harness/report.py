@@ -9,6 +9,11 @@ it is faster than ``cublaslt_autotune``; and per size class (small / mid / big, 
 (``roofline_ms / candidate ms``), which says where launch latency or bandwidth bounds a shape;
 and the same per regime (output tiles of 128x128 against one wave of the GPU, K up to or over
 1024), which separates shapes of equal flops that different things bound.
+Every table names its timing mode: per call (each call after an unrelated kernel, the
+headline), back to back (a graph of calls of the same subject, a pipeline figure) or server. A
+file timed both ways (``--timing both``) gets the per-call tables first, then the back-to-back
+ones, then how the two compare per subject (the fairness of the per-call method: a subject not
+launched with programmatic dependent launch should time the same both ways).
 Deterministic output (sorted, fixed formats), so the committed README diffs cleanly.
 """
 
@@ -23,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 from .results import BASELINE_LABELS, ResultFile, load
 from .shapes import Shape
+from .timing import MODE_LABELS
 
 CLASSES = ("small", "mid", "big")
 TARGET_BASELINE = "cublaslt_autotune"
@@ -143,8 +149,53 @@ def summarize(rf: ResultFile, label: str) -> dict[str, Any]:
 
 
 #: how each subject is called from the worker (the host path server mode measures on purpose)
-HOST_PATHS = {"cublas": "ctypes", "cublaslt_heuristic": "nvmath-python (Python)", "cublaslt_autotune": "nvmath-python (Python)",
-              "torch": "torch (Python)"}
+HOST_PATHS = {"torch": "torch.matmul (the framework path, Python)"}
+C_PATH = "C entry point through ctypes"
+
+
+def timing_of(rf: ResultFile) -> str:
+    """The file's offline timing mode; files made before the mode was recorded were back to back."""
+    m = rf.meta
+    if m.get("mode") == "server":
+        return "server"
+    return m.get("timing") or "chained"
+
+
+def mode_label(rf: ResultFile) -> str:
+    t = timing_of(rf)
+    return MODE_LABELS["isolated" if t == "both" else t]
+
+
+def chained_view(rf: ResultFile) -> ResultFile | None:
+    """The back-to-back figures of a file timed both ways, as a file of their own (None otherwise)."""
+    if not any(r.get("times_ms_chained") for r in rf.rows):
+        return None
+    rows = [{**r, "times_ms": dict(r.get("times_ms_chained") or {})} for r in rf.rows]
+    return ResultFile({**rf.meta, "timing": "chained"}, rows)
+
+
+def per_call_vs_chained(rf: ResultFile) -> dict[str, dict[str, Any]]:
+    """Per subject and size class: geomean of per-call time / back-to-back time, and the share of
+    shapes within 3 %. Candidates are split by whether their source launches with PDL
+    (``row['pdl']``), since PDL is what back to back rewards."""
+    groups: dict[str, dict[str, list[float]]] = {}
+    for r in rf.rows:
+        iso, ch = r.get("times_ms") or {}, r.get("times_ms_chained") or {}
+        pdl = r.get("pdl") or {}
+        cls = Shape(r["m"], r["n"], r["k"]).size_class
+        for lb, t in iso.items():
+            c = ch.get(lb)
+            if not t or not c:
+                continue
+            name = lb if lb in BASELINE_LABELS else f"{lb} ({'PDL' if pdl.get(lb) else 'no PDL'})"
+            g = groups.setdefault(name, {})
+            g.setdefault(cls, []).append(t / c)
+            g.setdefault("all", []).append(t / c)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(groups):
+        out[name] = {cls: {"n": len(xs), "ratio": geomean(xs), "within_3pct": sum(1 for x in xs if abs(x - 1) <= 0.03) / len(xs)}
+                     for cls, xs in groups[name].items()}
+    return out
 
 
 def caveats(rf: ResultFile) -> list[str]:
@@ -163,10 +214,15 @@ def caveats(rf: ResultFile) -> list[str]:
     if m.get("merged_from"):
         out.append("Merged from " + ", ".join(f"`{p['file']}` ({p['rows']} rows, git {p['git_rev']})" for p in m["merged_from"]) + ".")
     if m.get("mode") == "server":
-        paths = ", ".join(f"{lb}: {HOST_PATHS.get(lb, 'ctypes')}" for lb in rf.labels())
-        out.append("Server mode times each call on the host, so it includes each library's host path "
-                   f"({paths}); compare candidates called through ctypes with `cublas` (also ctypes) for the "
-                   "kernel alone.")
+        if "nvmath" in str(m.get("method", "")) or not m.get("timing"):
+            out.append("Server mode times each call on the host; in this file cuBLASLt was called through "
+                       "nvmath-python's Python path and the candidates through C: compare them with `cublas` only.")
+        else:
+            paths = ", ".join(f"{lb}: {HOST_PATHS.get(lb, C_PATH)}" for lb in rf.labels())
+            out.append(f"Server mode times each call on the host, every subject through the same kind of call ({paths}).")
+    elif timing_of(rf) == "chained":
+        out.append("**Back to back:** a CUDA graph of calls of the same subject; a kernel launched with programmatic "
+                   "dependent launch overlaps its previous call. A pipeline figure, not what one call costs.")
     return out + [""] if out else []
 
 
@@ -181,7 +237,9 @@ def markdown(files: Sequence[tuple[str, ResultFile]], label: str | None = None) 
         m = rf.meta
         lines += [f"## {Path(path).name}", "",
                   f"{m.get('gpu')} · driver {m.get('driver')} · CUDA {m.get('cuda')} · nvcc {m.get('nvcc')} · "
-                  f"{m.get('mode')} · acc {m.get('acc')} · {m.get('date')} · git {str(m.get('git_rev'))[:10]}", ""]
+                  f"**{mode_label(rf)}** · acc {m.get('acc')} · {m.get('date')} · git {str(m.get('git_rev'))[:10]}", ""]
+        if m.get("command"):
+            lines += [f"Command: `{m['command']}`", ""]
         lines += caveats(rf)
         if not labels:
             lines += ["No candidate label in this file.", ""]
@@ -195,15 +253,37 @@ def markdown(files: Sequence[tuple[str, ResultFile]], label: str | None = None) 
                 lines.append(f"| {labels[0]} | {other} | {_f(g)}x | {pct} | {n} |")
             lines.append("")
         for lb in labels:
-            lines += _candidate_tables(rf, lb)
+            lines += _candidate_tables(rf, lb, mode_label(rf))
+        ch = chained_view(rf)
+        if ch is not None:
+            lines += ["### Back to back (the same run; a pipeline figure)", ""]
+            for lb in labels:
+                lines += _candidate_tables(ch, lb, MODE_LABELS["chained"])
+            lines += _comparison_table(rf)
     return "\n".join(lines) + "\n"
 
 
-def _candidate_tables(rf: ResultFile, lb: str) -> list[str]:
+def _comparison_table(rf: ResultFile) -> list[str]:
+    cmp = per_call_vs_chained(rf)
+    if not cmp:
+        return []
+    lines = ["### Per call against back to back, per subject", "",
+             "Geomean of per-call time / back-to-back time (1.00 = the same both ways), and the share of shapes "
+             "within 3 %. A subject launched without PDL gains nothing from back-to-back overlap.", "",
+             "| subject | " + " | ".join(f"{c}" for c in (*CLASSES, "all")) + " | within 3 % (all) |",
+             "|---|" + "---:|" * (len(CLASSES) + 2)]
+    for name, d in cmp.items():
+        cells = [_f((d.get(c) or {}).get("ratio")) for c in (*CLASSES, "all")]
+        within = (d.get("all") or {}).get("within_3pct")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_f(None if within is None else 100 * within, '.0f', '%')} |")
+    return lines + [""]
+
+
+def _candidate_tables(rf: ResultFile, lb: str, mode: str) -> list[str]:
     """One candidate's tables: speedup over each baseline, by size class and by regime."""
     lines: list[str] = []
     s = summarize(rf, lb)
-    lines += [f"Candidate `{lb}` on {s['shapes']} shapes ({s['missing']} without a time).", "",
+    lines += [f"Candidate `{lb}` on {s['shapes']} shapes ({s['missing']} without a time), **{mode}**.", "",
               "| baseline | geomean speedup | faster on | shapes |", "|---|---:|---:|---:|"]
     for b, v in s["baselines"].items():
         name = "per-shape fastest baseline" if b == "best" else b
@@ -230,8 +310,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", help="bench result files (JSON)")
     ap.add_argument("-o", "--output", help="write Markdown here (default: stdout)")
     ap.add_argument("--label", help="candidate label (default: l2, else the first candidate)")
+    ap.add_argument("--calibration", metavar="FILE",
+                    help="also write, as JSON, per-call / back-to-back ratios per subject and size class of every "
+                         "file timed both ways (the per-call method's fairness check)")
     args = ap.parse_args(argv)
     files = [(p, load(p)) for p in sorted(args.files)]
+    if args.calibration:
+        import json
+
+        cal = {Path(p).name: {"meta": {k: rf.meta.get(k) for k in ("gpu", "driver", "date", "git_rev", "command")},
+                              "per_call_over_back_to_back": per_call_vs_chained(rf)}
+               for p, rf in files if chained_view(rf) is not None}
+        Path(args.calibration).write_text(json.dumps(cal, indent=1, sort_keys=True) + "\n")
     text = markdown(files, args.label)
     if args.output:
         Path(args.output).write_text(text)

@@ -77,6 +77,8 @@ def problems(obj: Any) -> list[str]:
                 out.append(f"meta lacks '{k}'")
         if meta.get("mode") not in (None, "offline", "server"):
             out.append(f"meta.mode is {meta.get('mode')!r}, not offline/server")
+        if meta.get("timing") not in (None, "isolated", "chained", "both", "server"):
+            out.append(f"meta.timing is {meta.get('timing')!r}, not isolated/chained/both/server")
         if meta.get("acc") not in (None, "f32", "f16"):
             out.append(f"meta.acc is {meta.get('acc')!r}, not f32/f16")
     if not isinstance(rows, list):

@@ -1,17 +1,26 @@
-"""Timing, run inside the GPU worker: offline (CUDA graphs) and server (Poisson arrivals).
+"""Timing, run inside the GPU worker: offline per call, offline back to back, and server.
 
-Offline: each subject's call is captured R times back to back into one CUDA graph,
-R chosen so one replay lasts >= 1 ms (from an eager estimate).  Every graph is
-launched once to warm up, then ``replays`` rounds follow; in each round the
-subjects run in a fresh random order, each replay bracketed by CUDA events on the
-same stream, all rounds queued without host syncs.  Per subject we report the
-median per call (replay time / R), p10/p90 and spread = (p90 - p10) / median.
-The method is identical for candidates and baselines.
+Three modes, one method for every subject (candidates and baselines alike):
 
-Server: one Poisson arrival process (target QPS) shared by all subjects; each
-arrival calls the next subject of a random interleaving.  A call is timed on the
-host from the call to the completion of our stream (stream synchronize), with
-CUDA events around it for the device time.  Median and p90 per subject.
+* **per call** (``isolated``, the headline): every timed call follows an ordinary kernel that
+  is not the subject and not PDL-aware (``separator``: it changes one element of A, as a
+  producer writes its consumer's input), and is followed by a row verification of its C. One
+  CUDA graph per subject holds R such steps ``[separator, call, verify]``; one base graph holds
+  ``[separator, verify]`` x R. Both are replayed in the same interleaved rounds and the base's
+  per-step time is subtracted round by round, so what is left is what one call costs when the
+  kernel before it is somebody else's -- the way a user's program calls a GEMM. No call can
+  overlap the previous call of the same subject (programmatic dependent launch gains nothing
+  behind an unrelated kernel), and every timed call is verified.
+* **back to back** (``chained``, a pipeline figure): R calls of the same subject captured back to
+  back in one graph. Call i+1 may start while call i drains when the kernel is launched with PDL.
+* **server**: calls at Poisson-distributed intervals (a target QPS), each timed on the host from
+  the call to the completion of the stream (and on the device by events); before each call A is
+  changed and, on a random half of the calls, C poisoned; after it, rows of C are verified.
+
+R is chosen so one replay lasts >= 1 ms. Every graph is launched once to warm up, then
+``replays`` rounds follow; in each round the graphs run in a fresh random order, each replay
+bracketed by CUDA events on the same stream, all rounds queued without host syncs. Per subject
+we report the median per call, p10/p90 and spread = (p90 - p10) / median.
 """
 
 from __future__ import annotations
@@ -24,7 +33,22 @@ from typing import Any, Callable
 
 TARGET_REPLAY_MS = 1.0
 MAX_REPS = 2000
+MAX_ISOLATED_REPS = 200     # steps per per-call graph (three nodes each: keeps captures short)
 DEFAULT_REPLAYS = 7
+#: the offline timing modes ``--timing`` accepts; "both" times each subject both ways in one run
+TIMINGS = ("isolated", "chained", "both")
+DEFAULT_TIMING = "isolated"
+#: what each mode is called wherever a figure is shown
+MODE_LABELS = {"isolated": "per call", "chained": "back to back", "server": "server"}
+
+
+def parse_timing(name: str | None) -> str:
+    """``None`` -> the default; an unknown name -> ValueError naming the choices."""
+    if name is None:
+        return DEFAULT_TIMING
+    if name not in TIMINGS:
+        raise ValueError(f"unknown timing {name!r}: choose from {', '.join(TIMINGS)}")
+    return name
 
 
 @dataclass
@@ -119,6 +143,60 @@ def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], pert
     return Graph(f"{label}:fresh", gf, reps, 0.0), Graph(f"{label}:perturb", gp, reps, 0.0)
 
 
+def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], separator: Callable[[], int],
+                    verifiers: dict[str, Callable[[], int]], base_verify: Callable[[], int], reps: int,
+                    base_label: str = "separator") -> tuple[list[Graph], Graph]:
+    """The per-call graphs: ``[separator, call, verify] x reps`` per subject, and the base graph
+    ``[separator, verify] x reps`` whose per-step time :func:`per_call` subtracts.
+
+    Every graph has the same number of steps, so every graph leaves A changed the same way (the
+    separator draws its change from a launch counter): one reference serves all subjects after a
+    replay (harness.checks)."""
+    out = []
+    for label, call in calls.items():
+        verify = verifiers[label]
+
+        def step(call: Callable[[], int] = call, verify: Callable[[], int] = verify) -> int:
+            separator()
+            rc = call()
+            verify()
+            return rc
+
+        g = capture(cp, stream, step, reps)
+        if hasattr(g, "upload"):
+            g.upload(stream)
+        out.append(Graph(label, g, reps, 0.0))
+
+    def base_step() -> int:
+        separator()
+        base_verify()
+        return 0
+
+    gb = capture(cp, stream, base_step, reps)
+    if hasattr(gb, "upload"):
+        gb.upload(stream)
+    return out, Graph(base_label, gb, reps, 0.0)
+
+
+def per_call(timed: dict[str, dict[str, Any]], labels: list[str], base_label: str) -> dict[str, dict[str, Any]]:
+    """Per-call statistics of the per-call graphs: each round's base step subtracted from the same
+    round's subject step (both replayed in the same rounds, so clocks and temperature match)."""
+    base = timed[base_label]["samples_ms"]
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        r = timed[label]
+        diffs = [x - b for x, b in zip(r["samples_ms"], base)]
+        med = quantile(diffs, 0.5)
+        p10, p90 = quantile(diffs, 0.1), quantile(diffs, 0.9)
+        out[label] = {
+            "median_ms": med, "p10_ms": p10, "p90_ms": p90,
+            "spread": (p90 - p10) / med if med > 0 else math.nan,
+            "reps": r["reps"], "replays": len(diffs), "step_ms": r["median_ms"],
+            "separator_ms": timed[base_label]["median_ms"],
+        }
+    return out
+
+
 def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_REPLAYS,
             rng: random.Random | None = None, warmup: int = 1,
             primed: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
@@ -155,14 +233,22 @@ def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_RE
         out[label] = {
             "median_ms": med, "p10_ms": p10, "p90_ms": p90,
             "spread": (p90 - p10) / med if med > 0 else math.nan,
-            "reps": reps[label], "replays": len(xs),
+            "reps": reps[label], "replays": len(xs), "samples_ms": xs,
         }
     return out
 
 
 def server(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], qps: float = 100.0,
-           calls_per_subject: int = 20, rng: random.Random | None = None) -> dict[str, dict[str, float]]:
-    """Poisson arrivals at ``qps``; host latency (call -> stream complete) and device time per call."""
+           calls_per_subject: int = 20, rng: random.Random | None = None,
+           before: Callable[[str, bool], None] | None = None,
+           after: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
+    """Poisson arrivals at ``qps``; host latency (call -> stream complete) and device time per call.
+
+    ``before(label, poison)`` runs untimed before each timed call (it changes A and, when
+    ``poison``, fills C with NaN -- on a random half of the calls, so a kernel can neither rely on
+    C being poisoned nor on it holding its last result) and is synchronised before the clock
+    starts; ``after(label)`` runs untimed after it (it verifies rows of C). The warm-up calls are
+    not timed."""
     rng = rng or random.Random(0)
     for call in calls.values():       # warm: module load, handles, workspaces
         call()
@@ -175,6 +261,10 @@ def server(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], qps: float
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     t_next = time.perf_counter()
     for label in order:
+        if before is not None:
+            before(label, rng.random() < 0.5)
+            stream.synchronize()
+        t_next = max(t_next, time.perf_counter()) if before is not None else t_next
         t_next += rng.expovariate(qps)
         while True:
             left = t_next - time.perf_counter()
@@ -191,6 +281,8 @@ def server(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], qps: float
         t1 = time.perf_counter()
         host[label].append((t1 - t0) * 1e3)
         dev[label].append(cp.cuda.get_elapsed_time(e0, e1))
+        if after is not None:
+            after(label)
     out = {}
     for label in calls:
         h = host[label]

@@ -401,7 +401,6 @@ class ShapeContext:
             self.Bt = GuardedBuffer(cp, (n, k), cp.float16)   # column-major copy of B for cuBLAS TN
             self.C = GuardedBuffer(cp, (m, n), cp.float16)
         self.buffers = (self.A, self.B, self.Bt, self.C)
-        self.nvmath: dict[str, Any] = {}    # acc -> (Matmul, algorithms) kept across requests
 
     def bad_guards(self) -> int:
         total = self.A.bad_guard_bytes()
@@ -414,13 +413,7 @@ class ShapeContext:
             b.reset_guards()
 
     def close(self) -> None:
-        """Release cuBLASLt plans and workspaces (nvmath asks for an explicit free())."""
-        for mm, _ in self.nvmath.values():
-            try:
-                mm.free()
-            except Exception:
-                pass
-        self.nvmath.clear()
+        """Nothing to release: the shim keeps its cuBLASLt plans (a bounded table) itself."""
 
 
 def _shape_ctx(g: Gpu, m: int, n: int, k: int) -> ShapeContext:
@@ -435,55 +428,63 @@ def _shape_ctx(g: Gpu, m: int, n: int, k: int) -> ShapeContext:
     return g.ctx
 
 
-def _nvmath_for(g: Gpu, ctx: ShapeContext, acc: str) -> tuple[Any, list[Any]]:
-    from . import baselines
+def _lt_plan(shim: Any, m: int, n: int, k: int, acc: str) -> int:
+    """cuBLASLt's heuristic algorithms for this shape, planned in the shim; returns how many."""
+    from . import baselines as bl
 
-    hit = ctx.nvmath.get(acc)
-    if hit is None:
-        with g.stream:
-            mm = baselines.make_nvmath_matmul(ctx.A.data, ctx.B.data, ctx.C.data, acc, g.stream)
-            algos = baselines.nvmath_plan(mm, baselines.AUTOTUNE_MAX_CANDIDATES, g.stream)
-        if not algos:
-            raise RuntimeError("cuBLASLt heuristic returned no algorithm")
-        hit = ctx.nvmath[acc] = (mm, algos)
-    return hit
+    count = int(shim.l2_lt_plan(m, n, k, int(acc == "f16"), bl.AUTOTUNE_MAX_CANDIDATES))
+    if count <= 0:
+        raise RuntimeError(f"cuBLASLt heuristic returned no algorithm (shim status {count})")
+    return count
 
 
-def _autotune(g: Gpu, mm: Any, algos: list[Any], key: tuple, budget_s: float) -> tuple[int, dict[str, Any]]:
-    """Screen heuristic candidates (in heuristic order) with the offline method, keep the fastest.
+def _autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
+              timing_mode: str, perturb: Callable[[], int], budget_s: float) -> tuple[int, dict[str, Any]]:
+    """Screen cuBLASLt's heuristic algorithms (in heuristic order) with the headline's method,
+    keep the fastest in the shim's autotune slot.
 
-    Cap: at most AUTOTUNE_MAX_CANDIDATES; after ``budget_s`` of wall time no new candidate
-    is screened once AUTOTUNE_MIN_CANDIDATES have been.  Screening graphs last >= 0.2 ms
-    and get 3 replays; the winner is then timed with the full method like every subject.
-    """
-    from . import baselines, timing
+    Cap: at most AUTOTUNE_MAX_CANDIDATES; after ``budget_s`` of wall time no new candidate is
+    screened once AUTOTUNE_MIN_CANDIDATES have been. Screening graphs last >= 0.2 ms and get 3
+    replays; per call (``isolated``) each screened call follows the separator, whose own graph
+    is subtracted, as in the timing. The winner is then checked and timed like every subject."""
+    from . import baselines as bl
+    from . import timing
 
+    m, n, k = shape
+    f16 = int(acc == "f16")
+    key = (m, n, k, acc, timing_mode)
     if key in g.autotune:
+        shim.l2_lt_select(m, n, k, f16, 1, g.autotune[key])
         return g.autotune[key], {"cached": True}
     cp, s = g.cp, g.stream
+    per_call = timing_mode != "chained"
     est = None
+    base = None
     results: list[tuple[float, int]] = []
     t0 = time.monotonic()
     tried = 0
-    for idx, algo in enumerate(algos[: baselines.AUTOTUNE_MAX_CANDIDATES]):
-        if tried >= baselines.AUTOTUNE_MIN_CANDIDATES and time.monotonic() - t0 > budget_s:
+    for idx in range(min(count, bl.AUTOTUNE_MAX_CANDIDATES)):
+        if tried >= bl.AUTOTUNE_MIN_CANDIDATES and time.monotonic() - t0 > budget_s:
             break
         tried += 1
-
-        def call(algo: Any = algo) -> int:
-            mm.execute(algorithm=algo, stream=s)
-            return 0
-
+        if shim.l2_lt_select(m, n, k, f16, 1, idx) != 0:
+            continue
         try:
             if est is None:
                 est = timing.estimate_ms(cp, s, call)
-            else:
-                call()
-                s.synchronize()
+            elif call() != 0:
+                continue
+            s.synchronize()
             reps = timing.reps_for(est, 0.2, 200)
-            gr = timing.Graph(str(idx), timing.capture(cp, s, call, reps), reps, est)
-            r = timing.offline(cp, s, [gr], replays=3)[str(idx)]
-            results.append((r["median_ms"], idx))
+            if per_call:
+                graphs, gb = timing.isolated_graphs(cp, s, {str(idx): call}, perturb, {str(idx): _noop}, _noop,
+                                                    reps, base_label="base")
+                t = timing.offline(cp, s, [*graphs, gb], replays=3)
+                ms = timing.per_call(t, [str(idx)], "base")[str(idx)]["median_ms"]
+            else:
+                gr = timing.Graph(str(idx), timing.capture(cp, s, call, reps), reps, est)
+                ms = timing.offline(cp, s, [gr], replays=3)[str(idx)]["median_ms"]
+            results.append((ms, idx))
         except Exception as e:
             if is_sticky(e):
                 raise
@@ -491,9 +492,15 @@ def _autotune(g: Gpu, mm: Any, algos: list[Any], key: tuple, budget_s: float) ->
     if not results:
         raise RuntimeError("autotune: no cuBLASLt candidate ran")
     best = min(results)[1]
+    shim.l2_lt_select(m, n, k, f16, 1, best)
     g.autotune[key] = best
-    return best, {"screened": len(results), "tried": tried, "available": len(algos),
-                  "best_index": best, "seconds": round(time.monotonic() - t0, 3)}
+    return best, {"screened": len(results), "tried": tried, "available": count, "best_index": best,
+                  "method": timing.MODE_LABELS["isolated" if per_call else "chained"],
+                  "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _noop() -> int:
+    return 0
 
 
 def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr: Any, timed_ms: float,
@@ -556,17 +563,211 @@ def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr
     return ok, det, fields
 
 
+SEPARATOR_LABEL = "(separator)"
+
+
+class _PerCallGraphs:
+    """The per-call (isolated) timing of one shape's subjects: the graphs of harness.timing, one
+    separator shared by all (so every graph leaves A changed the same way), one row verifier per
+    subject, and the checks that read them.
+
+    Why one step count for all: the reference for the replay check is then computed once per
+    shape, not once per subject."""
+
+    def __init__(self, g: Gpu, ctx: ShapeContext, calls: dict[str, Callable[[], int]], replays: int,
+                 rng: random.Random, failed: Callable[[str, Exception], None]) -> None:
+        from . import checks as ck
+        from . import timing
+
+        self.g, self.ctx, self.calls = g, ctx, dict(calls)
+        cp, s = g.cp, g.stream
+        A, B, C = ctx.A, ctx.B, ctx.C
+        self.graphs: list[Any] = []
+        self.base: Any = None
+        with s:
+            self.pert = ck.Perturber(cp, A.data, s)
+        est: dict[str, float] = {}
+        for label, call in list(self.calls.items()):
+            try:
+                est[label] = timing.estimate_ms(cp, s, call)
+            except Exception as e:
+                failed(label, e)
+                self.calls.pop(label)
+        if not self.calls:
+            return
+        self.reps = timing.reps_for(min(est.values()) + 0.005, cap=timing.MAX_ISOLATED_REPS)
+        seed = rng.randrange(1 << 30)
+        capacity = self.reps * (replays + 3)
+        with s:
+            self.vers = {lb: ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=capacity,
+                                         changed_row=self.pert.row) for lb in self.calls}
+            self.ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=capacity,
+                                        changed_row=self.pert.row)
+        # compiles and loads every kernel now, never inside a stream capture
+        for label, call in self.calls.items():
+            self.pert.step()
+            call()
+            self.vers[label].step()
+        self.ver_base.step()
+        s.synchronize()
+        for v in (*self.vers.values(), self.ver_base):
+            v.reset()
+        for label, call in list(self.calls.items()):
+            try:
+                (gr,), _unused = timing.isolated_graphs(cp, s, {label: call}, self.pert.step,
+                                                        {label: self.vers[label].step}, _noop, self.reps)
+                self.graphs.append(gr)
+            except Exception as e:
+                failed(label, e)
+                self.calls.pop(label, None)
+        _, self.base = timing.isolated_graphs(cp, s, {}, self.pert.step, {}, self.ver_base.step, self.reps,
+                                              base_label=SEPARATOR_LABEL)
+        for v in (*self.vers.values(), self.ver_base):
+            v.reset()
+
+    def all_graphs(self) -> list[Any]:
+        return [*self.graphs, self.base] if self.graphs else []
+
+    def per_call(self, raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from . import timing
+
+        return timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
+
+    def verdicts(self, replays: int, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        """Every timed call (the warm-up replay and the timed ones) verified on sampled rows."""
+        from . import checks as ck
+
+        expected = self.reps * (replays + 1)
+        b_same = self.ver_base.b_unchanged()
+        out = {}
+        for gr in self.graphs:
+            worst = self.vers[gr.label].results()
+            fields = {"verified_calls": len(worst), "verified_rows": ck.VERIFY_ROWS,
+                      "verify_worst": max(worst) if worst else None, "verify_limit": limit, "reps": self.reps}
+            if not b_same:
+                out[gr.label] = (False, "B changed while the per-call graphs ran (B x differs from before)", fields)
+                continue
+            ok, det = ck.verify_verdict(worst, expected, limit)
+            out[gr.label] = (ok, det, fields)
+        return out
+
+    def _reset(self, a0: Any) -> None:
+        with self.g.stream:
+            self.ctx.A.data[...] = a0
+            self.pert.counter.fill(0)
+
+    def replay_checks(self, a0: Any, nan: Any, written_guards: Callable[..., None], inputs: dict[str, Any],
+                      bound: float) -> dict[str, tuple[bool, str]]:
+        """Each per-call graph replayed once more from the same start on poisoned C: C must be
+        fully written, the guards and inputs untouched, and C right for the inputs the graph's
+        last call saw (one reference for all: every graph changes A the same way)."""
+        from . import checks as ck
+
+        cp, s, A, C = self.g.cp, self.g.stream, self.ctx.A, self.ctx.C
+        self._reset(a0)
+        self.base.graph.launch(s)
+        s.synchronize()
+        with s:
+            a_final = A.data.copy()
+            ref = ck.reference(cp, A.data, self.ctx.B.data)
+            norm = ck.ref_norm(cp, ref)
+        saved, inputs["A"] = inputs.get("A"), a_final
+        out = {}
+        try:
+            for gr in self.graphs:
+                self._reset(a0)
+                self.ctx.reset_guards()
+                with s:
+                    C.data.fill(nan)
+                try:
+                    gr.graph.launch(s)
+                    s.synchronize()
+                except Exception as e:
+                    if is_sticky(e):
+                        raise Sticky(f"{gr.label}: {e}", gr.label) from e
+                    raise
+                written_guards(gr.label, "per-call graph replay", "graph_replay", "graph_replay")
+                err = ck.rel_err(cp, C.data, ref, norm)
+                out[gr.label] = (err <= bound, f"after the per-call graph: rel. error {err:.3g} > bound {bound:.3g}"
+                                 if err > bound else "")
+        finally:
+            del ref
+            if saved is not None:
+                inputs["A"] = saved
+            self._reset(a0)
+        return out
+
+    def close(self) -> None:
+        self.graphs.clear()
+        self.base = None
+        self.vers = {}
+
+
+class _ServerVerification:
+    """What surrounds every timed server call: before it, one element of A changed and, on a
+    random half of the calls, C poisoned (untimed, synchronised); after it, the changed row and
+    others verified on the GPU. So a kernel that skips work when C holds its last result, or
+    computes only when C is poisoned, or memoizes by content, fails its own subject."""
+
+    def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
+                 rng: random.Random, nan: Any) -> None:
+        from . import checks as ck
+
+        cp, s = g.cp, g.stream
+        self.cp, self.s, self.C, self.nan = cp, s, ctx.C, nan
+        self.calls_per_subject = calls_per_subject
+        seed = rng.randrange(1 << 30)
+        with s:
+            self.pert = ck.Perturber(cp, ctx.A.data, s)
+            self.vers = {lb: ck.Verifier(cp, ctx.A.data, ctx.B.data, ctx.C.data, s, seed,
+                                         capacity=calls_per_subject + 2, changed_row=self.pert.row) for lb in labels}
+        self.pert.step()
+        for v in self.vers.values():
+            v.step()
+        s.synchronize()
+        for v in self.vers.values():
+            v.reset()
+
+    def before(self, label: str, poison: bool) -> None:
+        self.pert.step()
+        if poison:
+            with self.s:
+                self.C.data.fill(self.nan)
+
+    def after(self, label: str) -> None:
+        self.vers[label].step()
+
+    def verdicts(self, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        from . import checks as ck
+
+        self.s.synchronize()
+        out = {}
+        for label, v in self.vers.items():
+            worst = v.results()
+            ok, det = ck.verify_verdict(worst, self.calls_per_subject, limit)
+            if not ok:
+                det = "server mode: " + det
+            out[label] = (ok, det, {"verified_calls": len(worst), "verify_worst": max(worst) if worst else None,
+                                    "verify_limit": limit})
+        return out
+
+
 def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str = "f32",
                    candidates: list[dict[str, Any]] = (), baselines: list[str] = (),  # type: ignore[assignment]
                    mode: str = "offline", checks: str = "full", seeds: tuple[int, ...] = (1, 2, 3),
                    replays: int = 7, qps: float = 100.0, server_calls: int = 20, seed: int = 0,
-                   autotune_budget_s: float | None = None, **_: Any) -> dict[str, Any]:
-    """Check and time candidates and baselines on one shape (see harness.checks / harness.timing)."""
+                   autotune_budget_s: float | None = None, timing: str = "isolated", **_: Any) -> dict[str, Any]:
+    """Check and time candidates and baselines on one shape (see harness.checks / harness.timing).
+
+    ``timing`` (offline mode): "isolated" (per call, the headline), "chained" (back to back) or
+    "both" (each subject both ways in the same interleaved rounds; ``times_ms`` is per call)."""
     from . import baselines as bl
     from . import checks as ck
-    from . import roofline, timing
+    from . import roofline, timing as tm
     from .shapes import Shape
 
+    timing_mode = tm.parse_timing(timing)
+    timing = tm
     cp, s = g.cp, g.stream
     t_start = time.monotonic()
     rng = random.Random(f"{seed}:{m}x{n}x{k}")
@@ -600,17 +801,13 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
                 subjects["cublas_tn"] = bl.abi_subject("cublas_tn", bl.ctypes_fn(shim, "l2_hgemm_tn" + suffix),
                                                        A.ptr, Bt.ptr, C.ptr, m, n, k, sp, light=light)
             elif name in ("cublaslt_heuristic", "cublaslt_autotune"):
-                why = bl.nvmath_available()
-                if why:
-                    absent[name] = why
-                    continue
-                mm, algos = _nvmath_for(g, ctx, acc)
-                if name == "cublaslt_heuristic":
-                    subjects[name] = bl.nvmath_subject(name, mm, algos[0], s, light=light)
-                else:
-                    pending_autotune = (mm, algos)
-                    subjects[name] = bl.nvmath_subject(name, mm, algos[0], s, light=light)  # replaced after checks
-                    extra["autotune_pending"] = pending_autotune
+                if "lt_count" not in extra:
+                    extra["lt_count"] = _lt_plan(shim, m, n, k, acc)
+                entry = "l2_hgemm_lt_heur" if name == "cublaslt_heuristic" else "l2_hgemm_lt_auto"
+                subjects[name] = bl.abi_subject(name, bl.ctypes_fn(shim, entry + suffix), A.ptr, B.ptr, C.ptr,
+                                                m, n, k, sp, light=light)
+                if name == "cublaslt_autotune":
+                    extra["autotune_pending"] = True
             elif name == "torch":
                 if acc == "f16":
                     absent[name] = "torch.matmul has no fp16-accumulate mode"
@@ -631,20 +828,22 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
             errors[name] = f"{type(e).__name__}: {e}"[:300]
 
     # autotune before checking so the checked algorithm is the timed one
-    if "autotune_pending" in extra:
-        mm, algos = extra.pop("autotune_pending")
+    if extra.pop("autotune_pending", False):
         with s:   # time on random data, never on constants
             ck.fill_random(cp, seeds[-1], A.data, B.data)
         try:
             budget = bl.AUTOTUNE_SCREEN_BUDGET_S if autotune_budget_s is None else autotune_budget_s
-            idx, info = _autotune(g, mm, algos, (m, n, k, acc), budget)
-            subjects["cublaslt_autotune"] = bl.nvmath_subject("cublaslt_autotune", mm, algos[idx], s, light=light)
+            with s:
+                pert = ck.Perturber(cp, A.data, s)
+            _, info = _autotune(g, shim, subjects["cublaslt_autotune"].call, (m, n, k), acc, extra["lt_count"],
+                                timing_mode, pert.step, budget)
             extra["autotune"] = info
         except Exception as e:
             if is_sticky(e):
                 raise Sticky(str(e), "cublaslt_autotune") from e
             subjects.pop("cublaslt_autotune", None)
             errors["cublaslt_autotune"] = f"{type(e).__name__}: {e}"[:300]
+    extra.pop("lt_count", None)
 
     phases = {"setup": round(time.monotonic() - t_start, 4)}
     t_phase = time.monotonic()
@@ -811,24 +1010,48 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     phases["checks"] = round(time.monotonic() - t_phase, 4)
     t_phase = time.monotonic()
     timed: dict[str, dict[str, Any]] = {}
+    chained: dict[str, dict[str, Any]] = {}
     clocks_before = g.nvml.clocks()
+
+    def timing_failed(label: str, e: Exception) -> None:
+        if is_sticky(e):
+            raise Sticky(f"{label}: {e}", label) from e
+        try:
+            cp.cuda.runtime.getLastError()
+        except Exception:
+            pass
+        recs[label].put("graph_replay", False, f"CUDA graph capture failed: {type(e).__name__}: {str(e)[:200]}")
+        status[label] = "wrong"
+
+    def charge(label: str, name: str, ok: bool, det: str, **fields: Any) -> None:
+        recs[label].put(name, ok, det, **fields)
+        if not ok and status.get(label) == "ok":
+            status[label] = "wrong"
+
+    labels = [lb for lb in subjects if timeable(lb)]
+    limit = ck.verify_limit(bound) if bound is not None else 0.0
     if mode == "offline":
-        graphs = []
-        for label in [lb for lb in subjects if timeable(lb)]:
-            try:
-                graphs.append(timing.make_graph(cp, s, label, subjects[label].call))
-            except Exception as e:
-                if is_sticky(e):
-                    raise Sticky(f"{label}: {e}", label) from e
+        with s:
+            a0 = A.data.copy()     # the checks' last inputs: A is restored to them after timing
+        graphs: list[Any] = []
+        if timing_mode in ("chained", "both"):
+            for label in labels:
                 try:
-                    cp.cuda.runtime.getLastError()
-                except Exception:
-                    pass
-                recs[label].put("graph_replay", False, f"CUDA graph capture failed: {type(e).__name__}: {str(e)[:200]}")
-                status[label] = "wrong"
-        timed = timing.offline(cp, s, graphs, replays=replays, rng=rng) if graphs else {}
-        # replay each timed graph once more on poisoned C and re-verify
+                    graphs.append(timing.make_graph(cp, s, label, subjects[label].call))
+                except Exception as e:
+                    timing_failed(label, e)
+        iso = None
+        if timing_mode in ("isolated", "both"):
+            iso = _PerCallGraphs(g, ctx, {lb: subjects[lb].call for lb in labels},
+                                 replays, rng, timing_failed)
+        raw = timing.offline(cp, s, graphs + (iso.all_graphs() if iso else []), replays=replays, rng=rng) \
+            if graphs or (iso and iso.graphs) else {}
+        chained = {gr.label: raw[gr.label] for gr in graphs}
+        with s:
+            A.data[...] = a0
+        # replay each back-to-back graph once more on poisoned C and re-verify
         for gr in graphs:
+            ctx.reset_guards()   # whatever the interleaved rounds did is charged to nobody: each replay alone
             with s:
                 C.data.fill(nan)
             try:
@@ -840,29 +1063,50 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
                 raise
             written_guards(gr.label, "graph replay", "graph_replay", "graph_replay")
             err = ck.rel_err(cp, C.data, ref, norm)
-            recs[gr.label].put("graph_replay", err <= bound,
-                               f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
-            if not recs[gr.label].results["graph_replay"]["ok"] and status[gr.label] == "ok":
-                status[gr.label] = "wrong"
-        # memoization by content: the candidates' timed graphs after a sparse change of A, and
-        # calls that each follow a change (last: both change A in place)
-        for gr in graphs:
-            if subjects[gr.label].kind != "candidate" or status[gr.label] != "ok":
+            charge(gr.label, "graph_replay", err <= bound,
+                   f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
+        if iso is not None and iso.graphs:
+            per = iso.per_call(raw)
+            for label, (ok, det, fields) in iso.verdicts(replays, limit).items():
+                charge(label, "timed_calls", ok, det, **fields)
+            for label, (ok, det) in iso.replay_checks(a0, nan, written_guards, inputs, bound).items():
+                charge(label, "graph_replay", ok, det)
+            timed = per
+            iso.close()
+        else:
+            timed = chained
+        # memoization by content. Per call, every timed call followed a change of A and was
+        # verified (timed_calls above); back to back, the timed calls repeat the same inputs, so the
+        # fresh check compares them with calls that each follow a change
+        for label in [lb for lb in labels if subjects[lb].kind == "candidate" and status[lb] == "ok"]:
+            if timing_mode == "both":
+                if label in chained and label in timed:
+                    ok, det = ck.fresh_verdict(chained[label]["median_ms"], timed[label]["median_ms"])
+                    charge(label, "fresh", ok, det, fresh_ms=timed[label]["median_ms"],
+                           same_ms=chained[label]["median_ms"])
+                continue
+            if timing_mode != "chained":
+                continue
+            gr = next((x for x in graphs if x.label == label), None)
+            if gr is None:
                 continue
             try:
-                ok, det, fields = _check_fresh(cp, s, ctx, subjects[gr.label].call, gr, timed[gr.label]["median_ms"],
+                ok, det, fields = _check_fresh(cp, s, ctx, subjects[label].call, gr, timed[label]["median_ms"],
                                                bound, rng, nan)
             except Exception as e:
                 if is_sticky(e):
-                    raise Sticky(f"{gr.label}: {e}", gr.label) from e
+                    raise Sticky(f"{label}: {e}", label) from e
                 ok, det, fields = False, f"fresh-input check failed: {type(e).__name__}: {str(e)[:200]}", {}
-            recs[gr.label].put("fresh", ok, det, **fields)
-            if not ok:
-                status[gr.label] = "wrong"
+            charge(label, "fresh", ok, det, **fields)
         del graphs
     else:
-        calls = {lb: subjects[lb].call for lb in subjects if timeable(lb)}
-        timed = timing.server(cp, s, calls, qps=qps, calls_per_subject=server_calls, rng=rng) if calls else {}
+        calls = {lb: subjects[lb].call for lb in labels}
+        if calls:
+            srv = _ServerVerification(g, ctx, list(calls), server_calls, rng, nan)
+            timed = timing.server(cp, s, calls, qps=qps, calls_per_subject=server_calls, rng=rng,
+                                  before=srv.before, after=srv.after)
+            for label, (ok, det, fields) in srv.verdicts(limit).items():
+                charge(label, "timed_calls", ok, det, **fields)
     clocks_after = g.nvml.clocks()
     phases["timing"] = round(time.monotonic() - t_phase, 4)
 
@@ -908,6 +1152,11 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
         "p90_ms": fold({lb: timed[lb]["p90_ms"] for lb in timed}),
         "device_ms": fold({lb: timed[lb].get("device_median_ms") for lb in timed}) if mode == "server" else {},
         "reps": fold({lb: timed[lb].get("reps") for lb in timed}) if mode == "offline" else {},
+        "timing": timing_mode if mode == "offline" else "server",
+        "times_ms_chained": fold({lb: (chained[lb]["median_ms"] if lb in chained and status.get(lb) in ("ok", "wrong")
+                                       else None) for lb in subjects}) if timing_mode == "both" and mode == "offline" else {},
+        "spread_chained": fold({lb: chained[lb]["spread"] for lb in chained}) if timing_mode == "both" else {},
+        "separator_ms": next((v["separator_ms"] for v in timed.values() if "separator_ms" in v), None),
         "detail_times_ms": detail_times, "cublas_variant": variant,
         "absent": absent, "errors": errors,
         "bound": min(bounds) if bounds else None, "ref_err": {"e32": e32s, "e16": e16s},

@@ -1,5 +1,8 @@
 """GPU tests (pytest -m gpu): the checks reject each adversarial kernel BY THE RIGHT CHECK,
-crash/hang/sticky-error handling with real kernels, baselines agree and time."""
+crash/hang/sticky-error handling with real kernels, baselines agree and time.
+
+The module's evaluator times back to back (``timing="chained"``), where the ``fresh`` check
+guards against memoization; tests/test_timing_gpu.py covers the per-call headline."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ def src(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def ev():
-    e = Evaluator(baselines=("cublas",), timeout_s=60)
+    e = Evaluator(baselines=("cublas",), timeout_s=60, timing="chained")
     yield e
     e.close()
 

@@ -1,0 +1,93 @@
+"""GPU tests (pytest -m gpu) of the timing modes: per call (the headline), back to back, server.
+
+- a kernel launched with programmatic dependent launch is slower per call than back to back, the
+  same kernel without it is not (the per-call method takes nothing from a subject that has no
+  overlap to lose);
+- every timed call is verified: a kernel that computes only when C is poisoned is rejected in
+  server mode and per call;
+- one subject's failure is its own: an illegal-address candidate, a hanging one and one that
+  writes past C, evaluated beside an honest one, each fail with their own cause and the honest
+  one passes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness import families
+from harness.build import build
+from harness.evaluate import Evaluator, uses_pdl
+from harness.paths import KERNELS_DIR
+from harness.shapes import Shape
+
+pytestmark = pytest.mark.gpu
+
+
+def src(name: str) -> str:
+    return (KERNELS_DIR / f"{name}.cu").read_text()
+
+
+def cand(label: str, source: str) -> dict:
+    br = build(source, arch="sm_90a")
+    assert br.ok, br.errors
+    return {"label": label, "so_path": str(br.so_path), "pdl": uses_pdl(source)}
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def test_pdl_kernel_is_slower_per_call_than_back_to_back_and_the_same_kernel_without_pdl_is_not():
+    pdl_src = families.render("tiny_mma", {"PDL": 1})
+    plain_src = families.render("tiny_mma", {"PDL": 0})
+    assert uses_pdl(pdl_src) and not uses_pdl(plain_src)
+    cands = [cand("pdl", pdl_src), cand("plain", plain_src)]
+    shapes = [Shape(128, 128, 128), Shape(256, 256, 256), Shape(128, 512, 256), Shape(512, 256, 512)]
+    ratio: dict[str, list[float]] = {"pdl": [], "plain": [], "cublas": []}
+    with Evaluator(baselines=("cublas",), timeout_s=120, timing="both") as ev:
+        for shape in shapes:
+            res = ev.run_shape(shape, "f32", cands, ["cublas"])
+            assert res["timing"] == "both"
+            for lb in ratio:
+                assert res["status"][lb] == "ok", (lb, res["status"], res["checks"].get(lb))
+                assert res["checks"].get(lb, {}).get("checks", {}).get("timed_calls", {"ok": True})["ok"]
+                ratio[lb].append(res["times_ms"][lb] / res["times_ms_chained"][lb])
+            assert res["separator_ms"] and res["separator_ms"] > 0
+    summary = {lb: geomean(xs) for lb, xs in ratio.items()}
+    print("per call / back to back:", {k: round(v, 3) for k, v in summary.items()})
+    assert summary["pdl"] > 1.0, summary                    # PDL overlap is lost behind an unrelated kernel
+    assert abs(summary["plain"] - 1.0) <= 0.03, summary      # no overlap to lose: the same time both ways
+    assert abs(summary["cublas"] - 1.0) <= 0.03, summary
+
+
+@pytest.mark.parametrize("mode", ["server", "offline"])
+def test_kernel_that_computes_only_on_poisoned_c_is_rejected_in_every_mode(mode):
+    kw = {"server_calls": 10} if mode == "server" else {}
+    with Evaluator(baselines=("cublas",), mode=mode, timeout_s=120, **kw) as ev:
+        bad = ev.evaluate(src("testbad_nanonly"), Shape(256, 256, 256))
+        assert bad.status == "wrong", bad.message
+        assert bad.check["failed"] == "timed_calls", bad.check
+        assert "left C wrong" in bad.check["detail"]
+        good = ev.evaluate(src("testgood_simple"), Shape(256, 256, 256))
+        assert good.status == "ok", good.message
+        tc = good.check["checks"]["timed_calls"]
+        assert tc["ok"] and tc["verified_calls"] >= (10 if mode == "server" else 1)
+
+
+def test_each_failure_is_charged_to_its_own_subject():
+    good = cand("good", src("testgood_simple"))
+    crash = cand("crash", src("testbad_crash"))
+    hang = cand("hang", src("testbad_hang"))
+    oob = cand("oob", src("testbad_oob"))
+    with Evaluator(baselines=("cublas",), timeout_s=20) as ev:
+        res = ev.run_shape(Shape(256, 200, 1024), "f32", [crash, good, hang, oob], ["cublas"])
+    st = res["status"]
+    assert st["good"] == "ok" and st["cublas"] == "ok", (st, res["checks"].get("good"))
+    assert st["crash"] == "crashed" and st["hang"] == "timeout", st
+    assert st["oob"] == "wrong" and res["checks"]["oob"]["failed"] == "guards", res["checks"]["oob"]
+    assert res["times_ms"]["good"] > 0 and res["times_ms"]["crash"] is None
+    assert set(res["charged_alone"]) == {"crash", "hang"}
+    assert "no answer within" in res["checks"]["hang"]["detail"]
+    assert "CUDA context poisoned" in res["checks"]["crash"]["detail"] or "died" in res["checks"]["crash"]["detail"]
