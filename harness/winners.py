@@ -172,9 +172,12 @@ def render_dir(winners_file: str | Path, out_dir: str | Path, *, allow_changed: 
     w = load(winners_file)
     sources = render_sources(w, allow_changed=allow_changed)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for shape, name in w.shapes.items():
-        (out / file_name(shape)).write_text(sources[name])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for shape, name in w.shapes.items():
+            (out / file_name(shape)).write_text(sources[name])
+    except OSError as e:
+        raise WinnersError(f"cannot write the kernels into {out}: {e.strerror or e}") from None
     return len(w.shapes)
 
 
@@ -228,6 +231,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"{n} kernels in {args.out}")
         return 0
     w = from_dir(args.kernels, args.acc, args.about)
-    Path(args.out).write_text(dump(w))
+    try:
+        Path(args.out).write_text(dump(w))
+    except OSError as e:
+        raise WinnersError(f"cannot write {args.out}: {e.strerror or e}") from None
     print(f"{len(w.shapes)} shapes, {len(w.configs)} configurations in {args.out}")
     return 0

@@ -105,5 +105,9 @@ def test_cli_renders_and_reports_errors_in_one_line(tmp_path, capsys):
     assert harness_main(["winners", "render", "--winners", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("harness: error: ") and "not JSON" in err and err.count("\n") == 1
+    (tmp_path / "plain").write_text("a file, not a folder")
+    assert harness_main(["winners", "render", "--winners", str(H200 / "winners-f16.json"), "--out", str(tmp_path / "plain")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harness: error: cannot write the kernels into") and err.count("\n") == 1
     assert harness_main(["winners", "from-dir", "--kernels", str(out), "--acc", "f16", "--out", str(tmp_path / "w.json")]) == 0
     assert W.load(tmp_path / "w.json").shapes == W.load(H200 / "winners-f16.json").shapes
