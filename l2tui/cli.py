@@ -36,6 +36,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser.add_argument("--resume", action="store_true", help="resume the session's loop state")
     parser.add_argument("--config", metavar="FILE", help="config file (default: ./l2tui.toml, then the user config dir)")
     parser.add_argument("--policy", choices=("llm", "search", "human"), help="who plays the agent's roles")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="compile and load model-written kernels without the OS sandbox (bubblewrap); prints a warning")
     parser.add_argument("--shapes", action="append", metavar="SPEC",
                         help="grid, small, sample100, MxNxK, a list or a shapes file (repeatable)")
     # dest of its own: `l2tui run`'s --recorded default would overwrite it
@@ -68,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"l2tui: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        from harness.build import kill_all_builds
+
+        kill_all_builds()   # compilers run in their own process groups: they stop with the run
         print("l2tui: interrupted", file=sys.stderr)
         return 130
 

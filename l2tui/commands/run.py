@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", help="LLM endpoint ([llm] base_url)")
     p.add_argument("--model", help="LLM model ([llm] model)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
+    p.add_argument("--no-sandbox", dest="run_no_sandbox", action="store_true",
+                   help="compile and load model-written kernels without the OS sandbox (bubblewrap); prints a warning")
 
 
 def _versions() -> dict[str, Any]:
@@ -176,6 +178,20 @@ def summary(session: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The llm policy runs model-written kernels only inside the sandbox (harness.sandbox), unless
+    --no-sandbox; the app path checks it itself."""
+    from harness.sandbox import cli_choice
+
+    no_sandbox = bool(getattr(args, "run_no_sandbox", False) or getattr(args, "no_sandbox", False))
+    if not args.headless:
+        args.no_sandbox = no_sandbox
+        return _run(args)
+    policy = getattr(args, "run_policy", None) or getattr(args, "policy", None) or "llm"
+    with cli_choice(policy, no_sandbox):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
 
     from ..config import load_config

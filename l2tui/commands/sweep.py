@@ -52,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc builds (default: one per core)")
     p.add_argument("--recorded", metavar="FILE", help="replay evaluations recorded on a GPU instead of using one")
     p.add_argument("--prebuild-only", action="store_true", help="compile the catalog and stop (no GPU needed)")
+    p.add_argument("--no-sandbox", dest="sweep_no_sandbox", action="store_true",
+                   help="build and load kernels without the OS sandbox even where it works; prints a warning")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="where builds and evaluations run: this machine (default) or a Ray cluster")
     p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
@@ -62,6 +64,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The search policy's catalog is trusted: sandboxed where bwrap works, else without it."""
+    from harness.sandbox import cli_choice
+
+    with cli_choice("search", bool(getattr(args, "sweep_no_sandbox", False) or getattr(args, "no_sandbox", False))):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
 
     from ..agent.sweep import Sweep, SweepConfig, geomean

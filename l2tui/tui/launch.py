@@ -176,6 +176,9 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
 
     keys, hz, theme = ui_settings(cfg)
     policy = default_policy(cfg, getattr(args, "policy", None))
+    from harness.sandbox import cli_choice
+
+    cli_choice(policy, bool(getattr(args, "no_sandbox", False)))   # llm / human: a working sandbox or --no-sandbox
     resume = bool(getattr(args, "resume", False))
     recorded = getattr(args, "app_recorded", None)
     if resume and not args.session:
