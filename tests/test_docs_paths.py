@@ -94,3 +94,11 @@ def test_the_scanner_sees_paths_and_skips_placeholders():
             "cat harness/kernels/fam_*.cu\n```\nsee `docs/method.md`, `tools` and `kernels/M_N_K.cu`.\n")
     assert mentioned_paths(text) == {"tools/x.py", "results/h200/a.json", "harness/kernels/fam_*.cu", "docs/method.md"}
     assert _exists("harness/kernels/fam_*.cu") and not _exists("results/h200/runs")
+
+
+def test_readme_has_one_results_block_for_the_generator():
+    """The results summary is regenerated between these markers; two blocks or none would make
+    the generator write the wrong place or nowhere."""
+    text = (ROOT / "README.md").read_text()
+    assert text.count("<!-- results:begin -->") == 1 and text.count("<!-- results:end -->") == 1
+    assert text.index("<!-- results:begin -->") < text.index("<!-- results:end -->")
