@@ -73,6 +73,21 @@ def check_cutlass() -> Check:
     return Check("CUTLASS headers", True, f"{_cutlass_identity()} at {dirs[0]}")
 
 
+def check_sandbox() -> Check:
+    """bubblewrap found, and a trial sandbox really starts (it fails in containers that forbid
+    namespaces); without it the llm and human policies need --no-sandbox."""
+    from .sandbox import INSTALL_HINT, describe, mode, probe
+
+    st = probe()
+    if mode() == "off":
+        return Check("sandbox (bubblewrap)", False, f"turned off (L2TUI_SANDBOX=off); {describe()}",
+                     "unset L2TUI_SANDBOX: model-written kernels then build and load inside the sandbox")
+    if st.works:
+        return Check("sandbox (bubblewrap)", True, f"works: {describe()}")
+    return Check("sandbox (bubblewrap)", False, st.detail,
+                 f"{INSTALL_HINT}; without it the llm and human policies run only with --no-sandbox")
+
+
 def check_ncu() -> Check:
     ncu = shutil.which("ncu")
     if not ncu:
@@ -118,6 +133,7 @@ def run_checks() -> list[Check]:
         check_gpu(),
         check_nvcc(),
         check_cutlass(),
+        check_sandbox(),
         check_ncu(),
         check_nvml(),
         check_package("cupy", "cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"), "pip install 'l2tui[gpu]' (cupy-cuda13x; 'l2tui[cuda12]' for CUDA 12 drivers)"),
