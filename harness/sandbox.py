@@ -287,6 +287,8 @@ def _common(scratch: Path, *, worker: bool, ro: Sequence[Path] = ()) -> list[str
     args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "l2tui-sandbox"]
     args += _system_args()
+    # fresh /proc, /dev and /tmp first: the binds below may lie under /tmp and must stay on top
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
     system = [Path(d) for d in _SYSTEM_DIRS if Path(d).is_dir() and not Path(d).is_symlink()]
     homes = _home_dirs()
     for p in _dedupe(ro):
@@ -298,7 +300,6 @@ def _common(scratch: Path, *, worker: bool, ro: Sequence[Path] = ()) -> list[str
                      and not any(h == p / sub or (p / sub) in h.parents for h in homes) for a in _bind_ro(p / sub)]
             continue
         args += _bind_ro(p)
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
     if worker:
         if Path("/sys").is_dir():
             args += ["--ro-bind", "/sys", "/sys"]   # CUDA and NVML read PCI topology there
