@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HarnessError
+from .shapes import MAX_DIM
 
 SCHEMA_VERSION = 1
 META_REQUIRED = ("gpu", "driver", "cuda", "nvcc", "date", "git_rev", "mode", "acc", "method")
@@ -93,8 +94,8 @@ def problems(obj: Any) -> list[str]:
                 out.append(f"rows[{i}] lacks '{k}'")
         for k in ("m", "n", "k"):
             v = r.get(k)
-            if k in r and not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
-                out.append(f"rows[{i}].{k} is not a positive integer")
+            if k in r and not (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_DIM):
+                out.append(f"rows[{i}].{k} is not an integer between 1 and {MAX_DIM}")
         t = r.get("times_ms")
         if "times_ms" in r:
             if not isinstance(t, dict):
@@ -124,6 +125,8 @@ def load(path: str | Path) -> ResultFile:
         obj = json.loads(p.read_text())
     except OSError as e:
         raise ResultFormatError(f"cannot read result file {str(p)!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ResultFormatError(f"{p}: not a result file (not UTF-8 text)") from None
     except ValueError as e:
         raise ResultFormatError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
     return validate(obj, str(p))

@@ -120,13 +120,29 @@ def sample100() -> list[Shape]:
 SHAPE_SETS = {"grid": grid, "small": small, "sample100": sample100}
 
 
+#: a shapes file larger than this is not a list of shapes (the grid is 15 kB)
+MAX_SHAPES_FILE_BYTES = 4 << 20
+
+
 def read_shapes_file(path: str | Path) -> list[Shape]:
-    """One ``M,N,K`` (or ``MxNxK``) per line; ``#`` starts a comment; blank lines ignored."""
+    """One ``M,N,K`` (or ``MxNxK``) per line; ``#`` starts a comment; blank lines ignored.
+
+    Errors name the file and the line number but never repeat the line: ``--shapes``
+    accepts any path, and a mistyped one (``/etc/shadow``, a ``.env``) must not end up
+    printed in a terminal or a log.
+    """
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            data = f.read(MAX_SHAPES_FILE_BYTES + 1)
     except OSError as e:
         raise ShapeError(f"cannot read shapes file {str(p)!r}: {e.strerror}") from None
+    if len(data) > MAX_SHAPES_FILE_BYTES:
+        raise ShapeError(f"shapes file {str(p)!r} is over {MAX_SHAPES_FILE_BYTES >> 20} MB: not a list of shapes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ShapeError(f"shapes file {str(p)!r} is not text: write M,N,K per line") from None
     out: list[Shape] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -135,7 +151,7 @@ def read_shapes_file(path: str | Path) -> list[Shape]:
         try:
             out.append(parse_shape(line))
         except ShapeError:
-            raise ShapeError(f"{p}:{lineno}: bad shape {line!r}: write M,N,K per line") from None
+            raise ShapeError(f"{p}:{lineno}: not a shape (write M,N,K per line, each between 1 and {MAX_DIM})") from None
     if not out:
         raise ShapeError(f"shapes file {str(p)!r} holds no shapes")
     return out

@@ -94,7 +94,7 @@ def _str_list(options: tuple[str, ...] | None = None) -> Callable[[Any], list[st
         if options is not None:
             bad = [i for i in x if i not in options]
             if bad:
-                raise ValueError(f"{bad[0]!r} is not one of {', '.join(options)}")
+                raise ValueError(f"item {x.index(bad[0]) + 1} is not one of {', '.join(options)}")
         return list(x)
     return v
 
@@ -158,7 +158,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "harness": {
         "baselines": Key(list(BASELINES), _str_list(BASELINES), "baselines timed next to every candidate"),
         "baseline": Key("cublas", _choice(*BASELINES), "the baseline rewards and speedups are measured against"),
-        "mode": Key("offline", _choice("offline", "server"), "timing mode: offline (back to back) or server (Poisson arrivals)"),
+        "mode": Key("offline", _choice("offline", "server"), "timing mode: offline (device time) or server (Poisson arrivals, host time)"),
+        "timing": Key("isolated", _choice("isolated", "chained", "both"),
+                      "offline timing: isolated = per call, each call after an unrelated kernel (the headline); "
+                      "chained = back to back (a pipeline figure); both = each way, per call first"),
         "arch": Key("", _str(), "GPU architecture, e.g. sm_90a ('' = detect)"),
         "timeout_s": Key(60.0, _float(1.0), "seconds one GPU evaluation may take before it counts as a timeout"),
     },
@@ -280,7 +283,35 @@ def _check(section: str, key: str, value: Any, where: str) -> Any:
     try:
         return spec.check(value)
     except ValueError as e:
-        raise ConfigError(f"{where}: [{section}] {key} = {value!r}: {e}") from None
+        raise ConfigError(f"{where}: [{section}] {key} = {shown(section, key, value)}: {e}") from None
+
+
+_SECRETISH: Any = None
+
+
+def shown(section: str, key: str, value: Any) -> str:
+    """How an error message may show a bad value: never a string that could be a secret.
+
+    Numbers and booleans are shown; short plain words are shown; anything else (an API
+    key pasted into ``api_key_env``, a URL with credentials, long text) is described by
+    its type and length only, because error lines end up in terminals and logs.
+    """
+    import re
+
+    global _SECRETISH
+    if _SECRETISH is None:
+        _SECRETISH = re.compile(r"(sk-|key|token|secret|pass|bearer|://|@)", re.I)
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        if section == "llm" and key in ("api_key_env", "base_url"):
+            return f"(a string of {len(value)} characters, not shown)"
+        if len(value) <= 24 and re.fullmatch(r"[A-Za-z0-9_.+ -]*", value) and not _SECRETISH.search(value):
+            return repr(value)
+        return f"(a string of {len(value)} characters, not shown)"
+    if isinstance(value, list):
+        return f"(a list of {len(value)} items)"
+    return f"(a {type(value).__name__})"
 
 
 def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:

@@ -333,6 +333,24 @@ def dpo_rows(rows: list[_Row], stats: Stats, *, min_reward: float | None, margin
 # --------------------------------------------------------------------------- writing
 
 
+def check_out(out: Path, sessions: Sequence[str | Path]) -> None:
+    """Refuse an ``--out`` inside an input session (also with ``--force``) or under a file.
+
+    A session folder holds the records everything else is rebuilt from; a training file
+    written over ``events.jsonl`` would leave nothing to resume or replay.
+    """
+    from l2tui.export.values import ExportValueError, check_out_path, inside
+
+    try:
+        check_out_path(out)
+    except ExportValueError as e:
+        raise RlDataError(str(e)) from None
+    for sp in sessions:
+        if inside(out, Path(sp)):
+            raise RlDataError(f"--out {out} is inside the session {sp}; write the rows somewhere else "
+                              "(--force never replaces a session's files)")
+
+
 def write_jsonl(path: Path, rows: list[dict], *, force: bool) -> None:
     """Write rows atomically (temp file + rename): a failed run never leaves half a file."""
     if path.exists() and not force:
@@ -376,6 +394,7 @@ def rl_data(
     if not sessions:
         raise RlDataError("no session given: pass one or more session folders")
     out_p = Path(out).expanduser()
+    check_out(out_p, sessions)
     if out_p.exists() and not force:
         raise RlDataError(f"{out_p} exists; pass --force to overwrite it or pick another --out")
     stats = Stats(fmt)

@@ -51,6 +51,28 @@ _SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password|authorization)$
 _ALLOWED_SECRETISH = {"api_key_env", "token_budget", "max_tokens", "context_tokens"}
 
 
+def check_shape(value: Any, where: str) -> Any:
+    """A recorded ``[M, N, K]`` as a :class:`harness.shapes.Shape`, or one :class:`SessionError` line.
+
+    Sessions are files a user may edit or be handed; a shape of two elements, a string,
+    a float or a dimension past the harness's limit must stop a reader with the place
+    it is in, not with a traceback (and the bad value is not repeated).
+    """
+    from harness.shapes import MAX_DIM, Shape
+
+    if isinstance(value, list) and len(value) == 3 and all(
+            isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIM for d in value):
+        return Shape(*value)
+    raise SessionError(f"{where}: shape must be [M, N, K], three integers between 1 and {MAX_DIM}; "
+                       "the session file is damaged")
+
+
+def _next_seq(events: list[dict]) -> int:
+    """One past the highest well-formed ``seq`` (a hand-edited line without one is not fatal)."""
+    seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int) and not isinstance(e.get("seq"), bool)]
+    return max(seqs) + 1 if seqs else len(events)
+
+
 def sha256_text(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
@@ -240,7 +262,7 @@ class Session:
         self._rewards = rewards
         self.problems = problems
         self._lock = threading.RLock()
-        self._next_seq = (events[-1]["seq"] + 1) if events else 0
+        self._next_seq = _next_seq(events)
         self.writer_lock: WriterLock | None = None
 
     def close(self) -> None:
@@ -326,7 +348,11 @@ class Session:
                 doc = tomllib.loads(tf.read_text())
                 config, gpu, versions = doc.get("config", {}), doc.get("gpu", {}), doc.get("versions", {})
             except (ValueError, OSError) as e:
-                problems.append(f"{TOML_FILE} unreadable: {e}")
+                problems.append(f"{TOML_FILE} unreadable: {type(e).__name__}")
+                doc = {}
+            for name, table in (("config", config), ("gpu", gpu), ("versions", versions)):
+                if not isinstance(table, dict):
+                    raise SessionError(f"{p / TOML_FILE}: [{name}] is not a table; the session file is damaged")
         else:
             problems.append(f"{TOML_FILE} missing")
         events, good_len, torn = _read_jsonl(p / EVENTS_FILE)
@@ -355,8 +381,6 @@ class Session:
                 if not (p / KERNELS_DIR / f"{sha}.cu").is_file():
                     problems.append(f"kernel {sha[:12]} (step {e.get('step')} of {e.get('track')}) missing from {KERNELS_DIR}/")
         s = cls(p, config, gpu, versions, events, rewards, problems)
-        if events:
-            s._next_seq = max(int(ev.get("seq", -1)) for ev in events) + 1
         return s
 
     @staticmethod

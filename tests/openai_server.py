@@ -13,6 +13,10 @@ Usage::
         srv.add(Reply(status=429))                 # first request: rate limited
         srv.add("<<<<<<< SEARCH ...")              # second: a patch
         srv.add(Reply(content="plan text"), role="planner")   # only for planner calls
+        srv.add(Reply(content="slow", chunk_chars=1, chunk_delay_s=1.0))  # a token a second
+        srv.add(Reply(content="half", finish_reason=None))   # a stream without its finish reason
+        srv.add(Reply(content="half", cut=True))             # the connection drops mid-stream
+        srv.add(Reply(content="x" * 5_000_000, chunk_chars=4096))  # a 5 MB reply
         client = OpenAI(base_url=srv.base_url, api_key="sk-test")
         ...
         srv.requests  # every request: {"path", "headers", "body", "role"}
@@ -50,7 +54,8 @@ class Reply:
     chunk_chars: int = 7           # streaming: characters per SSE chunk
     chunk_delay_s: float = 0.0     # streaming: sleep between chunks
     usage: dict | None = None      # override the computed usage
-    finish_reason: str = "stop"
+    finish_reason: str | None = "stop"   # None: the stream ends (with [DONE]) but no chunk names a finish reason
+    cut: bool = False              # streaming: drop the connection after the content (no finish chunk, no [DONE])
 
 
 @dataclass
@@ -211,7 +216,12 @@ class ScriptedServer:
                     chunk({"content": text[i:i + step]}, None)
                     if reply.chunk_delay_s:
                         time.sleep(reply.chunk_delay_s)
-                chunk({}, reply.finish_reason)
+                if reply.cut:
+                    self.wfile.flush()
+                    self.connection.shutdown(2)  # SHUT_RDWR: the reply just stops mid-stream
+                    return
+                if reply.finish_reason is not None:
+                    chunk({}, reply.finish_reason)
                 if include_usage:
                     doc = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
                            "choices": [], "usage": usage}

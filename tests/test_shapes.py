@@ -57,8 +57,9 @@ def test_shapes_file(tmp_path):
     f.write_text("# llama MLP\n4096,11008,4096\n\n11008, 4096, 4096  # down\n128x128x128\n")
     assert read_shapes_file(f) == [Shape(4096, 11008, 4096), Shape(11008, 4096, 4096), Shape(128, 128, 128)]
     f.write_text("1,2,3\nnope\n")
-    with pytest.raises(ShapeError, match=r":2: bad shape 'nope'"):
+    with pytest.raises(ShapeError, match=r":2: not a shape") as e:
         read_shapes_file(f)
+    assert "nope" not in str(e.value)  # the line itself is never repeated (the file may be anything)
     with pytest.raises(ShapeError, match="cannot read shapes file"):
         read_shapes_file(tmp_path / "missing.txt")
     f.write_text("# only comments\n")

@@ -14,13 +14,31 @@ error messages (any occurrence is masked).
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 RETRY_CAP_S = 60.0
-DELTA_BATCH_CHARS = 64
-DELTA_BATCH_S = 0.05
+#: streamed text reaches the session as one ``llm_delta`` event per DELTA_BATCH_S seconds or
+#: DELTA_BATCH_CHARS characters, whichever comes first: each event is an fsynced line, so a
+#: fast endpoint must not turn every token into one
+DELTA_BATCH_CHARS = 16384
+DELTA_BATCH_S = 0.25
+#: live deltas of one call stop after this much text (the whole reply still comes back)
+DELTA_LIVE_CAP_CHARS = 512 * 1024
+#: a reply longer than this many characters per max_tokens token is not a model's answer
+REPLY_CHARS_PER_TOKEN = 64
+REPLY_MIN_CAP_CHARS = 256 * 1024
+
+
+class CallFailed(Exception):
+    """One attempt that failed in a way the SDK does not report (deadline, truncation, size)."""
+
+    def __init__(self, reason: str, retryable: bool):
+        super().__init__(reason)
+        self.retryable = retryable
 
 
 @dataclass
@@ -41,16 +59,27 @@ def _one_line(s: str, limit: int = 300) -> str:
 
 
 class DeltaBatcher:
-    """Collect streamed tokens; flush every ``chars`` characters or ``seconds``."""
+    """Collect streamed tokens; flush every ``chars`` characters or ``seconds``, up to ``cap`` in all."""
 
-    def __init__(self, sink: Callable[[str], None] | None, chars: int = DELTA_BATCH_CHARS, seconds: float = DELTA_BATCH_S):
-        self.sink, self.chars, self.seconds = sink, chars, seconds
+    def __init__(self, sink: Callable[[str], None] | None, chars: int = DELTA_BATCH_CHARS,
+                 seconds: float = DELTA_BATCH_S, cap: int = DELTA_LIVE_CAP_CHARS):
+        self.sink, self.chars, self.seconds, self.cap = sink, chars, seconds, cap
         self.buf: list[str] = []
         self.n = 0
+        self.sent = 0
+        self.capped = False
         self.last = time.monotonic()
 
     def add(self, text: str) -> None:
-        if not text or self.sink is None:
+        if not text or self.sink is None or self.capped:
+            return
+        room = self.cap - self.sent - self.n
+        if len(text) >= room:
+            self.buf.append(text[:max(0, room)])
+            self.n += max(0, room)
+            self.flush()
+            self.sink(" [... the rest of this reply is not shown live]")
+            self.capped = True
             return
         self.buf.append(text)
         self.n += len(text)
@@ -59,10 +88,26 @@ class DeltaBatcher:
             self.flush(now)
 
     def flush(self, now: float | None = None) -> None:
-        if self.buf and self.sink is not None:
+        if self.buf and self.sink is not None and self.n:
             self.sink("".join(self.buf))
+            self.sent += self.n
         self.buf, self.n = [], 0
         self.last = now if now is not None else time.monotonic()
+
+
+def _in_thread(fn: Callable[[], Any], out: "queue.Queue[tuple[str, Any]]", cancel: threading.Event) -> threading.Thread:
+    """Run ``fn`` (which feeds ``out``) in a daemon thread; its exceptions arrive as ``("error", exc)``."""
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            if not cancel.is_set():
+                out.put(("error", e))
+
+    t = threading.Thread(target=body, name="llm-call", daemon=True)
+    t.start()
+    return t
 
 
 class LLMClient:
@@ -161,32 +206,100 @@ class LLMClient:
             return False, "the endpoint answered something that is not a chat completion"
         return False, f"{type(exc).__name__}: {_one_line(str(exc), 200)}"
 
+    def _reply_cap(self) -> int:
+        return max(REPLY_MIN_CAP_CHARS, REPLY_CHARS_PER_TOKEN * int(self.max_tokens or 0))
+
+    def _deadline_error(self) -> CallFailed:
+        return CallFailed(f"timed out after {self.timeout_s:g} s without a complete reply "
+                          "([llm] timeout_s bounds the whole call, streaming included)", True)
+
     def _once(self, messages: list[dict], role: str, on_delta: Callable[[str], None] | None) -> tuple[str, dict | None, str | None]:
+        """One attempt, within ``timeout_s`` from request to last byte.
+
+        The SDK's timeout bounds each socket read, so a server that drips a token
+        a second never trips it; here the request runs in a helper thread and this
+        thread waits on its output with the attempt's deadline.  A reply that ends
+        without its finish reason was cut short and is a failed attempt, never a plan.
+        """
+        deadline = time.monotonic() + self.timeout_s
         client = self._get_client()
         kw: dict[str, Any] = dict(
             model=self.model, messages=messages, temperature=self.temperature,
-            max_tokens=self.max_tokens, extra_headers={"X-L2tui-Role": role},
+            max_tokens=self.max_tokens, extra_headers={"X-L2tui-Role": role}, timeout=self.timeout_s,
         )
+        out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+        cancel = threading.Event()
+        held: dict[str, Any] = {}
+
+        def close_stream() -> None:
+            close = getattr(held.get("stream"), "close", None)
+            if close:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - closing a half-read stream from either side
+                    pass
+
         if not self.stream:
-            resp = client.chat.completions.create(**kw)
+            _in_thread(lambda: out.put(("done", client.chat.completions.create(**kw))), out, cancel)
+            try:
+                kind, resp = out.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                cancel.set()
+                raise self._deadline_error() from None
+            if kind == "error":
+                raise resp
             if isinstance(resp, str) or not getattr(resp, "choices", None):
                 raise ValueError("the endpoint answered something that is not a chat completion")
             choice = resp.choices[0]
             text = getattr(choice.message, "content", None) or ""
+            finish = getattr(choice, "finish_reason", None)
+            if not finish:
+                raise CallFailed("the reply has no finish reason (cut short)", True)
+            if len(text) > self._reply_cap():
+                raise CallFailed(f"the reply is over {self._reply_cap()} characters (max_tokens {self.max_tokens}); "
+                                 "ignored", False)
             usage = resp.usage.model_dump() if getattr(resp, "usage", None) is not None else None
             if on_delta and text:
-                on_delta(text)
-            return text, usage, getattr(choice, "finish_reason", None)
+                shown = DeltaBatcher(on_delta)
+                shown.add(text)
+                shown.flush()
+            return text, usage, finish
         if self._stream_options_ok:
             kw["stream_options"] = {"include_usage": True}
+
+        def read() -> None:
+            stream = client.chat.completions.create(stream=True, **kw)
+            held["stream"] = stream
+            try:
+                for chunk in stream:
+                    if cancel.is_set():
+                        return
+                    out.put(("chunk", chunk))
+                out.put(("end", None))
+            finally:
+                close_stream()
+
         batch = DeltaBatcher(on_delta)
         parts: list[str] = []
+        size = 0
+        cap = self._reply_cap()
         usage = None
         finish = None
         chunks = 0
-        stream = client.chat.completions.create(stream=True, **kw)
+        _in_thread(read, out, cancel)
         try:
-            for chunk in stream:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._deadline_error()
+                try:
+                    kind, chunk = out.get(timeout=left)
+                except queue.Empty:
+                    raise self._deadline_error() from None
+                if kind == "end":
+                    break
+                if kind == "error":
+                    raise chunk
                 chunks += 1
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage.model_dump()
@@ -195,19 +308,21 @@ class LLMClient:
                     piece = getattr(delta, "content", None) if delta is not None else None
                     if piece:
                         parts.append(piece)
+                        size += len(piece)
+                        if size > cap:
+                            raise CallFailed(f"the reply passed {cap} characters (max_tokens {self.max_tokens}); "
+                                             "ignored", False)
                         batch.add(piece)
                     if getattr(ch, "finish_reason", None):
                         finish = ch.finish_reason
         finally:
+            cancel.set()
             batch.flush()
-            close = getattr(stream, "close", None)
-            if close:
-                try:
-                    close()
-                except Exception:
-                    pass
+            close_stream()
         if chunks == 0:
             raise ValueError("the endpoint sent no stream chunks (not an OpenAI-compatible streaming reply)")
+        if not finish:
+            raise CallFailed("the stream ended before its finish reason (reply cut short)", True)
         return "".join(parts), usage, finish
 
     # -------------------------------------------------------------- public
@@ -249,7 +364,9 @@ class LLMClient:
                     self._stream_options_ok = False   # old servers: retry at once without it
                     attempt -= 1
                     continue
-                if isinstance(exc, openai.OpenAIError):
+                if isinstance(exc, CallFailed):
+                    retryable, reason = exc.retryable, str(exc)
+                elif isinstance(exc, openai.OpenAIError):
                     retryable, reason = self._classify(exc)
                 else:
                     retryable, reason = False, "garbage reply from the endpoint: " + _one_line(str(exc), 200)

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable
 
-from ..session import Session, sha256_text
+from ..errors import SessionError
+from ..session import Session, check_shape, sha256_text
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
@@ -42,6 +43,23 @@ DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
 NOT_RECORDED = "not_recorded"
 
 Gen = Generator[None, None, Any]
+
+
+class StepInterrupted(Exception):
+    """A compile or evaluation stopped from outside (Ctrl-C, SIGTERM, the run ending).
+
+    Not the kernel's fault: the step leaves no ``compile_error`` (or any) reward, the
+    loop stops at once, and ``--resume`` starts the step afresh.
+    """
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is the harness saying a build or evaluation was stopped from outside."""
+    try:
+        from harness.build import BuildInterrupted
+    except ImportError:  # pragma: no cover - an older harness without it
+        return False
+    return isinstance(exc, BuildInterrupted)
 
 
 @dataclass
@@ -347,6 +365,11 @@ class AgentLoop:
             t.gen = None
             if t.done_reason is None and t.state == "running":
                 self._finish(t, "finished")
+        except StepInterrupted as e:  # the run is stopping: the track stays resumable, nothing is charged
+            t.gen = None
+            self._error(t, f"track {t.id}: {e}; resume to run the step again")
+            self.request_stop()
+            return
         except Exception as e:  # a bug or an evaluator failure: the track fails, the loop goes on
             t.gen = None
             self._error(t, f"track {t.id} failed: {type(e).__name__}: {e}")
@@ -473,6 +496,8 @@ class AgentLoop:
         try:
             prop = pol.seed(ctx)
         except Exception as e:
+            if _interrupted(e):
+                raise StepInterrupted(f"step {step} seed interrupted") from None
             prop = Proposal(origin="seed", role="seed", error=f"{type(e).__name__}: {e}")
         self._stage(t, step, "seed", "end")
         self._note_plan(ctx, prop)
@@ -502,6 +527,8 @@ class AgentLoop:
         try:
             props = pol.propose(ctx)
         except Exception as e:
+            if _interrupted(e):
+                raise StepInterrupted(f"step {step} proposal interrupted") from None
             props = [Proposal(error=f"policy {pol.name} failed: {type(e).__name__}: {e}")]
         self._stage(t, step, "generate", "end", f"{len(props)} proposal(s)")
         if not props:
@@ -585,6 +612,8 @@ class AgentLoop:
                 try:
                     dprop = self._policy(t).debug(ctx, failure)
                 except Exception as e:
+                    if _interrupted(e):
+                        raise StepInterrupted(f"step {step} debug interrupted") from None
                     dprop = Proposal(origin="debug", role="debugger", error=f"{type(e).__name__}: {e}")
                 self._stage(t, step, "debug", "end")
                 dprop.role = dprop.role or "debugger"
@@ -630,6 +659,9 @@ class AgentLoop:
 
             b = build(src, arch=self.config.arch, flags=flags).to_dict()
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
+            if _interrupted(e):
+                self._stage(t, step, "compile", "end", "interrupted")
+                raise StepInterrupted(f"step {step} compile interrupted") from None
             msg = _one_line(e)
             b = {"ok": False, "ptxas": None, "errors": [{"file": "kernel.cu", "line": None, "col": None,
                                                           "severity": "error", "message": msg}],
@@ -646,6 +678,9 @@ class AgentLoop:
         try:
             ev = as_dict(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate"))
         except Exception as e:  # the worker died, the GPU went away...
+            if _interrupted(e):
+                self._stage(t, step, "check", "end", "interrupted")
+                raise StepInterrupted(f"step {step} evaluation interrupted") from None
             ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": _one_line(f"evaluator failed: {e}")}
         if not ev.get("build"):
             ev["build"] = b
@@ -760,6 +795,8 @@ class AgentLoop:
 
                 payload = profile_payload(profile_kernel(src, t.shape, t.acc, arch=self.config.arch, flags=t.flags))
         except Exception as e:
+            if _interrupted(e):
+                raise StepInterrupted("profiling interrupted") from None
             if not t.profile_error_shown:
                 self._error(t, f"profiling failed: {e}")
                 t.profile_error_shown = True
@@ -941,64 +978,76 @@ class AgentLoop:
 
         evals: dict[str, dict] = {}
         cand_flags: dict[str, list] = {}
-        for e in events:
-            typ, tid = e.get("type"), e.get("track")
-            t = self.tracks.get(tid) if tid else None
-            if typ == "track_added":
-                shp = Shape(*e["shape"])
-                t = Track(tid, shp, e.get("acc", "f32"), e.get("baseline") or self.config.baseline)
-                self.tracks[tid] = t
-                self.order.append(tid)
-                continue
-            if t is None:
-                continue
-            if "step" in e and isinstance(e.get("step"), int) and typ in ("stage", "candidate", "reward", "checkpoint"):
-                t.step = max(t.step, e["step"])
-            if typ == "track_state":
-                t.state = e.get("state", t.state)
-            elif typ == "candidate":
-                cand_flags[e["sha"]] = list(e.get("flags") or [])
-                if e.get("origin") == "seed" and not t.seed_lines and self.session.has_kernel(e["sha"]):
-                    t.seed_lines = code_lines(self.session.get_kernel(e["sha"]))
-                if e.get("family"):
-                    t.family = e["family"]
-            elif typ == "compiled":
-                evals.setdefault(e["sha"], {})["build"] = {"ok": e.get("ok"), "ptxas": e.get("ptxas"), "errors": e.get("errors")}
-            elif typ == "checked":
-                evals.setdefault(e["sha"], {}).update(status=e.get("status"), check={
-                    "ok": e.get("ok"), "failed": e.get("failed"), "detail": e.get("detail"),
-                    "rel_err": e.get("rel_err"), "bound": e.get("bound")})
-            elif typ == "timed":
-                d = evals.setdefault(e["sha"], {})
-                if e.get("mode", "offline") == self.config.mode or "times_ms" not in d:
-                    d.update(times_ms=e.get("times_ms") or {}, roofline_ms=e.get("roofline_ms"))
-                t.known[e["sha"]] = {"eval": d, "speedup": e.get("speedup"), "flags": cand_flags.get(e["sha"], [])}
-            elif typ == "best":
-                if t.best_sha and t.best_sha != e["sha"]:
-                    t.best_stack.append(t.best_sha)
-                t.best_sha, t.best_speedup = e["sha"], e.get("speedup")
-                t.baseline = e.get("baseline") or t.baseline
-            elif typ == "reward":
-                t.history.append(Attempt(e.get("step", 0), e.get("plan") or "", e.get("origin") or "patch",
-                                         e.get("kind", ""), e.get("sha"), e.get("speedup"), e.get("reward"),
-                                         (e.get("parts") or {}).get("reason", "")[:160]))
-            elif typ == "llm_call":
-                u = e.get("usage") or {}
-                t.tokens += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
-            elif typ == "profiling_enabled":
-                t.profiling_enabled = True
-            elif typ == "profiled" and e.get("in_context"):
-                t.profile = {"verdict": e.get("verdict"), "metrics": e.get("metrics") or {}}
-                t.profiled_sha = e.get("sha")
-            elif typ == "hint":
-                t.hint = e.get("text") or None
-            elif typ == "checkpoint":
-                t.steps_done = int(e.get("steps_done", t.steps_done))
-                t.stable = int(e.get("stable", 0))
-                t.last_structure = e.get("structure")
-                t.wall_prior = float(e.get("wall_s", t.wall_prior))
-            elif typ == "track_done":
-                t.done_reason = e.get("reason") or "done"
+        current: dict = {}
+        try:
+            for e in events:
+                current = e
+                typ, tid = e.get("type"), e.get("track")
+                t = self.tracks.get(tid) if tid else None
+                if typ == "track_added":
+                    if not isinstance(tid, str):
+                        raise TypeError("track id")
+                    shp = check_shape(e.get("shape"), f"{self.session.path}/events.jsonl: event seq {_shown_seq(e)} (track_added)")
+                    if e.get("acc", "f32") not in ("f32", "f16"):
+                        raise ValueError("acc")
+                    t = Track(tid, shp, e.get("acc", "f32"), e.get("baseline") or self.config.baseline)
+                    self.tracks[tid] = t
+                    self.order.append(tid)
+                    continue
+                if t is None:
+                    continue
+                if typ in ("candidate", "compiled", "checked", "timed", "best") and not _is_sha(e.get("sha")):
+                    raise ValueError("sha")
+                if "step" in e and isinstance(e.get("step"), int) and typ in ("stage", "candidate", "reward", "checkpoint"):
+                    t.step = max(t.step, e["step"])
+                if typ == "track_state":
+                    t.state = e.get("state", t.state)
+                elif typ == "candidate":
+                    cand_flags[e["sha"]] = list(e.get("flags") or [])
+                    if e.get("origin") == "seed" and not t.seed_lines and self.session.has_kernel(e["sha"]):
+                        t.seed_lines = code_lines(self.session.get_kernel(e["sha"]))
+                    if e.get("family"):
+                        t.family = e["family"]
+                elif typ == "compiled":
+                    evals.setdefault(e["sha"], {})["build"] = {"ok": e.get("ok"), "ptxas": e.get("ptxas"), "errors": e.get("errors")}
+                elif typ == "checked":
+                    evals.setdefault(e["sha"], {}).update(status=e.get("status"), check={
+                        "ok": e.get("ok"), "failed": e.get("failed"), "detail": e.get("detail"),
+                        "rel_err": e.get("rel_err"), "bound": e.get("bound")})
+                elif typ == "timed":
+                    d = evals.setdefault(e["sha"], {})
+                    if e.get("mode", "offline") == self.config.mode or "times_ms" not in d:
+                        d.update(times_ms=e.get("times_ms") or {}, roofline_ms=e.get("roofline_ms"))
+                    t.known[e["sha"]] = {"eval": d, "speedup": e.get("speedup"), "flags": cand_flags.get(e["sha"], [])}
+                elif typ == "best":
+                    if t.best_sha and t.best_sha != e["sha"]:
+                        t.best_stack.append(t.best_sha)
+                    t.best_sha, t.best_speedup = e["sha"], e.get("speedup")
+                    t.baseline = e.get("baseline") or t.baseline
+                elif typ == "reward":
+                    t.history.append(Attempt(e.get("step", 0), e.get("plan") or "", e.get("origin") or "patch",
+                                             e.get("kind", ""), e.get("sha"), e.get("speedup"), e.get("reward"),
+                                             (e.get("parts") or {}).get("reason", "")[:160]))
+                elif typ == "llm_call":
+                    u = e.get("usage") or {}
+                    t.tokens += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+                elif typ == "profiling_enabled":
+                    t.profiling_enabled = True
+                elif typ == "profiled" and e.get("in_context"):
+                    t.profile = {"verdict": e.get("verdict"), "metrics": e.get("metrics") or {}}
+                    t.profiled_sha = e.get("sha")
+                elif typ == "hint":
+                    t.hint = e.get("text") or None
+                elif typ == "checkpoint":
+                    t.steps_done = int(e.get("steps_done", t.steps_done))
+                    t.stable = int(e.get("stable", 0))
+                    t.last_structure = e.get("structure")
+                    t.wall_prior = float(e.get("wall_s", t.wall_prior))
+                elif typ == "track_done":
+                    t.done_reason = e.get("reason") or "done"
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise SessionError(f"{self.session.path}/events.jsonl: event seq {_shown_seq(current)} "
+                               f"({_shown_type(current)}) has a malformed field; the session file is damaged") from None
         for e in events:  # global hints apply to every track
             if e.get("type") == "hint" and e.get("track") is None:
                 for t in self.tracks.values():
@@ -1024,6 +1073,20 @@ class AgentLoop:
                 t.state = "stopped" if "stopped" in (t.done_reason or "") else ("failed" if t.state == "failed" else "done")
         # announced when run() starts, so subscribers (the UI, progress lines) see it
         self._resumed_from = events[-1]["seq"] if events else 0
+
+
+def _is_sha(x: Any) -> bool:
+    return isinstance(x, str) and len(x) == 64 and all(c in "0123456789abcdef" for c in x)
+
+
+def _shown_seq(e: dict) -> str:
+    seq = e.get("seq")
+    return str(seq) if isinstance(seq, int) else "?"
+
+
+def _shown_type(e: dict) -> str:
+    typ = e.get("type")
+    return typ if isinstance(typ, str) and typ.isidentifier() and len(typ) <= 40 else "?"
 
 
 def _has_code(reply: str) -> bool:

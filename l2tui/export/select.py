@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from harness.shapes import Shape
+from l2tui.session import check_shape
 
 
 @dataclass
@@ -104,9 +105,11 @@ def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
         if typ == "track_added":
             tid = ev.get("track")
             shp = ev.get("shape")
-            if isinstance(tid, str) and isinstance(shp, list) and len(shp) == 3:
+            if isinstance(tid, str):
                 old = tracks.get(tid)
-                t = _Track(tid, Shape(*(int(x) for x in shp)), str(ev.get("acc") or "f32"), ev.get("baseline"))
+                shape = check_shape(shp, f"events.jsonl: event seq {ev.get('seq') if isinstance(ev.get('seq'), int) else '?'} "
+                                         "(track_added)")
+                t = _Track(tid, shape, str(ev.get("acc") or "f32"), ev.get("baseline"))
                 if old is not None:  # keep what we learnt before a re-add (resume)
                     t.__dict__.update({k: v for k, v in old.__dict__.items() if k not in ("shape", "acc", "baseline")})
                 tracks[tid] = t
