@@ -27,7 +27,7 @@ RETRY_CAP_S = 60.0
 DELTA_BATCH_CHARS = 16384
 DELTA_BATCH_S = 0.25
 #: live deltas of one call stop after this much text (the whole reply still comes back)
-DELTA_LIVE_CAP_CHARS = 512 * 1024
+DELTA_LIVE_CAP_CHARS = 256 * 1024
 #: a reply longer than this many characters per max_tokens token is not a model's answer
 REPLY_CHARS_PER_TOKEN = 64
 REPLY_MIN_CAP_CHARS = 256 * 1024

@@ -29,6 +29,16 @@ def _add_usage(a: dict, b: dict) -> dict:
     }
 
 
+#: a ``plan`` event shows this much of the plan; the whole plan is in the coder's messages (rewards.jsonl)
+PLAN_EVENT_CHARS = 16384
+
+
+def _shown_plan(plan: str) -> str:
+    if len(plan) <= PLAN_EVENT_CHARS:
+        return plan
+    return plan[:PLAN_EVENT_CHARS] + f" [... {len(plan) - PLAN_EVENT_CHARS} more characters in rewards.jsonl]"
+
+
 class LLMPolicy:
     name = "llm"
 
@@ -91,7 +101,7 @@ class LLMPolicy:
                              origin="patch", role="planner", model=self.model,
                              error=f"planner call failed: {plan_res.error}")]
         plan = plan_res.text.strip()
-        ctx.send("plan", role="planner", text=plan)
+        ctx.send("plan", role="planner", text=_shown_plan(plan))
         rewrite = wants_rewrite(plan)
         coder_msgs = msgs + [
             {"role": "assistant", "content": plan},

@@ -1,0 +1,58 @@
+"""A compile stopped from outside is not the kernel's fault.
+
+The run's Ctrl-C / SIGTERM path kills every compiler it started
+(:func:`harness.build.kill_all_builds`); the agent loop must then stop without a
+``compile_error`` step or reward, leaving the track resumable.  Real nvcc, killed while it
+runs; the GPU stages replay recorded evaluations and are never reached.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from harness import build as hbuild
+from harness.shapes import Shape
+from l2tui.agent.llm_client import LLMClient
+from l2tui.agent.loop import AgentLoop, LoopConfig
+from l2tui.agent.policies.llm import LLMPolicy
+from l2tui.agent.recorded import RecordedEvaluator
+from l2tui.session import Session
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "tests" / "fixtures" / "recorded" / "seed_tiled.cu"
+RECORDED = ROOT / "tests" / "fixtures" / "recorded" / "evaluations.json"
+
+
+def test_an_interrupted_compile_is_never_a_compile_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))   # cold: nvcc really runs
+    session = Session.create(tmp_path / "s", config={}, gpu={}, versions={})
+    policy = LLMPolicy(LLMClient(base_url="http://127.0.0.1:9/v1", model="never-called"))
+    loop = AgentLoop(session, LoopConfig(max_steps=1, seed=str(SEED), arch="sm_90a"), policy=policy,
+                     evaluator=RecordedEvaluator(RECORDED))
+    loop.add_track(Shape(64, 64, 64), "f32")
+    killed: list[int] = []
+
+    def killer() -> None:   # what the command line's signal handler does, once a compiler is running
+        for _ in range(60000):
+            if hbuild._LIVE:
+                killed.append(hbuild.kill_all_builds())
+                return
+            time.sleep(0.01)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    loop.run()
+    th.join(timeout=60)
+    assert killed and killed[0] >= 1
+    events = Session.open(session.path).events
+    types = [e["type"] for e in events]
+    assert "compiled" not in types and "reward" not in types and "track_done" not in types, types
+    assert session.rewards() == [] and (session.path / "rewards.jsonl").read_text() == ""
+    assert any(e["type"] == "stage" and e.get("stage") == "compile" and e.get("detail") == "interrupted"
+               for e in events)
+    assert any(e["type"] == "error" and "interrupted" in e["message"] for e in events)
+    states = [e["state"] for e in events if e["type"] == "track_state"]
+    assert states[-1] == "stopped"                 # resumable, not failed
+    assert events[-1]["type"] == "session_ended" and events[-1]["reason"] == "stopped"
