@@ -533,7 +533,8 @@ def build(
     t0 = time.monotonic()
     try:
         if sandboxed:
-            cmd = _sandbox.build_argv(cmd, work, ro=_toolchain_roots(nvcc))
+            ro = _toolchain_roots(nvcc) + (_flag_dirs(flags_v) if trusted else [])
+            cmd = _sandbox.build_argv(cmd, work, ro=ro)
         rc, log = _run_compiler(cmd, work, timeout_s)
     except BaseException:
         # Ctrl-C, SIGTERM, a kill of the whole run: the compiler is gone (its process group was
@@ -686,6 +687,25 @@ def _sweep_stale_work(root: Path) -> None:
             shutil.rmtree(e, ignore_errors=True)
         except PermissionError:
             continue
+
+
+def _flag_dirs(flags: Sequence[str]) -> list[Path]:
+    """Folders a trusted build's flags name (``-I``, ``-L``, ``-isystem``, an rpath), with the targets
+    of the symlinks in them: the cuBLAS shim links through a folder of links in the cache. An
+    untrusted build gets none of them: its compiler sees only CUDA and CUTLASS."""
+    out: list[Path] = []
+    for f in flags:
+        m = re.match(r"^(?:-I|-L|-isystem|--include-path=|--library-path=|-Xlinker=-rpath=)(/.+)$", f)
+        if not m:
+            continue
+        d = Path(m.group(1))
+        if d.is_dir():
+            out.append(d)
+            try:
+                out += [c.resolve().parent for c in d.iterdir() if c.is_symlink()]
+            except OSError:
+                pass
+    return out
 
 
 def _toolchain_roots(nvcc: str) -> list[Path]:

@@ -408,7 +408,7 @@ def test_cli_refuses_the_llm_policy_without_a_sandbox_and_warns_with_no_sandbox(
     r = subprocess.run(base + ["--no-sandbox"], capture_output=True, text=True, env=env, timeout=120)
     assert r.stderr.splitlines()[0] == sandbox.UNSANDBOXED_WARNING
     # the search policy runs without a sandbox (trusted catalog), no warning
-    r = subprocess.run(base[:5] + ["search", "--shapes", "64x64x64"], capture_output=True, text=True, env=env,
+    r = subprocess.run(base[:6] + ["search", "--shapes", "64x64x64"], capture_output=True, text=True, env=env,
                        timeout=120)
     assert "sandbox" not in r.stderr
 
