@@ -100,7 +100,7 @@ def _command_line() -> str:
     prog = os.path.basename(argv[0]) if argv else "bench"
     if prog in ("__main__.py", "-m"):
         prog = "python -m harness"
-    return shlex.join([prog, *argv[1:]]) if argv else prog
+    return " ".join([prog, shlex.join(argv[1:])]).strip()
 
 
 def _git_rev() -> str:
@@ -332,7 +332,7 @@ def main(args: argparse.Namespace) -> int:
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
             "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
             "timing": timing if args.mode == "offline" else "server",
-            "mode_label": MODE_LABELS[timing if args.mode == "offline" else "server"],
+            "mode_label": MODE_LABELS["server" if args.mode == "server" else ("chained" if timing == "chained" else "isolated")],
             "command": _command_line(),
             "baselines": baselines, "candidates": dict(pairs),
             "checks": args.checks, "seed": args.seed,

@@ -48,8 +48,8 @@ from typing import Any
 
 GUARD_BYTES = 64 << 10
 SENTINEL = 0xA5
-CHECK_ORDER = ("runs", "written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "graph_replay",
-               "timed_calls", "fresh")
+CHECK_ORDER = ("runs", "written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "timed_calls",
+               "graph_replay", "fresh")
 EXACT_MAX_TERMS = 2048          # integers up to 2048 are exact in fp16
 F32_FLOOR = 1e-6
 F16_FLOOR = 1e-3
