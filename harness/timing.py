@@ -144,10 +144,11 @@ def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], pert
 
 
 def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], separator: Callable[[], int],
-                    verifiers: dict[str, Callable[[], int]], base_verify: Callable[[], int], reps: int,
-                    base_label: str = "separator") -> tuple[list[Graph], Graph]:
-    """The per-call graphs: ``[separator, call, verify] x reps`` per subject, and the base graph
-    ``[separator, verify] x reps`` whose per-step time :func:`per_call` subtracts.
+                    verifiers: dict[str, Callable[[], int]], base_verify: Callable[[], int] | None, reps: int,
+                    base_label: str = "separator") -> tuple[list[Graph], Graph | None]:
+    """The per-call graphs: ``[separator, call, verify] x reps`` per subject, and (unless
+    ``base_verify`` is None) the base graph ``[separator, verify] x reps`` whose per-step time
+    :func:`per_call` subtracts.
 
     Every graph has the same number of steps, so every graph leaves A changed the same way (the
     separator draws its change from a launch counter): one reference serves all subjects after a
@@ -166,6 +167,8 @@ def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], s
         if hasattr(g, "upload"):
             g.upload(stream)
         out.append(Graph(label, g, reps, 0.0))
+    if base_verify is None:
+        return out, None
 
     def base_step() -> int:
         separator()
