@@ -15,6 +15,16 @@ from pathlib import Path
 from . import paths
 
 
+def gpu_present() -> bool:
+    """NVML / nvidia-smi only, so the UI process never creates a CUDA context.
+    ``L2TUI_FAKE_NO_GPU=1`` makes it False, so the no-GPU paths can be tried on a GPU machine."""
+    if os.environ.get("L2TUI_FAKE_NO_GPU") == "1":
+        return False
+    from harness.gpuinfo import gpu_present as _present
+
+    return _present()
+
+
 def _shown(p: Path) -> str:
     """``p`` relative to the working directory when it lies below it (shorter to copy)."""
     try:

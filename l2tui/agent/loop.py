@@ -657,7 +657,11 @@ class AgentLoop:
         try:
             from harness.build import build
 
-            b = build(src, arch=self.config.arch, flags=flags).to_dict()
+            # replaying a recording (``--recorded``): a recorded kernel keeps the recording's build
+            recorded = getattr(self.evaluator, "recorded_build", None)
+            b = recorded(src, t.shape, t.acc, flags) if recorded is not None else None
+            if b is None:
+                b = build(src, arch=self.config.arch, flags=flags).to_dict()
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
             if _interrupted(e):
                 self._stage(t, step, "compile", "end", "interrupted")

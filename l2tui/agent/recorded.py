@@ -9,10 +9,10 @@ every ``Evaluation.to_dict()`` (and profile) it returns, keyed by
   compiles and was recorded gets the recorded check/time result (with the live build
   substituted);
 * with ``build="unrecorded"`` (``--recorded`` on the command line) a recorded kernel keeps
-  the build the recording holds (its ptxas report, made by nvcc on the GPU machine) and
-  is not built again: a CUTLASS configuration takes 20-60 s of nvcc, and replaying a
-  recorded run should not cost that per candidate.  Kernels the recording lacks are
-  still built for real;
+  the build the recording holds (its ptxas report, made by nvcc on the GPU machine) and is
+  built neither here nor in the loop's compile stage (:meth:`recorded_build`): a CUTLASS
+  configuration takes 20-60 s of nvcc, and replaying a recorded run should not cost that
+  per candidate.  Kernels the recording lacks are still built for real;
 * a kernel that compiles but was **not recorded** gets status
   ``"not_recorded"`` and a message saying so.  Nothing is invented: the loop
   treats it as "no result" (reward kind ``not_recorded``, reward 0, never a
@@ -114,17 +114,28 @@ class RecordedEvaluator:
 
         return build(source, arch=self.arch, flags=list(flags or ())).to_dict()
 
-    def _recorded_build(self, key: str) -> dict | None:
-        """The recording's own successful build of ``key`` (``build="unrecorded"`` only)."""
+    def _recorded_build(self, key: str, flags: Any = None) -> dict | None:
+        """The recording's own successful build of ``key`` (``build="unrecorded"`` only; with
+        ``flags``, only a build made with those flags)."""
         if self.do_build != "unrecorded":
             return None
         b = (self.records.get(key) or {}).get("build")
-        return b if isinstance(b, dict) and b.get("ok") else None
+        if not (isinstance(b, dict) and b.get("ok")):
+            return None
+        if flags is not None and list(b.get("flags") or []) != list(flags):
+            return None
+        return b
+
+    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Any = ()) -> dict | None:
+        """What the loop's compile stage uses instead of running nvcc, when the recording holds
+        this kernel's build (``build="unrecorded"``); None: build it."""
+        b = self._recorded_build(record_key(source, shape, acc), flags)
+        return None if b is None else {**json.loads(json.dumps(b)), "replayed": True}
 
     def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Any = (), label: str = "candidate",
                  time_baselines: bool = True) -> Any:
         key = record_key(source, shape, acc)
-        if self._recorded_build(key) is not None:
+        if self._recorded_build(key, flags) is not None:
             d = json.loads(json.dumps(self.records[key]))
             d["build"] = {**d["build"], "replayed": True}
             return _wrap(d)

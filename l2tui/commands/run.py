@@ -244,11 +244,11 @@ def _run(args: argparse.Namespace) -> int:
             gpu["provisional"] = True
     else:
         from harness.errors import ToolMissing
-        from harness.gpuinfo import list_gpus, require_gpu
+        from harness.gpuinfo import require_gpu
 
-        if not list_gpus():
-            from ..demo import no_gpu_message
+        from ..demo import gpu_present, no_gpu_message
 
+        if not gpu_present():
             raise ToolMissing(no_gpu_message())  # one line that names --recorded
         info = require_gpu()
         try:

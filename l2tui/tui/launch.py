@@ -66,22 +66,9 @@ def default_policy(cfg: Any, requested: str | None = None) -> str:
 
 
 def gpu_present() -> bool:
-    """NVML / nvidia-smi only (no CUDA context).  ``L2TUI_FAKE_NO_GPU=1`` forces False (tests)."""
-    import os
+    """NVML / nvidia-smi only (no CUDA context); see :func:`l2tui.demo.gpu_present`."""
+    from ..demo import gpu_present as _present
 
-    if os.environ.get("L2TUI_FAKE_NO_GPU") == "1":
-        return False
-    try:
-        from harness.gpuinfo import gpu_present as _present
-    except ImportError:  # pragma: no cover - harness always ships with l2tui
-        import shutil
-        import subprocess
-
-        smi = shutil.which("nvidia-smi")
-        if not smi:
-            return False
-        r = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-        return r.returncode == 0 and "GPU" in r.stdout
     return _present()
 
 
@@ -141,7 +128,7 @@ def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, r
             from harness.evaluate import Evaluator
 
             ev = Evaluator(arch=h.get("arch") or None, baselines=tuple(h["baselines"]), mode=h["mode"],
-                           timeout_s=h["timeout_s"])
+                           timeout_s=h["timeout_s"], timing=h.get("timing"))
         if wrap is not None:
             ev = wrap(ev)
         lp = make_loop(session, cfg, policy=make_policy(policy, cfg, gpu=gpu or {}), evaluator=ev,

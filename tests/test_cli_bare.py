@@ -1,0 +1,122 @@
+"""Bare ``l2tui`` honours its arguments: without a GPU only a plain ``l2tui`` opens the demo.
+
+Every other command line gets the one-line error (exit 2) that ``l2tui run`` gives, before
+anything is created.  Run as real processes of the console script (``python -m l2tui.cli``)
+with ``L2TUI_FAKE_NO_GPU=1``, so they mean the same on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RECORDING = Path(__file__).parent / "fixtures" / "recorded" / "evaluations.json"
+
+
+def l2tui(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "L2TUI_FAKE_NO_GPU": "1", "L2TUI_SESSIONS_DIR": str(cwd / "sessions")}
+    env.pop("L2TUI_CONFIG_DIR", None)
+    env["L2TUI_CONFIG_DIR"] = str(cwd / "no-user-config")
+    return subprocess.run([sys.executable, "-m", "l2tui.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def one_line(r: subprocess.CompletedProcess) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, (r.returncode, r.stderr[-800:])
+    assert len(lines) == 1, r.stderr[-800:]
+    assert lines[0].startswith("l2tui: error: ")
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("sub", [[], ["run"], ["run", "--headless"]], ids=["bare", "run", "run-headless"])
+def test_bad_shapes_is_the_same_line_everywhere(tmp_path, sub):
+    line = one_line(l2tui([*sub, "--shapes", "12x", "--session", str(tmp_path / "nonexistent")], tmp_path))
+    assert line == "l2tui: error: unknown shapes '12x': use grid, small, sample100, MxNxK or a shapes file"
+    assert not (tmp_path / "nonexistent").exists() and not (tmp_path / "sessions").exists()
+
+
+@pytest.mark.parametrize("sub", [[], ["run"], ["run", "--headless"]], ids=["bare", "run", "run-headless"])
+def test_a_run_option_without_a_gpu_says_how_to_go_on(tmp_path, sub):
+    """``--session`` (a folder that does not exist yet) asks for a live run: no demo, the no-GPU line."""
+    line = one_line(l2tui([*sub, "--session", str(tmp_path / "new"), "--shapes", "64x64x64"], tmp_path))
+    assert line.startswith("l2tui: error: no NVIDIA GPU found")
+    assert "--recorded FILE" in line and "plain `l2tui` replays the bundled demo" in line
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("args", [["--policy", "search"], ["--shapes", "small"]], ids=["policy", "shapes"])
+def test_any_run_option_is_not_the_demo(tmp_path, args):
+    line = one_line(l2tui(args, tmp_path))
+    assert line.startswith("l2tui: error: no NVIDIA GPU found")
+
+
+def test_resume_of_a_missing_session(tmp_path):
+    line = one_line(l2tui(["--session", str(tmp_path / "gone"), "--resume"], tmp_path))
+    assert f"{tmp_path / 'gone'} is not a session to resume" in line
+    assert one_line(l2tui(["--resume"], tmp_path)) == \
+        "l2tui: error: --resume needs --session DIR (the session to continue)"
+
+
+def test_bad_policy(tmp_path):
+    for sub in ([], ["run"]):
+        r = l2tui([*sub, "--policy", "bogus"], tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "invalid choice: 'bogus'" in r.stderr.strip().splitlines()[-1]
+
+
+def test_unreadable_recording_is_one_line(tmp_path):
+    line = one_line(l2tui(["--recorded", str(tmp_path / "none.json"), "--shapes", "64x64x64"], tmp_path))
+    assert "cannot read recorded evaluations" in line
+
+
+def test_plain_l2tui_opens_the_demo_and_says_so(tmp_path):
+    """The launch path a plain ``l2tui`` takes, in-process: the demo replay with a notice, from its
+    first event, playing."""
+    import argparse
+    import asyncio
+
+    from l2tui import paths
+    from l2tui.tui.launch import DEMO_SPEED, make_demo_app, wants_live
+    from l2tui.tui.widgets.feeds import ReplayFeed
+
+    assert not wants_live(argparse.Namespace(session=None, resume=False, shapes=None, policy=None, app_recorded=None,
+                                             config=str(tmp_path / "l2tui.toml")))
+    demo = paths.demo_session()
+    assert demo is not None
+    app = make_demo_app(None)
+    assert app.ctx.replay and app.ctx.start is None and app.ctx.autoplay and app.ctx.speed == DEMO_SPEED
+    assert app.ctx.notice.startswith("No NVIDIA GPU found")
+    if not paths.demo_is_real(demo):
+        assert "scripted test session" in app.ctx.notice and "not the product's results" in app.ctx.notice
+
+    async def run() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(0.1)
+            clock = app.screen.query_one(ReplayFeed).clock
+            first = clock.pos
+            assert first < clock.total // 4         # from the beginning, not the end
+            for _ in range(40):
+                await pilot.pause(0.1)
+                if clock.pos > first:
+                    break
+            assert clock.playing and clock.pos > first   # and it plays
+            shown = [n.message for n in app._notifications]
+            assert app.ctx.notice in shown
+
+    asyncio.run(run())
+
+
+def test_the_demo_path_is_one_constant():
+    from l2tui import paths
+
+    assert paths.DEMO_SESSION == paths.REPO_ROOT / "sessions" / "demo-h200"
+    assert paths.FALLBACK_DEMO_SESSION.is_dir()           # the scripted toy session lives with the tests
+    assert not (paths.REPO_ROOT / "sessions" / "demo-h200-scripted").exists()
+    assert paths.demo_session() == (paths.DEMO_SESSION if (paths.DEMO_SESSION / "events.jsonl").is_file()
+                                    else paths.FALLBACK_DEMO_SESSION)

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""Record the bundled demo: the live l2tui app running the search policy on a GPU.
+
+On the GPU machine, from the checkout (about ``--budget-s`` seconds, then it stops by itself)::
+
+    l2tui build --catalog --acc f32          # optional: a warm build cache lets the search go further
+    python tools/record_demo.py --budget-s 420
+
+It drives the real app (``L2App`` through Textual's ``run_test`` pilot, the same screens, feed
+and worker thread as ``l2tui``; the loop builds with nvcc and evaluates on the GPU) on 24 shapes,
+eight from each size class of ``harness.shapes`` (small / mid / big, spread over the sample100
+set), with delayed profiling after the first refinement step so Nsight Compute verdicts show up,
+and writes
+
+* the session, ``sessions/demo-h200/`` (``--out``): what a plain ``l2tui`` replays without a GPU;
+* ``evaluations.json`` in it: every GPU evaluation and profile of the run, so
+  ``l2tui run --headless --recorded sessions/demo-h200/evaluations.json
+  --config sessions/demo-h200/l2tui.toml --policy search --shapes sessions/demo-h200/shapes.txt``
+  replays the same run (the same proposals, their recorded builds, no GPU) on any machine;
+* ``shapes.txt`` and ``l2tui.toml`` in it: the shapes and the settings the run used;
+* an SVG screenshot of the live screen just before the run's time was up,
+  ``docs/screenshots/live-h200.svg`` (``--screenshot``).
+
+Time: the seeds' builds first run in parallel on every core (at most a third of the budget),
+then the loop gets what is left less a tail for the stage in flight (``[loop]
+global_wall_time_s``: every track ends ``done`` and the session ends cleanly); at the budget the
+recorder stops the loop, saves what it has and exits, whatever is still running.
+
+Rehearsal without a GPU (the same app and recorder; evaluations replayed from a recording)::
+
+    python tools/record_demo.py --recorded tests/fixtures/recorded/evaluations.json \\
+        --shapes 512x512x512,1024x1024x1024 --seed-kernel tests/fixtures/recorded/seed_tiled.cu \\
+        --min-shapes 2 --out /tmp/demo --screenshot /tmp/live.svg --budget-s 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: the loop's share of the budget ends this long before the budget: the stage in flight
+#: (a CUTLASS build takes up to a minute), the screenshot and the files
+TAIL_S = 75.0
+SIZE = (160, 48)
+
+
+def demo_shapes(per_class: int = 8) -> list:
+    """``per_class`` shapes of each size class, evenly spread (by work) over sample100's."""
+    from harness.shapes import sample100
+
+    out = []
+    for cls in ("small", "mid", "big"):
+        members = sorted((s for s in sample100() if s.size_class == cls), key=lambda s: (s.flops, s.m, s.n, s.k))
+        step = len(members) / per_class
+        out.extend(members[int(i * step + step / 2)] for i in range(per_class))
+    return out
+
+
+class DemoRecording:
+    """The run's evaluator, keeping every GPU result and profile it returns (for ``--recorded``).
+
+    Profiles go through the evaluator's own ``profile`` when it has one, else through
+    ``harness.profiling.api.profile_kernel`` as the loop itself would; results the evaluator
+    could not give (``not_recorded`` in a rehearsal) are not kept."""
+
+    def __init__(self, inner: Any, *, arch: str | None, meta: dict) -> None:
+        from l2tui.agent.recorded import RecordingEvaluator
+
+        self.inner = inner
+        self.arch = arch
+        self.rec = RecordingEvaluator(inner, meta=meta)
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:  # anything else the loop asks of an evaluator
+        return getattr(self.inner, name)
+
+    def evaluate(self, source: str, shape: Any, acc: str = "f32", **kw: Any) -> Any:
+        from l2tui.agent.recorded import _to_dict, record_key
+
+        ev = self.inner.evaluate(source, shape, acc, **kw)
+        d = json.loads(json.dumps(_to_dict(ev), default=str))
+        if d.get("status") != "not_recorded":
+            with self.lock:
+                self.rec.records[record_key(source, shape, acc)] = d
+        return ev
+
+    def profile(self, source: str, shape: Any, acc: str = "f32") -> Any:
+        from l2tui.agent.recorded import _to_dict, record_key
+
+        fn = getattr(self.inner, "profile", None)
+        if fn is not None:
+            p = fn(source, shape, acc)
+        else:
+            from harness.profiling.api import profile_kernel
+
+            p = profile_kernel(source, shape, acc, arch=self.arch)
+        if p is not None:
+            d = p.to_dict(kernels=False) if hasattr(p, "to_dict") and not isinstance(p, dict) else _to_dict(p)
+            with self.lock:
+                self.rec.profiles[record_key(source, shape, acc)] = json.loads(json.dumps(d, default=str))
+        return p
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close:
+            close()
+
+    def save(self, path: Path) -> Path:
+        with self.lock:
+            return self.rec.save(path)
+
+
+def prebuild_seeds(shapes: list, cfg: Any, arch: str, deadline: float) -> None:
+    """Build the search policy's seed for every shape in parallel (one nvcc per core), until
+    ``deadline``; what is not done by then goes on building into the cache during the run."""
+    from harness.build import build
+
+    from l2tui.agent.policies import make_policy
+    from l2tui.agent.policies.base import TrackContext
+
+    pol = make_policy("search", cfg, gpu={"arch": arch})
+    sources = []
+    for s in shapes:
+        prop = pol.seed(TrackContext(track=f"{s}-{cfg.loop['acc']}", shape=s, acc=cfg.loop["acc"],
+                                     baseline=cfg.harness["baseline"], step=0, arch=arch))
+        if prop.source and prop.source not in sources:
+            sources.append(prop.source)
+    print(f"record_demo: building the {len(sources)} seed kernels of {len(shapes)} shapes on {os.cpu_count()} cores",
+          flush=True)
+    t = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
+    futures = [pool.submit(build, src, arch=arch) for src in sources]
+    done, left = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    failed = sum(1 for f in done if f.exception() is not None or not f.result().ok)
+    print(f"record_demo: {len(done)} built ({failed} failed) in {time.monotonic() - t:.0f} s"
+          + (f"; {len(left)} still building during the run" if left else ""), flush=True)
+    pool.shutdown(wait=False)
+
+
+def replay_settings(session_events: list[dict], overrides: dict[str, Any]) -> str:
+    """``l2tui.toml`` for replaying the run with ``--recorded``: the settings it ran with, and
+    ``max_steps`` at the steps every track the budget stopped had completed (so the replay asks
+    for no kernel the recording lacks)."""
+    steps: dict[str, int] = {}
+    cut: set[str] = set()
+    for e in session_events:
+        if e.get("type") == "checkpoint" and isinstance(e.get("steps_done"), int):
+            steps[e["track"]] = e["steps_done"]
+        elif e.get("type") == "track_done" and str(e.get("reason", "")).startswith(("global_wall_time", "stopped")):
+            cut.add(e["track"])
+        elif e.get("type") == "track_state" and e.get("state") == "stopped":
+            cut.add(e["track"])
+    stopped = [steps.get(t, 0) for t in cut]
+    max_steps = max(1, min(stopped)) if stopped else None
+    sections: dict[str, dict[str, Any]] = {}
+    for dotted, v in overrides.items():
+        if v is None or dotted == "loop.global_wall_time_s":
+            continue
+        sec, key = dotted.split(".", 1)
+        sections.setdefault(sec, {})[key] = v
+    if max_steps is not None:
+        loop = sections.setdefault("loop", {})
+        loop["max_steps"] = min(max_steps, loop.get("max_steps", max_steps))
+    lines = ["# The settings tools/record_demo.py ran this session with; with --recorded evaluations.json",
+             "# it replays the same proposals (max_steps: the steps every track cut by the time budget finished)."]
+    for sec, kv in sections.items():
+        lines.append(f"[{sec}]")
+        lines.extend(f"{k} = {json.dumps(v)}" for k, v in kv.items())
+    return "\n".join(lines) + "\n"
+
+
+def summarize(events: list[dict]) -> dict[str, Any]:
+    count: dict[str, int] = {}
+    for e in events:
+        count[e.get("type", "?")] = count.get(e.get("type", "?"), 0) + 1
+    best: dict[str, float] = {}
+    for e in events:
+        if e.get("type") == "best" and isinstance(e.get("speedup"), (int, float)):
+            best[e["track"]] = float(e["speedup"])
+    import math
+
+    gm = math.exp(sum(math.log(v) for v in best.values()) / len(best)) if best else None
+    return {"events": len(events), "tracks": count.get("track_added", 0), "timed": count.get("timed", 0),
+            "profiled": count.get("profiled", 0), "profiling_enabled": count.get("profiling_enabled", 0),
+            "telemetry": count.get("telemetry", 0), "not_recorded": sum(
+                1 for e in events if e.get("type") == "reward" and e.get("kind") == "not_recorded"),
+            "tracks_with_best": len(best), "geomean_best": gm, "ended": any(e.get("type") == "session_ended" for e in events)}
+
+
+async def drive(app: Any, *, shot_at: float, hard_stop: float, screenshot: Path, view_all: bool,
+                finalize: Any) -> bool:
+    """Run the app until the loop ends or ``hard_stop``; screenshot at ``shot_at`` (or the end).
+
+    When the loop is still inside a stage at ``hard_stop`` (an nvcc build or an NCU run cannot be
+    interrupted), ``finalize(False)`` writes the files and the process ends there: leaving the
+    app would wait for that stage."""
+    session = app.ctx.session
+    shot = False
+
+    def ended() -> bool:
+        return any(e.get("type") == "session_ended" for e in session.events[-4:])
+
+    async def take() -> None:
+        nonlocal shot
+        scr = app.screen
+        if view_all and getattr(scr, "view", None) == "grid":
+            scr.action_cycle_view()        # "all K": every shape of the run on one screen
+            await asyncio.sleep(0.5)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        app.save_screenshot(filename=screenshot.name, path=str(screenshot.parent))
+        shot = True
+        print(f"record_demo: screenshot {screenshot}", flush=True)
+
+    async with app.run_test(size=SIZE) as pilot:
+        while True:
+            await pilot.pause(0.5)
+            now = time.monotonic()
+            if not shot and (now >= shot_at or ended()):
+                await pilot.pause(1.0)     # let the last batch reach the screen
+                await take()
+            if ended():
+                break
+            if now >= hard_stop:
+                print("record_demo: budget reached; stopping the loop", flush=True)
+                if app.ctx.handle is not None:
+                    app.ctx.handle.request_stop()
+                for _ in range(10):
+                    await pilot.pause(0.5)
+                    if ended():
+                        break
+                break
+        if not shot:
+            await take()
+        finished = ended()
+        if not finished:
+            rc = finalize(False)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+        await pilot.pause(0.2)
+    return finished
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.errors import HarnessError
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget-s", type=float, default=420.0, help="whole run, seconds (default 420)")
+    ap.add_argument("--shapes", action="append", metavar="SPEC",
+                    help="shapes (default: 24, eight of each size class)")
+    ap.add_argument("--out", type=Path, default=None, help="session folder (default: sessions/demo-h200)")
+    ap.add_argument("--force", action="store_true", help="replace --out if it holds a session")
+    ap.add_argument("--screenshot", type=Path, default=ROOT / "docs" / "screenshots" / "live-h200.svg")
+    ap.add_argument("--recorded", metavar="FILE", help="replay evaluations from FILE (a rehearsal without a GPU)")
+    ap.add_argument("--config", metavar="FILE", help="config file the run starts from (default: l2tui's search)")
+    ap.add_argument("--profile-after", type=int, default=1, help="[loop] profile_after (default 1)")
+    ap.add_argument("--candidates-per-step", type=int, default=2, help="[search] candidates_per_step (default 2)")
+    ap.add_argument("--parallel-tracks", type=int, default=None, help="[loop] parallel_tracks (default: every shape)")
+    ap.add_argument("--seed-kernel", metavar="FILE", help="[loop] seed (default: the search policy's pick)")
+    ap.add_argument("--max-steps", type=int, default=None, help="[loop] max_steps (default: the config's)")
+    ap.add_argument("--no-prebuild", action="store_true", help="do not build the seeds in parallel first")
+    ap.add_argument("--min-shapes", type=int, default=24, help="fail unless the session has this many tracks")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        return record(args, t0)
+    except HarnessError as e:
+        print(f"record_demo: error: {e}", file=sys.stderr)
+        return 2
+
+
+def record(args: argparse.Namespace, t0: float) -> int:
+    from harness.shapes import resolve_shapes
+
+    from l2tui import paths
+    from l2tui.config import load_config
+    from l2tui.errors import UserError
+    from l2tui.tui.launch import gpu_present, make_live_app
+
+    out: Path = args.out or paths.DEMO_SESSION
+    if args.budget_s < 30:
+        raise UserError("--budget-s must be at least 30 seconds")
+    shapes = resolve_shapes(args.shapes) if args.shapes else demo_shapes()
+    if (out / "events.jsonl").exists():
+        if not args.force:
+            raise UserError(f"{out} already holds a session: add --force to replace it")
+        shutil.rmtree(out)
+    if not args.recorded and not gpu_present():
+        raise UserError("no NVIDIA GPU found: record the demo on a GPU machine, or rehearse with --recorded FILE")
+
+    cfg = load_config(args.config)
+    overrides: dict[str, Any] = {
+        "loop.profile_after": args.profile_after,
+        "loop.parallel_tracks": args.parallel_tracks or len(shapes),
+        "loop.seed": args.seed_kernel,
+        "loop.max_steps": args.max_steps,
+        "search.candidates_per_step": args.candidates_per_step,
+    }
+    cfg = cfg.with_overrides(overrides)
+    meta: dict[str, Any] = {"provisional": False, "note": "tools/record_demo.py: the bundled demo run"}
+    if args.recorded:
+        from l2tui.agent.recorded import RecordedEvaluator
+
+        src = RecordedEvaluator(args.recorded, build=False).meta
+        arch = cfg.harness.get("arch") or src.get("arch") or "sm_90a"
+        meta.update(gpu=src.get("gpu") or {}, arch=arch, replayed_from=str(args.recorded))
+    else:
+        from harness.gpuinfo import require_gpu
+
+        info = require_gpu()
+        arch = cfg.harness.get("arch") or info.arch
+        meta.update(gpu=info.to_dict(), arch=arch)
+        if not args.no_prebuild and not args.seed_kernel:
+            prebuild_seeds(shapes, cfg, arch, deadline=t0 + args.budget_s / 3)
+
+    hard_stop = t0 + args.budget_s - 8.0
+    loop_budget = max(10.0, hard_stop - time.monotonic() - min(TAIL_S, args.budget_s / 4))
+    overrides["loop.global_wall_time_s"] = round(loop_budget, 1)
+    cfg = cfg.with_overrides({"loop.global_wall_time_s": overrides["loop.global_wall_time_s"]})
+
+    holder: dict[str, DemoRecording] = {}
+
+    def wrap(ev: Any) -> Any:
+        holder["rec"] = DemoRecording(ev, arch=arch, meta=meta)
+        return holder["rec"]
+
+    ns = argparse.Namespace(session=str(out), resume=False, shapes=[" ".join(str(s) for s in shapes)],
+                            policy="search", app_recorded=args.recorded, config=args.config)
+    app = make_live_app(ns, cfg, wrap=wrap)
+    print(f"record_demo: live app on {len(shapes)} shapes into {out}; the loop has {loop_budget:.0f} s", flush=True)
+
+    def finalize(finished: bool) -> int:
+        return write_and_check(app, holder, out, shapes, overrides, args, t0, finished)
+
+    finished = asyncio.run(drive(app, shot_at=time.monotonic() + loop_budget - 5.0, hard_stop=hard_stop,
+                                 screenshot=args.screenshot, view_all=True, finalize=finalize))
+    return finalize(finished)
+
+
+def write_and_check(app: Any, holder: dict, out: Path, shapes: list, overrides: dict, args: argparse.Namespace,
+                    t0: float, finished: bool) -> int:
+    """The files beside the session, then a check that the session is complete and replays."""
+    (out / "shapes.txt").write_text("".join(f"{s}\n" for s in shapes))
+    events = list(app.ctx.session.events)
+    (out / "l2tui.toml").write_text(replay_settings(events, overrides))
+    if "rec" in holder:
+        holder["rec"].save(out / "evaluations.json")
+    from l2tui.tui.launch import make_replay_app
+
+    replay = make_replay_app(out)
+    summary = summarize(list(replay.ctx.events))
+    summary["loop_finished"] = finished
+    summary["seconds"] = round(time.monotonic() - t0, 1)
+    print("record_demo: " + json.dumps(summary), flush=True)
+    problems = []
+    if summary["tracks"] < args.min_shapes:
+        problems.append(f"{summary['tracks']} tracks (< {args.min_shapes})")
+    if not summary["timed"]:
+        problems.append("nothing timed")
+    if not summary["profiled"] or not summary["profiling_enabled"]:
+        problems.append("no NCU verdict / no delayed profiling in the session")
+    if not args.recorded and not summary["telemetry"]:
+        problems.append("no telemetry events")
+    if not summary["ended"]:
+        problems.append("the session has no session_ended event (the loop was still in a stage at the budget)")
+    for p in problems:
+        print(f"record_demo: warning: {p}", file=sys.stderr, flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
