@@ -211,6 +211,142 @@ extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigne
 """
 
 
+SEPARATE_ROWS = 4        # rows of C the separator verifies after each per-call timed call
+SEPARATE_THREADS = 256
+
+# The per-call timing's separator (harness.timing): one ordinary kernel of one block between two
+# timed calls. It verifies the call before it on SEPARATE_ROWS rows of C (the row it changed before
+# that call and rows hashed from its step counter; Freivalds, as l2_verify_rows), then changes one
+# element of A for the call after it, and counts the step. The first step of a graph replay has no
+# call before it in the graph (another subject may have written C since), so it only changes A; a
+# tail launch (perturb = 0) at the end of every graph verifies the graph's last call. Verifying
+# inside the separator means the timed calls are the verified ones: no call can tell a timed step
+# from a verified one by the time between calls.
+SEPARATE_SOURCE = VERIFY_SOURCE + r"""
+extern "C" __global__ void l2_separate(unsigned short* a, const unsigned short* c, const float* x, const float* y,
+                                       int m, int n, int k, unsigned int* counter, unsigned int* row, float* worst,
+                                       unsigned int capacity, const unsigned short* values, int nvalues,
+                                       unsigned int steps, int perturb) {
+  __shared__ float part[3][32];
+  __shared__ float worst_s;
+  const unsigned int t = *counter;   // one block: read here, written by thread 0 at the end
+  const bool verify = t > 0 && (!perturb || (t % steps) != 0);
+  if (threadIdx.x == 0) worst_s = 0.f;
+  __syncthreads();
+  if (verify) {
+    for (int i = 0; i < 4; ++i) {
+      unsigned int r;
+      if (i == 0) {
+        r = *row;
+      } else {
+        unsigned long long h = (unsigned long long)(t * 4u + i) * 0xD1B54A32D192ED03ull;
+        h ^= h >> 31;
+        r = (unsigned int)(h % (unsigned long long)m);
+      }
+      if (r >= (unsigned int)m) r = 0;
+      float w = 0.f, q = 0.f, z = 0.f;
+      l2_row_dot(c + (size_t)r * n, x, n, w, &q);
+      l2_row_dot(a + (size_t)r * k, y, k, z, nullptr);
+      for (int o = 16; o > 0; o >>= 1) {
+        w += __shfl_xor_sync(0xffffffffu, w, o);
+        q += __shfl_xor_sync(0xffffffffu, q, o);
+        z += __shfl_xor_sync(0xffffffffu, z, o);
+      }
+      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+      if (lane == 0) {
+        part[0][warp] = w;
+        part[1][warp] = q;
+        part[2][warp] = z;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float sw = 0.f, sq = 0.f, sz = 0.f;
+        for (int j = 0; j < warps; ++j) {
+          sw += part[0][j];
+          sq += part[1][j];
+          sz += part[2][j];
+        }
+        const float d = fabsf(sw - sz) / fmaxf(sqrtf(sq), 1e-20f);
+        worst_s = (d == d) ? fmaxf(worst_s, d) : __int_as_float(0x7f800000);
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0 && t - 1u < capacity) worst[t - 1u] = worst_s;
+  }
+  if (perturb && threadIdx.x == 0) {   // after every read of A above (one block, past the barriers)
+    unsigned long long h = (unsigned long long)(t + 1u) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    const unsigned long long total = (unsigned long long)m * (unsigned long long)k;
+    a[h % total] = values[t % (unsigned int)nvalues];
+    *row = (unsigned int)((h % total) / (unsigned long long)k);
+    *counter = t + 1u;
+  }
+}
+"""
+
+
+class Separator:
+    """Launches ``l2_separate`` (above) on ``stream``: ``step()`` between two timed calls (verify
+    the last, change A for the next), ``tail()`` after a graph's last call. ``results()`` gives the
+    verified error of every call so far, in call order (inf where a row was NaN or a call was not
+    verified). ``steps`` is the number of calls per graph replay."""
+
+    _kernels: dict[int, tuple[Any, Any]] = {}
+
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, seed: int, capacity: int, steps: int) -> None:
+        import numpy as np
+
+        self.cp, self.a, self.c, self.stream = cp, a, c, stream
+        key = id(cp)
+        if key not in Separator._kernels:
+            mod = cp.RawModule(code=SEPARATE_SOURCE)
+            Separator._kernels[key] = (mod.get_function("l2_gemv"), mod.get_function("l2_separate"))
+        gemv, self.kernel = Separator._kernels[key]
+        self.m, self.k = int(a.shape[0]), int(a.shape[1])
+        self.n = int(b.shape[1])
+        self.steps = int(steps)
+        signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0], dtype=np.float32), self.n)
+        vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
+        with stream:
+            self.x = cp.asarray(signs)
+            self.y = cp.zeros(self.k, dtype=cp.float32)
+            gemv(((self.k + 7) // 8,), (256,), (b, self.x, self.y, cp.uint64(0), cp.int32(self.k), cp.int32(self.n)))
+            self.values = cp.asarray(vals.view(np.uint16))
+            self.counter = cp.zeros(1, dtype=cp.uint32)
+            self.row = cp.zeros(1, dtype=cp.uint32)
+            self.capacity = int(capacity)
+            self.worst = cp.full(self.capacity, cp.nan, dtype=cp.float32)
+
+    def _launch(self, perturb: int) -> int:
+        cp = self.cp
+        with self.stream:  # (inside a capture of that stream too)
+            self.kernel((1,), (SEPARATE_THREADS,), (self.a, self.c, self.x, self.y, cp.int32(self.m), cp.int32(self.n),
+                                                     cp.int32(self.k), self.counter, self.row, self.worst,
+                                                     cp.uint32(self.capacity), self.values, cp.int32(self.values.size),
+                                                     cp.uint32(self.steps), cp.int32(perturb)))
+        return 0
+
+    def step(self) -> int:
+        return self._launch(1)
+
+    def tail(self) -> int:
+        return self._launch(0)
+
+    def reset(self) -> None:
+        with self.stream:
+            self.counter.fill(0)
+            self.worst.fill(self.cp.nan)
+
+    def calls(self) -> int:
+        return int(self.counter.get()[0])
+
+    def results(self) -> list[float]:
+        n = min(self.calls(), self.capacity)
+        return [float(v) if v == v else math.inf for v in self.worst[:n].get()]
+
+
 class GuardedBuffer:
     """A device array with sentinel-filled guard regions on both sides."""
 

@@ -2,15 +2,17 @@
 
 Three modes, one method for every subject (candidates and baselines alike):
 
-* **per call** (``isolated``, the headline): every timed call follows an ordinary kernel that
-  is not the subject and not PDL-aware (``separator``: it changes one element of A, as a
-  producer writes its consumer's input), and is followed by a row verification of its C. One
-  CUDA graph per subject holds R such steps ``[separator, call, verify]``; one base graph holds
-  ``[separator, verify]`` x R. Both are replayed in the same interleaved rounds and the base's
-  per-step time is subtracted round by round, so what is left is what one call costs when the
-  kernel before it is somebody else's -- the way a user's program calls a GEMM. No call can
-  overlap the previous call of the same subject (programmatic dependent launch gains nothing
-  behind an unrelated kernel), and every timed call is verified.
+* **per call** (``isolated``, the headline): every timed call follows one ordinary kernel that
+  is not the subject and not PDL-aware (the ``separator``, harness.checks.Separator: it verifies
+  rows of the previous call's C and changes one element of A, as a producer writes its
+  consumer's input). One CUDA graph per subject holds R steps ``[separator, call]`` and a tail
+  that verifies the last call; one base graph holds the same without the calls. Both are
+  replayed in the same interleaved rounds and the base's per-step time is subtracted round by
+  round, so what is left is what one call costs when the kernel before it is somebody else's --
+  the way a user's program calls a GEMM. No call can overlap the previous call of the same
+  subject (programmatic dependent launch gains nothing behind an unrelated kernel), and every
+  timed call is verified by the separator after it, so a timed call cannot tell itself from a
+  verified one.
 * **back to back** (``chained``, a pipeline figure): R calls of the same subject captured back to
   back in one graph. Call i+1 may start while call i drains when the kernel is launched with PDL.
 * **server**: calls at Poisson-distributed intervals (a target QPS), each timed on the host from
@@ -143,42 +145,46 @@ def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], pert
     return Graph(f"{label}:fresh", gf, reps, 0.0), Graph(f"{label}:perturb", gp, reps, 0.0)
 
 
-def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], separator: Callable[[], int],
-                    verifiers: dict[str, Callable[[], int]], base_verify: Callable[[], int] | None, reps: int,
-                    base_label: str = "separator") -> tuple[list[Graph], Graph | None]:
-    """The per-call graphs: ``[separator, call, verify] x reps`` per subject, and (unless
-    ``base_verify`` is None) the base graph ``[separator, verify] x reps`` whose per-step time
-    :func:`per_call` subtracts.
+def capture_steps(cp: Any, stream: Any, step: Callable[[], int], reps: int, tail: Callable[[], int] | None = None) -> Any:
+    """Capture ``reps`` steps and an optional tail into one graph (ended even if a step raises)."""
+    stream.begin_capture()
+    try:
+        for _ in range(reps):
+            rc = step()
+            if rc:
+                raise RuntimeError(f"call returned {rc} during graph capture")
+        if tail is not None:
+            tail()
+    finally:
+        graph = stream.end_capture()
+    if hasattr(graph, "upload"):
+        graph.upload(stream)
+    return graph
 
-    Every graph has the same number of steps, so every graph leaves A changed the same way (the
-    separator draws its change from a launch counter): one reference serves all subjects after a
-    replay (harness.checks)."""
+
+def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]],
+                    separators: dict[str, tuple[Callable[[], int], Callable[[], int]]],
+                    base: tuple[Callable[[], int], Callable[[], int]] | None, reps: int,
+                    base_label: str = "separator") -> tuple[list[Graph], Graph | None]:
+    """The per-call graphs: ``[separator, call] x reps + tail`` per subject, and (unless ``base``
+    is None) the base graph ``[separator] x reps + tail`` whose per-step time :func:`per_call`
+    subtracts. ``separators[label]`` is (step, tail) of the subject's own separator (it verifies the
+    call before it and changes A for the one after; the tail verifies the last call).
+
+    Every graph has the same number of steps and every separator changes A the same way, so one
+    reference serves all subjects after a replay (harness.checks)."""
     out = []
     for label, call in calls.items():
-        verify = verifiers[label]
+        sep, tail = separators[label]
 
-        def step(call: Callable[[], int] = call, verify: Callable[[], int] = verify) -> int:
-            separator()
-            rc = call()
-            verify()
-            return rc
+        def step(call: Callable[[], int] = call, sep: Callable[[], int] = sep) -> int:
+            sep()
+            return call()
 
-        g = capture(cp, stream, step, reps)
-        if hasattr(g, "upload"):
-            g.upload(stream)
-        out.append(Graph(label, g, reps, 0.0))
-    if base_verify is None:
+        out.append(Graph(label, capture_steps(cp, stream, step, reps, tail), reps, 0.0))
+    if base is None:
         return out, None
-
-    def base_step() -> int:
-        separator()
-        base_verify()
-        return 0
-
-    gb = capture(cp, stream, base_step, reps)
-    if hasattr(gb, "upload"):
-        gb.upload(stream)
-    return out, Graph(base_label, gb, reps, 0.0)
+    return out, Graph(base_label, capture_steps(cp, stream, base[0], reps, base[1]), reps, 0.0)
 
 
 def per_call(timed: dict[str, dict[str, Any]], labels: list[str], base_label: str) -> dict[str, dict[str, Any]]:

@@ -439,7 +439,8 @@ def _lt_plan(shim: Any, m: int, n: int, k: int, acc: str) -> int:
 
 
 def _autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
-              timing_mode: str, perturb: Callable[[], int], budget_s: float) -> tuple[int, dict[str, Any]]:
+              timing_mode: str, separator: tuple[Callable[[], int], Callable[[], int]],
+              budget_s: float) -> tuple[int, dict[str, Any]]:
     """Screen cuBLASLt's heuristic algorithms (in heuristic order) with the headline's method,
     keep the fastest in the shim's autotune slot.
 
@@ -477,8 +478,8 @@ def _autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int,
             s.synchronize()
             reps = timing.reps_for(est, 0.2, 200)
             if per_call:
-                graphs, gb = timing.isolated_graphs(cp, s, {str(idx): call}, perturb, {str(idx): _noop}, _noop,
-                                                    reps, base_label="base")
+                graphs, gb = timing.isolated_graphs(cp, s, {str(idx): call}, {str(idx): separator}, separator, reps,
+                                                    base_label="base")
                 t = timing.offline(cp, s, [*graphs, gb], replays=3)
                 ms = timing.per_call(t, [str(idx)], "base")[str(idx)]["median_ms"]
             else:
@@ -497,10 +498,6 @@ def _autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int,
     return best, {"screened": len(results), "tried": tried, "available": count, "best_index": best,
                   "method": timing.MODE_LABELS["isolated" if per_call else "chained"],
                   "seconds": round(time.monotonic() - t0, 3)}
-
-
-def _noop() -> int:
-    return 0
 
 
 def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr: Any, timed_ms: float,
@@ -568,11 +565,11 @@ SEPARATOR_LABEL = "(separator)"
 
 class _PerCallGraphs:
     """The per-call (isolated) timing of one shape's subjects: the graphs of harness.timing, one
-    separator shared by all (so every graph leaves A changed the same way), one row verifier per
-    subject, and the checks that read them.
+    separator per subject (harness.checks.Separator: it verifies the call before it and changes
+    A for the one after) and one for the base graph, and the checks that read them.
 
-    Why one step count for all: the reference for the replay check is then computed once per
-    shape, not once per subject."""
+    Why one step count for all: every graph then leaves A changed the same way, so the reference
+    of the replay check is computed once per shape, not once per subject."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, calls: dict[str, Callable[[], int]], replays: int,
                  rng: random.Random, failed: Callable[[str, Exception], None]) -> None:
@@ -584,8 +581,6 @@ class _PerCallGraphs:
         A, B, C = ctx.A, ctx.B, ctx.C
         self.graphs: list[Any] = []
         self.base: Any = None
-        with s:
-            self.pert = ck.Perturber(cp, A.data, s)
         est: dict[str, float] = {}
         for label, call in list(self.calls.items()):
             try:
@@ -595,35 +590,31 @@ class _PerCallGraphs:
                 self.calls.pop(label)
         if not self.calls:
             return
-        self.reps = timing.reps_for(min(est.values()) + 0.005, cap=timing.MAX_ISOLATED_REPS)
+        self.reps = timing.reps_for(min(est.values()) + 0.003, cap=timing.MAX_ISOLATED_REPS)
         seed = rng.randrange(1 << 30)
         capacity = self.reps * (replays + 3)
-        with s:
-            self.vers = {lb: ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=capacity,
-                                         changed_row=self.pert.row) for lb in self.calls}
-            self.ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=capacity,
-                                        changed_row=self.pert.row)
+        self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps) for lb in self.calls}
+        self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
         # compiles and loads every kernel now, never inside a stream capture
         for label, call in self.calls.items():
-            self.pert.step()
+            self.seps[label].step()
             call()
-            self.vers[label].step()
-        self.ver_base.step()
+            self.seps[label].tail()
+        self.sep_base.step()
         s.synchronize()
-        for v in (*self.vers.values(), self.ver_base):
-            v.reset()
         for label, call in list(self.calls.items()):
+            sep = self.seps[label]
             try:
-                (gr,), _ = timing.isolated_graphs(cp, s, {label: call}, self.pert.step,
-                                                  {label: self.vers[label].step}, None, self.reps)
+                (gr,), _ = timing.isolated_graphs(cp, s, {label: call}, {label: (sep.step, sep.tail)}, None, self.reps)
                 self.graphs.append(gr)
             except Exception as e:
                 failed(label, e)
                 self.calls.pop(label, None)
-        _, self.base = timing.isolated_graphs(cp, s, {}, self.pert.step, {}, self.ver_base.step, self.reps,
+        _, self.base = timing.isolated_graphs(cp, s, {}, {}, (self.sep_base.step, self.sep_base.tail), self.reps,
                                               base_label=SEPARATOR_LABEL)
-        for v in (*self.vers.values(), self.ver_base):
-            v.reset()
+        for sp in (*self.seps.values(), self.sep_base):
+            sp.reset()
+        s.synchronize()
 
     def all_graphs(self) -> list[Any]:
         return [*self.graphs, self.base] if self.graphs else []
@@ -634,27 +625,24 @@ class _PerCallGraphs:
         return timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
 
     def verdicts(self, replays: int, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-        """Every timed call (the warm-up replay and the timed ones) verified on sampled rows."""
+        """Every timed call (the warm-up replay's and the timed ones) verified on sampled rows."""
         from . import checks as ck
 
+        self.g.stream.synchronize()
         expected = self.reps * (replays + 1)
-        b_same = self.ver_base.b_unchanged()
         out = {}
         for gr in self.graphs:
-            worst = self.vers[gr.label].results()
-            fields = {"verified_calls": len(worst), "verified_rows": ck.VERIFY_ROWS,
+            worst = self.seps[gr.label].results()
+            fields = {"verified_calls": len(worst), "verified_rows": ck.SEPARATE_ROWS,
                       "verify_worst": max(worst) if worst else None, "verify_limit": limit, "reps": self.reps}
-            if not b_same:
-                out[gr.label] = (False, "B changed while the per-call graphs ran (B x differs from before)", fields)
-                continue
             ok, det = ck.verify_verdict(worst, expected, limit)
             out[gr.label] = (ok, det, fields)
         return out
 
-    def _reset(self, a0: Any) -> None:
+    def _reset(self, a0: Any, sep: Any) -> None:
         with self.g.stream:
             self.ctx.A.data[...] = a0
-            self.pert.counter.fill(0)
+        sep.reset()
 
     def replay_checks(self, a0: Any, nan: Any, written_guards: Callable[..., None], inputs: dict[str, Any],
                       bound: float) -> dict[str, tuple[bool, str]]:
@@ -664,7 +652,7 @@ class _PerCallGraphs:
         from . import checks as ck
 
         cp, s, A, C = self.g.cp, self.g.stream, self.ctx.A, self.ctx.C
-        self._reset(a0)
+        self._reset(a0, self.sep_base)
         self.base.graph.launch(s)
         s.synchronize()
         with s:
@@ -675,7 +663,7 @@ class _PerCallGraphs:
         out = {}
         try:
             for gr in self.graphs:
-                self._reset(a0)
+                self._reset(a0, self.seps[gr.label])
                 self.ctx.reset_guards()
                 with s:
                     C.data.fill(nan)
@@ -694,13 +682,14 @@ class _PerCallGraphs:
             del ref
             if saved is not None:
                 inputs["A"] = saved
-            self._reset(a0)
+            with s:
+                A.data[...] = a0
         return out
 
     def close(self) -> None:
         self.graphs.clear()
         self.base = None
-        self.vers = {}
+        self.seps = {}
 
 
 class _ServerVerification:
@@ -833,10 +822,10 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
             ck.fill_random(cp, seeds[-1], A.data, B.data)
         try:
             budget = bl.AUTOTUNE_SCREEN_BUDGET_S if autotune_budget_s is None else autotune_budget_s
-            with s:
-                pert = ck.Perturber(cp, A.data, s)
+            # screened per call behind the same separator as the timing (its verifications unread)
+            sep = ck.Separator(cp, A.data, B.data, C.data, s, 0, 1, 1 << 30)
             _, info = _autotune(g, shim, subjects["cublaslt_autotune"].call, (m, n, k), acc, extra["lt_count"],
-                                timing_mode, pert.step, budget)
+                                timing_mode, (sep.step, sep.tail), budget)
             extra["autotune"] = info
         except Exception as e:
             if is_sticky(e):

@@ -15,7 +15,7 @@ from harness.shapes import Shape
 from harness.worker import WorkerCrashed, WorkerTimeout
 
 # recorded device costs (ms) of one launch of each kernel
-COST = {"sep": 0.0012, "verify": 0.0020, "A": 0.0050, "B": 0.0130}
+COST = {"sep": 0.0012, "tail": 0.0020, "verify": 0.0020, "A": 0.0050, "B": 0.0130}
 
 
 class FakeStream:
@@ -79,38 +79,40 @@ def calls_on(s: FakeStream, *labels: str) -> dict:
     return {lb: (lambda lb=lb: s.run(lb)) for lb in labels}
 
 
-def test_per_call_graphs_put_an_unrelated_kernel_and_a_verification_around_every_call(s):
-    cp = fake_cp()
-    graphs, base = timing.isolated_graphs(cp, s, calls_on(s, "A", "B"), lambda: s.run("sep"),
-                                          {"A": lambda: s.run("verify:A"), "B": lambda: s.run("verify:B")},
-                                          lambda: s.run("verify:base"), reps=4, base_label="(separator)")
+def _iso(s: FakeStream, reps: int):
+    seps = {lb: (lambda lb=lb: s.run(f"sep:{lb}"), lambda lb=lb: s.run(f"tail:{lb}")) for lb in ("A", "B")}
+    return timing.isolated_graphs(fake_cp(), s, calls_on(s, "A", "B"), seps,
+                                  (lambda: s.run("sep:base"), lambda: s.run("tail:base")), reps=reps,
+                                  base_label="(separator)")
+
+
+def test_per_call_graphs_put_one_unrelated_kernel_before_every_call_and_verify_the_last(s):
+    graphs, base = _iso(s, 4)
     assert [g.label for g in graphs] == ["A", "B"] and base.label == "(separator)"
-    assert graphs[0].graph.ops == ["sep", "A", "verify:A"] * 4
-    assert graphs[1].graph.ops == ["sep", "B", "verify:B"] * 4
-    assert base.graph.ops == ["sep", "verify:base"] * 4
+    assert graphs[0].graph.ops == ["sep:A", "A"] * 4 + ["tail:A"]
+    assert graphs[1].graph.ops == ["sep:B", "B"] * 4 + ["tail:B"]
+    assert base.graph.ops == ["sep:base"] * 4 + ["tail:base"]
     # every graph has the same number of steps: each changes A the same way (one reference after a replay)
     assert {g.reps for g in graphs} == {base.reps} == {4}
-    # no two calls of a subject are adjacent: the kernel before each call is the separator
+    # no two calls of a subject are adjacent: the kernel before each call is its separator
     for g in graphs:
         for i, op in enumerate(g.graph.ops):
             if op in ("A", "B"):
-                assert g.graph.ops[i - 1] == "sep"
+                assert g.graph.ops[i - 1] == f"sep:{op}"
 
 
 def test_per_call_figure_subtracts_the_base_step_of_the_same_round(s):
     cp = fake_cp()
-    graphs, base = timing.isolated_graphs(cp, s, calls_on(s, "A", "B"), lambda: s.run("sep"),
-                                          {"A": lambda: s.run("verify:A"), "B": lambda: s.run("verify:B")},
-                                          lambda: s.run("verify:base"), reps=3, base_label="(separator)")
+    graphs, base = _iso(s, 3)
     raw = timing.offline(cp, s, [*graphs, base], replays=7, rng=random.Random(1))
     assert all(len(raw[g.label]["samples_ms"]) == 7 for g in [*graphs, base])
     per = timing.per_call(raw, ["A", "B"], "(separator)")
     assert per["A"]["median_ms"] == pytest.approx(COST["A"])
     assert per["B"]["median_ms"] == pytest.approx(COST["B"])
-    assert per["A"]["separator_ms"] == pytest.approx(COST["sep"] + COST["verify"])
-    assert per["A"]["step_ms"] == pytest.approx(COST["sep"] + COST["A"] + COST["verify"])
+    assert per["A"]["separator_ms"] == pytest.approx(COST["sep"] + COST["tail"] / 3)
+    assert per["A"]["step_ms"] == pytest.approx(COST["sep"] + COST["A"] + COST["tail"] / 3)
     # one warm-up launch per graph, then 7 rounds, each graph once per round in a shuffled order
-    assert len(s.log) == (1 + 7) * 3 * (3 + 3 + 2)
+    assert len(s.log) == (1 + 7) * (3 * 2 + 1 + 3 * 2 + 1 + 3 + 1)
 
 
 def test_back_to_back_graph_repeats_the_call_and_nothing_else(s):
