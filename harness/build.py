@@ -461,6 +461,7 @@ def _load_cached(key: str) -> BuildResult | None:
     except (OSError, ValueError):
         return None
     res = BuildResult.from_dict(d)
+    _rescrub(res)
     if res.ok:
         so = entry / LIB_NAME
         if not so.is_file():
@@ -799,6 +800,26 @@ def scrub_log(log: str, workdir: str, nvcc: str | None = None) -> str:
         out.append(_rewrite_paths(line, roots))
     text = "\n".join(out) + ("\n" if log.endswith("\n") else "")
     return mask_secrets(text)
+
+
+def _rescrub(res: BuildResult) -> None:
+    """Apply today's log rules to a cached result (an entry written before them may quote a file
+    outside the kernel): the log scrubbed, diagnostics located in other files dropped."""
+    try:
+        nvcc: str | None = nvcc_path()
+    except ToolMissing:
+        nvcc = None
+    roots = _path_roots(nvcc)
+    res.log = scrub_log(res.log, "", nvcc)
+    kept = []
+    for e in res.errors:
+        if e.file.startswith("/") and not _allowed_file(e.file, roots):
+            continue
+        kept.append(CompileError(_rewrite_paths(e.file, roots), e.line, e.col, e.severity,
+                                 mask_secrets(_rewrite_paths(e.message, roots))))
+    if res.errors and not kept:
+        kept.append(CompileError("nvcc", None, None, "error", _HIDDEN))
+    res.errors = kept
 
 
 def mask_secrets(text: str) -> str:
