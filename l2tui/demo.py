@@ -55,7 +55,7 @@ def no_gpu_message() -> str:
 def demo_notice(path: Path) -> str:
     """The notice the app shows when a plain ``l2tui`` opens the demo for want of a GPU."""
     if paths.demo_is_real(path):
-        return (f"No NVIDIA GPU found: replaying the bundled demo {path.name}, a real H200 session "
-                "(run l2tui on a GPU machine for a live session).")
-    return (f"No NVIDIA GPU found and no real demo session bundled: replaying {path.name}, the scripted "
-            "test session (a toy kernel on two shapes, not the product's results).")
+        return (f"no NVIDIA GPU found (NVML / nvidia-smi): replaying the bundled demo {path.name}, a real "
+                "H200 session of l2tui (on a GPU machine `l2tui` starts a live session)")
+    return (f"no NVIDIA GPU found (NVML / nvidia-smi) and no real demo session bundled: replaying {path.name}, "
+            "the scripted test session (a toy kernel on two shapes, not the product's results)")

@@ -91,7 +91,7 @@ def test_plain_l2tui_opens_the_demo_and_says_so(tmp_path):
     assert demo is not None
     app = make_demo_app(None)
     assert app.ctx.replay and app.ctx.start is None and app.ctx.autoplay and app.ctx.speed == DEMO_SPEED
-    assert app.ctx.notice.startswith("No NVIDIA GPU found")
+    assert app.ctx.notice.startswith("no NVIDIA GPU found")
     if not paths.demo_is_real(demo):
         assert "scripted test session" in app.ctx.notice and "not the product's results" in app.ctx.notice
 

@@ -52,11 +52,10 @@ def test_help_screen(snap_compare):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_replay_of_the_real_h200_demo_session(snap_compare):
-    """The bundled demo session, recorded on the H200 by the scripted-LLM loop, at its end."""
-    from l2tui.paths import demo_session
+def test_replay_of_the_scripted_h200_session(snap_compare):
+    """The scripted-LLM session recorded on the H200 (the TUI tests' fixture, and what a plain
+    ``l2tui`` without a GPU falls back to while no real demo is bundled), at its end."""
+    from l2tui.paths import FALLBACK_DEMO_SESSION
 
-    demo = demo_session()
-    assert demo is not None and demo.name == "demo-h200-scripted"
-    app = replay_app(demo, start=10**6)
+    app = replay_app(FALLBACK_DEMO_SESSION, start=10**6)
     assert snap_compare(app, terminal_size=SIZE, run_before=_settle)
