@@ -130,7 +130,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "base_url": Key("https://api.openai.com/v1", _url, "OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy...)"),
         "model": Key("gpt-4.1", _str(True), "model name sent with every request"),
         "api_key_env": Key("OPENAI_API_KEY", _env_name, "NAME of the environment variable holding the API key (the key itself is never stored)"),
-        "timeout_s": Key(120.0, _float(0.1), "seconds before one request is abandoned (then retried)"),
+        "timeout_s": Key(120.0, _float(0.1), "seconds one request may take, streaming included, before it is abandoned (then retried)"),
         "max_retries": Key(4, _int(0, 20), "retries on HTTP 429 / 5xx / timeouts / connection errors"),
         "backoff_s": Key(1.0, _float(0.0, 600.0), "first retry delay; doubles every retry (capped at 60 s; Retry-After honoured)"),
         "temperature": Key(0.2, _float(0.0, 2.0), "sampling temperature"),

@@ -221,7 +221,8 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
                 stats.filtered += 1
                 continue
             data = dict(r, messages=msgs)
-            improvement = (r.get("track"), r.get("child_sha")) in imp or _repaired(r)
+            key = (r.get("track"), r.get("child_sha"))
+            improvement = (all(isinstance(x, str) for x in key) and key in imp) or _repaired(r)
             rows.append(_Row(str(view.path), data, improvement))
     return rows
 

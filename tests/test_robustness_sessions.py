@@ -256,10 +256,32 @@ def test_malformed_session_toml_gives_one_line_on_resume(tmp_path, toml, needle,
     assert needle in one_line_error(capsys)
 
 
-def test_malformed_shapes_in_an_export_source_give_one_line(rec_session, tmp_path, capsys):
-    _edit_event(rec_session, "track_added", shape=[128, 128])
+@pytest.mark.parametrize("typ,fields,needle", [
+    ("track_added", {"shape": [128, 128]}, "shape must be [M, N, K]"),
+    ("track_added", {"shape": "128x128x128"}, "shape must be [M, N, K]"),
+    ("track_added", {"baseline": {"x": 1}}, "malformed baseline"),
+    ("candidate", {"flags": "-O3 $(id)"}, "malformed flags"),
+    ("timed", {"times_ms": [0.1]}, "malformed times_ms"),
+    ("timed", {"mode": 3}, "malformed mode"),
+])
+def test_malformed_fields_in_an_export_source_give_one_line(rec_session, tmp_path, typ, fields, needle, capsys):
+    _edit_event(rec_session, typ, **fields)
     assert cli_main(["export", str(rec_session), "--out", str(tmp_path / "exp")]) == 2
-    assert "shape must be [M, N, K]" in one_line_error(capsys)
+    assert needle in one_line_error(capsys)
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize("typ,fields", [
+    ("track_done", {"reason": [1, 2]}), ("track_state", {"state": 5}), ("hint", {"text": {"a": 1}}),
+    ("best", {"speedup": "fast"}), ("timed", {"times_ms": "0.1"}), ("candidate", {"flags": "-O3"}),
+])
+def test_malformed_fields_resume_relies_on_give_one_line(tmp_path, typ, fields, capsys):
+    path = finished_session(tmp_path / "s")
+    if typ == "hint":
+        Session.open(path).append("hint", track="64x64x64-f32", text="go")
+    _edit_event(path, typ, **fields)
+    assert cli_main(resume_argv(path)) == 2
+    assert "damaged" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("command", ["export", "rl-data"])

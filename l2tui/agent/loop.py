@@ -1002,6 +1002,7 @@ class AgentLoop:
                     continue
                 if typ in ("candidate", "compiled", "checked", "timed", "best") and not _is_sha(e.get("sha")):
                     raise ValueError("sha")
+                _check_types(e)
                 if "step" in e and isinstance(e.get("step"), int) and typ in ("stage", "candidate", "reward", "checkpoint"):
                     t.step = max(t.step, e["step"])
                 if typ == "track_state":
@@ -1077,6 +1078,28 @@ class AgentLoop:
                 t.state = "stopped" if "stopped" in (t.done_reason or "") else ("failed" if t.state == "failed" else "done")
         # announced when run() starts, so subscribers (the UI, progress lines) see it
         self._resumed_from = events[-1]["seq"] if events else 0
+
+
+#: (event type, key) -> the types the loop's resume accepts there (None always allowed)
+_RESTORE_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
+    ("track_state", "state"): (str,), ("track_done", "reason"): (str,), ("hint", "text"): (str,),
+    ("best", "speedup"): (int, float), ("timed", "speedup"): (int, float), ("timed", "times_ms"): (dict,),
+    ("timed", "mode"): (str,), ("reward", "reward"): (int, float), ("reward", "plan"): (str,),
+    ("reward", "parts"): (dict,), ("reward", "kind"): (str,), ("reward", "origin"): (str,),
+    ("profiled", "metrics"): (dict,), ("profiled", "verdict"): (str,), ("candidate", "flags"): (list,),
+    ("candidate", "family"): (str,), ("candidate", "origin"): (str,), ("llm_call", "usage"): (dict,),
+    ("checkpoint", "structure"): (str,), ("best", "baseline"): (str,), ("track_added", "baseline"): (str,),
+}
+
+
+def _check_types(e: dict) -> None:
+    """Raise TypeError (one line from the caller) when a field resume relies on has the wrong type."""
+    typ = e.get("type")
+    for (t, key), types in _RESTORE_TYPES.items():
+        if t == typ:
+            v = e.get(key)
+            if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
+                raise TypeError(key)
 
 
 def _is_sha(x: Any) -> bool:

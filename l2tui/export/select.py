@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from harness.shapes import Shape
+from l2tui.errors import SessionError
 from l2tui.session import check_shape
 
 
@@ -86,6 +87,28 @@ def _parse_track_id(track: str) -> tuple[Shape, str] | None:
         return None
 
 
+def _damaged(ev: dict, what: str) -> SessionError:
+    seq = ev.get("seq") if isinstance(ev.get("seq"), int) else "?"
+    typ = ev.get("type") if isinstance(ev.get("type"), str) and str(ev.get("type")).isidentifier() else "?"
+    return SessionError(f"events.jsonl: event seq {seq} ({typ}) has a malformed {what}; the session file is damaged")
+
+
+def _check_fields(ev: dict) -> None:
+    """The fields an export copies into a manifest or a build, checked for their types."""
+    typ = ev.get("type")
+    for key in ("baseline", "mode", "origin", "policy", "acc"):
+        if ev.get(key) is not None and not isinstance(ev.get(key), str):
+            raise _damaged(ev, key)
+    if typ == "candidate":
+        flags = ev.get("flags")
+        if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
+            raise _damaged(ev, "flags")
+    if typ == "timed":
+        times = ev.get("times_ms")
+        if times is not None and not isinstance(times, dict):
+            raise _damaged(ev, "times_ms")
+
+
 def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
     tracks: dict[str, _Track] = {}
 
@@ -102,6 +125,8 @@ def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
 
     for ev in events:
         typ = ev.get("type")
+        if typ in ("track_added", "candidate", "timed"):
+            _check_fields(ev)
         if typ == "track_added":
             tid = ev.get("track")
             shp = ev.get("shape")
