@@ -30,7 +30,6 @@ import json
 import os
 import re
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -189,8 +188,7 @@ class WriterLock:
                                    "wait for it to finish (or stop it), then retry") from None
             raise SessionError(f"cannot lock session folder {folder}: {e.strerror}") from None
         holder = {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
-                  "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "argv": " ".join(sys.argv[1:])[:200]}
+                  "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
@@ -199,8 +197,14 @@ class WriterLock:
         return cls(folder, fd, holder)
 
     def release(self) -> None:
+        """Clear the holder note and drop the lock (the file stays: removing it would let two
+        writers lock two different files of the same name)."""
         if self.fd is not None:
             try:
+                try:
+                    os.ftruncate(self.fd, 0)
+                except OSError:
+                    pass
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
             finally:
                 os.close(self.fd)
