@@ -36,10 +36,10 @@ def _shown(p: Path) -> str:
 def recorded_demo_command() -> str | None:
     """The command that replays the bundled demo run from its recording, when both are bundled."""
     rec = paths.demo_recording()
-    shapes = paths.DEMO_SHAPES
-    if rec is None or not shapes.is_file():
+    shapes, settings = paths.DEMO_SHAPES, paths.DEMO_SETTINGS
+    if rec is None or not shapes.is_file() or not settings.is_file():
         return None
-    return (f"l2tui run --headless --recorded {_shown(rec)} --policy search "
+    return (f"l2tui run --headless --recorded {_shown(rec)} --config {_shown(settings)} --policy search "
             f"--shapes {_shown(shapes)}")
 
 

@@ -69,6 +69,8 @@ DEMO_SESSION = bundled_sessions_dir() / "demo-h200"
 DEMO_RECORDING = DEMO_SESSION / "evaluations.json"
 #: The shapes of that run, one per line (a shapes file ``--shapes`` reads).
 DEMO_SHAPES = DEMO_SESSION / "shapes.txt"
+#: The settings of that run (a config file ``--config`` reads), so a replay proposes the same kernels.
+DEMO_SETTINGS = DEMO_SESSION / "l2tui.toml"
 #: Opened instead, with a notice saying what it is, while no real demo session is bundled: the
 #: scripted two-shape session of the tests (a toy kernel; its speedups are not the product's).
 FALLBACK_DEMO_SESSION = REPO_ROOT / "tests" / "fixtures" / "sessions" / "demo-h200-scripted"

@@ -120,3 +120,34 @@ def test_the_demo_path_is_one_constant():
     assert not (paths.REPO_ROOT / "sessions" / "demo-h200-scripted").exists()
     assert paths.demo_session() == (paths.DEMO_SESSION if (paths.DEMO_SESSION / "events.jsonl").is_file()
                                     else paths.FALLBACK_DEMO_SESSION)
+
+
+def test_the_no_gpu_line_names_the_bundled_recording_when_there_is_one(tmp_path, monkeypatch):
+    from l2tui import demo, paths
+
+    assert "tools/record_demo.py" in demo.no_gpu_message() or demo.recorded_demo_command() is not None
+    for name, attr in (("evaluations.json", "DEMO_RECORDING"), ("shapes.txt", "DEMO_SHAPES"),
+                       ("l2tui.toml", "DEMO_SETTINGS")):
+        (tmp_path / name).write_text("{}" if name.endswith(".json") else "")
+        monkeypatch.setattr(paths, attr, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    assert demo.recorded_demo_command() == ("l2tui run --headless --recorded evaluations.json --config l2tui.toml "
+                                            "--policy search --shapes shapes.txt")
+    assert f"e.g. `{demo.recorded_demo_command()}`" in demo.no_gpu_message()
+
+
+def test_the_bundled_demo_recording_covers_its_run(tmp_path, monkeypatch):
+    """Replaying the bundled demo from its recording asks for no kernel the recording lacks."""
+    from l2tui import demo, paths
+
+    monkeypatch.chdir(paths.REPO_ROOT)     # the command's paths are relative to the checkout
+    cmd = demo.recorded_demo_command()
+    if cmd is None:
+        pytest.skip(f"no real demo recording bundled ({paths.DEMO_RECORDING}); tools/record_demo.py writes it")
+    args = cmd.split()[1:] + ["--quiet", "--session", str(tmp_path / "again")]
+    r = l2tui(args, paths.REPO_ROOT, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    rewards = [json.loads(x) for x in (tmp_path / "again" / "rewards.jsonl").read_text().splitlines()]
+    assert rewards and not [x for x in rewards if x.get("kind") == "not_recorded"]
