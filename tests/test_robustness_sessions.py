@@ -108,6 +108,31 @@ def test_a_second_writer_gets_one_line_naming_the_holder(holder, capsys):
         Session.open(path, writer="app --resume")
 
 
+def test_a_running_l2tui_run_holds_its_session(tmp_path, capsys):
+    """The holder is a real `l2tui run --resume` (its track reopened by --max-steps 3, so it builds)."""
+    import time
+
+    path = finished_session(tmp_path / "s")
+    proc = subprocess.Popen([sys.executable, "-m", "l2tui.cli", *resume_argv(path), "--max-steps", "3"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "L2TUI_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        for _ in range(6000):                       # wait (up to minutes on a busy machine) for it to start
+            if is_locked(path) or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None and is_locked(path)
+        assert cli_main(resume_argv(path)) == 2
+        err = one_line_error(capsys)
+        assert f"pid {proc.pid} (l2tui run --resume)" in err
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    events = Session.open(path, writer="check").events
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert sum(e["type"] == "session_resumed" for e in events) <= 1
+
+
 def test_the_holder_goes_on_writing_dense_seqs(holder):
     path, proc = holder
     for i in range(5):
