@@ -49,6 +49,24 @@ def _first_line(e: BaseException) -> str:
     return (text.splitlines()[0] if text else type(e).__name__)[:300]
 
 
+def _unreachable(address: str, timeout_s: float = 10.0) -> str | None:
+    """Why nothing answers at ``HOST:PORT`` (None when something does, or the address is not one).
+
+    Why a probe of our own: ``ray.init`` retries an address with nothing behind it for minutes."""
+    import socket as _socket
+
+    if address in ("auto", "local") or "://" in address or ":" not in address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        with _socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except ValueError:
+        return None
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
 # ------------------------------------------------------------------ builds (any node)
 
 
@@ -303,6 +321,11 @@ class RayExecutor:
                 # resources belong to the running cluster; only connection options apply
                 for k in ("num_cpus", "num_gpus", "object_store_memory", "include_dashboard", "resources"):
                     kw.pop(k, None)
+            if address is not None:
+                why = _unreachable(address)
+                if why:
+                    raise ExecutorError(f"cannot reach a Ray cluster at {address}: {why} (start one with "
+                                        f"`ray start --head`, or pass the address it printed with --ray-address)")
             try:
                 ray.init(address=address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
