@@ -3,8 +3,7 @@
 
 On the GPU machine, from the checkout (about ``--budget-s`` seconds, then it stops by itself)::
 
-    l2tui build --catalog --acc f32          # optional: a warm build cache lets the search go further
-    python tools/record_demo.py --budget-s 420
+    python tools/record_demo.py --budget-s 540
 
 It drives the real app (``L2App`` through Textual's ``run_test`` pilot, the same screens, feed
 and worker thread as ``l2tui``; the loop builds with nvcc and evaluates on the GPU) on 24 shapes,
@@ -21,10 +20,13 @@ and writes
 * an SVG screenshot of the live screen just before the run's time was up,
   ``docs/screenshots/live-h200.svg`` (``--screenshot``).
 
-Time: the seeds' builds first run in parallel on every core (at most a third of the budget),
-then the loop gets what is left less a tail for the stage in flight (``[loop]
-global_wall_time_s``: every track ends ``done`` and the session ends cleanly); at the budget the
-recorder stops the loop, saves what it has and exits, whatever is still running.
+Time: first the kernels the search will build first (each shape's seed and its first step's
+proposals: the search is deterministic, so they are known before anything is measured) are
+built in parallel on every core; the app starts once the seeds are built (at most a third of
+the budget) while the rest go on building.  The loop gets what is left less a tail for the
+stage in flight (``[loop] global_wall_time_s``: every track ends ``done`` and the session ends
+cleanly); at the budget the recorder stops the loop, saves what it has and exits, whatever is
+still running.
 
 Rehearsal without a GPU (the same app and recorder; evaluations replayed from a recording)::
 
@@ -122,31 +124,59 @@ class DemoRecording:
             return self.rec.save(path)
 
 
-def prebuild_seeds(shapes: list, cfg: Any, arch: str, deadline: float) -> None:
-    """Build the search policy's seed for every shape in parallel (one nvcc per core), until
-    ``deadline``; what is not done by then goes on building into the cache during the run."""
-    from harness.build import build
+def predicted_sources(shapes: list, cfg: Any, arch: str) -> tuple[list[str], list[str]]:
+    """(seeds, first proposals): the kernels the search will build first for ``shapes``.
 
+    The search is deterministic: its seed depends on the shape alone, and its first step's
+    proposals on the seed, the track and the step number, none of them on a measurement."""
+    import hashlib
+
+    from l2tui.agent.patches import apply_patch
     from l2tui.agent.policies import make_policy
     from l2tui.agent.policies.base import TrackContext
 
-    pol = make_policy("search", cfg, gpu={"arch": arch})
-    sources = []
+    acc, baseline = cfg.loop["acc"], cfg.harness["baseline"]
+    seeds: list[str] = []
+    firsts: list[str] = []
     for s in shapes:
-        prop = pol.seed(TrackContext(track=f"{s}-{cfg.loop['acc']}", shape=s, acc=cfg.loop["acc"],
-                                     baseline=cfg.harness["baseline"], step=0, arch=arch))
-        if prop.source and prop.source not in sources:
-            sources.append(prop.source)
-    print(f"record_demo: building the {len(sources)} seed kernels of {len(shapes)} shapes on {os.cpu_count()} cores",
-          flush=True)
+        pol = make_policy("search", cfg, gpu={"arch": arch})   # a fresh one: nothing tried yet
+        track = f"{s}-{acc}"
+        seed = pol.seed(TrackContext(track=track, shape=s, acc=acc, baseline=baseline, step=0, arch=arch)).source
+        if not seed:
+            continue
+        if seed not in seeds:
+            seeds.append(seed)
+        sha = hashlib.sha256(seed.encode()).hexdigest()
+        for prop in pol.propose(TrackContext(track=track, shape=s, acc=acc, baseline=baseline, step=1, source=seed,
+                                             sha=sha, arch=arch)):
+            src = prop.source
+            if src is None and prop.patch:
+                res = apply_patch(seed, prop.patch, allow_rewrite=prop.origin in ("rewrite", "seed"))
+                src = res.source if res.ok else None
+            if src and src not in seeds and src not in firsts:
+                firsts.append(src)
+    return seeds, firsts
+
+
+def prebuild(shapes: list, cfg: Any, arch: str, deadline: float) -> Any:
+    """Build the seeds and the first step's proposals in parallel (one nvcc per core): the
+    loop starts once the seeds are built (or at ``deadline``), and the rest go on building into
+    the cache while the GPU evaluates the seeds.  Returns the pool (never joined)."""
+    from harness.build import build
+
+    seeds, firsts = predicted_sources(shapes, cfg, arch)
+    print(f"record_demo: building {len(seeds)} seed kernels and {len(firsts)} first proposals of "
+          f"{len(shapes)} shapes on {os.cpu_count()} cores", flush=True)
     t = time.monotonic()
     pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
-    futures = [pool.submit(build, src, arch=arch) for src in sources]
+    futures = [pool.submit(build, src, arch=arch) for src in seeds]
+    for src in firsts:
+        pool.submit(build, src, arch=arch)
     done, left = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
     failed = sum(1 for f in done if f.exception() is not None or not f.result().ok)
-    print(f"record_demo: {len(done)} built ({failed} failed) in {time.monotonic() - t:.0f} s"
-          + (f"; {len(left)} still building during the run" if left else ""), flush=True)
-    pool.shutdown(wait=False)
+    print(f"record_demo: {len(done)} seeds built ({failed} failed) in {time.monotonic() - t:.0f} s"
+          + (f"; {len(left)} still building" if left else "") + "; the first proposals go on building", flush=True)
+    return pool
 
 
 def replay_settings(session_events: list[dict], overrides: dict[str, Any]) -> str:
@@ -257,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.errors import HarnessError
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=420.0, help="whole run, seconds (default 420)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="whole run, seconds (default 540)")
     ap.add_argument("--shapes", action="append", metavar="SPEC",
                     help="shapes (default: 24, eight of each size class)")
     ap.add_argument("--out", type=Path, default=None, help="session folder (default: sessions/demo-h200)")
@@ -270,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel-tracks", type=int, default=None, help="[loop] parallel_tracks (default: every shape)")
     ap.add_argument("--seed-kernel", metavar="FILE", help="[loop] seed (default: the search policy's pick)")
     ap.add_argument("--max-steps", type=int, default=None, help="[loop] max_steps (default: the config's)")
-    ap.add_argument("--no-prebuild", action="store_true", help="do not build the seeds in parallel first")
+    ap.add_argument("--no-prebuild", action="store_true",
+                    help="do not build the seeds and first proposals in parallel first")
     ap.add_argument("--min-shapes", type=int, default=24, help="fail unless the session has this many tracks")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -323,7 +354,7 @@ def record(args: argparse.Namespace, t0: float) -> int:
         arch = cfg.harness.get("arch") or info.arch
         meta.update(gpu=info.to_dict(), arch=arch)
         if not args.no_prebuild and not args.seed_kernel:
-            prebuild_seeds(shapes, cfg, arch, deadline=t0 + args.budget_s / 3)
+            prebuild(shapes, cfg, arch, deadline=t0 + args.budget_s / 3)
 
     hard_stop = t0 + args.budget_s - 8.0
     loop_budget = max(10.0, hard_stop - time.monotonic() - min(TAIL_S, args.budget_s / 4))
@@ -381,4 +412,7 @@ def write_and_check(app: Any, holder: dict, out: Path, shapes: list, overrides: 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)   # builds of the prebuild pool may still run: the budget wins over them
