@@ -1,0 +1,60 @@
+"""``l2tui build --catalog``: a cold cache filled by parallel real nvcc builds, with a progress
+bar, into a folder another machine uses through ``L2TUI_CACHE_DIR``.
+
+A small subset of the catalog (the sm80_mma family with fp16 accumulation, built for sm_80:
+seconds of nvcc each), so CI stays quick; the CUTLASS configurations build the same way.
+"""
+
+from __future__ import annotations
+
+import json
+
+from harness.families import catalog
+
+
+def subset():
+    return [c for c in catalog("f16", "sm_80") if c.family == "sm80_mma"]
+
+
+def test_build_catalog_out_dir_is_a_cache_another_machine_points_to(tmp_path, monkeypatch, capsys):
+    from l2tui.cli import main
+
+    out = tmp_path / "prebuilt"
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "this-machine"))
+    argv = ["build", "--catalog", "--out", str(out), "--families", "sm80_mma", "--acc", "f16", "--arch", "sm_80",
+            "--jobs", "2"]
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    n = len(subset())
+    assert n >= 2
+    assert f"{n} of {n} configurations built for sm_80 ({n} compiled now, 0 were cached)" in cap.out
+    assert f"export L2TUI_CACHE_DIR={out}" in cap.out
+    # the progress bar (stderr): a line per finished build in a log, the last one complete
+    bars = [ln for ln in cap.err.splitlines() if ln.startswith("catalog [")]
+    assert bars and f"{n}/{n}" in bars[-1] and "#" * 24 in bars[-1]
+    manifest = json.loads((out / "catalog.json").read_text())
+    assert manifest["arch"] == "sm_80" and manifest["nvcc"] and manifest["nvcc_s"] > 0
+    assert set(manifest["configs"]) == {c.name for c in subset()}
+    assert all(v["ok"] and not v["cached"] for v in manifest["configs"].values())
+    assert not (tmp_path / "this-machine").exists()          # --out, not this machine's cache
+
+    # "the GPU machine": pointed at the folder, a build of the same sources needs no nvcc
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(out))
+    from harness.build import build
+
+    for c in subset():
+        r = build(c.source(), arch="sm_80")
+        assert r.ok and r.cached and str(out) in str(r.so_path)
+    assert main(argv[:2] + argv[4:]) == 0                     # the same command again: all cached
+    assert f"0 compiled now, {n} were cached" in capsys.readouterr().out
+
+
+def test_build_without_catalog_or_with_a_bad_family_is_one_line(capsys):
+    from l2tui.cli import main
+
+    for argv, needle in ((["build"], "add --catalog"),
+                         (["build", "--catalog", "--families", "nope"], "unknown kernel family 'nope'"),
+                         (["build", "--catalog", "--jobs", "0"], "--jobs must be 1 or more")):
+        assert main(argv) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], (argv, err)
