@@ -347,14 +347,14 @@ def _clean_env(scratch: Path) -> dict[str, str]:
 
 def build_argv(cmd: Sequence[str], work: Path, *, ro: Sequence[Path] = (), bwrap: str | None = None) -> list[str]:
     """argv running ``cmd`` (nvcc) sandboxed: ``work`` is the only writable folder; ``ro`` are the
-    CUDA toolkit and the CUTLASS include folders. TMPDIR is inside ``work`` (nvcc's
-    intermediates of a CUTLASS kernel are large for a tmpfs)."""
+    CUDA toolkit and the CUTLASS include folders (the compiler sees the system, those and the
+    kernel, nothing else: no Python, no site-packages beyond CUTLASS). TMPDIR is inside ``work``
+    (nvcc's intermediates of a CUTLASS kernel are large for a tmpfs)."""
     b = bwrap or bwrap_path()
     if b is None:
         raise SandboxUnavailable(f"bwrap not found: {INSTALL_HINT}")
     (work / "tmp").mkdir(exist_ok=True)
-    roots = list(ro) + python_roots()
-    args = _common(work, worker=False, ro=roots)
+    args = _common(work, worker=False, ro=list(ro))
     args += ["--setenv", "TMPDIR", str(work / "tmp")]
     return [b, *args, "--", *cmd]
 
