@@ -179,6 +179,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "search": {
         "seed": Key(0, _int(0), "random seed of the built-in search policy"),
         "candidates_per_step": Key(4, _int(1, 64), "candidates the search policy proposes per step"),
+        "pick_top": Key(5, _int(0, 64), "the pick: the cost model's top N catalog configurations timed together "
+                        "before the search refines the fastest (0 = seed from the cost model alone)"),
+        "pick_kinds": Key(True, _bool, "the pick also times the best of each kind the cost model is least sure of"),
     },
     "ui": {
         "theme": Key("textual-dark", _str(True), "Textual theme name"),

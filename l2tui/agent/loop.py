@@ -493,6 +493,9 @@ class AgentLoop:
         pol = self._policy(t)
         self._stage(t, step, "seed", "start", pol.name)
         ctx = self._ctx(t, step)
+        bind = getattr(pol, "bind_evaluator", None)
+        if bind is not None:   # the search policy's pick times catalog configurations before it seeds
+            bind(self.evaluator)
         try:
             prop = pol.seed(ctx)
         except Exception as e:

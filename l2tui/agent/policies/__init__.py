@@ -30,7 +30,8 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
             arch = config.harness.get("arch") or None
         gpu = kwargs.get("gpu") or {}
         arch = arch or gpu.get("arch")
-        return SearchPolicy(seed=opts.get("seed", 0), width=opts.get("candidates_per_step", 4), arch=arch)
+        return SearchPolicy(seed=opts.get("seed", 0), width=opts.get("candidates_per_step", 4), arch=arch,
+                            pick_top=opts.get("pick_top", 5), pick_kinds=opts.get("pick_kinds", True))
     if name == "human":
         from .human import HumanPolicy
 

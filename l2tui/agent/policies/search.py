@@ -5,7 +5,11 @@ demonstrations.  It works on the same text the LLM edits: the ``// l2: knobs`` b
 family (``harness.families``).
 
 * ``seed``    - rank every prebuilt configuration of every family that runs on the GPU with the
-                cost model (``costmodel.py``) and start from the best one (a whole source).
+                cost model (``costmodel.py``); with an evaluator bound (``bind_evaluator``, the
+                loop does it on a GPU), run the pick (``pick.py``): build the model's top
+                ``pick_top`` and the best of each kind it is least sure of in parallel, check and
+                time them together in one request, and start from the fastest that passes;
+                without one (recorded evaluations), start from the model's best.
 * ``propose`` - enumerate localized edits of the current best (one knob to a neighbouring legal
                 value, schedule swaps, tile transposes, cluster/stage/split-K changes, and a
                 switch to the best configuration of another family), drop invalid and already
@@ -104,7 +108,7 @@ class SearchPolicy:
     def __init__(self, seed: int = 0, width: int = 3, budget: int = 8, explore: bool = True,
                  arch: str | None = None, cost_model: CostModel | None = None,
                  families: Iterable[str] | None = None, candidates_per_step: int | None = None,
-                 new_builds: int | None = None, **_: Any) -> None:
+                 new_builds: int | None = None, pick_top: int = 5, pick_kinds: bool = True, **_: Any) -> None:
         self.rng_seed = int(seed)
         # ``candidates_per_step`` is the [search] config key for the width
         self.width = max(1, int(candidates_per_step if candidates_per_step is not None else width))
@@ -120,6 +124,9 @@ class SearchPolicy:
         # a whole evaluation on the GPU about 0.4 s; runs/sweep-sample100-6df0c93), so a grid
         # sweep that must fit an hour searches the built catalog only (0) or nearly (1)
         self.new_builds = None if new_builds is None else max(0, int(new_builds))
+        self.pick_top = max(0, int(pick_top))
+        self.pick_kinds = bool(pick_kinds)
+        self._evaluator: Any = None                # bound by the loop: the pick's checker and timer
         self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
         self._bad: dict[str, set[str]] = {}     # track -> shas that failed
 
@@ -177,6 +184,55 @@ class SearchPolicy:
 
     # ------------------------------------------------------------ seed
 
+    def bind_evaluator(self, evaluator: Any) -> None:
+        """The evaluator the pick times on. Only one that checks and times many candidates in one
+        request (``run_shape``: a GPU) is used; recorded evaluations keep the cost-model seed."""
+        self._evaluator = evaluator if hasattr(evaluator, "run_shape") else None
+
+    def _pick(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]]) -> Proposal | None:
+        """The pick (``pick.py``): the fastest of the chosen catalog configurations on this GPU,
+        as the seed; None when nothing passed (the caller seeds from the cost model)."""
+        from harness.build import build_many
+        from harness.families import build_arch_for
+
+        from l2tui.executors.batch import evaluate_many
+
+        from .pick import choose
+
+        arch = self._arch(ctx)
+        chosen = choose([c for _, c in ranked], shape, self.pick_top, kinds=self.pick_kinds,
+                        siblings=self.pick_kinds)
+        if not chosen:
+            return None
+        ctx.send("stage", stage="pick", status="start", detail=f"{len(chosen)} catalog configurations")
+        by_arch: dict[str, list[str]] = {}
+        for c in chosen:
+            by_arch.setdefault(build_arch_for(c.family, arch), []).append(c.source())
+        for a, srcs in by_arch.items():
+            build_many(srcs, arch=a)
+        evs = evaluate_many(self._evaluator, [(c.name, c.source(), ()) for c in chosen], shape, ctx.acc)
+        ctx.send("stage", stage="pick", status="end")
+        timed = sorted(((getattr(e, "times_ms", {}) or {}).get("candidate"), c) for c, e in
+                       ((c, evs[c.name]) for c in chosen) if getattr(e, "status", None) == "ok"
+                       and (getattr(e, "times_ms", {}) or {}).get("candidate"))
+        rows = "\n".join(f"  {c.name}: " + (f"{e.times_ms['candidate'] * 1e3:.1f} us per call"
+                                              if getattr(e, "status", None) == "ok" and e.times_ms.get("candidate")
+                                              else getattr(e, "status", "?"))
+                         + f" (model {self.cost.predict(c, shape) * 1e6:.1f} us)"
+                         for c, e in ((c, evs[c.name]) for c in chosen))
+        if not timed:
+            return None
+        t, best = timed[0]
+        source = best.source()
+        self._tried_set(ctx).add(_sha(source))
+        plan = (f"Pick: {best.name} was the fastest of {len(chosen)} catalog configurations checked and timed "
+                f"together on this GPU ({t * 1e3:.1f} us per call). {self.cost.estimate(best, shape).rationale()}.")
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": self._state_text(ctx, shape)
+                     + "\nChoose a seed configuration. The pick's measurements (per call):\n" + rows}]
+        return Proposal(source=source, plan=plan, family=best.family, origin="seed", role="seed",
+                        messages=messages, completion=f"{plan}\n```cuda\n{source}```\n")
+
     def seed(self, ctx: TrackContext) -> Proposal:
         shape = self._shape(ctx)
         if ctx.seed_source:
@@ -189,6 +245,10 @@ class SearchPolicy:
         ranked = self.rank(pool, shape)
         if not ranked:
             return Proposal(origin="seed", role="seed", error=f"no seed family runs on {self._arch(ctx)}")
+        if self._evaluator is not None and self.pick_top > 0:
+            picked = self._pick(ctx, shape, ranked)
+            if picked is not None:
+                return picked
         t, best = ranked[0]
         table = "\n".join(f"  {c.name}: {p * 1e6:.1f} us predicted" for p, c in ranked[:6])
         plan = (f"Seed with {best.name} ({get_family(best.family).summary}). "
