@@ -154,10 +154,10 @@ class GpuWorker:
         return getattr(self, "_child_pid", None) or self._proc.pid
 
     def _start(self) -> None:
+        self.sandboxed = self._want_sandbox()     # may refuse (SandboxUnavailable) before anything exists
+        self._child_pid = None
         fd, name = tempfile.mkstemp(prefix="l2tui-worker-", suffix=".log")
         self._stderr_path = Path(name)
-        self.sandboxed = self._want_sandbox()
-        self._child_pid = None
         try:
             if self.sandboxed:
                 self._proc = self._spawn_sandboxed(fd)
@@ -234,14 +234,18 @@ class GpuWorker:
             env["CUDA_VISIBLE_DEVICES"] = str(self.device)
         r_info, w_info = os.pipe()
         try:
-            argv = sandbox.worker_argv([self.python, "-m", "harness.worker_main"], self._scratch, ro=ro, env=env,
-                                       info_fd=w_info)
-            proc = sandbox.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_fd,
-                                 env=sandbox._clean_env(self._scratch), close_fds=True, pass_fds=(w_info,))
-        finally:
-            os.close(w_info)
-        try:
+            try:
+                argv = sandbox.worker_argv([self.python, "-m", "harness.worker_main"], self._scratch, ro=ro,
+                                           env=env, info_fd=w_info)
+                proc = sandbox.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_fd,
+                                     env=sandbox._clean_env(self._scratch), close_fds=True, pass_fds=(w_info,))
+            finally:
+                os.close(w_info)
             self._child_pid = _read_child_pid(r_info, self.start_timeout_s)
+        except BaseException:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+            raise
         finally:
             os.close(r_info)
         return proc

@@ -421,3 +421,20 @@ def test_doctor_reports_the_sandbox(monkeypatch):
     monkeypatch.setenv("L2TUI_BWRAP", "/nonexistent/bwrap")
     c = check_sandbox()
     assert not c.ok and "apt-get install bubblewrap" in c.fix and "--no-sandbox" in c.fix
+
+
+def test_a_worker_that_must_be_sandboxed_is_refused_in_one_line_without_bwrap(monkeypatch):
+    monkeypatch.setenv("L2TUI_BWRAP", "/nonexistent/bwrap")
+    w = GpuWorker(sandbox=True)
+    with pytest.raises(sandbox.SandboxUnavailable) as ei:
+        w.call("ping")
+    assert "\n" not in str(ei.value) and "bubblewrap" in str(ei.value)
+    assert not w.alive and w._stderr_path is None and w._scratch is None
+    w.close()
+
+
+def test_a_bad_setting_is_one_line(monkeypatch):
+    monkeypatch.setenv("L2TUI_SANDBOX", "maybe")
+    with pytest.raises(sandbox.HarnessError) as ei:
+        sandbox.mode()
+    assert "L2TUI_SANDBOX" in str(ei.value) and "auto, require, off" in str(ei.value)
