@@ -41,7 +41,7 @@ def ranking_quality(model: CostModel, records) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("timings", nargs="+", help="pick or time result files of tools/sweep_gpu.py")
+    ap.add_argument("timings", nargs="+", help="timing files in the format of tests/fixtures/h200_timings (config name -> ms per shape)")
     ap.add_argument("--dry-run", action="store_true", help="print the fit's quality, write nothing")
     args = ap.parse_args(argv)
     paths = args.timings

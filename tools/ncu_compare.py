@@ -2,8 +2,8 @@
 
     python tools/ncu_compare.py tests/fixtures/ncu/ncu-2c3cbdc/ --out summary.md
 
-Why: the profiles that `python -m harness profile --out` writes (and `tools/h200_final.sh
-PROFILE_SHAPES` collects as ``ncu-l2-<shape>.json`` / ``ncu-cublaslt-<shape>.json``) hold every
+Why: the profiles that `python -m harness profile --out` writes (named
+``ncu-l2-<shape>.json`` / ``ncu-cublaslt-<shape>.json`` for this tool) hold every
 metric of every kernel, too much to read side by side. Where the time goes on a shape is in a few
 numbers per kernel: grid, duration, SM clock and cycles (a power-capped clock shows up here, not
 in the duration alone), tensor-pipe activity, DRAM bytes moved and the L2 hit rate. This prints

@@ -254,7 +254,7 @@ def dram_bytes(g: Geometry, s: Shape, concurrent: int) -> float:
 
 
 def load_timings(paths: Sequence[Path | str]) -> list[tuple[Config, Shape, float]]:
-    """Records ``(config, shape, seconds)`` from fixture files written by tools/sweep_gpu.py."""
+    """Records ``(config, shape, seconds)`` from timing fixture files (tests/fixtures/h200_timings)."""
     out = []
     for path in paths:
         data = json.loads(Path(path).read_text())
