@@ -55,12 +55,14 @@ def parse_timing(name: str | None) -> str:
 
 @dataclass
 class Graph:
-    """An instantiated CUDA graph of ``reps`` back-to-back calls of one subject."""
+    """An instantiated CUDA graph of ``reps`` steps of one subject (``subject``: whose, when the
+    label is not the subject's own)."""
 
     label: str
     graph: Any
     reps: int
     est_ms: float
+    subject: str = ""
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -215,6 +217,9 @@ def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_RE
     timed replays: its timed calls then follow calls on the same inputs even when the graph
     before it in the round changed them (the ``fresh`` check's reference, harness.checks)."""
     rng = rng or random.Random(0)
+    labels = [g.label for g in graphs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"graph labels must differ: {labels}")
     for _ in range(warmup):
         for g in graphs:
             g.graph.launch(stream)

@@ -561,6 +561,7 @@ def _check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr
 
 
 SEPARATOR_LABEL = "(separator)"
+PER_CALL_PREFIX = "(per call) "
 
 
 class _PerCallGraphs:
@@ -605,7 +606,11 @@ class _PerCallGraphs:
         for label, call in list(self.calls.items()):
             sep = self.seps[label]
             try:
-                (gr,), _ = timing.isolated_graphs(cp, s, {label: call}, {label: (sep.step, sep.tail)}, None, self.reps)
+                # a label of its own: with --timing both the back-to-back graph of the subject is
+                # replayed in the same rounds under the subject's own label
+                (gr,), _ = timing.isolated_graphs(cp, s, {PER_CALL_PREFIX + label: call},
+                                                  {PER_CALL_PREFIX + label: (sep.step, sep.tail)}, None, self.reps)
+                gr.subject = label
                 self.graphs.append(gr)
             except Exception as e:
                 failed(label, e)
@@ -622,7 +627,8 @@ class _PerCallGraphs:
     def per_call(self, raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         from . import timing
 
-        return timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
+        per = timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
+        return {gr.subject: per[gr.label] for gr in self.graphs}
 
     def verdicts(self, replays: int, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
         """Every timed call (the warm-up replay's and the timed ones) verified on sampled rows."""
@@ -632,11 +638,11 @@ class _PerCallGraphs:
         expected = self.reps * (replays + 1)
         out = {}
         for gr in self.graphs:
-            worst = self.seps[gr.label].results()
+            worst = self.seps[gr.subject].results()
             fields = {"verified_calls": len(worst), "verified_rows": ck.SEPARATE_ROWS,
                       "verify_worst": max(worst) if worst else None, "verify_limit": limit, "reps": self.reps}
             ok, det = ck.verify_verdict(worst, expected, limit)
-            out[gr.label] = (ok, det, fields)
+            out[gr.subject] = (ok, det, fields)
         return out
 
     def _reset(self, a0: Any, sep: Any) -> None:
@@ -663,7 +669,7 @@ class _PerCallGraphs:
         out = {}
         try:
             for gr in self.graphs:
-                self._reset(a0, self.seps[gr.label])
+                self._reset(a0, self.seps[gr.subject])
                 self.ctx.reset_guards()
                 with s:
                     C.data.fill(nan)
@@ -672,11 +678,11 @@ class _PerCallGraphs:
                     s.synchronize()
                 except Exception as e:
                     if is_sticky(e):
-                        raise Sticky(f"{gr.label}: {e}", gr.label) from e
+                        raise Sticky(f"{gr.subject}: {e}", gr.subject) from e
                     raise
-                written_guards(gr.label, "per-call graph replay", "graph_replay", "graph_replay")
+                written_guards(gr.subject, "per-call graph replay", "graph_replay", "graph_replay")
                 err = ck.rel_err(cp, C.data, ref, norm)
-                out[gr.label] = (err <= bound, f"after the per-call graph: rel. error {err:.3g} > bound {bound:.3g}"
+                out[gr.subject] = (err <= bound, f"after the per-call graph: rel. error {err:.3g} > bound {bound:.3g}"
                                  if err > bound else "")
         finally:
             del ref

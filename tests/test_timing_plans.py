@@ -227,3 +227,13 @@ def test_baselines_alone_failing_is_raised():
 
     with pytest.raises(WorkerCrashed):
         evaluator(Dead(set(), set())).run_shape(Shape(64, 64, 64), "f32", [], ["cublas"])
+
+
+def test_graphs_timed_in_one_round_need_labels_of_their_own(s):
+    """Both modes in one run replay a subject's back-to-back graph and its per-call graph in the
+    same rounds: under one label their samples and step counts would mix."""
+    cp = fake_cp()
+    g1 = timing.make_graph(cp, s, "A", lambda: s.run("A"), target_ms=0.02)
+    g2 = timing.make_graph(cp, s, "A", lambda: s.run("A"), target_ms=0.04)
+    with pytest.raises(ValueError, match="graph labels must differ"):
+        timing.offline(cp, s, [g1, g2], replays=7)
