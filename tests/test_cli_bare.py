@@ -70,9 +70,11 @@ def test_bad_policy(tmp_path):
         assert "invalid choice: 'bogus'" in r.stderr.strip().splitlines()[-1]
 
 
-def test_unreadable_recording_is_one_line(tmp_path):
-    line = one_line(l2tui(["--recorded", str(tmp_path / "none.json"), "--shapes", "64x64x64"], tmp_path))
+@pytest.mark.parametrize("sub", [[], ["run"]], ids=["bare", "run"])
+def test_unreadable_recording_is_one_line(tmp_path, sub):
+    line = one_line(l2tui([*sub, "--recorded", str(tmp_path / "none.json"), "--shapes", "64x64x64"], tmp_path))
     assert "cannot read recorded evaluations" in line
+    assert not (tmp_path / "sessions").exists()
 
 
 def test_plain_l2tui_opens_the_demo_and_says_so(tmp_path):

@@ -94,3 +94,20 @@ def test_the_demo_shapes_cover_the_size_classes():
     assert [s.size_class for s in shapes].count("small") == 8
     assert [s.size_class for s in shapes].count("mid") == 8
     assert [s.size_class for s in shapes].count("big") == 8
+
+
+@pytest.mark.gpu
+def test_record_demo_on_the_gpu(tmp_path):
+    """The recorder on a GPU, small: two shapes, real builds (seeds and first proposals in
+    parallel), real evaluations, delayed profiling after one step, NVML telemetry."""
+    out, shot = tmp_path / "demo", tmp_path / "live.svg"
+    env = {k: v for k, v in _env(tmp_path).items() if k != "L2TUI_FAKE_NO_GPU"}
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "record_demo.py"), "--shapes", "512x512x512,2048x2048x2048",
+                        "--min-shapes", "2", "--out", str(out), "--screenshot", str(shot), "--budget-s", "300"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    summary = json.loads(r.stdout.strip().splitlines()[-1].split("record_demo: ", 1)[1])
+    assert summary["profiled"] >= 1 and summary["telemetry"] >= 1 and summary["ended"]
+    assert shot.read_text().startswith("<svg")
+    rec = json.loads((out / "evaluations.json").read_text())
+    assert rec["records"] and rec["meta"]["gpu"]["name"]
