@@ -116,3 +116,26 @@ def test_a_pick_candidate_without_a_result_never_wins(tmp_path, monkeypatch):
     assert Config.from_source(s.get_kernel(first["sha"])).name == top.name
     kinds = [e["kind"] for e in s.events if e["type"] == "reward"]
     assert kinds[0] == "not_recorded" and "ok" in kinds
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_the_command_with_the_local_executor_picks_on_the_recordings_gpu(tmp_path, monkeypatch, capsys):
+    """``l2tui sweep --recorded`` (default executor): real nvcc builds of a small family, the pick
+    on the recording, every result naming the recording's GPU."""
+    from l2tui.cli import main
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    shape = Shape(64, 64, 64)
+    rec = recorded_file(tmp_path, [shape], ["sm80_mma"])
+    sdir = tmp_path / "sweep"
+    rc = main(["sweep", "--shapes", str(shape), "--recorded", str(rec), "--families", "sm80_mma", "--arch", "sm_80",
+               "--steps", "0", "--seeds", "2", "--session", str(sdir)])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "catalog [" in out.err and "NVIDIA H200" in out.out
+    row = json.loads((sdir / RESULTS_FILE).read_text())["tracks"]["64x64x64-f32"]
+    assert row["gpu_uuid"] == H200_UUID and row["picked"] >= 2 and row["best_name"].startswith("sm80-")
+    s = Session.open(sdir)
+    assert s.gpu.get("executor") == "local" and s.gpu.get("uuid") == H200_UUID
+    compiled = [e for e in s.events if e["type"] == "compiled"]
+    assert compiled and all(e["ok"] and e["cached"] for e in compiled)     # the prebuild compiled them all
