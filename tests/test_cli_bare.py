@@ -56,6 +56,12 @@ def test_any_run_option_is_not_the_demo(tmp_path, args):
     assert line.startswith("l2tui: error: no NVIDIA GPU found")
 
 
+def test_no_sandbox_asks_for_a_run_too(tmp_path):
+    r = l2tui(["--no-sandbox"], tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("l2tui: error: no NVIDIA GPU found")
+
+
 def test_resume_of_a_missing_session(tmp_path):
     line = one_line(l2tui(["--session", str(tmp_path / "gone"), "--resume"], tmp_path))
     assert f"{tmp_path / 'gone'} is not a session to resume" in line

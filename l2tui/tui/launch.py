@@ -144,7 +144,8 @@ def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, r
 def wants_live(args: argparse.Namespace) -> bool:
     """True when the command line asks for a live run (any of the run's own options);
     only a plain ``l2tui`` (``--config`` at most) may fall back to the demo replay."""
-    return any(getattr(args, name, None) for name in ("session", "resume", "shapes", "policy", "app_recorded"))
+    return any(getattr(args, name, None)
+               for name in ("session", "resume", "shapes", "policy", "app_recorded", "no_sandbox"))
 
 
 def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], Any] | None = None):
