@@ -1064,6 +1064,11 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
                    f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
         if iso is not None and iso.graphs:
             per = iso.per_call(raw)
+            for label, v in list(per.items()):
+                if not (v["median_ms"] > 0):   # the separator's own time was not the same with and without the call
+                    errors[label] = (f"per-call time not measurable: the step with the call took {v['step_ms'] * 1e3:.2f} us, "
+                                     f"the separator alone {v['separator_ms'] * 1e3:.2f} us")
+                    per.pop(label)
             for label, (ok, det, fields) in iso.verdicts(replays, limit).items():
                 charge(label, "timed_calls", ok, det, **fields)
             for label, (ok, det) in iso.replay_checks(a0, nan, written_guards, inputs, bound).items():
