@@ -9,7 +9,9 @@ It drives the real app (``L2App`` through Textual's ``run_test`` pilot, the same
 and worker thread as ``l2tui``; the loop builds with nvcc and evaluates on the GPU) on 24 shapes,
 eight from each size class of ``harness.shapes`` (small / mid / big, spread over the sample100
 set), with delayed profiling after the first refinement step so Nsight Compute verdicts show up,
-and writes
+(the seed is the cost model's choice, ``[search] pick_top = 0``: the pick's catalog timings go
+through the evaluator's batch request, which ``--recorded`` cannot replay; ``--pick-top 5`` shows
+the pick instead, at the price of a demo that replays only from its events), and writes
 
 * the session, ``sessions/demo-h200/`` (``--out``): what a plain ``l2tui`` replays without a GPU;
 * ``evaluations.json`` in it: every GPU evaluation and profile of the run, so
@@ -300,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel-tracks", type=int, default=None, help="[loop] parallel_tracks (default: every shape)")
     ap.add_argument("--seed-kernel", metavar="FILE", help="[loop] seed (default: the search policy's pick)")
     ap.add_argument("--max-steps", type=int, default=None, help="[loop] max_steps (default: the config's)")
+    ap.add_argument("--pick-top", type=int, default=0,
+                    help="[search] pick_top (default 0: the seed is the cost model's choice; the pick's catalog "
+                         "timings are not in evaluations.json, so a run with the pick does not replay with --recorded)")
     ap.add_argument("--no-prebuild", action="store_true",
                     help="do not build the seeds and first proposals in parallel first")
     ap.add_argument("--min-shapes", type=int, default=24, help="fail unless the session has this many tracks")
@@ -338,6 +343,7 @@ def record(args: argparse.Namespace, t0: float) -> int:
         "loop.seed": args.seed_kernel,
         "loop.max_steps": args.max_steps,
         "search.candidates_per_step": args.candidates_per_step,
+        "search.pick_top": args.pick_top,
     }
     cfg = cfg.with_overrides(overrides)
     meta: dict[str, Any] = {"provisional": False, "note": "tools/record_demo.py: the bundled demo run"}
@@ -353,7 +359,7 @@ def record(args: argparse.Namespace, t0: float) -> int:
         info = require_gpu()
         arch = cfg.harness.get("arch") or info.arch
         meta.update(gpu=info.to_dict(), arch=arch)
-        if not args.no_prebuild and not args.seed_kernel:
+        if not args.no_prebuild and not args.seed_kernel and not args.pick_top:
             prebuild(shapes, cfg, arch, deadline=t0 + args.budget_s / 3)
 
     hard_stop = t0 + args.budget_s - 8.0
