@@ -330,8 +330,10 @@ class RayExecutor:
                 ray.init(address=address, **kw)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 where = f"at {address}" if address else "on this machine"
+                hint = ("; a cluster started by `ray start` checks a token: export RAY_AUTH_MODE=token"
+                        if address and not os.environ.get("RAY_AUTH_MODE") else "")
                 raise ExecutorError(f"cannot reach a Ray cluster {where}: {_first_line(e)} "
-                                    f"(start one with `ray start --head`, or pass --ray-address)") from None
+                                    f"(start one with `ray start --head`, or pass --ray-address){hint}") from None
             self._owns_ray = True
         self._build = ray.remote(num_cpus=1, max_retries=1)(build_task)
         driver_node = ray.get_runtime_context().get_node_id()
