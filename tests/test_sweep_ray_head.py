@@ -59,7 +59,7 @@ def ray_head(tmp_path):
             pytest.fail(f"ray start --head did not listen on {port}: {(tmp_path / 'ray-head.log').read_text()[-2000:]}")
         yield f"127.0.0.1:{port}"
     finally:
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):   # (--block takes long over SIGTERM)
             try:
                 os.killpg(head.pid, sig)
             except ProcessLookupError:

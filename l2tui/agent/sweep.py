@@ -170,6 +170,7 @@ class Sweep:
         self.gpu = gpu_name
         self.cache = ResultsCache(self.out_dir / RESULTS_FILE) if self.out_dir else None
         self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
+        self._kernel_lock = threading.Lock()
 
     # ------------------------------------------------------------ builds
 
@@ -219,7 +220,8 @@ class Sweep:
 
     def _announce(self, ctx: TrackContext, prop: Proposal, source: str, parent: str | None, step: int) -> str:
         s = self.session
-        sha = s.put_kernel(source)
+        with self._kernel_lock:   # tracks on several GPUs store the same catalog sources
+            sha = s.put_kernel(source)
         diff = ""
         if parent is not None:
             try:

@@ -49,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
                         "for a CUTLASS configuration); 0 = search the catalog only (default: no limit)")
     p.add_argument("--arch", default=None, help="GPU arch (default: the GPU's, else sm_90a)")
-    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc builds (default: one per core)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel nvcc builds (default: one per core; --executor ray: one per CPU of the cluster)")
     p.add_argument("--recorded", metavar="FILE", help="replay evaluations recorded on a GPU instead of using one")
     p.add_argument("--prebuild-only", action="store_true", help="compile the catalog and stop (no GPU needed)")
     p.add_argument("--no-sandbox", dest="sweep_no_sandbox", action="store_true",
@@ -110,6 +111,11 @@ def _run(args: argparse.Namespace) -> int:
             v = saved.get(budget)
             setattr(args, budget, v if isinstance(v, int) and not isinstance(v, bool) and v >= 0
                     else {"seeds": 5}.get(budget, 3))
+    if args.families:
+        from harness.families import get_family
+
+        for f in args.families:
+            get_family(f)   # one line for an unknown family, before anything starts
     new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")

@@ -393,7 +393,7 @@ class RayExecutor:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                src = refs[ref]
+                src = refs.pop(ref)   # (the result leaves the object store once installed here)
                 try:
                     d, data, cacheable = ray.get(ref)
                     res = install(d, data, cacheable)
