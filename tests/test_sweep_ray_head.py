@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,6 +72,7 @@ def ray_head(tmp_path):
             except subprocess.TimeoutExpired:
                 continue
         log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_sweep_joins_a_running_cluster_by_address_and_resumes(ray_head, tmp_path):

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
 
-    from ..agent.sweep import Sweep, SweepConfig, geomean
+    from ..agent.sweep import Sweep, SweepConfig
     from ..errors import UserError
 
     policy = getattr(args, "sweep_policy", None) or getattr(args, "policy", None) or "search"

@@ -32,6 +32,7 @@ Ray is imported here only, so ``l2tui`` without the ``ray`` extra never imports 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -137,7 +138,7 @@ def install(d: dict, data: bytes | None, cacheable: bool = True) -> Any:
             return res
         (tmp / LIB_NAME).write_bytes(data)
         res.so_path = entry / LIB_NAME
-    (tmp / "build.json").write_text(__import__("json").dumps({**res.to_dict(), "cached": False}, indent=1))
+    (tmp / "build.json").write_text(json.dumps({**res.to_dict(), "cached": False}, indent=1))
     try:
         os.replace(tmp, entry)
     except OSError:            # another process installed it first: keep theirs

@@ -16,13 +16,13 @@ What is timed (:func:`choose`), from the catalog ranked best-first by the cost m
   wrong term in the model cannot hide a whole kind of kernel;
 * with ``siblings``, the epilogue variants and PDL twins of everything chosen (timed, not ranked).
 
-This module only chooses; ``l2tui.executors.batch.evaluate_many`` times the chosen ones.
+This module only chooses; ``l2tui.executors.batch.evaluate_many`` checks and times the chosen ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from harness.families import Config, epilogue_siblings, launch_twins, sans_epilogue
 from harness.shapes import Shape
@@ -101,32 +101,3 @@ class PickSettings:
     top: int = 5                 # the cost model's top distinct configurations (0 = no pick)
     kinds: bool = True           # plus the best of each kind the model is least sure of
     siblings: bool = True        # plus epilogue variants and PDL twins of the chosen
-
-
-@dataclass
-class PickRow:
-    """One timed configuration of a pick (what the pick table and the pick event show)."""
-
-    name: str
-    predicted_us: float
-    status: str
-    time_ms: float | None = None
-
-    def line(self) -> str:
-        t = f"{self.time_ms * 1e3:9.1f} us" if self.time_ms else f"{self.status:>12s}"
-        return f"  {self.name}: {t} per call (model {self.predicted_us:.1f} us)"
-
-
-@dataclass
-class PickResult:
-    """The pick's outcome: every row, the winner's source (None when nothing passed)."""
-
-    rows: list[PickRow] = field(default_factory=list)
-    best_source: str | None = None
-    best_name: str | None = None
-    best_ms: float | None = None
-    evaluations: dict[str, Any] = field(default_factory=dict)   # config name -> Evaluation
-
-    def table(self, limit: int = 12) -> str:
-        rows = sorted(self.rows, key=lambda r: (r.time_ms is None, r.time_ms or 0.0))
-        return "\n".join(r.line() for r in rows[:limit])
