@@ -14,7 +14,8 @@ How the work is placed:
   ``--executor local`` run on the same machine finds it, and resume needs nothing else.
 * **GPU actors**: one per GPU (``num_gpus=1``, one CPU reserved so builds do not starve its
   timing loop), each owning a ``harness.evaluate.Evaluator`` and therefore its own GPU worker
-  process (and that worker's sandbox). An actor uses the driver's cache folder when it runs on
+  process (and that worker's sandbox). Tasks and actors keep the driver's sandbox setting
+  (``harness.sandbox``: ``--no-sandbox`` on the command line reaches them too). An actor uses the driver's cache folder when it runs on
   the driver's node; on another node the driver ships each library the actor needs before the
   evaluation that needs it (once per actor), so an actor never runs nvcc for what the driver
   built. Every node needs the same CUDA toolkit (the build key includes the nvcc version: a
@@ -77,12 +78,34 @@ def _failed_build(msg: str, arch: str, flags: Sequence[str]) -> dict:
             "log": msg, "seconds": 0.0, "cached": False, "arch": arch, "flags": list(flags), "nvcc_version": ""}
 
 
-def build_task(source: str, arch: str | None, flags: Sequence[str]) -> tuple[dict, bytes | None, bool]:
-    """Compile one source in a private scratch cache; (BuildResult dict, library bytes or None,
-    whether the result may be cached: a failure caused by the source, not by the node)."""
+def _sandbox_mode() -> str | None:
+    """The driver's sandbox setting (``harness.sandbox``), which its tasks and actors keep."""
+    try:
+        from harness.sandbox import mode
+
+        return mode()
+    except Exception:  # noqa: BLE001 - no sandbox module or a bad $L2TUI_SANDBOX: the node's own
+        return None
+
+
+def _use_sandbox_mode(value: str | None) -> str | None:
+    try:
+        from harness.sandbox import set_mode
+
+        return set_mode(value) if value is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def build_task(source: str, arch: str | None, flags: Sequence[str],
+               sandbox: str | None = None) -> tuple[dict, bytes | None, bool]:
+    """Compile one source in a private scratch cache, under the driver's sandbox setting;
+    (BuildResult dict, library bytes or None, whether the result may be cached: a failure caused
+    by the source, not by the node)."""
     from harness.build import _load_cached, build
     from harness.errors import HarnessError
 
+    prev_mode = _use_sandbox_mode(sandbox)
     scratch = tempfile.mkdtemp(prefix="l2tui-build-")
     old = os.environ.get("L2TUI_CACHE_DIR")
     os.environ["L2TUI_CACHE_DIR"] = scratch
@@ -101,7 +124,18 @@ def build_task(source: str, arch: str | None, flags: Sequence[str]) -> tuple[dic
             os.environ.pop("L2TUI_CACHE_DIR", None)
         else:
             os.environ["L2TUI_CACHE_DIR"] = old
+        if sandbox is not None:
+            _set_sandbox_override(prev_mode)   # (this worker process runs other tasks next)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _set_sandbox_override(value: str | None) -> None:
+    try:
+        from harness.sandbox import set_mode
+
+        set_mode(value)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def lookup(source: str, arch: str | None, flags: Sequence[str]) -> Any:
@@ -173,6 +207,7 @@ class GpuActor:
                 pass                 # (not writable on this node: its default cache; the driver ships)
         from harness.paths import cache_dir
 
+        _use_sandbox_mode(spec.get("sandbox"))    # the driver's setting: this actor's worker keeps it
         self.arch = spec.get("arch")
         if spec.get("recorded"):
             from l2tui.agent.recorded import RecordedEvaluator
@@ -339,13 +374,14 @@ class RayExecutor:
         self._build = ray.remote(num_cpus=1, max_retries=1)(build_task)
         driver_node = ray.get_runtime_context().get_node_id()
         driver_cache = str(cache_dir())
+        self.sandbox = _sandbox_mode()
         cache_for_actors = actor_cache_dir or driver_cache
         Actor = ray.remote(GpuActor)
         try:
             if recorded is not None:
                 n = max(1, int(simulate))
                 specs = [{"recorded": str(recorded), "arch": arch, "uuid": f"GPU-recorded-{i}",
-                          "cache_dir": cache_for_actors} for i in range(n)]
+                          "cache_dir": cache_for_actors, "sandbox": self.sandbox} for i in range(n)]
                 opts = {"num_cpus": 0, "max_restarts": 0}
             else:
                 n = int(gpus) if gpus is not None else int(ray.cluster_resources().get("GPU", 0))
@@ -353,7 +389,7 @@ class RayExecutor:
                     raise ExecutorError("the Ray cluster has no GPU: start `ray start --head` on a GPU machine "
                                         "(or join one with `ray start --address HEAD:6379`), or use --executor local")
                 specs = [{"arch": arch, "baselines": list(baselines), "mode": mode, "timeout_s": timeout_s,
-                          "cache_dir": cache_for_actors} for _ in range(n)]
+                          "cache_dir": cache_for_actors, "sandbox": self.sandbox} for _ in range(n)]
                 opts = {"num_gpus": 1, "num_cpus": 1, "max_restarts": 0}
             self._actors = [Actor.options(**opts).remote(s) for s in specs]
             try:
@@ -389,7 +425,7 @@ class RayExecutor:
             done += 1
             if progress is not None:
                 progress(done, len(unique), hit)
-        refs = {self._build.remote(src, arch, list(flags)): src for src in misses}
+        refs = {self._build.remote(src, arch, list(flags), self.sandbox): src for src in misses}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
