@@ -102,7 +102,8 @@ def test_tracks_spread_over_gpu_actors_never_split_and_a_killed_actors_track_is_
         assert row["gpu"] == "NVIDIA H200" and row["gpu_uuid"].startswith("GPU-recorded-")
     # the lost track finished on a live GPU, after a requeued state naming the lost one
     assert done[lost]["gpu_uuid"] != victim.uuid
-    req = [e for e in s.events if e["type"] == "track_state" and e.get("state") == "requeued"]
+    req = [e for e in s.events if e["type"] == "track_state" and e.get("requeued")]
+    assert all(e["state"] == "queued" and "is gone" in e["reason"] for e in req)
     assert [(e["track"], e["gpu"]) for e in req] == [(lost, victim.uuid)]
     # a track is never split: every attempt's checks and timings come from one GPU, and the
     # finished attempt's GPU is the one in the results file

@@ -472,7 +472,8 @@ class Sweep:
                         left = len(live)
                         inflight[0] -= 1
                         cond.notify_all()
-                    self.session.append("track_state", track=tid, state="requeued", gpu=slot.uuid, reason=str(e))
+                    self.session.append("track_state", track=tid, state="queued", requeued=True, gpu=slot.uuid,
+                                        reason=str(e))
                     self.progress(f"{e}; {tid} goes back to the queue ({left} GPU(s) left)")
                     return
                 except BaseException as e:  # noqa: BLE001 - stop the other slots, re-raised below
