@@ -58,3 +58,28 @@ def test_build_without_catalog_or_with_a_bad_family_is_one_line(capsys):
         assert main(argv) != 0
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], (argv, err)
+
+
+def test_the_progress_bar_is_one_updating_line_with_an_eta_from_real_builds():
+    """On a terminal: redrawn in place (\\r), one final newline; the ETA is '?' until a real build
+    (not a cache hit) has finished, then a time."""
+    import io
+    from types import SimpleNamespace
+
+    from l2tui.executors.progress import BuildProgress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    bar = BuildProgress("catalog", stream=out)
+    bar(1, 3, SimpleNamespace(cached=True, ok=True, seconds=0.0))
+    assert "ETA ?" in out.getvalue() and "1 cached" in out.getvalue()
+    bar(2, 3, SimpleNamespace(cached=False, ok=False, seconds=4.0))
+    last = out.getvalue().split("\r")[-1]
+    assert "ETA ?" not in last and "ETA " in last and "1 failed" in last
+    bar(3, 3, SimpleNamespace(cached=False, ok=True, seconds=5.0))
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n") and text.count("\r") == 3
+    assert "3/3" in text.split("\r")[-1] and "nvcc 9s in all" in text

@@ -139,3 +139,20 @@ def test_the_command_with_the_local_executor_picks_on_the_recordings_gpu(tmp_pat
     assert s.gpu.get("executor") == "local" and s.gpu.get("uuid") == H200_UUID
     compiled = [e for e in s.events if e["type"] == "compiled"]
     assert compiled and all(e["ok"] and e["cached"] for e in compiled)     # the prebuild compiled them all
+
+
+def test_the_search_policy_picks_only_with_an_evaluator_that_times_many_at_once(tmp_path):
+    """Bound to recorded evaluations (no batched request), ``l2tui run --policy search`` keeps the
+    cost model's seed; the pick needs a GPU evaluator (tests/test_sweep_ray_gpu.py)."""
+    from l2tui.agent.policies.base import TrackContext
+    from l2tui.agent.policies.search import SearchPolicy
+
+    shape = Shape(4096, 4096, 4096)
+    ctx = TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0, arch="sm_90a")
+    plain = SearchPolicy().seed(ctx)
+    pol = SearchPolicy()
+    pol.bind_evaluator(RecordedEvaluator(recorded_file(tmp_path, [shape]), arch="sm_90a", build=False))
+    assert pol._evaluator is None
+    bound = pol.seed(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0,
+                                  arch="sm_90a"))
+    assert bound.source == plain.source and "predicted" in bound.plan
