@@ -26,6 +26,8 @@ def _msg(status: str, t: float | None, check: dict | None) -> str:
         return f"ok: {t:.4g} ms" if t else "ok"
     if status == "unsupported":
         return "unsupported: l2_hgemm returned non-zero for this shape"
+    if status in ("crashed", "timeout"):
+        return str((check or {}).get("detail") or status)[:300]
     if check:
         return f"wrong: check '{check.get('failed')}' failed: {check.get('detail')}"
     return status
@@ -95,7 +97,11 @@ def evaluate_many(evaluator: Any, items: Sequence[Item], shape: Shape, acc: str 
                                              "errors", "phases")}
             # the request's worker time, shared equally by its candidates (a track's GPU time adds up)
             extra.update(label="candidate", mode=getattr(evaluator, "mode", "offline"), batch=n,
-                         seconds=(res.get("seconds") or 0.0) / n)
+                         timing=getattr(evaluator, "timing", None), seconds=(res.get("seconds") or 0.0) / n)
+            chained = res.get("times_ms_chained") or {}
+            if chained.get(lb) is not None:   # the back-to-back figure, when the timing asked for it
+                extra["times_ms_chained"] = {"candidate": chained[lb],
+                                             **{b: v for b, v in chained.items() if b in base and v is not None}}
             out[lb] = Evaluation(st, br, chk, times, spread, res.get("roofline_ms"), _msg(st, t, chk), extra)
         break
     return {label: out[label] for label, _, _ in items}
