@@ -300,7 +300,7 @@ class Sweep:
             if status == "ok":
                 s.append("timed", track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
                          roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=speedup,
-                         gpu=slot.uuid)
+                         gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"))
             reward, parts = self._reward(status, speedup, _get(ev, "check"))
             s.append("reward", track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
             s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
