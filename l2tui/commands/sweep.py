@@ -129,7 +129,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
     if args.prebuild_only:
-        res = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress).prebuild()
+        builder = None
+        if args.executor == "ray":   # the catalog as tasks of the cluster, no GPU actor
+            from ..executors.ray_executor import RayExecutor
+
+            builder = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
+        try:
+            res = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder).prebuild()
+        finally:
+            if builder is not None:
+                builder.close()
         bad = [n for n, r in res.items() if not r.ok]
         say(f"catalog: {len(res) - len(bad)} of {len(res)} configurations built for {arch}")
         return 1 if bad else 0
