@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -85,6 +86,15 @@ def test_tracks_spread_over_gpu_actors_never_split_and_a_killed_actors_track_is_
         if type == "checked" and payload.get("gpu") == victim.uuid and not killed:
             killed.append(payload["track"])
             ray.kill(victim.actor, no_restart=True)
+            end = time.monotonic() + 120     # (the kill is asynchronous: wait until the actor is gone)
+            while time.monotonic() < end:
+                try:
+                    ray.get(victim.actor.identity.remote(), timeout=5)
+                except ray.exceptions.RayActorError:
+                    break
+                except ray.exceptions.GetTimeoutError:
+                    continue
+                time.sleep(0.5)
         return ev
 
     s.append = append_and_kill
