@@ -49,7 +49,7 @@ THREADS = 1
 STOP_TIMEOUT_S = 10.0
 #: modules the server needs: llama_cpp itself and the server extra's web stack
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
-INSTALL_HINT = "install them with: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF\" pip install -e '.[llm-test]'"
+INSTALL_HINT = "install with: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF\" pip install -e '.[llm-test]'"
 
 
 def model_path() -> Path | None:
