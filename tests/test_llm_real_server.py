@@ -103,6 +103,7 @@ def test_a_prompt_over_the_context_window_is_one_line_not_a_retry_loop(real_serv
     huge = [{"role": "user", "content": "word " * (real_server.n_ctx * 2)}]
     r = c.chat(huge)
     assert not r.ok and r.error and "\n" not in r.error
+    assert "context" in r.error.lower() and "word word word" not in r.error   # says why, echoes no prompt
     assert r.attempts == 1          # a 400 is the request's fault: retrying cannot help
 
 
