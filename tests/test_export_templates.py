@@ -1,0 +1,83 @@
+"""The export's C++, CMake and shell text comes from package templates, rendered exactly.
+
+The digests below are of the files a fixed pair of manifests renders to; they were taken from the
+renderer whose output the export build tests (real nvcc, cuBLASLt) and the GPU runtime tests
+exercised.  A change to a template or to the renderer that alters one byte of the output fails
+here, so it has to be a deliberate change (update the digest after re-running those tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+
+from l2tui.export import cdispatch
+from l2tui.export.values import gencode
+
+#: one export with two kernels (one with flags, one search path to drop, one library), a shape the
+#: library won, listed out of order; and an export with no shapes at all
+MANIFESTS = {
+    "full": {"arch": "sm_90a", "kernels": [
+        {"shape": [4096, 4096, 4096], "name": "4096_4096_4096", "symbol": "l2_hgemm_4096_4096_4096",
+         "file": "kernels/4096_4096_4096.cu", "sha256": "ab" * 32,
+         "flags": ["-DTILE_M=128", "-O3", "-Xptxas=-v", "-I/home/someone/cutlass/include", "-lcublas",
+                   "--use_fast_math"],
+         "fallback": False},
+        {"shape": [128, 256, 64], "name": "128_256_64", "symbol": "l2_hgemm_128_256_64",
+         "file": "kernels/128_256_64.cu", "sha256": "cd" * 32, "flags": [], "fallback": False},
+        {"shape": [512, 512, 8192], "name": "512_512_8192", "symbol": "l2_hgemm_512_512_8192",
+         "file": "kernels/512_512_8192.cu", "sha256": "ef" * 32, "flags": [], "fallback": True},
+    ]},
+    "empty": {"arch": "sm_80", "kernels": []},
+}
+
+SAME_IN_BOTH = {
+    "CMakeLists.txt": "23724c41f60eb151d23f27b78103ffb540e264353a7117205552e9f917a74a1e",
+    "src/example.cpp": "7aa20f8b7f6026c09588bc70a02ff12b33cc773f071bc9dabcbb33a51c3908d1",
+    "src/l2hgemm.map": "7eb99fa6a6a1a583eefd6ebbc5715ef97eb37df15d27466d69b3815f7f2cd390",
+}
+DIGESTS = {
+    "full": {
+        **SAME_IN_BOTH,
+        "build.sh": "42b6a7c3bec04cbc4713564a7e79946e6d4f89e11b144c6186c7dfdf3b2fe8ee",
+        "include/l2hgemm.h": "b91f0cf6809a0775b4236f0687acca1dcb9502b9bfc2c32f30cdc60560f1b870",
+        "l2hgemm.cmake": "112b1931741eb87389bd72b59e29ec8658872d475a473f26f75a70d56264e76f",
+        "src/l2hgemm_dispatch.cu": "4f8349de1e96b7045f9f704a2e9ef4c0bcfb4cc68cb65d18ce63df14b3cbef66",
+    },
+    "empty": {
+        **SAME_IN_BOTH,
+        "build.sh": "a36619ba95211d2ddbea68a2be288e42a4b9688551cb4927e7ea6fd6972cada0",
+        "include/l2hgemm.h": "43e8072b8387a82d158931ddce04ff607fac941ba9e866de8b2416a1e8a0ba7d",
+        "l2hgemm.cmake": "234f6fede2a7e7ff7e2fa7ba560c67a32c1a360170e826dee2e224591f99591c",
+        "src/l2hgemm_dispatch.cu": "3e743b29c3106d7196d5d371f3d9b79b329d13eab8079d365b09836123e3ccc6",
+    },
+}
+FALLBACK_LIBRARY_DIGEST = "668940117c97721cd401656e9461b8849903fbc6b021706951830fcabc2ec072"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("label", sorted(MANIFESTS))
+def test_rendered_export_files_are_byte_identical(tmp_path, label):
+    man = MANIFESTS[label]
+    files = cdispatch.write_sources(tmp_path, man, gencode(man["arch"]))
+    assert sorted(files) == sorted(DIGESTS[label])
+    got = {f: _sha((tmp_path / f).read_bytes()) for f in files}
+    assert got == DIGESTS[label]
+
+
+def test_fallback_library_is_byte_identical():
+    assert _sha(cdispatch.render_fallback_library().encode()) == FALLBACK_LIBRARY_DIGEST
+
+
+def test_the_dispatcher_holds_the_table_it_was_given(tmp_path):
+    # what the digests stand for, said once in words: sorted rows, the library's shape as nullptr
+    src = cdispatch.render_dispatch(MANIFESTS["full"])
+    assert cdispatch.parse_table(src) == [(128, 256, 64, "l2_hgemm_128_256_64"), (512, 512, 8192, None),
+                                          (4096, 4096, 4096, "l2_hgemm_4096_4096_4096")]
+    assert not re.search(r"@[A-Z_]+@", src)
