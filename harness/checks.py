@@ -46,6 +46,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .paths import KERNELS_DIR
+
+#: the CUDA of the checks' own kernels (package data); cupy compiles each text with NVRTC as it is
+CHECK_KERNELS_DIR = KERNELS_DIR / "checks"
+
+
+def _check_kernel(name: str) -> str:
+    """One check kernel's source, read once at import: the file's text with nothing added (NVRTC
+    compiles exactly what the file holds; tests/test_kernel_sources.py pins each digest)."""
+    return (CHECK_KERNELS_DIR / name).read_text(encoding="utf-8")
+
+
 GUARD_BYTES = 64 << 10
 SENTINEL = 0xA5
 CHECK_ORDER = ("runs", "written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "timed_calls",
@@ -86,129 +98,9 @@ VERIFY_THREADS = 1024   # per verified row: a row of 16,384 fp16 is two 16-byte 
 VERIFY_ROW_FACTOR = 8.0
 VERIFY_ROW_FLOOR = 0.02
 
-PERTURB_SOURCE = r"""
-extern "C" __global__ void l2_perturb(unsigned short* a, unsigned long long n, unsigned int* counter,
-                                      const unsigned short* values, int nvalues, unsigned long long cols,
-                                      unsigned int* row) {
-  // one element of A per launch, at a position and with a value drawn from a launch counter, so
-  // the inputs differ before every call of a graph, replay after replay; *row = its row, for the
-  // verification that follows the call
-  unsigned int t = atomicAdd(counter, 1u);
-  unsigned long long x = (unsigned long long)(t + 1u) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 32;
-  a[x % n] = values[t % (unsigned int)nvalues];
-  *row = (unsigned int)((x % n) / cols);
-}
-"""
+PERTURB_SOURCE = _check_kernel("perturb.cu")
 
-VERIFY_SOURCE = r"""
-// (no headers: NVRTC through cupy compiles it as is; fp16 bits are widened with one PTX cvt)
-__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-// out[r] = sum_c m[r][c] x[c] (fp32), one warp per row; norms[r] = the row's 2-norm when asked
-extern "C" __global__ void l2_gemv(const unsigned short* m, const float* x, float* out, float* norms, int rows,
-                                   int cols) {
-  const int warp = (int)((blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-  if (warp >= rows) return;
-  const unsigned short* row = m + (size_t)warp * cols;
-  float s = 0.f, q = 0.f;
-  for (int c = lane; c < cols; c += 32) {
-    const float v = half_bits_to_float(row[c]);
-    s += v * x[c];
-    q += v * v;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    s += __shfl_xor_sync(0xffffffffu, s, o);
-    q += __shfl_xor_sync(0xffffffffu, q, o);
-  }
-  if (lane == 0) {
-    out[warp] = s;
-    if (norms) norms[warp] = sqrtf(q);
-  }
-}
-// sum_j row[j] v[j] (and sum_j row[j]^2 when q is given) over this block's threads: eight fp16
-// per 16-byte load when the row allows it, loads unrolled so they are all in flight at once (a
-// loop waiting on one load at a time took ~15 us per row of 16,384 and, slower still right after
-// the call wrote C, was not subtracted away: honest calls looked 2x slower in the fresh graph)
-__device__ __forceinline__ void l2_row_dot(const unsigned short* __restrict__ row, const float* __restrict__ v,
-                                           int len, float& s, float* q) {
-  if ((len & 7) == 0) {
-    const uint4* __restrict__ r8 = reinterpret_cast<const uint4*>(row);
-    const float4* __restrict__ v4 = reinterpret_cast<const float4*>(v);
-#pragma unroll 4
-    for (int j = threadIdx.x; j < (len >> 3); j += blockDim.x) {
-      const uint4 h = r8[j];
-      const float4 lo = v4[2 * j], hi = v4[2 * j + 1];
-      const unsigned int w[4] = {h.x, h.y, h.z, h.w};
-      const float f[4][2] = {{lo.x, lo.y}, {lo.z, lo.w}, {hi.x, hi.y}, {hi.z, hi.w}};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float a0 = half_bits_to_float((unsigned short)(w[e] & 0xffffu));
-        const float a1 = half_bits_to_float((unsigned short)(w[e] >> 16));
-        s += a0 * f[e][0] + a1 * f[e][1];
-        if (q) *q += a0 * a0 + a1 * a1;
-      }
-    }
-  } else {
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
-      const float a0 = half_bits_to_float(row[j]);
-      s += a0 * v[j];
-      if (q) *q += a0 * a0;
-    }
-  }
-}
-// One block per verified row r: |C[r] x - A[r] y| / |C[r]| (NaN-safe: a NaN row counts as
-// infinite) into worst[i], i from a launch counter (a launch's blocks all finish before the next
-// launch starts, so launch L fills worst[L * gridDim.x ...]). Block 0 takes the row the perturbing
-// kernel changed last, the others rows hashed from i.
-extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigned short* c, const float* x,
-                                          const float* y, int m, int n, int k, const unsigned int* changed_row,
-                                          unsigned int* counter, float* worst, unsigned int capacity) {
-  __shared__ unsigned int slot;
-  __shared__ float part[3][32];
-  if (threadIdx.x == 0) slot = atomicAdd(counter, 1u);
-  __syncthreads();
-  unsigned int r;
-  if (blockIdx.x == 0) {
-    r = *changed_row;
-  } else {
-    unsigned long long h = (unsigned long long)(slot + 1u) * 0xD1B54A32D192ED03ull;
-    h ^= h >> 31;
-    r = (unsigned int)(h % (unsigned long long)m);
-  }
-  if (r >= (unsigned int)m) r = 0;
-  float w = 0.f, q = 0.f, z = 0.f;
-  l2_row_dot(c + (size_t)r * n, x, n, w, &q);
-  l2_row_dot(a + (size_t)r * k, y, k, z, nullptr);
-  for (int o = 16; o > 0; o >>= 1) {
-    w += __shfl_xor_sync(0xffffffffu, w, o);
-    q += __shfl_xor_sync(0xffffffffu, q, o);
-    z += __shfl_xor_sync(0xffffffffu, z, o);
-  }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  if (lane == 0) {
-    part[0][warp] = w;
-    part[1][warp] = q;
-    part[2][warp] = z;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float sw = 0.f, sq = 0.f, sz = 0.f;
-    for (int i = 0; i < warps; ++i) {
-      sw += part[0][i];
-      sq += part[1][i];
-      sz += part[2][i];
-    }
-    const float d = fabsf(sw - sz) / fmaxf(sqrtf(sq), 1e-20f);
-    if (slot < capacity) worst[slot] = (d == d) ? d : __int_as_float(0x7f800000);
-  }
-}
-"""
+VERIFY_SOURCE = _check_kernel("verify.cu")
 
 
 SEPARATE_ROWS = 4        # rows of C the separator verifies after each per-call timed call
@@ -221,75 +113,14 @@ SEPARATE_THREADS = 256
 # call before it in the graph (another subject may have written C since), so it only changes A; a
 # tail launch (perturb = 0) at the end of every graph verifies the graph's last call. Verifying
 # inside the separator means the timed calls are the verified ones: no call can tell a timed step
-# from a verified one by the time between calls.
-SEPARATE_SOURCE = VERIFY_SOURCE + r"""
-extern "C" __global__ void l2_separate(unsigned short* a, const unsigned short* c, const float* x, const float* y,
-                                       int m, int n, int k, unsigned int* counter, unsigned int* row, float* worst,
-                                       unsigned int capacity, const unsigned short* values, int nvalues,
-                                       unsigned int steps, int perturb) {
-  __shared__ float part[3][32];
-  __shared__ float worst_s;
-  const unsigned int t = *counter;   // one block: read here, written by thread 0 at the end
-  const bool verify = t > 0 && (!perturb || (t % steps) != 0);
-  if (threadIdx.x == 0) worst_s = 0.f;
-  __syncthreads();
-  if (verify) {
-    for (int i = 0; i < 4; ++i) {
-      unsigned int r;
-      if (i == 0) {
-        r = *row;
-      } else {
-        unsigned long long h = (unsigned long long)(t * 4u + i) * 0xD1B54A32D192ED03ull;
-        h ^= h >> 31;
-        r = (unsigned int)(h % (unsigned long long)m);
-      }
-      if (r >= (unsigned int)m) r = 0;
-      float w = 0.f, q = 0.f, z = 0.f;
-      l2_row_dot(c + (size_t)r * n, x, n, w, &q);
-      l2_row_dot(a + (size_t)r * k, y, k, z, nullptr);
-      for (int o = 16; o > 0; o >>= 1) {
-        w += __shfl_xor_sync(0xffffffffu, w, o);
-        q += __shfl_xor_sync(0xffffffffu, q, o);
-        z += __shfl_xor_sync(0xffffffffu, z, o);
-      }
-      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-      if (lane == 0) {
-        part[0][warp] = w;
-        part[1][warp] = q;
-        part[2][warp] = z;
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float sw = 0.f, sq = 0.f, sz = 0.f;
-        for (int j = 0; j < warps; ++j) {
-          sw += part[0][j];
-          sq += part[1][j];
-          sz += part[2][j];
-        }
-        const float d = fabsf(sw - sz) / fmaxf(sqrtf(sq), 1e-20f);
-        worst_s = (d == d) ? fmaxf(worst_s, d) : __int_as_float(0x7f800000);
-      }
-      __syncthreads();
-    }
-    if (threadIdx.x == 0 && t - 1u < capacity) worst[t - 1u] = worst_s;
-  }
-  if (perturb && threadIdx.x == 0) {   // after every read of A above (one block, past the barriers)
-    unsigned long long h = (unsigned long long)(t + 1u) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    const unsigned long long total = (unsigned long long)m * (unsigned long long)k;
-    a[h % total] = values[t % (unsigned int)nvalues];
-    *row = (unsigned int)((h % total) / (unsigned long long)k);
-    *counter = t + 1u;
-  }
-}
-"""
+# from a verified one by the time between calls. verify.cu comes first: the separator calls its
+# l2_row_dot.
+SEPARATE_SOURCE = VERIFY_SOURCE + _check_kernel("separate.cu")
 
 
 class Separator:
-    """Launches ``l2_separate`` (above) on ``stream``: ``step()`` between two timed calls (verify
-    the last, change A for the next), ``tail()`` after a graph's last call. ``results()`` gives the
+    """Launches ``l2_separate`` (kernels/checks/separate.cu) on ``stream``: ``step()`` between two
+    timed calls (verify the last, change A for the next), ``tail()`` after a graph's last call. ``results()`` gives the
     verified error of every call so far, in call order (inf where a row was NaN or a call was not
     verified). ``steps`` is the number of calls per graph replay."""
 

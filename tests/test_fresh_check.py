@@ -128,7 +128,7 @@ def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k)
     assert caught >= 10                                 # (a |B[j] x| near 0 can hide one step)
 
 
-@pytest.mark.parametrize("name", ["VERIFY_SOURCE", "PERTURB_SOURCE"])
+@pytest.mark.parametrize("name", ["VERIFY_SOURCE", "PERTURB_SOURCE", "SEPARATE_SOURCE"])
 def test_runtime_kernels_compile_with_nvrtc_as_cupy_does(name):
     """cupy builds these with NVRTC at run time (no nvcc, no extra include path): compile them the same way."""
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
