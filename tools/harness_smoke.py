@@ -3,7 +3,7 @@
     python tools/harness_smoke.py [--family small_splitk] [--shapes 64x64x16384 1000x1000x1000]
 
 Prints one line per (configuration, shape) with the status and the times of the baselines, and
-writes them as JSON to $OUT/harness_smoke.json.  Uses the fast-building mma families by default.
+writes them as JSON to harness_smoke.json (in ``$HARNESS_SMOKE_DIR``, default the current folder).  Uses the fast-building mma families by default.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
                              "times_ms": e.times_ms, "seconds": round(time.time() - t0, 1)})
                 print(f"{cfg.name} {spec}: {e.status} {e.message} "
                       + " ".join(f"{k}={v * 1e3:.1f}us" for k, v in sorted(e.times_ms.items())), flush=True)
-    out = Path(os.environ.get("OUT", "."))
+    out = Path(os.environ.get("HARNESS_SMOKE_DIR", "."))
     (out / "harness_smoke.json").write_text(json.dumps(rows, indent=1))
     return 0 if all(r["status"] in ("ok", "unsupported") for r in rows) else 1
 

@@ -77,7 +77,10 @@ class DemoRecording:
 
     Profiles go through the evaluator's own ``profile`` when it has one, else through
     ``harness.profiling.api.profile_kernel`` as the loop itself would; results the evaluator
-    could not give (``not_recorded`` in a rehearsal) are not kept."""
+    could not give (``not_recorded`` in a rehearsal) are not kept. Its other capabilities are the
+    inner evaluator's (``__getattr__``)."""
+
+    own_profiles = True
 
     def __init__(self, inner: Any, *, arch: str | None, meta: dict) -> None:
         from l2tui.agent.recorded import RecordingEvaluator

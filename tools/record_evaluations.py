@@ -3,7 +3,7 @@
 
 Run on a GPU (done on the H200 for the committed recordings)::
 
-    source tools/device-setup.sh; python tools/record_evaluations.py \
+    python tools/record_evaluations.py \
         --out tests/fixtures/recorded/evaluations.json \
         --session-out tests/fixtures/sessions/demo-h200-scripted
 

@@ -1,15 +1,15 @@
 """Probe the CUTLASS tile schedulers of the sm90 family for hangs, one variant per subprocess.
 
 Why: the stream-K and split-K schedulers hung on the H200 under repeated CUDA-graph replay
-(2026-11-29 grid pick), so they were taken out of the catalog.  This tool isolates the cause:
+in a grid pick, so they were taken out of the catalog.  This tool isolates the cause:
 each (variant, shape) runs in its own process with a hard timeout, through three stages —
 direct calls with a sync after each, one CUDA graph of back-to-back calls replayed several
 times, then the result compared with torch — and reports which stage (if any) hung.
 
-    # here (nvcc, no GPU): render and build the variants into the build cache
-    L2TUI_CACHE_DIR=.carry/l2cache python tools/sched_probe.py build --out .carry/probe
-    # on the GPU (carry .carry/probe):
-    python tools/sched_probe.py run --probe .carry/probe --out $OUT/probe.json
+    # on a machine with nvcc (no GPU needed): render and build the variants into the build cache
+    python tools/sched_probe.py build --out probe
+    # on the GPU box, with the same build cache (L2TUI_CACHE_DIR):
+    python tools/sched_probe.py run --probe probe --out probe.json
 
 A variant is a catalog configuration plus optional extra ``#define`` lines (for example
 ``L2_NO_CLUSTER_QUERY`` restores the old grid sizing from sm_count alone).

@@ -6,8 +6,8 @@ One ncu process profiles a list of items (one NVTX range each), writes a
 gives clean CSV, free of the profiled program's own output.
 
 Always ``--clock-control none``: ncu would otherwise lock the SM clock to base,
-and the agent wants the kernel as it runs in production (and the lent machines'
-clocks must not be touched).  Kernel replay (ncu's default) re-runs each kernel
+and the agent wants the kernel as it runs in production (and a shared GPU's
+clocks are not ours to lock).  Kernel replay (ncu's default) re-runs each kernel
 once per counter pass with memory saved and restored, so a call's kernels are
 measured one by one.
 """

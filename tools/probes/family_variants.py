@@ -1,18 +1,15 @@
 """Render knob variants of one family's template as benchable kernel folders (a development probe).
 
-    python tools/probes/family_variants.py sm90_ksplit --shapes SHAPES_FILE --out .carry/ks \
+    python tools/probes/family_variants.py sm90_ksplit --shapes SHAPES_FILE --out variants \
         --variant m64n128s8c2:TILE_M=64,TILE_N=128,STAGES=8,CLUSTER_K=2 \
-        --variant m64n64s4c8:TILE_M=64,TILE_N=64,STAGES=4,CLUSTER_K=8 [--build --cache .carry/kscache]
+        --variant m64n64s4c8:TILE_M=64,TILE_N=64,STAGES=4,CLUSTER_K=8 [--build --cache CACHE_DIR]
 
 Writes ``OUT/shapes``, ``OUT/<name>.cu`` (the template with those knobs, rendered by ``harness.families.render``
 and so checked by ``validate``) and ``OUT/<name>/M_N_K.cu`` links for every shape, the layout
 ``harness bench --kernels OUT/<name>`` reads; ``--build`` compiles each variant for sm_90a into
-the build cache ``--cache`` (carry it so nothing is rebuilt on the device). On the device,
-``tools/probes/family_variants.sh`` benches every variant against cuBLASLt autotuned with every
-check and packs the results (``L2TUI_GIT_REV=<rev> CFGS="name …" OUT_DIR=.carry/ks bash
-tools/probes/family_variants.sh``; without the revision the device reports its stale checkout's).
-The sm90_ksplit development benches in ``results/h200/runs/ksplit-dev-*.tar.gz`` were made with an
-earlier, uncommitted form of this probe (the same folders, the same bench command).
+the build cache ``--cache`` (point ``L2TUI_CACHE_DIR`` of the GPU box at it so nothing is rebuilt
+there). On the GPU box, ``CFGS="name …" VARIANTS=variants bash tools/probes/family_variants.sh``
+benches every variant against cuBLASLt autotuned with every check.
 Why a probe and not the pick: while a kernel is being written its variants are not catalog
 entries yet, and each one should be seen on the same shapes side by side.
 """

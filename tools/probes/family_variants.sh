@@ -1,14 +1,10 @@
 #!/bin/bash
-# Device side of tools/probes/family_variants.py: bench every variant folder against cuBLASLt
+# GPU side of tools/probes/family_variants.py: bench every variant folder against cuBLASLt
 # autotuned (every harness check), optionally profile some with ncu, print one line per
-# (variant, shape) and pack everything into $OUT/variants.tar.gz (the device returns few files).
-#   carry: [".whl", "<OUT_DIR>", "<build cache>"]
-#   command: L2TUI_GIT_REV=<rev> CFGS="name name" OUT_DIR=.carry/ks CACHE=.carry/kscache [CAP=40] [PROFILE="name:MxNxK"] \
-#            bash tools/probes/family_variants.sh
-source tools/device-setup.sh
-export L2TUI_CACHE_DIR=$PWD/${CACHE:-.carry/kscache}
-D=${OUT_DIR:-.carry/ks}
-R=$OUT/variants; mkdir -p $R
+# (variant, shape); result files land in $RESULTS (default variants-results/).
+#   CFGS="name name" VARIANTS=variants [CAP=40] [PROFILE="name:MxNxK"] bash tools/probes/family_variants.sh
+D=${VARIANTS:-variants}
+R=${RESULTS:-variants-results}; mkdir -p $R
 for c in $CFGS; do
   echo "== $c at $SECONDS s"
   timeout -k 5 ${CAP:-40} python3 -m harness bench --shapes $D/shapes --kernels $D/$c --label $c \
@@ -22,7 +18,7 @@ for p in ${PROFILE:-}; do  # name:MxNxK
 done
 python3 - <<'PY'
 import glob, json, os
-for f in sorted(glob.glob(os.environ["OUT"] + "/variants/*.json")):
+for f in sorted(glob.glob(os.environ.get("RESULTS", "variants-results") + "/*.json")):
     lab = os.path.basename(f)[:-5]
     if lab.startswith("ncu-"):
         continue
@@ -33,4 +29,3 @@ for f in sorted(glob.glob(os.environ["OUT"] + "/variants/*.json")):
         print(f"{lab:15s} {r['m']:>6}x{r['n']:<5}x{r['k']:<5} {str(st):7s} {(l or 0) * 1e3:8.2f} "
               f"{(b or 0) * 1e3:8.2f} x{(b / l if l and b else 0):.3f} {det if st != 'ok' else ''}")
 PY
-tar -C $OUT -czf $OUT/variants.tar.gz variants && rm -rf $R

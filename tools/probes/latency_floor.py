@@ -3,7 +3,7 @@
 
     nvcc -O3 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
         tools/probes/latency_floor.cu -o latency_floor.so
-    python tools/probes/latency_floor.py --so latency_floor.so --out $OUT/latency-floor.json
+    python tools/probes/latency_floor.py --so latency_floor.so --out latency-floor.json
 
 Why: a 64x64x64 GEMM takes ~1.6 us per call in the offline bench while an empty kernel costs
 ~0.5 us; this splits the difference into the launch, the wait on the previous kernel (PDL),
