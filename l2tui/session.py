@@ -4,6 +4,7 @@ Layout (docs/INTERFACES.md, "Session API")::
 
     session.toml      config snapshot (no secrets), GPU, versions
     events.jsonl      one JSON object per line: seq, time, type, payload
+                      (the records and their fields: :mod:`l2tui.events`)
     kernels/<sha>.cu  content-addressed kernel sources (sha256 of the text)
     rewards.jsonl     one row per agent step (messages, completion, reward, parts)
 
@@ -11,6 +12,12 @@ Every line is written with flush + fsync, so a ``kill -9`` loses at most the
 line being written; :meth:`Session.open` ignores such a torn last line and
 truncates it away before appending again, so the file stays valid JSON lines.
 Resume (``l2tui.agent.loop``) rebuilds the loop state from ``events``.
+
+Every event is checked against :mod:`l2tui.events` twice: before it is written
+(a writer cannot leave a line that a reader would refuse) and when a session is
+loaded (a hand-edited or damaged field stops the reader with one line naming
+its seq and field).  Fields and event types that module does not know pass
+through untouched, so sessions of other l2tui versions still open.
 
 One writer at a time: ``run``, ``sweep``, ``--resume`` and the app open a
 session with ``writer=<command>``, which takes an exclusive ``flock`` on
@@ -35,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from . import events as ev_schema
 from .errors import SessionError
 
 EVENTS_FILE = "events.jsonl"
@@ -50,20 +58,8 @@ _SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password|authorization)$
 _ALLOWED_SECRETISH = {"api_key_env", "token_budget", "max_tokens", "context_tokens"}
 
 
-def check_shape(value: Any, where: str) -> Any:
-    """A recorded ``[M, N, K]`` as a :class:`harness.shapes.Shape`, or one :class:`SessionError` line.
-
-    Sessions are files a user may edit or be handed; a shape of two elements, a string,
-    a float or a dimension past the harness's limit must stop a reader with the place
-    it is in, not with a traceback (and the bad value is not repeated).
-    """
-    from harness.shapes import MAX_DIM, Shape
-
-    if isinstance(value, list) and len(value) == 3 and all(
-            isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIM for d in value):
-        return Shape(*value)
-    raise SessionError(f"{where}: shape must be [M, N, K], three integers between 1 and {MAX_DIM}; "
-                       "the session file is damaged")
+#: a recorded ``[M, N, K]`` as a Shape, or one SessionError line (kept here for its importers)
+check_shape = ev_schema.check_shape
 
 
 def _next_seq(events: list[dict]) -> int:
@@ -257,12 +253,14 @@ class Session:
     """An open session folder.  Thread-safe appends (one lock per session)."""
 
     def __init__(self, path: Path, config: dict, gpu: dict, versions: dict,
-                 events: list[dict], rewards: list[dict], problems: list[str]):
+                 events: list[dict], rewards: list[dict], problems: list[str],
+                 records: list[ev_schema.Event] | None = None):
         self.path = Path(path)
         self.config = config
         self.gpu = gpu
         self.versions = versions
         self._events = events
+        self._records = records if records is not None else ev_schema.parse_all(events, where=str(self.path / EVENTS_FILE))
         self._rewards = rewards
         self.problems = problems
         self._lock = threading.RLock()
@@ -312,7 +310,8 @@ class Session:
         _fsync_dir(p)
         s = cls(p, config, gpu or {}, versions or {}, [], [], [])
         s.writer_lock = lock
-        s.append("session_started", config=config, gpu=gpu or {}, versions=versions or {})
+        s.append(ev_schema.SESSION_STARTED, config=config, gpu=gpu or {}, versions=versions or {},
+                 schema=ev_schema.SCHEMA_VERSION)
         return s
 
     @classmethod
@@ -369,22 +368,27 @@ class Session:
             problems.append(f"{REWARDS_FILE}: torn last line ignored")
             if repair:
                 cls._truncate(p / REWARDS_FILE, rgood)
-        for i, e in enumerate(events):
-            if e.get("seq") != i:
-                problems.append(f"{EVENTS_FILE}: seq {e.get('seq')} at line {i + 1} (expected {i})")
+        records = ev_schema.parse_all(events, where=str(p / EVENTS_FILE))
+        for i, r in enumerate(records):
+            if r.seq != i:
+                problems.append(f"{EVENTS_FILE}: seq {ev_schema.shown_seq(events[i])} at line {i + 1} (expected {i})")
                 break
-        if not config and events and events[0].get("type") == "session_started":
-            config = events[0].get("config", {})
-            gpu = gpu or events[0].get("gpu", {})
-            versions = versions or events[0].get("versions", {})
+        schema = ev_schema.schema_of(events)
+        if schema > ev_schema.SCHEMA_VERSION:
+            problems.append(f"{EVENTS_FILE}: written with events schema {schema}, this l2tui reads "
+                            f"{ev_schema.SCHEMA_VERSION}; fields it does not know are kept as they are")
+        first = records[0] if records else None
+        if not config and isinstance(first, ev_schema.SessionStarted):
+            config = first.config or {}
+            gpu = gpu or first.gpu or {}
+            versions = versions or first.versions or {}
         seen: set[str] = set()
-        for e in events:
-            sha = e.get("sha")
-            if e.get("type") == "candidate" and isinstance(sha, str) and sha not in seen:
-                seen.add(sha)
-                if not (p / KERNELS_DIR / f"{sha}.cu").is_file():
-                    problems.append(f"kernel {sha[:12]} (step {e.get('step')} of {e.get('track')}) missing from {KERNELS_DIR}/")
-        s = cls(p, config, gpu, versions, events, rewards, problems)
+        for r in records:
+            if isinstance(r, ev_schema.Candidate) and r.sha is not None and r.sha not in seen:
+                seen.add(r.sha)
+                if not (p / KERNELS_DIR / f"{r.sha}.cu").is_file():
+                    problems.append(f"kernel {r.sha[:12]} (step {r.step} of {r.track}) missing from {KERNELS_DIR}/")
+        s = cls(p, config, gpu, versions, events, rewards, problems, records)
         return s
 
     @staticmethod
@@ -398,24 +402,39 @@ class Session:
             pass
 
     # ------------------------------------------------------------------ writing
-    def _write_line(self, name: str, row: dict) -> None:
-        line = json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default) + "\n"
+    @staticmethod
+    def _line(row: dict) -> str:
+        return json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=_json_default) + "\n"
+
+    def _write_line(self, name: str, row: dict, line: str | None = None) -> None:
+        line = line if line is not None else self._line(row)
         with open(self.path / name, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
 
     def append(self, type: str, **payload: Any) -> dict:
-        """Append one event (seq/time assigned here), flushed and fsynced; returns it."""
+        """Append one event (seq/time assigned here), flushed and fsynced; returns it.
+
+        The line is checked against :mod:`l2tui.events` as it will be read back, and a
+        malformed field raises :class:`SessionError` before anything is written.
+        """
         with self._lock:
             ev = {"seq": self._next_seq, "time": time.time(), "type": type}
             for k, v in payload.items():
-                if k not in ("seq", "time", "type"):
+                if k not in ev_schema.BASE_KEYS:
                     ev[k] = v
-            self._write_line(EVENTS_FILE, ev)
+            line = self._line(ev)
+            record = ev_schema.parse(json.loads(line), where=str(self.path / EVENTS_FILE), writing=True)
+            self._write_line(EVENTS_FILE, ev, line)
             self._next_seq += 1
             self._events.append(ev)
+            self._records.append(record)
             return ev
+
+    def append_event(self, event: ev_schema.Event) -> dict:
+        """Append a typed record (its seq and time are assigned here); returns the dict written."""
+        return self.append(event.type, **ev_schema.payload(event))
 
     def put_kernel(self, source: str) -> str:
         """Store a kernel source once, by the sha256 of its text; returns the sha."""
@@ -458,6 +477,17 @@ class Session:
     def events(self) -> list[dict]:
         with self._lock:
             return list(self._events)
+
+    @property
+    def records(self) -> list[ev_schema.Event]:
+        """The events as typed records (:mod:`l2tui.events`), in order."""
+        with self._lock:
+            return list(self._records)
+
+    @property
+    def schema(self) -> int:
+        """The events schema the session was written with (1 for sessions that predate the field)."""
+        return ev_schema.schema_of(self._events)
 
     def iter_events(self, types: set[str] | Iterable[str] | None = None) -> Iterator[dict]:
         want = set(types) if types is not None else None
