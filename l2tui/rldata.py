@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from harness.shapes import Shape
+from l2tui import events as ev_schema
 from l2tui.errors import UserError
 
 FORMATS = ("trl", "openai-sft", "openai-dpo")
@@ -125,21 +126,18 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _improvements(events: Iterable[dict]) -> set[tuple[str, str]]:
+def _improvements(records: Iterable[ev_schema.Event]) -> set[tuple[str, str]]:
     """(track, sha) of every child that became a track's best, or that the user accepted (and did not reject)."""
     best: set[tuple[str, str]] = set()
     accepted: dict[str, str | None] = {}
-    for ev in events:
-        t, sha = ev.get("track"), ev.get("sha")
-        if not isinstance(t, str) or not isinstance(sha, str):
-            continue
-        if ev.get("type") == "best":
-            best.add((t, sha))
-        elif ev.get("type") == "decision":
-            if ev.get("action") == "accept":
-                accepted[t] = sha
-            elif ev.get("action") == "reject" and accepted.get(t) == sha:
-                accepted[t] = None
+    for ev in records:
+        if isinstance(ev, ev_schema.Best) and ev.track is not None and ev.sha is not None:
+            best.add((ev.track, ev.sha))
+        elif isinstance(ev, ev_schema.Decision) and ev.track is not None and ev.sha is not None:
+            if ev.action == "accept":
+                accepted[ev.track] = ev.sha
+            elif ev.action == "reject" and accepted.get(ev.track) == ev.sha:
+                accepted[ev.track] = None
     return best | {(t, s) for t, s in accepted.items() if s}
 
 
@@ -200,7 +198,7 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
     for sp in sessions:
         view = open_session(sp)
         stats.sessions += 1
-        imp = _improvements(view.events)
+        imp = _improvements(view.records)
         for r in view.rewards:
             stats.read += 1
             msgs = _clean_messages(r.get("messages"))

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from l2tui import events as ev_schema
 from l2tui.errors import SessionError
 from l2tui.session import Session
 
@@ -29,6 +30,13 @@ class SessionView:
     config: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     session: Session | None = None
+
+    @property
+    def records(self) -> list[ev_schema.Event]:
+        """The events as typed records (validated when the folder was opened)."""
+        if self.session is not None:
+            return self.session.records
+        return ev_schema.parse_all(self.events, where=str(self.path / "events.jsonl"))
 
     def get_kernel(self, sha: str) -> str:
         """Source text of kernel ``sha``, verified against its hash."""
@@ -81,9 +89,10 @@ def _read_only(p: Path) -> Session:
             doc = {}
     events = _rows(p / "events.jsonl")
     rewards = _rows(p / "rewards.jsonl")
-    first = events[0] if events and events[0].get("type") == "session_started" else {}
-    return Session(p, doc.get("config") or first.get("config") or {}, doc.get("gpu") or first.get("gpu") or {},
-                   doc.get("versions") or first.get("versions") or {}, events, rewards, [])
+    records = ev_schema.parse_all(events, where=str(p / "events.jsonl"))  # one line for a malformed field
+    first = records[0] if records and isinstance(records[0], ev_schema.SessionStarted) else ev_schema.SessionStarted()
+    return Session(p, doc.get("config") or first.config or {}, doc.get("gpu") or first.gpu or {},
+                   doc.get("versions") or first.versions or {}, events, rewards, [], records)
 
 
 def open_session(path: str | Path) -> SessionView:
@@ -94,9 +103,8 @@ def open_session(path: str | Path) -> SessionView:
     s = _read_only(p)
     gpu = dict(s.gpu or {})
     if not gpu:
-        for ev in s.iter_events({"session_started"}):
-            gpu = dict(ev.get("gpu") or {})
-            break
+        started = next((r for r in s.records if isinstance(r, ev_schema.SessionStarted)), None)
+        gpu = dict((started.gpu if started else None) or {})
     return SessionView(
         path=p.resolve(),
         events=s.events,

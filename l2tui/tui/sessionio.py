@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import events as ev_schema
 from ..errors import SessionError
 
 
@@ -44,9 +45,11 @@ class EventLogReader:
                 raise SessionError(f"{self.path}/events.jsonl line {i + 1} is not JSON: repair or remove it") from None
             if isinstance(ev, dict):
                 self._events.append(ev)
-        first = self._events[0] if self._events else {}
-        self.config: dict[str, Any] = dict(first.get("config") or {}) if first.get("type") == "session_started" else {}
-        self.gpu: dict[str, Any] = dict(first.get("gpu") or {}) if first.get("type") == "session_started" else {}
+        records = ev_schema.parse_all(self._events, where=str(self.path / "events.jsonl"))
+        first = records[0] if records else None
+        started = first if isinstance(first, ev_schema.SessionStarted) else ev_schema.SessionStarted()
+        self.config: dict[str, Any] = dict(started.config or {})
+        self.gpu: dict[str, Any] = dict(started.gpu or {})
 
     @property
     def events(self) -> list[dict]:
