@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 from .errors import HarnessError
-from .paths import KERNELS_DIR
+from .paths import KERNELS_DIR, PACKAGE_DIR
 from .shapes import Shape
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 SMEM_PER_SM = 227 * 1024          # bytes a CTA may use on sm_80/sm_90 (opt-in maximum)
 REGS_PER_SM = 65536
@@ -521,7 +528,7 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
     """Problems with a full knob assignment ([] when it is legal and should compile).
 
     ``allow_unsafe`` admits the CUTLASS split-K scheduler, which compiles but hung once on the
-    H200 under repeated calls (CATALOG_UNSAFE); policies never pass it.
+    H200 under repeated calls (the `unsafe` list of catalog.toml); policies never pass it.
     """
     fam = get_family(family) if isinstance(family, str) else family
     problems: list[str] = []
@@ -546,7 +553,7 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"{knobs['SCHEDULER']} needs SPLITS > 1 (or 0 = automatic)")
         if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
             problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
-                            "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see CATALOG_UNSAFE)")
+                            "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see the unsafe list of catalog.toml)")
         if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
             problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
         if g.regs_per_thread > 232:
@@ -684,8 +691,11 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
             f"-sw{k['SWIZZLE']}-sk{k['SPLIT_K']}{ck}{acc}")
 
 
-# ---------------------------------------------------------------- the prebuilt catalog
+# ---------------------------------------------------------------- knob shorthands
 
+
+# Positional shorthands for one configuration's knobs, for tests and probes that name a
+# configuration in code; the catalog itself is data (catalog.toml) and uses none of them.
 
 def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="PERSISTENT",
           splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA", epi_n=0, pdl=1) -> dict[str, str]:
@@ -716,280 +726,8 @@ def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
             "WARPS_K": str(wk), "AHEAD": str(ahead), "CLUSTER_K": str(ck)}
 
 
-#: Configurations a sweep compiles once (in parallel) and times on every shape.  Chosen to span
-#: the regimes: big tiles + clusters for big shapes, pingpong / small tiles for mid shapes,
-#: stream-K for few-tile shapes, narrow split-K tiles for latency-bound ones.
-CATALOG_F32: tuple[tuple[str, dict[str, str]], ...] = (
-    ("sm90_cutlass", _sm90(128, 256, cm=2)),
-    ("sm90_cutlass", _sm90(128, 256, cm=1, swizzle=4)),
-    ("sm90_cutlass", _sm90(128, 128, cm=2)),
-    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(128, 256, cn=2)),
-    ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", pdl=0)),
-    # big outputs with a short K are bound by storing C: a taller tile; ping-pong tiles whose
-    # epilogue overlaps the other warpgroup's mainloop (direct register stores, EPI_NOSMEM, were
-    # 3.6x slower than the TMA store on 16384x16384x256 in the a583743 pick)
-    ("sm90_cutlass", _sm90(256, 128)),
-    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(64, 256, cm=2, sched="PINGPONG")),
-    # 192-column tiles (cuBLASLt's choice on such shapes is 128x160 / 160x64 / 192x64, ncu at ac28280)
-    ("sm90_cutlass", _sm90(128, 192)),
-    ("sm90_cutlass", _sm90(128, 192, cm=2)),
-    ("sm90_cutlass", _sm90(64, 192, sched="PINGPONG")),
-    # store-bound outputs (many tiles, short K): no source operand, so CUTLASS delays each TMA
-    # store by one subtile and the stores overlap the register-to-shared copies (EPI_TMA_NOC);
-    # wider epilogue subtiles; ping-pong 128x192 (192 accumulators per consumer thread). Each of
-    # these won shapes in the 2026-11-29 pick of the 215 shapes of 132+ tiles with K <= 1024
-    # (results/h200/runs/pick-storebound.json.gz), where ping-pong 128x128 with EPI_TMA_NOC was
-    # 1.14x faster than with EPI_TMA (geomean) and 1.20x with 64-column subtiles too. Every other
-    # EPI_TMA entry gets its EPI_TMA_NOC twin below (_with_epilogue_twins).
-    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 128, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 192, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    # 128-column subtiles: a quarter (ping-pong) or half (cooperative) of a tile per TMA store
-    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=128)),
-    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=128)),
-    ("sm90_cutlass", _sm90(128, 256, swizzle=4, epi="EPI_TMA_NOC", epi_n=128)),
-    ("sm90_cutlass", _sm90(256, 128, epi="EPI_TMA_NOC", epi_n=128)),
-    # stream-K: the k-iterations of few or unevenly many tiles spread over every SM
-    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 128, cm=2, scheduler="STREAMK")),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, scheduler="STREAMK")),
-    # split-K, as many splits as fill one wave: few output tiles with a long K (CUTLASS's
-    # stream-K falls back to data-parallel when the tiles are fewer than the SMs)
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=0)),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=0)),
-    ("sm90_cutlass", _sm90(128, 64, tk=128, scheduler="SPLITK", splits=0)),
-    # split-K with a separate parallel reduce kernel: CUTLASS's split-K fixup adds the slices of a
-    # tile in one CTA, one after another, which costs more than it saves when K is long and the
-    # tiles few (cuBLAS splits such shapes and reduces in a second kernel, as these do)
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm90_cutlass", _sm90(128, 128, cm=2, scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm90_cutlass", _sm90(64, 64, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm90_cutlass", _sm90(128, 256, scheduler="SPLITK_REDUCE", splits=0)),
-    # mid-size outputs with a long K (33-131 tiles of 128x128, the 0.97x regime of the 18461aa
-    # bench): one tile per CTA, so tiles of about 12K outputs that keep both consumer warpgroups
-    # busy on every SM (cuBLASLt runs 96 CTAs of 192x64 on 1024x1024x4096, ncu at ac28280), and
-    # split-K over wider tiles
-    ("sm90_cutlass", _sm90(128, 96, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 96, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 128, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 192, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(64, 256, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    # split-K in pairs: on a few output tiles with a long K the CTAs of one K slice read the same
-    # rows of A (or columns of B) from L2; 256x128x16384 in 64x64 tiles moves 32 MB from L2 to
-    # the SMs in about 7 us (5a2b7f0 bench), near the L2's bandwidth. A pair along N multicasts
-    # its A slice, a pair along M its B slice, without the larger tiles' extra partial sums
-    ("sm90_cutlass", _sm90(64, 64, cn=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(64, 64, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(64, 128, cm=2, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 64, cn=2, scheduler="SPLITK_REDUCE", splits=0, epi="EPI_TMA_NOC")),
-    # tall or wide skinny outputs with a long K (12288x64x12288: 96 tiles of 128x64, A alone is
-    # 302 MB): memory-bound, so every SM must stream. 'Fill one wave' gives such shapes one slice
-    # (96 CTAs on 132 SMs); a fixed 4 or 8 slices give 384 or 768 work tiles over the persistent
-    # CTAs (2.9 or 5.8 waves), partial sums a few percent of the bytes of A
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=4, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=8, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=4, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=8, epi="EPI_TMA_NOC")),
-    # clusters of four: one TMA load multicast to four CTAs, a quarter of the L2-to-SM traffic of
-    # the shared operand (cuBLASLt launches clusters of 8 on 1024x1024x4096, ncu at ac28280);
-    # fewer bytes moved per flop also means fewer joules on the power-capped big shapes
-    ("sm90_cutlass", _sm90(128, 256, cm=4, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 128, cm=4, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(64, 128, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(64, 256, cm=4, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    # 64x64 ping-pong in pairs: on shapes of about one wave of 64x64 tiles with K of a few
-    # thousand (e.g. 1024x512x2048: 128 tiles, 67 MB moved from L2 to the SMs in 6.8 us, f49446f
-    # pick) the L2 is the limit; a pair multicasts its shared operand and moves a quarter less
-    ("sm90_cutlass", _sm90(64, 64, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(64, 64, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    # ... and in 2x2 clusters: both operands multicast, half the L2-to-SM bytes of lone 64x64 tiles
-    # (a pair saves a quarter); for the L2-bound shapes of 32 128x128 tiles and K of a few
-    # thousand that still lose to cuBLASLt (1024x512x2048 at 0.89x in the 3abef39 bench)
-    ("sm90_cutlass", _sm90(64, 64, cm=2, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(64, 128, cm=2, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    # compute-bound big shapes where cuBLASLt reaches ~0.97 of roofline and the best of the above
-    # 0.85-0.89 (8192x12288x4096 0.88x, 8192x8192x2048 0.90x in the 6e4ba9c bench): cuBLASLt's
-    # 256x128 tiles in clusters of two; ping-pong 128x192 in pairs; 128x256 pairs with a
-    # swizzled raster (L2 reuse across the wave)
-    ("sm90_cutlass", _sm90(256, 128, cm=2, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(256, 128, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 192, cm=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=4, epi="EPI_TMA_NOC", epi_n=64)),
-    # the same big shapes are power-bound and their power goes to DRAM: ncu at 5360991 on
-    # 8192x12288x4096 saw ping-pong 128x192 (swizzle 1) move 4.0 GB from DRAM (62% of its
-    # bandwidth, L2 hit rate 49%) where cuBLASLt's 128x160 pairs move 0.95 GB (19%, hit rate
-    # 79%), and the SM clock at 1.22 GHz against cuBLASLt's 1.49 GHz for the same cycle count.
-    # With the heuristic raster (along N when the tile rows are as many as the columns) a wave of
-    # 132 tiles spans all of B's columns, so B is read again every wave; swizzle 8 makes a wave a
-    # block of 8 tile rows by ~16 columns, about a third of the bytes
-    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 192, sched="PINGPONG", swizzle=4, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 128, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC", epi_n=128)),
-    ("sm90_cutlass", _sm90(128, 256, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(256, 128, cm=2, swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
-    # 160-column tiles: cuBLASLt's choice on 8192x12288x4096 (nvjet 128x160, 5 stages, clusters of
-    # two; ncu at 5360991) and on 16384x16384x256 (ncu at ac28280); 12288 / 160 = 76.8 columns of
-    # tiles where 192 gives 64, so a grid of 64 x 77 tiles fills its last wave (37.3 waves) better
-    ("sm90_cutlass", _sm90(128, 160, sched="PINGPONG", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 160, sched="PINGPONG", swizzle=8, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(128, 160, cm=2, swizzle=8, epi="EPI_TMA_NOC")),
-    # stream-K on the big long-K shapes: once the picks stopped losing stream-K to the two-stream
-    # deadlock (sweep_gpu, 2026-11-30), 128x256 stream-K won 2048x8192x16384 and 16384x4096x12288
-    # in 20 ms bursts; these add the swizzled tile order of the power-bound picks, 256-row pairs
-    # and 192-column tiles to it
-    ("sm90_cutlass", _sm90(128, 256, scheduler="STREAMK", swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 256, cm=2, scheduler="STREAMK", swizzle=8, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(256, 128, cm=2, scheduler="STREAMK", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(128, 192, scheduler="STREAMK", epi="EPI_TMA_NOC")),
-    # cuBLASLt's recipe on 8192x8192x4096 (ncu at 2c3cbdc: nvjet 256x96, 4 stages, clusters of
-    # two; 816 MB from DRAM against our 128x192 ping-pong's 1,810 MB, and under the power cap a
-    # 1,500 MHz SM clock against our 1,346): 256-row tiles, A or B shared by a cluster pair, and
-    # the 256x192 and 256x64 tiles of the same two-warpgroup split
-    ("sm90_cutlass", _sm90(256, 96, cn=2, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(256, 96, cn=2, swizzle=8, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(256, 96, cm=2, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(256, 96, epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(256, 96, cn=2, scheduler="STREAMK", epi="EPI_TMA_NOC")),
-    ("sm90_cutlass", _sm90(256, 192, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(256, 192, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(256, 64, cn=2, epi="EPI_TMA_NOC", epi_n=64)),
-    # cuBLASLt tiles M = 12288, N <= 256 with 384 rows (ncu: nvjet 384x64 in clusters of two), a
-    # TMA box CUTLASS cannot load (at most 256 rows: "Failed to initialize the TMA descriptor" and
-    # a hang on the H200 at 8e4d7e6). 192-row ping-pong tiles give the same single wave: 12288 /
-    # 192 = 64 tile rows, so 12288x256 is 128 tiles of 192x128 where 128x128 gives 1.45 waves and
-    # 64x128 2.9, and 12288x128 is 128 tiles of 192x64
-    ("sm90_cutlass", _sm90(192, 128, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(192, 128, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(192, 64, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm90_cutlass", _sm90(192, 64, cn=2, sched="PINGPONG", epi="EPI_TMA_NOC", epi_n=64)),
-    ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
-    ("sm80_mma", _mma(128, 128, 32, 2, 2, 4, 8, 1)),
-    ("sm80_mma", _mma(128, 128, 64, 2, 4, 3, 8, 1)),
-    ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
-    ("sm80_mma", _mma(128, 64, 64, 2, 2, 3, 4, 0)),
-    ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0)),
-    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 0)),
-    ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),
-    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
-    ("small_splitk", _mma(32, 128, 64, 1, 4, 3, 4, 0)),
-    ("small_splitk", _mma(64, 128, 32, 2, 2, 4, 4, 0)),
-    ("small_splitk", _mma(16, 128, 64, 1, 4, 3, 4, 0)),
-    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 0, pdl=0)),
-    ("small_splitk", _mma(32, 64, 32, 1, 2, 4, 4, 0)),
-    # cluster split-K: the K slices of a tile in one cluster, added through distributed shared
-    # memory (one launch, no workspace): few tiles with a K of a few hundred to a few thousand,
-    # where one CTA walking all of K is latency-bound (sm_90 only: catalog() leaves them out on
-    # older GPUs). In the 29755a9 pick of the 340 shapes of < 33 tiles (runs/pick-fewtiles.json.gz)
-    # the cluster launch and its two barriers cost about 0.9 us (3.1 us on 64x64x64 against
-    # 2.3 us unclustered): the best of five cluster configurations won 3 shapes (64x64x1024 by
-    # 6 %), and this one was the best of them on 141 shapes; the other four left the catalog
-    ("small_splitk", _mma(16, 64, 64, 1, 2, 3, 4, 1, ck=8)),
-    ("sm80_mma", _mma(64, 64, 64, 2, 2, 4, 4, 0, pdl=0)),
-    # the latency family: narrow tiles for a few output tiles, wide chunks for fewer round trips
-    # on a K of several hundred, 64-row tiles for a few hundred outputs a side
-    ("tiny_mma", _tiny(16, 64, 64, 1, 4)),
-    ("tiny_mma", _tiny(32, 64, 64, 2, 2)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2)),
-    ("tiny_mma", _tiny(16, 128, 64, 1, 4)),
-    ("tiny_mma", _tiny(32, 128, 64, 2, 4)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4)),
-    ("tiny_mma", _tiny(64, 128, 32, 2, 4)),
-    ("tiny_mma", _tiny(32, 32, 64, 1, 2)),
-    # K over the warps of a CTA: a chunk's k-steps in WARPS_K shorter dependent chains
-    ("tiny_mma", _tiny(16, 64, 64, 1, 4, wk=2)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=4)),
-    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2)),
-    # (WARPS_K 2 won 47 of the 323 small shapes re-picked at 4049d3b) the split on wider tiles, more CTAs
-    ("tiny_mma", _tiny(16, 128, 64, 1, 4, wk=2)),
-    ("tiny_mma", _tiny(32, 128, 64, 2, 4, wk=2)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2)),
-    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4)),
-    ("tiny_mma", _tiny(32, 32, 128, 1, 2, wk=4)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 2, wk=4)),
-    # two chunks in flight: a chunk is one round trip to L2 (64x64 took 1.33, 1.72 and 2.54 us at
-    # K = 128, 256 and 512 in the 5a2b7f0 bench), so K = 256 costs about one instead of two
-    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4, ahead=2)),
-    ("tiny_mma", _tiny(32, 32, 128, 1, 2, wk=4, ahead=2)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 2, wk=4, ahead=2)),
-    ("tiny_mma", _tiny(16, 64, 64, 1, 4, wk=2, ahead=2)),
-    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2, ahead=2)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ahead=2)),
-    # K over the CTAs of a cluster (sm_90 only): few tiles with K of 512 to a few thousand, where
-    # one CTA walking K pays a round trip per chunk (64x64: 2.5 us at K = 512, 4.1 us at K = 2048
-    # in the 5a2b7f0 bench); each CTA of eight fetches at most 2 chunks, ~one round trip
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2, ck=8)),
-    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(16, 32, 128, 1, 2, wk=4, ahead=2, ck=8)),
-    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2, ahead=2, ck=8)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ck=4)),
-    # (16x64x128 ck4/ck8 won 19 of 418 re-picked shapes at d4357dd, 64x64x2048 4.6 -> 3.3 us) the
-    # same split on more CTAs' worth of output: wider and taller tiles for a few hundred outputs
-    # a side with K in the thousands, and cluster sizes 2 to 8 for each
-    ("tiny_mma", _tiny(16, 64, 128, 1, 4, wk=2, ahead=2, ck=2)),
-    ("tiny_mma", _tiny(16, 128, 64, 1, 4, wk=2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(16, 128, 64, 1, 4, wk=2, ahead=2, ck=8)),
-    ("tiny_mma", _tiny(32, 64, 64, 1, 4, wk=2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(32, 64, 64, 1, 4, wk=2, ahead=2, ck=8)),
-    ("tiny_mma", _tiny(32, 64, 64, 2, 2, wk=2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(32, 128, 64, 2, 4, wk=2, ahead=2, ck=2)),
-    ("tiny_mma", _tiny(32, 128, 64, 2, 4, wk=2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(32, 128, 64, 2, 4, wk=2, ahead=2, ck=8)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ahead=2, ck=2)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ahead=2, ck=4)),
-    ("tiny_mma", _tiny(64, 64, 64, 2, 2, wk=2, ahead=2, ck=8)),
-    # sm90_ksplit (2026-11-30): mid shapes whose small CUTLASS tiles are fed through L2 at ~100 GB/s
-    # per SM; bigger tiles with K split over a cluster. In the development calls on 20 mid shapes
-    # 64x64 ck2 beat cuBLASLt on 1024x256x4096 and 64x128 ck2 came within 2-6 % of it on
-    # 512x1024x2048, 2048x256x4096 and 1024x512x2048 (our winners then: 0.88-0.97x)
-    ("sm90_ksplit", _ksp(64, 128, 8, 2)),
-    ("sm90_ksplit", _ksp(64, 128, 6, 2)),
-    ("sm90_ksplit", _ksp(64, 64, 8, 2)),
-    ("sm90_ksplit", _ksp(128, 64, 6, 2)),
-    ("sm90_ksplit", _ksp(128, 128, 4, 2)),
-    ("sm90_ksplit", _ksp(64, 256, 4, 2)),
-    ("sm90_ksplit", _ksp(64, 64, 8, 4)),
-    ("sm90_ksplit", _ksp(64, 128, 6, 4)),
-    ("sm90_ksplit", _ksp(64, 128, 6, 1)),
-    ("sm90_ksplit", _ksp(128, 128, 4, 1)),
-    # (64x64 with clusters of 2 and 4 won 39 of the 40 shapes kept at cbd1168) shallower rings,
-    # up to three CTAs per SM, and 8 K slices for the longest K
-    ("sm90_ksplit", _ksp(64, 64, 4, 2)),
-    ("sm90_ksplit", _ksp(64, 64, 4, 4)),
-    ("sm90_ksplit", _ksp(64, 64, 4, 8)),
-    ("sm90_ksplit", _ksp(64, 64, 8, 8)),
-    ("sm90_ksplit", _ksp(64, 128, 8, 4)),
-    # GROUPS 0 (2026-11-30): a second, global level of split-K for few tiles with a long K (e.g.
-    # 128x128x16384, 1024x128x16384: 0.93-0.95x with CUTLASS's SPLITK_REDUCE, two kernels)
-    ("sm90_ksplit", _ksp(64, 64, 8, 2, groups=0)),
-    ("sm90_ksplit", _ksp(64, 64, 8, 4, groups=0)),
-    ("sm90_ksplit", _ksp(64, 128, 6, 2, groups=0)),
-    ("sm90_ksplit", _ksp(128, 64, 6, 2, groups=0)),
-    ("sm90_ksplit", _ksp(128, 128, 4, 1, groups=0)),
-    ("sm90_ksplit", _ksp(128, 128, 4, 2, groups=0)),
-    ("sm90_ksplit", _ksp(64, 128, 6, 1, groups=0)),
-    ("sm90_ksplit", _ksp(64, 64, 8, 1, groups=0)),
-    ("sm90_ksplit", _ksp(64, 64, 4, 1, groups=0)),
-    ("sm90_ksplit", _ksp(64, 64, 4, 2, groups=0)),
-)
+# ---------------------------------------------------------------- twins and siblings
+
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")
 
@@ -1000,58 +738,31 @@ def epilogue_twin(knobs: Mapping[str, str]) -> dict[str, str] | None:
     slices of SPLITK_REDUCE (64 fp32 columns double the subtile's shared memory) or when a
     stream-K / split-K fixup shares the epilogue."""
     if knobs.get("EPILOGUE", "EPI_TMA") != "EPI_TMA" or knobs.get("SCHEDULER") == "SPLITK":
-        return None   # (CUTLASS's split-K never won a shape; it stays as it is)
+        return None   # CUTLASS's split-K never wins a shape: no twin of it is worth a build
     wide = knobs.get("SCHEDULER", "PERSISTENT") == "PERSISTENT" and int(knobs["TILE_N"]) % 64 == 0
     return {**knobs, "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "64" if wide else "0"}
 
 
-def _with_epilogue_twins(entries):
-    """``entries`` plus the EPI_TMA_NOC twin of every sm90 EPI_TMA entry that lacks one."""
+Entry = tuple[str, dict[str, str]]
+
+
+def _with_twins(entries: Sequence[Entry], twin_of: Callable[[str, dict[str, str]], dict[str, str] | None]) -> list[Entry]:
+    """``entries`` plus ``twin_of`` each of them (in their order), where it has one and the list
+    does not hold it yet."""
+    key = lambda fam, knobs: (fam, tuple(sorted(knobs.items())))  # noqa: E731
     out = list(entries)
-    have = {(f, tuple(sorted(k.items()))) for f, k in out}
+    have = {key(f, k) for f, k in out}
     for fam, knobs in entries:
-        # (no twins of the no-PDL comparison builds)
-        twin = epilogue_twin(knobs) if fam == "sm90_cutlass" and knobs.get("PDL") != "0" else None
-        if twin is not None and (fam, tuple(sorted(twin.items()))) not in have:
+        twin = twin_of(fam, knobs)
+        if twin is not None and key(fam, twin) not in have:
             out.append((fam, twin))
-            have.add((fam, tuple(sorted(twin.items()))))
-    return tuple(out)
+            have.add(key(fam, twin))
+    return out
 
 
-CATALOG_F32 = _with_epilogue_twins(CATALOG_F32)
-
-#: The catalog entries that also get a twin launched without PDL. In the f49446f pick
-#: (runs/pick-f32.json) ping-pong 64x64 without PDL was faster than with it on every shape of
-#: 132+ of its tiles with K >= 2048 (1.07-1.14x, geomean per K), slower on short K (0.8x):
-#: CUTLASS's consumer warpgroup that has no tile left triggers the dependent launch at once, so
-#: the next GEMM's CTAs are launched long before this one ends. These are the persistent and
-#: split-K-reduce entries that won shapes of 33+ tiles with K > 1024 in that pick.
-PDL_TWINNED = (
-    "sm90-128x256x64-c1x1-coop-p-st0-sw4-noc-e64", "sm90-128x256x64-c1x1-coop-p-st0-sw4",
-    "sm90-128x128x64-c1x1-coop-p-st0-noc-e64", "sm90-64x128x64-c1x1-pp-p-st0-noc-e64",
-    "sm90-128x256x64-c2x1-coop-p-st0-noc-e64", "sm90-128x192x64-c1x1-pp-p-st0-noc-e64",
-    "sm90-256x128x64-c1x1-coop-p-st0-noc-e64", "sm90-128x128x64-c1x1-pp-p-st0-noc-e64",
-    "sm90-128x256x64-c2x1-coop-p-st0", "sm90-256x128x64-c1x1-coop-p-st0",
-    "sm90-128x192x64-c1x1-pp-p-st0-noc", "sm90-128x256x64-c1x2-coop-p-st0-noc-e64",
-    "sm90-64x64x64-c1x1-pp-p-st0-noc-e64", "sm90-128x128x64-c1x1-coop-splitr0-st0-noc",
-    "sm90-128x192x64-c1x1-pp-p-st0-sw8-noc-e64",
-)
-
-
-def _with_pdl_twins(entries, names):
-    """``entries`` plus a PDL=0 twin of each entry named in ``names`` that lacks one."""
-    out = list(entries)
-    have = {(f, tuple(sorted(k.items()))) for f, k in out}
-    for fam, knobs in entries:
-        if config_name(fam, knobs) in names:
-            twin = {**knobs, "PDL": "0"}
-            if (fam, tuple(sorted(twin.items()))) not in have:
-                out.append((fam, twin))
-                have.add((fam, tuple(sorted(twin.items()))))
-    return tuple(out)
-
-
-CATALOG_F32 = _with_pdl_twins(CATALOG_F32, PDL_TWINNED)
+def _epilogue_twin_of(fam: str, knobs: dict[str, str]) -> dict[str, str] | None:
+    # the no-PDL builds are there to compare launches: they get no epilogue twins
+    return epilogue_twin(knobs) if fam == "sm90_cutlass" and knobs.get("PDL") != "0" else None
 
 
 def sans_epilogue(cfg: "Config") -> tuple:
@@ -1079,41 +790,6 @@ def epilogue_siblings(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]
     """The configurations of ``pool`` that differ from ``cfg`` only in the epilogue knobs: the
     NOC twin is much faster on store-bound shapes and can be slower elsewhere."""
     return differing_only_in(cfg, pool, EPILOGUE_KNOBS)
-
-
-CATALOG_F16: tuple[tuple[str, dict[str, str]], ...] = (
-    ("sm90_cutlass", _sm90(128, 256, cm=2)),
-    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG")),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="STREAMK")),
-    # split-K also shortens the fp16 accumulation chains of a long K (K / splits terms each)
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=0)),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm90_cutlass", _sm90(64, 128, sched="PINGPONG", scheduler="SPLITK_REDUCE", splits=0)),
-    ("sm80_mma", _mma(128, 256, 32, 2, 4, 3, 8, 1)),
-    ("sm80_mma", _mma(64, 128, 64, 2, 2, 3, 4, 0)),
-    ("small_splitk", _mma(32, 64, 64, 1, 2, 3, 4, 0)),
-    ("small_splitk", _mma(64, 64, 64, 2, 2, 3, 4, 0)),
-    ("tiny_mma", _tiny(16, 64, 64, 1, 4)),
-    ("tiny_mma", _tiny(32, 64, 64, 2, 2)),
-)
-
-CATALOG_F16 = _with_epilogue_twins(CATALOG_F16)
-
-# The CUTLASS split-K scheduler hung on the H200 when timed by repeated CUDA-graph replay
-# (2026-11-29 grid pick: 256x12288x12288 with 4 splits never finished; stream-K hung on
-# 512x4096x16384 in the same run). tools/sched_probe.py could not reproduce either in isolation
-# (2026-11-29, results/h200/runs/sched-probe.json: direct calls, graph capture and 30 replays of
-# stream-K, non-deterministic stream-K and split-K 4 on six shapes all finished and matched),
-# after the family learned to size its grid from the real cluster occupancy and to keep every
-# workspace a captured graph may use. Stream-K, which is much faster on K-heavy shapes, is back
-# in the catalog; split-K, which never won there, stays out: `validate` refuses it unless
-# allow_unsafe, so no policy proposes it. A kernel that hangs anyway is a `timeout`.
-CATALOG_UNSAFE: tuple[tuple[str, dict[str, str]], ...] = (
-    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=4)),
-    ("sm90_cutlass", _sm90(128, 128, scheduler="SPLITK", splits=8)),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=4)),
-    ("sm90_cutlass", _sm90(128, 64, scheduler="SPLITK", splits=8)),
-)
 
 
 @dataclass(frozen=True)
@@ -1160,9 +836,53 @@ class Config:
         return Config.of(fam.name, knobs)
 
 
-def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
-    """The prebuilt configurations for ``acc`` that run on ``arch`` (all when arch is None)."""
-    entries = CATALOG_F16 if acc == "f16" else CATALOG_F32
+# ---------------------------------------------------------------- the prebuilt catalog
+
+
+#: The configurations a sweep compiles once and times on every shape, as data (see its head).
+CATALOG_FILE = PACKAGE_DIR / "catalog.toml"
+
+
+def _entry(path: Path, group: str, i: int, raw: object, defaults: Mapping[str, Mapping[str, object]]) -> Entry:
+    """One catalog entry as (family, knobs as strings): the family's entry defaults under the
+    knobs the entry gives. Refuses what would not name one whole configuration."""
+    where = f"{path.name}: {group} entry {i + 1}"
+    if not isinstance(raw, dict) or not isinstance(raw.get("family"), str):
+        raise FamilyError(f"{where} names no family")
+    fam = get_family(raw["family"])
+    knobs = {k: str(v) for k, v in {**defaults.get(fam.name, {}), **raw}.items() if k != "family"}
+    unknown = sorted(set(knobs) - set(fam.knob_names) | ({"ACC"} & set(knobs)))
+    if unknown:
+        raise FamilyError(f"{where}: {fam.name} takes no knob {', '.join(unknown)} here (ACC comes from catalog())")
+    missing = [k for k in fam.knob_names if k != "ACC" and k not in knobs]
+    if missing:
+        raise FamilyError(f"{where}: {fam.name} needs {', '.join(missing)}")
+    return fam.name, knobs
+
+
+def load_catalog_file(path: Path = CATALOG_FILE) -> dict[str, list[Entry]]:
+    """The entry lists of a catalog file, twins added: ``{"f32": ..., "f16": ..., "unsafe": ...}``."""
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise FamilyError(f"{path.name}: cannot read the catalog: {e}") from None
+    defaults = doc.get("entry_defaults", {})
+    groups = {g: [_entry(path, g, i, raw, defaults) for i, raw in enumerate(doc.get("catalog", {}).get(g, []))]
+              for g in ("f32", "f16", "unsafe")}
+    no_pdl = frozenset(doc.get("twins", {}).get("no_pdl", ()))
+    for g in ("f32", "f16"):
+        groups[g] = _with_twins(groups[g], _epilogue_twin_of)
+    groups["f32"] = _with_twins(
+        groups["f32"], lambda fam, knobs: {**knobs, "PDL": "0"} if config_name(fam, knobs) in no_pdl else None)
+    return groups
+
+
+@lru_cache(maxsize=1)
+def _catalog_entries() -> dict[str, list[Entry]]:
+    return load_catalog_file()
+
+
+def _configs(entries: Sequence[Entry], acc: str, arch: str | int | None) -> list[Config]:
     out = []
     for fam, knobs in entries:
         if arch is not None and not get_family(fam).runs_on(cc_of(arch)):
@@ -1171,3 +891,14 @@ def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
             continue  # thread-block clusters: sm_90 and later
         out.append(Config.of(fam, {**knobs, "ACC": acc_knob(acc)}))
     return out
+
+
+def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
+    """The prebuilt configurations for ``acc`` that run on ``arch`` (all when arch is None)."""
+    return _configs(_catalog_entries()["f16" if acc == "f16" else "f32"], acc, arch)
+
+
+def unsafe_catalog(acc: str = "f32") -> list[Config]:
+    """The configurations kept out of every catalog because ``validate`` refuses them without
+    ``allow_unsafe`` (see catalog.toml): for probes of the schedulers they use."""
+    return _configs(_catalog_entries()["unsafe"], acc, None)
