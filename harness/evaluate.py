@@ -106,7 +106,14 @@ class Evaluator:
 
     ``checks`` says how hard the *baselines* are checked ("fast": one seed + graph replay;
     "full": like a candidate); the candidate always gets every check.
+
+    It implements :class:`harness.evaluator_protocol.Evaluator`: it batches (``run_shape``),
+    times on this machine's GPU, and leaves profiling to ``harness.profiling`` (the caller's).
     """
+
+    can_batch = True
+    replays_recording = False
+    own_profiles = False
 
     def __init__(self, arch: str | None = None, baselines: Sequence[str] | str = DEFAULT_BASELINES,
                  mode: str = "offline", timeout_s: float = 60, *, checks: str = "fast", seed: int = 0,

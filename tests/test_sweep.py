@@ -44,6 +44,10 @@ def recorded_file(tmp_path: Path, shapes: list[Shape]) -> Path:
 
 
 class Counting:
+    """An evaluator (harness.evaluator_protocol) that counts its evaluations; one at a time."""
+
+    can_batch = False
+
     def __init__(self, inner):
         self.inner, self.calls = inner, 0
 

@@ -27,14 +27,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, cast
 
+from .. import events as ev_schema
 from ..errors import SessionError
 from ..session import Session, check_shape, sha256_text
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
 from .structure import guard_debug_patch, structure_key
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import Evaluator, ReplayEvaluator
 
 TERMINAL = ("done", "failed", "stopped_final")
 #: track_done reasons that a larger per-track budget on --resume lifts (see _budget)
@@ -191,7 +195,7 @@ def profile_payload(p: Any) -> dict | None:
 class AgentLoop:
     """Runs tracks over one evaluator; see the module docstring."""
 
-    def __init__(self, session: Session, config: LoopConfig, *, policy: Policy, evaluator: Any,
+    def __init__(self, session: Session, config: LoopConfig, *, policy: Policy, evaluator: "Evaluator",
                  policy_factory: Callable[[str], Policy] | None = None):
         self.session = session
         self.config = config
@@ -223,7 +227,7 @@ class AgentLoop:
         t = Track(tid, shape, acc, self.config.baseline)
         self.tracks[tid] = t
         self.order.append(tid)
-        self._emit("track_added", track=tid, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=t.baseline)
+        self._emit(ev_schema.TRACK_ADDED, track=tid, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=t.baseline)
         self._set_state(t, "queued")
         return tid
 
@@ -247,7 +251,7 @@ class AgentLoop:
             if t.state == "stopped" and t.done_reason is None:
                 self._set_state(t, "queued")
         if self._resumed_from is not None:
-            self._emit("session_resumed", from_seq=self._resumed_from)
+            self._emit(ev_schema.SESSION_RESUMED, from_seq=self._resumed_from)
             self._resumed_from = None
         try:
             while not self._stop.is_set():
@@ -293,16 +297,14 @@ class AgentLoop:
                     t.run_started = None
                 if t.state in ("running", "queued", "paused") and t.done_reason is None:
                     self._set_state(t, "stopped")
-            self._emit("session_ended", reason=reason)
+            self._emit(ev_schema.SESSION_ENDED, reason=reason)
 
     # ================================================================== telemetry
     TELEMETRY_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "power_limit_w", "util_pct", "mem_used_mib")
 
     def _maybe_telemetry(self) -> None:
         """A ``telemetry`` event every ``telemetry_s`` seconds (NVML sampler thread, read here)."""
-        from .recorded import RecordedEvaluator
-
-        if not self.config.telemetry_s or isinstance(self.evaluator, RecordedEvaluator):
+        if not self.config.telemetry_s or self.evaluator.replays_recording:
             return  # off, or replaying recorded results (this machine's GPU is not the one measured)
         now = time.monotonic()
         if now < self._telemetry_next:
@@ -323,7 +325,7 @@ class AgentLoop:
         s = self._telemetry.latest() if hasattr(self._telemetry, "latest") else None
         s = s or self._telemetry.sample()
         if s:
-            self._emit("telemetry", **{k: s.get(k) for k in self.TELEMETRY_KEYS})
+            self._emit(ev_schema.TELEMETRY, **{k: s.get(k) for k in self.TELEMETRY_KEYS})
 
     # ================================================================== events
     def _emit(self, type: str, **payload: Any) -> dict:
@@ -344,16 +346,16 @@ class AgentLoop:
         elif state != "running" and t.run_started is not None:
             t.wall_prior += time.monotonic() - t.run_started
             t.run_started = None
-        self._emit("track_state", track=t.id, state=state)
+        self._emit(ev_schema.TRACK_STATE, track=t.id, state=state)
 
     def _error(self, t: Track | None, message: str) -> None:
-        self._emit("error", track=t.id if t else None, message=_one_line(message))
+        self._emit(ev_schema.ERROR, track=t.id if t else None, message=_one_line(message))
 
     def _stage(self, t: Track, step: int, stage: str, status: str, detail: str | None = None) -> None:
         p: dict[str, Any] = {"track": t.id, "step": step, "stage": stage, "status": status}
         if detail:
             p["detail"] = detail
-        self._emit("stage", **p)
+        self._emit(ev_schema.STAGE, **p)
 
     # ================================================================== scheduling
     def _advance(self, t: Track) -> None:
@@ -406,7 +408,7 @@ class AgentLoop:
             return
         t.done_reason = reason
         self._set_state(t, state)
-        self._emit("track_done", track=t.id, reason=reason, best_sha=t.best_sha, best_speedup=t.best_speedup)
+        self._emit(ev_schema.TRACK_DONE, track=t.id, reason=reason, best_sha=t.best_sha, best_speedup=t.best_speedup)
 
     # ================================================================== the state machine
     def _track_gen(self, t: Track) -> Gen:
@@ -441,7 +443,7 @@ class AgentLoop:
 
         def emit(type: str, **payload: Any) -> None:
             emitted.add(type)
-            if type == "llm_call":
+            if type == ev_schema.LLM_CALL:
                 u = payload.get("usage") or {}
                 n = int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
                 t.tokens += n
@@ -518,8 +520,8 @@ class AgentLoop:
         yield from self._evaluate_with_debug(t, step, prop.source or "", None, None, prop, "seed")
 
     def _note_plan(self, ctx: TrackContext, prop: Proposal) -> None:
-        if prop.plan and "plan" not in getattr(ctx, "_emitted", set()):
-            ctx.send("plan", role=prop.role if prop.role != "seed" else "planner", text=prop.plan)
+        if prop.plan and ev_schema.PLAN not in getattr(ctx, "_emitted", set()):
+            ctx.send(ev_schema.PLAN, role=prop.role if prop.role != "seed" else "planner", text=prop.plan)
 
     def _refine(self, t: Track) -> Gen:
         t.step += 1
@@ -562,11 +564,11 @@ class AgentLoop:
             new, diff, err = pr.source, pr.diff, pr.error
             if not pr.ok and not _has_code(prop.patch or ""):
                 # nothing that even looks like code: the reply is unusable, not a bad patch
-                self._emit("patch", track=t.id, step=step, role=prop.role, ok=False, error=err)
+                self._emit(ev_schema.PATCH, track=t.id, step=step, role=prop.role, ok=False, error=err)
                 self._reward_failure(t, step, prop, base_sha, None, "no_patch", err or "no patch")
                 t.feedback = err
                 return
-        self._emit("patch", track=t.id, step=step, role=prop.role, ok=err is None, error=err)
+        self._emit(ev_schema.PATCH, track=t.id, step=step, role=prop.role, ok=err is None, error=err)
         if err is not None:
             self._reward_failure(t, step, prop, base_sha, None, "patch_failed", err)
             t.feedback = err
@@ -595,7 +597,7 @@ class AgentLoop:
             sha = self.session.put_kernel(cand)
             flags = list(cprop.flags) if cprop.flags else list(t.flags)
             d = diff if diff is not None else unified_diff(cparent or "", cand) if cparent is not None else ""
-            self._emit("candidate", track=t.id, step=step, sha=sha, parent=cparent_sha, origin=corigin,
+            self._emit(ev_schema.CANDIDATE, track=t.id, step=step, sha=sha, parent=cparent_sha, origin=corigin,
                        policy=self._policy(t).name, family=cprop.family or t.family, diff=d, flags=flags)
             diff = None
             yield
@@ -634,7 +636,7 @@ class AgentLoop:
                     err = guard_debug_patch(failing_src, new, max_lines=self.config.debug_max_lines)
                     if err is None and new == failing_src:
                         err = "the debug patch changes nothing"
-                self._emit("patch", track=t.id, step=step, role="debugger", ok=err is None, error=err)
+                self._emit(ev_schema.PATCH, track=t.id, step=step, role="debugger", ok=err is None, error=err)
                 if err is not None:
                     kind_r = "patch_failed"
                     self._reward_failure(t, step, dprop, failing_sha, None, kind_r, err)
@@ -661,8 +663,8 @@ class AgentLoop:
             from harness.build import build
 
             # replaying a recording (``--recorded``): a recorded kernel keeps the recording's build
-            recorded = getattr(self.evaluator, "recorded_build", None)
-            b = recorded(src, t.shape, t.acc, flags) if recorded is not None else None
+            ev = self.evaluator
+            b = cast("ReplayEvaluator", ev).recorded_build(src, t.shape, t.acc, flags) if ev.replays_recording else None
             if b is None:
                 b = build(src, arch=self.config.arch, flags=flags).to_dict()
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
@@ -674,7 +676,7 @@ class AgentLoop:
                                                           "severity": "error", "message": msg}],
                  "log": msg, "seconds": 0.0, "cached": False}
         errors = [e for e in (b.get("errors") or [])][:20]
-        self._emit("compiled", track=t.id, step=step, sha=sha, ok=bool(b.get("ok")), ptxas=b.get("ptxas"),
+        self._emit(ev_schema.COMPILED, track=t.id, step=step, sha=sha, ok=bool(b.get("ok")), ptxas=b.get("ptxas"),
                    errors=errors, seconds=round(float(b.get("seconds") or 0.0), 3), cached=bool(b.get("cached")))
         self._stage(t, step, "compile", "end", "ok" if b.get("ok") else "failed")
         if not b.get("ok"):
@@ -693,7 +695,7 @@ class AgentLoop:
             ev["build"] = b
         status = ev.get("status") or "crashed"
         chk = ev.get("check") or {}
-        self._emit("checked", track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
+        self._emit(ev_schema.CHECKED, track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
                    failed=chk.get("failed"), detail=_one_line(chk.get("detail") or ev.get("message") or ""),
                    rel_err=chk.get("rel_err"), bound=chk.get("bound"))
         self._stage(t, step, "check", "end", status)
@@ -703,7 +705,7 @@ class AgentLoop:
         self._stage(t, step, "time", "start")
         times = dict(ev.get("times_ms") or {})
         sp = _speedup(times, t.baseline)
-        self._emit("timed", track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
+        self._emit(ev_schema.TIMED, track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
                    times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp)
         self._stage(t, step, "time", "end")
         return "ok", ev
@@ -721,7 +723,7 @@ class AgentLoop:
             "kind": kind, "parent_sha": parent, "child_sha": child, "usage": usage,
             "baseline": t.baseline, "speedup": speedup, "origin": prop.origin, "plan": prop.plan,
         })
-        self._emit("reward", track=t.id, step=step, sha=child, reward=reward, parts=parts, kind=kind,
+        self._emit(ev_schema.REWARD, track=t.id, step=step, sha=child, reward=reward, parts=parts, kind=kind,
                    role=prop.role, origin=prop.origin, plan=_one_line(prop.plan, 200), speedup=speedup)
 
     def _reward_failure(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None,
@@ -766,8 +768,8 @@ class AgentLoop:
             t.best_stack.append(t.best_sha)
         t.best_sha, t.best_source, t.best_eval, t.best_speedup = sha, src, ev, sp
         t.flags = list(flags)
-        self._emit("best", track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
-        self._emit("decision", track=t.id, sha=sha, action="accept", by=by)
+        self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
+        self._emit(ev_schema.DECISION, track=t.id, sha=sha, action="accept", by=by)
 
     # ------------------------------------------------------------------ delayed profiling
     def _maybe_enable_profiling(self, t: Track, manual: bool = False) -> None:
@@ -783,7 +785,7 @@ class AgentLoop:
             reason = f"structure stable for {t.stable} steps"
         if reason:
             t.profiling_enabled = True
-            self._emit("profiling_enabled", track=t.id, step=t.step, reason=reason)
+            self._emit(ev_schema.PROFILING_ENABLED, track=t.id, step=t.step, reason=reason)
 
     def _profile(self, t: Track) -> Gen:
         step = t.step
@@ -794,9 +796,8 @@ class AgentLoop:
         yield
         payload = None
         try:
-            fn = getattr(self.evaluator, "profile", None)
-            if fn is not None:
-                payload = profile_payload(fn(src, t.shape, t.acc))
+            if self.evaluator.own_profiles:   # a recording's profile, or one a recorder keeps
+                payload = profile_payload(cast("ReplayEvaluator", self.evaluator).profile(src, t.shape, t.acc))
             else:
                 from harness.profiling.api import profile_kernel
 
@@ -810,7 +811,7 @@ class AgentLoop:
         t.profiled_sha = sha
         if payload is not None:
             t.profile = payload
-            self._emit("profiled", track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
+            self._emit(ev_schema.PROFILED, track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
                        metrics=payload.get("metrics") or {}, in_context=True)
         elif not t.profile_error_shown:
             self._error(t, "no profile available for this kernel (no recording / no ncu); the context keeps timings only")
@@ -824,7 +825,7 @@ class AgentLoop:
             t.stable += 1
         else:
             t.stable, t.last_structure = 0, key
-        self._emit("checkpoint", track=t.id, step=t.step, steps_done=t.steps_done, stable=t.stable,
+        self._emit(ev_schema.CHECKPOINT, track=t.id, step=t.step, steps_done=t.steps_done, stable=t.stable,
                    structure=key, tokens=t.tokens, wall_s=round(t.wall_s(), 3), best_sha=t.best_sha,
                    best_speedup=t.best_speedup, profiling_enabled=t.profiling_enabled)
 
@@ -840,7 +841,7 @@ class AgentLoop:
                 continue
             args = {k: v for k, v in cmd.items() if k not in ("name", "track")}
             log_args = {k: (v if k != "source" else f"<{len(str(v))} chars>") for k, v in args.items()}
-            self._emit("command", name=name, track=cmd.get("track"), args=log_args)
+            self._emit(ev_schema.COMMAND, name=name, track=cmd.get("track"), args=log_args)
             try:
                 self._apply(name, cmd.get("track"), args)
             except Exception as e:
@@ -879,7 +880,7 @@ class AgentLoop:
             text = str(a.get("text") or "").strip() or None
             for t in self._targets(tid):
                 t.hint = text
-            self._emit("hint", track=tid, text=text or "")
+            self._emit(ev_schema.HINT, track=tid, text=text or "")
         elif name == "edit":
             src = str(a.get("source") or "")
             for t in self._targets(tid):
@@ -911,7 +912,7 @@ class AgentLoop:
                 t.baseline = value
                 if t.best_eval:
                     t.best_speedup = _speedup(t.best_eval.get("times_ms") or {}, value)
-                    self._emit("best", track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
+                    self._emit(ev_schema.BEST, track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
                                times_ms=dict(t.best_eval.get("times_ms") or {}))
             if tid is None:
                 self.config.baseline = value
@@ -923,7 +924,7 @@ class AgentLoop:
             if value not in ("offline", "server"):
                 raise ValueError("mode must be offline or server")
             self.config.mode = value
-            if hasattr(self.evaluator, "mode"):
+            if self.evaluator.mode is not None:   # None: a recording, timed in its own mode
                 self.evaluator.mode = value
         elif name == "reorder":
             order = [i for i in a.get("order") or [] if i in self.tracks]
@@ -942,7 +943,7 @@ class AgentLoop:
             raise ValueError(f"unknown command {name!r}")
 
     def _decide(self, t: Track, action: str, sha: str) -> None:
-        self._emit("decision", track=t.id, sha=sha, action=action, by="user")
+        self._emit(ev_schema.DECISION, track=t.id, sha=sha, action=action, by="user")
         if action == "accept" and sha != t.best_sha:
             if not self.session.has_kernel(sha):
                 raise ValueError(f"unknown kernel {sha[:12]}")
@@ -960,10 +961,10 @@ class AgentLoop:
         if t.best_sha and t.best_sha != sha:
             t.best_stack.append(t.best_sha)
         t.best_sha, t.best_source, t.best_eval, t.best_speedup, t.flags = sha, src, ev, sp, list(flags)
-        self._emit("best", track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
+        self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
 
     def _bench_server(self, t: Track) -> None:
-        if not t.best_source or not hasattr(self.evaluator, "mode"):
+        if not t.best_source or self.evaluator.mode is None:
             raise ValueError("server-mode timing needs a GPU evaluator with a mode setting")
         old = self.evaluator.mode
         try:
@@ -972,14 +973,14 @@ class AgentLoop:
         finally:
             self.evaluator.mode = old
         times = dict(ev.get("times_ms") or {})
-        self._emit("timed", track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
+        self._emit(ev_schema.TIMED, track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
                    roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=_speedup(times, t.baseline))
 
     # ================================================================== resume
     def _restore(self) -> None:
         """Rebuild tracks and loop state from the session's events (after any stop, incl. kill -9)."""
         events = self.session.events
-        if not any(e.get("type") == "track_added" for e in events):
+        if not any(e.get("type") == ev_schema.TRACK_ADDED for e in events):
             return
         from harness.shapes import Shape
 
@@ -991,7 +992,7 @@ class AgentLoop:
                 current = e
                 typ, tid = e.get("type"), e.get("track")
                 t = self.tracks.get(tid) if tid else None
-                if typ == "track_added":
+                if typ == ev_schema.TRACK_ADDED:
                     if not isinstance(tid, str):
                         raise TypeError("track id")
                     shp = check_shape(e.get("shape"), f"{self.session.path}/events.jsonl: event seq {_shown_seq(e)} (track_added)")
@@ -1003,61 +1004,61 @@ class AgentLoop:
                     continue
                 if t is None:
                     continue
-                if typ in ("candidate", "compiled", "checked", "timed", "best") and not _is_sha(e.get("sha")):
+                if typ in (ev_schema.CANDIDATE, ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED, ev_schema.BEST) and not _is_sha(e.get("sha")):
                     raise ValueError("sha")
                 _check_types(e)
-                if "step" in e and isinstance(e.get("step"), int) and typ in ("stage", "candidate", "reward", "checkpoint"):
+                if "step" in e and isinstance(e.get("step"), int) and typ in (ev_schema.STAGE, ev_schema.CANDIDATE, ev_schema.REWARD, ev_schema.CHECKPOINT):
                     t.step = max(t.step, e["step"])
-                if typ == "track_state":
+                if typ == ev_schema.TRACK_STATE:
                     t.state = e.get("state", t.state)
-                elif typ == "candidate":
+                elif typ == ev_schema.CANDIDATE:
                     cand_flags[e["sha"]] = list(e.get("flags") or [])
                     if e.get("origin") == "seed" and not t.seed_lines and self.session.has_kernel(e["sha"]):
                         t.seed_lines = code_lines(self.session.get_kernel(e["sha"]))
                     if e.get("family"):
                         t.family = e["family"]
-                elif typ == "compiled":
+                elif typ == ev_schema.COMPILED:
                     evals.setdefault(e["sha"], {})["build"] = {"ok": e.get("ok"), "ptxas": e.get("ptxas"), "errors": e.get("errors")}
-                elif typ == "checked":
+                elif typ == ev_schema.CHECKED:
                     evals.setdefault(e["sha"], {}).update(status=e.get("status"), check={
                         "ok": e.get("ok"), "failed": e.get("failed"), "detail": e.get("detail"),
                         "rel_err": e.get("rel_err"), "bound": e.get("bound")})
-                elif typ == "timed":
+                elif typ == ev_schema.TIMED:
                     d = evals.setdefault(e["sha"], {})
                     if e.get("mode", "offline") == self.config.mode or "times_ms" not in d:
                         d.update(times_ms=e.get("times_ms") or {}, roofline_ms=e.get("roofline_ms"))
                     t.known[e["sha"]] = {"eval": d, "speedup": e.get("speedup"), "flags": cand_flags.get(e["sha"], [])}
-                elif typ == "best":
+                elif typ == ev_schema.BEST:
                     if t.best_sha and t.best_sha != e["sha"]:
                         t.best_stack.append(t.best_sha)
                     t.best_sha, t.best_speedup = e["sha"], e.get("speedup")
                     t.baseline = e.get("baseline") or t.baseline
-                elif typ == "reward":
+                elif typ == ev_schema.REWARD:
                     t.history.append(Attempt(e.get("step", 0), e.get("plan") or "", e.get("origin") or "patch",
                                              e.get("kind", ""), e.get("sha"), e.get("speedup"), e.get("reward"),
                                              (e.get("parts") or {}).get("reason", "")[:160]))
-                elif typ == "llm_call":
+                elif typ == ev_schema.LLM_CALL:
                     u = e.get("usage") or {}
                     t.tokens += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
-                elif typ == "profiling_enabled":
+                elif typ == ev_schema.PROFILING_ENABLED:
                     t.profiling_enabled = True
-                elif typ == "profiled" and e.get("in_context"):
+                elif typ == ev_schema.PROFILED and e.get("in_context"):
                     t.profile = {"verdict": e.get("verdict"), "metrics": e.get("metrics") or {}}
                     t.profiled_sha = e.get("sha")
-                elif typ == "hint":
+                elif typ == ev_schema.HINT:
                     t.hint = e.get("text") or None
-                elif typ == "checkpoint":
+                elif typ == ev_schema.CHECKPOINT:
                     t.steps_done = int(e.get("steps_done", t.steps_done))
                     t.stable = int(e.get("stable", 0))
                     t.last_structure = e.get("structure")
                     t.wall_prior = float(e.get("wall_s", t.wall_prior))
-                elif typ == "track_done":
+                elif typ == ev_schema.TRACK_DONE:
                     t.done_reason = e.get("reason") or "done"
         except (TypeError, ValueError, KeyError, AttributeError):
             raise SessionError(f"{self.session.path}/events.jsonl: event seq {_shown_seq(current)} "
                                f"({_shown_type(current)}) has a malformed field; the session file is damaged") from None
         for e in events:  # global hints apply to every track
-            if e.get("type") == "hint" and e.get("track") is None:
+            if e.get("type") == ev_schema.HINT and e.get("track") is None:
                 for t in self.tracks.values():
                     t.hint = e.get("text") or None
         for t in self.tracks.values():
@@ -1085,13 +1086,16 @@ class AgentLoop:
 
 #: (event type, key) -> the types the loop's resume accepts there (None always allowed)
 _RESTORE_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
-    ("track_state", "state"): (str,), ("track_done", "reason"): (str,), ("hint", "text"): (str,),
-    ("best", "speedup"): (int, float), ("timed", "speedup"): (int, float), ("timed", "times_ms"): (dict,),
-    ("timed", "mode"): (str,), ("reward", "reward"): (int, float), ("reward", "plan"): (str,),
-    ("reward", "parts"): (dict,), ("reward", "kind"): (str,), ("reward", "origin"): (str,),
-    ("profiled", "metrics"): (dict,), ("profiled", "verdict"): (str,), ("candidate", "flags"): (list,),
-    ("candidate", "family"): (str,), ("candidate", "origin"): (str,), ("llm_call", "usage"): (dict,),
-    ("checkpoint", "structure"): (str,), ("best", "baseline"): (str,), ("track_added", "baseline"): (str,),
+    (ev_schema.TRACK_STATE, "state"): (str,), (ev_schema.TRACK_DONE, "reason"): (str,),
+    (ev_schema.HINT, "text"): (str,), (ev_schema.BEST, "speedup"): (int, float),
+    (ev_schema.TIMED, "speedup"): (int, float), (ev_schema.TIMED, "times_ms"): (dict,),
+    (ev_schema.TIMED, "mode"): (str,), (ev_schema.REWARD, "reward"): (int, float), (ev_schema.REWARD, "plan"): (str,),
+    (ev_schema.REWARD, "parts"): (dict,), (ev_schema.REWARD, "kind"): (str,), (ev_schema.REWARD, "origin"): (str,),
+    (ev_schema.PROFILED, "metrics"): (dict,), (ev_schema.PROFILED, "verdict"): (str,),
+    (ev_schema.CANDIDATE, "flags"): (list,), (ev_schema.CANDIDATE, "family"): (str,),
+    (ev_schema.CANDIDATE, "origin"): (str,), (ev_schema.LLM_CALL, "usage"): (dict,),
+    (ev_schema.CHECKPOINT, "structure"): (str,), (ev_schema.BEST, "baseline"): (str,),
+    (ev_schema.TRACK_ADDED, "baseline"): (str,),
 }
 
 
@@ -1125,7 +1129,7 @@ def _has_code(reply: str) -> bool:
     return has_patch_markers(reply) or "```" in reply or "l2_hgemm" in reply
 
 
-def make_loop(session: Session, cfg: Any, *, policy: Policy, evaluator: Any,
+def make_loop(session: Session, cfg: Any, *, policy: Policy, evaluator: "Evaluator",
               policy_factory: Callable[[str], Policy] | None = None) -> AgentLoop:
     """Convenience: an AgentLoop from an ``l2tui.config.Config``."""
     return AgentLoop(session, LoopConfig.from_config(cfg), policy=policy, evaluator=evaluator,

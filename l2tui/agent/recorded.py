@@ -32,9 +32,12 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..session import sha256_text
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import Evaluator
 
 NOT_RECORDED = "not_recorded"
 
@@ -86,7 +89,15 @@ def _wrap(d: dict) -> Any:
 
 
 class RecordedEvaluator:
-    """EvaluatorLike that replays recordings; builds with real nvcc."""
+    """A :class:`harness.evaluator_protocol.ReplayEvaluator`: replays recordings, builds with real nvcc.
+
+    It does not batch (each kernel's figures were recorded alone), and its timing mode is the
+    recording's (``mode`` None: a caller cannot switch it to server timing)."""
+
+    can_batch = False
+    replays_recording = True
+    own_profiles = True
+    mode: str | None = None
 
     def __init__(self, path: str | Path, *, arch: str | None = None, build: bool | str = True):
         self.path = Path(path)
@@ -175,10 +186,19 @@ class RecordedEvaluator:
 
 
 class RecordingEvaluator:
-    """Wraps a real evaluator; every result is kept and :meth:`save` writes the recording file."""
+    """Wraps a real evaluator; every result is kept and :meth:`save` writes the recording file.
 
-    def __init__(self, inner: Any, *, meta: dict | None = None, existing: str | Path | None = None):
+    An evaluator (:class:`harness.evaluator_protocol.Evaluator`) that keeps its own profiles, one
+    kernel at a time, in the timing mode it was made with (``mode`` None: not switched)."""
+
+    can_batch = False
+    own_profiles = True
+    mode: str | None = None
+
+    def __init__(self, inner: "Evaluator", *, meta: dict | None = None, existing: str | Path | None = None):
         self.inner = inner
+        self.arch: str | None = inner.arch
+        self.replays_recording: bool = inner.replays_recording
         self.meta = dict(meta or {})
         self.records: dict[str, dict] = {}
         self.profiles: dict[str, dict] = {}
@@ -196,11 +216,14 @@ class RecordingEvaluator:
             self.records[record_key(source, shape, acc)] = d
         return ev
 
+    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Any = ()) -> dict | None:
+        """None: a recorder builds every kernel for real."""
+        return None
+
     def profile(self, source: str, shape: Any, acc: str = "f32") -> Any:
-        fn = getattr(self.inner, "profile", None)
-        if fn is None:
+        if not self.inner.own_profiles:
             return None
-        p = fn(source, shape, acc)
+        p = self.inner.profile(source, shape, acc)
         if p is not None:
             d = json.loads(json.dumps(_to_dict(p), default=str))
             with self._lock:
@@ -208,9 +231,7 @@ class RecordingEvaluator:
         return p
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close:
-            close()
+        self.inner.close()
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)

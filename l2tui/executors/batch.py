@@ -8,15 +8,19 @@ reference, baselines) is paid once per shape instead of once per candidate.
 ``evaluate_many`` returns one ``harness.evaluate.Evaluation`` per item, shaped like
 ``Evaluator.evaluate``'s (the item's time under ``"candidate"``, the baselines beside it), so a
 caller treats a batched result exactly like a single one. A candidate that crashes the worker is
-charged alone: the request is repeated without it. An evaluator without ``run_shape`` (recorded
-evaluations) gets one ``evaluate`` call per item.
+charged alone: the request is repeated without it. An evaluator that does not batch
+(``can_batch`` False, :mod:`harness.evaluator_protocol`: recorded evaluations) gets one
+``evaluate`` call per item.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from harness.shapes import Shape
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import BatchEvaluator, Evaluator
 
 Item = tuple[str, str, Sequence[str]]     # (label, source, nvcc flags)
 
@@ -33,17 +37,23 @@ def _msg(status: str, t: float | None, check: dict | None) -> str:
     return status
 
 
-def evaluate_many(evaluator: Any, items: Sequence[Item], shape: Shape, acc: str = "f32", *,
+def evaluate_many(evaluator: "Evaluator", items: Sequence[Item], shape: Shape, acc: str = "f32", *,
                   baselines: Sequence[str] = ()) -> dict[str, Any]:
     """label -> Evaluation of every item (see the module docstring). ``baselines`` are timed in
     the same request (and reported on every item's Evaluation)."""
     if not items:
         return {}
-    if not hasattr(evaluator, "run_shape"):
+    if not evaluator.can_batch:
         out: dict[str, Any] = {}
         for i, (label, src, flags) in enumerate(items):
             out[label] = evaluator.evaluate(src, shape, acc, flags=tuple(flags), time_baselines=bool(baselines) and i == 0)
         return out
+    return _batched(cast("BatchEvaluator", evaluator), items, shape, acc, baselines)
+
+
+def _batched(evaluator: "BatchEvaluator", items: Sequence[Item], shape: Shape, acc: str,
+             baselines: Sequence[str]) -> dict[str, Any]:
+    """One request for every item that builds (see the module docstring)."""
     from harness.build import build
     from harness.errors import KernelSourceError, ToolMissing
     from harness.evaluate import Evaluation, is_nondeterministic
@@ -96,8 +106,8 @@ def evaluate_many(evaluator: Any, items: Sequence[Item], shape: Shape, acc: str 
             extra = {k: res.get(k) for k in ("p90_ms", "clocks", "autotune", "cublas_variant", "bound", "absent",
                                              "errors", "phases")}
             # the request's worker time, shared equally by its candidates (a track's GPU time adds up)
-            extra.update(label="candidate", mode=getattr(evaluator, "mode", "offline"), batch=n,
-                         timing=getattr(evaluator, "timing", None), seconds=(res.get("seconds") or 0.0) / n)
+            extra.update(label="candidate", mode=evaluator.mode or "offline", batch=n,
+                         timing=evaluator.timing, seconds=(res.get("seconds") or 0.0) / n)
             chained = res.get("times_ms_chained") or {}
             if chained.get(lb) is not None:   # the back-to-back figure, when the timing asked for it
                 extra["times_ms_chained"] = {"candidate": chained[lb],

@@ -8,9 +8,12 @@ or recorded evaluations).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .base import Progress
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import Evaluator
 
 
 def gpu_identity(evaluator: Any) -> dict:
@@ -27,7 +30,7 @@ def gpu_identity(evaluator: Any) -> dict:
 class EvaluatorSlot:
     """A :class:`~l2tui.executors.base.Slot` over one evaluator in this process."""
 
-    def __init__(self, evaluator: Any, *, uuid: str | None = None, name: str | None = None) -> None:
+    def __init__(self, evaluator: "Evaluator", *, uuid: str | None = None, name: str | None = None) -> None:
         self.evaluator = evaluator
         self.uuid = uuid or "local"
         self.name = name or "local GPU"
@@ -43,9 +46,7 @@ class EvaluatorSlot:
         return evaluate_many(self.evaluator, items, shape, acc, baselines=baselines)
 
     def close(self) -> None:
-        close = getattr(self.evaluator, "close", None)
-        if close is not None:
-            close()
+        self.evaluator.close()
 
 
 class LocalExecutor:

@@ -39,9 +39,12 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .base import ExecutorError, Progress, SlotLost
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import EvaluationLike, Evaluator
 
 START_TIMEOUT_S = 600.0      # an actor's Evaluator starts a GPU worker (CUDA init, cuBLAS load)
 
@@ -194,7 +197,11 @@ def _entry_of(br: Any) -> tuple[dict, bytes | None] | None:
 
 
 class GpuActor:
-    """One GPU's evaluator (see the module docstring); its methods take and return plain data."""
+    """One GPU's evaluator (see the module docstring); its methods take and return plain data.
+
+    ``ev`` is the actor-side :class:`harness.evaluator_protocol.Evaluator`: a GPU's
+    ``harness.evaluate.Evaluator``, or recorded evaluations in a simulated GPU; batching
+    (``evaluate_many``) follows its ``can_batch``."""
 
     def __init__(self, spec: dict) -> None:
         import ray
@@ -212,7 +219,7 @@ class GpuActor:
         if spec.get("recorded"):
             from l2tui.agent.recorded import RecordedEvaluator
 
-            self.ev: Any = RecordedEvaluator(spec["recorded"], arch=self.arch)
+            self.ev: Evaluator = RecordedEvaluator(spec["recorded"], arch=self.arch)
             gpu = dict(self.ev.meta.get("gpu") or {})
             gpu["uuid"] = spec.get("uuid") or gpu.get("uuid")
             gpu["replayed_from"] = str(spec["recorded"])
@@ -230,8 +237,8 @@ class GpuActor:
         return self.info
 
     @staticmethod
-    def _plain(ev: Any) -> dict:
-        return ev.to_dict() if hasattr(ev, "to_dict") else dict(ev)
+    def _plain(ev: EvaluationLike) -> dict:
+        return ev.to_dict()
 
     def evaluate(self, source: str, shape: tuple[int, int, int], acc: str, flags: list[str],
                  time_baselines: bool) -> dict:
@@ -255,9 +262,7 @@ class GpuActor:
         return len(entries)
 
     def close(self) -> None:
-        close = getattr(self.ev, "close", None)
-        if close is not None:
-            close()
+        self.ev.close()
 
 
 def _from_dict(d: dict) -> Any:

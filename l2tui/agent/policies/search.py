@@ -46,6 +46,7 @@ from harness.families import (
 )
 from harness.shapes import Shape
 
+from ... import events as ev_schema
 from .base import Failure, Proposal, TrackContext
 from .costmodel import CostModel
 
@@ -186,8 +187,8 @@ class SearchPolicy:
 
     def bind_evaluator(self, evaluator: Any) -> None:
         """The evaluator the pick times on. Only one that checks and times many candidates in one
-        request (``run_shape``: a GPU) is used; recorded evaluations keep the cost-model seed."""
-        self._evaluator = evaluator if hasattr(evaluator, "run_shape") else None
+        request (``can_batch``: a GPU) is used; recorded evaluations keep the cost-model seed."""
+        self._evaluator = evaluator if evaluator.can_batch else None
 
     def _pick(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]]) -> Proposal | None:
         """The pick (``pick.py``): the fastest of the chosen catalog configurations on this GPU,
@@ -204,14 +205,14 @@ class SearchPolicy:
                         siblings=self.pick_kinds)
         if not chosen:
             return None
-        ctx.send("stage", stage="pick", status="start", detail=f"{len(chosen)} catalog configurations")
+        ctx.send(ev_schema.STAGE, stage="pick", status="start", detail=f"{len(chosen)} catalog configurations")
         by_arch: dict[str, list[str]] = {}
         for c in chosen:
             by_arch.setdefault(build_arch_for(c.family, arch), []).append(c.source())
         for a, srcs in by_arch.items():
             build_many(srcs, arch=a)
         evs = evaluate_many(self._evaluator, [(c.name, c.source(), ()) for c in chosen], shape, ctx.acc)
-        ctx.send("stage", stage="pick", status="end")
+        ctx.send(ev_schema.STAGE, stage="pick", status="end")
         timed = sorted(((getattr(e, "times_ms", {}) or {}).get("candidate"), c) for c, e in
                        ((c, evs[c.name]) for c in chosen) if getattr(e, "status", None) == "ok"
                        and (getattr(e, "times_ms", {}) or {}).get("candidate"))
