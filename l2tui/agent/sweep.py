@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 from harness.families import Config, build_arch_for, catalog
 from harness.shapes import Shape
 
+from .. import events as ev_schema
 from .policies.base import Attempt, Failure, Proposal, TrackContext
 from .policies.pick import PickSettings, choose
 from .policies.search import SearchPolicy
@@ -230,14 +231,14 @@ class Sweep:
                 diff = unified_diff(parent, source)
             except ImportError:  # pragma: no cover
                 diff = ""
-        s.append("candidate", track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
+        s.append(ev_schema.CANDIDATE, track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
                  origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
         return sha
 
     def _record(self, ctx: TrackContext, step: int, sha: str, ev: Any, slot: Any) -> None:
         s = self.session
         b = _get(ev, "build")
-        s.append("compiled", track=ctx.track, step=step, sha=sha, ok=bool(_get(b, "ok", False)),
+        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(_get(b, "ok", False)),
                  ptxas=(b.ptxas.to_dict() if getattr(b, "ptxas", None) is not None and hasattr(b.ptxas, "to_dict")
                         else _get(b, "ptxas")),
                  errors=[e.to_dict() if hasattr(e, "to_dict") else e for e in (_get(b, "errors") or [])],
@@ -246,7 +247,7 @@ class Sweep:
         chk = _get(ev, "check") or {}
         extra = _get(ev, "extra") or {}
         if status != "compile_error":
-            s.append("checked", track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
+            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
                      bound=chk.get("bound"), worker_s=extra.get("seconds"), phases=extra.get("phases"),
                      gpu=getattr(slot, "uuid", None), batch=extra.get("batch"))
@@ -266,9 +267,9 @@ class Sweep:
         cfg, s, pol = self.cfg, self.session, self.policy
         track = track_id(shape, acc)
         t0 = time.monotonic()
-        s.append("track_added", track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline,
+        s.append(ev_schema.TRACK_ADDED, track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline,
                  gpu=slot.uuid)
-        s.append("track_state", track=track, state="running")
+        s.append(ev_schema.TRACK_STATE, track=track, state="running")
         ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=cfg.baseline, step=0, arch=cfg.arch)
         res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu or getattr(slot, "name", None),
                           gpu_uuid=slot.uuid)
@@ -280,7 +281,7 @@ class Sweep:
             nonlocal best_src, best_ms, base_ms
             if ev is None:
                 sha = self._announce(ctx, prop, source, parent, step)
-                s.append("stage", track=ctx.track, step=step, stage="compile", status="start")
+                s.append(ev_schema.STAGE, track=ctx.track, step=step, stage="compile", status="start")
                 ev = slot.evaluate(source, shape, acc, flags=tuple(prop.flags), time_baselines=not base_ms)
             else:
                 sha = self._announce(ctx, prop, source, parent, step)
@@ -298,11 +299,11 @@ class Sweep:
             ref = base_ms.get(cfg.baseline)
             speedup = ref / t if (status == "ok" and t and ref) else None
             if status == "ok":
-                s.append("timed", track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
+                s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
                          roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=speedup,
                          gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"))
             reward, parts = self._reward(status, speedup, _get(ev, "check"))
-            s.append("reward", track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
+            s.append(ev_schema.REWARD, track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
             s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
                              "role": prop.role, "policy": "search", "model": None, "messages": prop.messages,
                              "completion": prop.completion, "reward": reward, "parts": parts, "kind": status,
@@ -321,12 +322,12 @@ class Sweep:
                 ctx.times_ms = {**base_ms, **times}
                 ctx.speedup = speedup
                 ctx.evaluation = ev
-                s.append("best", track=track, sha=sha, speedup=speedup, baseline=cfg.baseline,
+                s.append(ev_schema.BEST, track=track, sha=sha, speedup=speedup, baseline=cfg.baseline,
                          times_ms=ctx.times_ms)
 
         # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
         # checked and timed together (with the baselines) in one request on this track's GPU
-        s.append("stage", track=track, step=0, stage="seed", status="start")
+        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="start")
         seed = pol.seed(ctx)
         seeds: list[Proposal] = [seed] if seed.source else []
         arch = cfg.arch or "sm_90a"
@@ -342,7 +343,7 @@ class Sweep:
                                   role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
         res.picked = len(seeds)
         if seeds:
-            s.append("plan", track=track, step=0, role="planner",
+            s.append(ev_schema.PLAN, track=track, step=0, role="planner",
                      text=f"pick: timing {len(seeds)} catalog configurations together on {slot.uuid}: "
                           + ", ".join((Config.from_source(p.source).name if Config.from_source(p.source) else "seed")
                                       for p in seeds))
@@ -350,12 +351,12 @@ class Sweep:
             if cfg.build_batches:
                 self._build([p.source for p in seeds])
             res.build_s += time.monotonic() - t_build
-            s.append("stage", track=track, step=0, stage="compile", status="start")
+            s.append(ev_schema.STAGE, track=track, step=0, stage="compile", status="start")
             items = [(f"pick{i}", p.source, tuple(p.flags)) for i, p in enumerate(seeds)]
             evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline,))
             for (label, _, _), p in zip(items, seeds):
                 consider(p, p.source, None, 0, ev=evs[label])
-        s.append("stage", track=track, step=0, stage="seed", status="end")
+        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")
         # refinement steps
         stale = 0
         for step in range(1, cfg.steps + 1):
@@ -373,7 +374,7 @@ class Sweep:
                     sources.append((p, p.source))
                 else:
                     r = apply_patch(best_src, p.patch or "", allow_rewrite=False)
-                    s.append("patch", track=track, step=step, role="coder", ok=r.ok, error=r.error)
+                    s.append(ev_schema.PATCH, track=track, step=step, role="coder", ok=r.ok, error=r.error)
                     if r.ok:
                         sources.append((p, r.source))
             t_build = time.monotonic()
@@ -398,9 +399,9 @@ class Sweep:
                 wdir = self.out_dir / WINNERS_DIR
                 wdir.mkdir(parents=True, exist_ok=True)
                 (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
-        s.append("track_done", track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
+        s.append(ev_schema.TRACK_DONE, track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
                  best_speedup=res.speedup, gpu=slot.uuid)
-        s.append("track_state", track=track, state="done" if best_src else "failed")
+        s.append(ev_schema.TRACK_STATE, track=track, state="done" if best_src else "failed")
         return res
 
     @staticmethod
@@ -472,7 +473,7 @@ class Sweep:
                         left = len(live)
                         inflight[0] -= 1
                         cond.notify_all()
-                    self.session.append("track_state", track=tid, state="queued", requeued=True, gpu=slot.uuid,
+                    self.session.append(ev_schema.TRACK_STATE, track=tid, state="queued", requeued=True, gpu=slot.uuid,
                                         reason=str(e))
                     self.progress(f"{e}; {tid} goes back to the queue ({left} GPU(s) left)")
                     return

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import events as ev_schema
+
 NAME = "run"
 HELP = "run the agent loop (headless: progress lines and a summary)"
 
@@ -78,8 +80,10 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
 class Progress:
     """One line per interesting event (stdout, flushed)."""
 
-    SHOW = {"track_added", "candidate", "compiled", "checked", "timed", "patch", "reward", "best",
-            "profiling_enabled", "profiled", "error", "track_done", "llm_retry", "llm_call", "session_resumed", "hint"}
+    SHOW = {ev_schema.TRACK_ADDED, ev_schema.CANDIDATE, ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED,
+            ev_schema.PATCH, ev_schema.REWARD, ev_schema.BEST, ev_schema.PROFILING_ENABLED, ev_schema.PROFILED,
+            ev_schema.ERROR, ev_schema.TRACK_DONE, ev_schema.LLM_RETRY, ev_schema.LLM_CALL,
+            ev_schema.SESSION_RESUMED, ev_schema.HINT}
 
     def __init__(self, quiet: bool = False, out: Any = None):
         self.quiet = quiet
@@ -99,47 +103,47 @@ class Progress:
         head = f"[{ts}] {e.get('track') or '-':<20} "
         step = f"step {e['step']:>2} " if isinstance(e.get("step"), int) else ""
         sha = (e.get("sha") or "")[:10]
-        if typ == "track_added":
+        if typ == ev_schema.TRACK_ADDED:
             return head + f"added (baseline {e.get('baseline')})"
-        if typ == "candidate":
+        if typ == ev_schema.CANDIDATE:
             return head + step + f"candidate {sha} ({e.get('origin')}, {e.get('policy')})"
-        if typ == "compiled":
+        if typ == ev_schema.COMPILED:
             if e.get("ok"):
                 p = e.get("ptxas") or {}
                 return head + step + f"compiled in {_fmt(e.get('seconds'), '.1f')} s{' (cached)' if e.get('cached') else ''}: {p.get('registers', '?')} regs, {p.get('smem_bytes', '?')} B smem"
             errs = [x for x in e.get("errors") or [] if x.get("severity") != "warning"]
             first = errs[0].get("message", "") if errs else ""
             return head + step + f"compile error: {first[:120]}"
-        if typ == "checked":
+        if typ == ev_schema.CHECKED:
             return head + step + ("check ok" if e.get("ok") else f"check {e.get('status')}: {(e.get('detail') or '')[:120]}") + (
                 f" (rel_err {_fmt(e.get('rel_err'), '.2e')})" if e.get("rel_err") is not None else "")
-        if typ == "timed":
+        if typ == ev_schema.TIMED:
             t = e.get("times_ms") or {}
             return head + step + f"{_fmt(t.get('candidate'), '.4f')} ms, {_fmt(e.get('speedup'))}x vs {e.get('baseline')} ({e.get('mode')})"
-        if typ == "patch":
+        if typ == ev_schema.PATCH:
             return head + step + f"{e.get('role')} patch " + ("applied" if e.get("ok") else f"failed: {(e.get('error') or '').splitlines()[0][:140]}")
-        if typ == "reward":
+        if typ == ev_schema.REWARD:
             return head + step + f"reward {_fmt(e.get('reward'))} ({e.get('kind')}, {e.get('role')})"
-        if typ == "best":
+        if typ == ev_schema.BEST:
             sp = f"{_fmt(e.get('speedup'))}x vs {e.get('baseline')}" if e.get("speedup") is not None else "speedup unknown"
             return head + f"new best {sha}: {sp}"
-        if typ == "profiling_enabled":
+        if typ == ev_schema.PROFILING_ENABLED:
             return head + step + f"profiling enters the context ({e.get('reason')})"
-        if typ == "profiled":
+        if typ == ev_schema.PROFILED:
             return head + step + f"profiled {sha}: {e.get('verdict')}"
-        if typ == "error":
+        if typ == ev_schema.ERROR:
             return head + f"error: {e.get('message')}"
-        if typ == "track_done":
+        if typ == ev_schema.TRACK_DONE:
             return head + f"done ({e.get('reason')}), best {_fmt(e.get('best_speedup'))}x"
-        if typ == "llm_retry":
+        if typ == ev_schema.LLM_RETRY:
             return head + step + f"{e.get('role')}: {e.get('error')}; retry {e.get('attempt')} in {_fmt(e.get('delay_s'), '.1f')} s"
-        if typ == "llm_call":
+        if typ == ev_schema.LLM_CALL:
             u = e.get("usage") or {}
             status = "ok" if e.get("ok") else f"failed: {e.get('error')}"
             return head + step + f"{e.get('role')} call {status} ({u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens, {_fmt(e.get('seconds'), '.1f')} s)"
-        if typ == "session_resumed":
+        if typ == ev_schema.SESSION_RESUMED:
             return f"[{ts}] resumed the session after event {e.get('from_seq')}"
-        if typ == "hint":
+        if typ == ev_schema.HINT:
             return head + f"hint: {e.get('text')}"
         return None
 
@@ -153,18 +157,18 @@ def summary(session: Any) -> str:
             continue
         d = tracks.setdefault(tid, {"state": "", "best": None, "sha": None, "steps": 0, "tokens": 0, "reason": "", "baseline": ""})
         typ = e["type"]
-        if typ == "track_added":
+        if typ == ev_schema.TRACK_ADDED:
             d["baseline"] = e.get("baseline")
-        elif typ == "track_state":
+        elif typ == ev_schema.TRACK_STATE:
             d["state"] = e.get("state")
-        elif typ == "best":
+        elif typ == ev_schema.BEST:
             d["best"], d["sha"], d["baseline"] = e.get("speedup"), e.get("sha"), e.get("baseline")
-        elif typ == "checkpoint":
+        elif typ == ev_schema.CHECKPOINT:
             d["steps"] = e.get("steps_done", d["steps"])
-        elif typ == "llm_call":
+        elif typ == ev_schema.LLM_CALL:
             u = e.get("usage") or {}
             d["tokens"] += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
-        elif typ == "track_done":
+        elif typ == ev_schema.TRACK_DONE:
             d["reason"] = e.get("reason")
     rewards = session.rewards()
     lines = [f"session {session.path}", f"{'track':<22} {'state':<8} {'steps':>5} {'best':>8}  {'baseline':<18} {'tokens':>8}  kernel        reason"]

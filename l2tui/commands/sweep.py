@@ -22,6 +22,8 @@ import argparse
 import time
 from pathlib import Path
 
+from .. import events as ev_schema
+
 NAME = "sweep"
 HELP = "run the search policy over many shapes (headless, resumable, progress with ETA)"
 
@@ -93,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
 
         session = Session.open(session_dir)
         saved = dict((session.config or {}).get("sweep", {}))
-        session.append("session_resumed", from_seq=session.events[-1]["seq"] if session.events else 0)
+        session.append(ev_schema.SESSION_RESUMED, from_seq=session.events[-1]["seq"] if session.events else 0)
         spec = spec or saved.get("shapes")
         accs = tuple(args.acc or saved.get("accs") or accs)
     shapes = resolve_shapes(spec, default="grid")
@@ -195,7 +197,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
     sps = [r.get("speedup") for r in done if r.get("speedup")]
     g = geomean(sps)
     wins = sum(1 for x in sps if x > 1)
-    session.append("session_ended", reason="sweep done")
+    session.append(ev_schema.SESSION_ENDED, reason="sweep done")
     if sweep.requeued:
         say(f"{len(sweep.requeued)} track(s) started again on another GPU after theirs was lost: "
             + ", ".join(f"{t} (lost {u})" for t, u in sweep.requeued))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from harness.shapes import Shape
+from l2tui import events as ev_schema
 from l2tui.errors import SessionError
 from l2tui.session import check_shape
 
@@ -99,11 +100,11 @@ def _check_fields(ev: dict) -> None:
     for key in ("baseline", "mode", "origin", "policy", "acc"):
         if ev.get(key) is not None and not isinstance(ev.get(key), str):
             raise _damaged(ev, key)
-    if typ == "candidate":
+    if typ == ev_schema.CANDIDATE:
         flags = ev.get("flags")
         if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
             raise _damaged(ev, "flags")
-    if typ == "timed":
+    if typ == ev_schema.TIMED:
         times = ev.get("times_ms")
         if times is not None and not isinstance(times, dict):
             raise _damaged(ev, "times_ms")
@@ -125,9 +126,9 @@ def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
 
     for ev in events:
         typ = ev.get("type")
-        if typ in ("track_added", "candidate", "timed"):
+        if typ in (ev_schema.TRACK_ADDED, ev_schema.CANDIDATE, ev_schema.TIMED):
             _check_fields(ev)
-        if typ == "track_added":
+        if typ == ev_schema.TRACK_ADDED:
             tid = ev.get("track")
             shp = ev.get("shape")
             if isinstance(tid, str):
@@ -143,16 +144,16 @@ def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
         if t is None:
             continue
         sha = ev.get("sha")
-        if typ == "candidate" and isinstance(sha, str):
+        if typ == ev_schema.CANDIDATE and isinstance(sha, str):
             t.candidates.setdefault(sha, ev)
-        elif typ == "checked" and isinstance(sha, str):
+        elif typ == ev_schema.CHECKED and isinstance(sha, str):
             ok = bool(ev.get("ok"))
             t.check_ok[sha] = t.check_ok.get(sha, True) and ok
             if ok == t.check_ok[sha]:  # the last passing check, or the last failure
                 t.check_last[sha] = ev
-        elif typ == "timed" and isinstance(sha, str):
+        elif typ == ev_schema.TIMED and isinstance(sha, str):
             t.timings.setdefault(sha, {})[str(ev.get("mode") or "offline")] = ev
-        elif typ == "decision" and isinstance(sha, str):
+        elif typ == ev_schema.DECISION and isinstance(sha, str):
             action = ev.get("action")
             if action == "accept":
                 t.accepted = sha

@@ -13,6 +13,8 @@ import bisect
 import re
 from dataclasses import dataclass
 
+from .. import events as ev_schema
+
 SPEEDS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100)
 
 
@@ -132,7 +134,7 @@ class ReplayClock:
         rng = range(self.pos, self.total) if direction > 0 else range(self.pos - 2, -1, -1)
         for i in rng:
             ev = self.events[i]
-            if ev.get("type") == "stage" and ev.get("status") == "start" and ev.get("stage") in ("generate", "plan", "seed", "code") \
+            if ev.get("type") == ev_schema.STAGE and ev.get("status") == "start" and ev.get("stage") in ("generate", "plan", "seed", "code") \
                     and (track is None or ev.get("track") == track):
                 return i + 1
         return self.total if direction > 0 else 0

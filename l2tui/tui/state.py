@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .. import events as ev_schema
+
 TRACK_STATES = ("queued", "running", "paused", "done", "failed", "stopped")
 CANDIDATE_LABEL = "candidate"
 LOG_LIMIT = 5000
@@ -249,7 +251,7 @@ class SessionModel:
         changes.events += 1
         tr: Track | None
 
-        if typ == "session_started":
+        if typ == ev_schema.SESSION_STARTED:
             self.config = dict(ev.get("config") or {})
             self.gpu = dict(ev.get("gpu") or {})
             self.versions = dict(ev.get("versions") or {})
@@ -257,14 +259,14 @@ class SessionModel:
             self.mode = str(self.config.get("mode") or self.mode)
             changes.session = True
             self._log(changes, ev, "session", f"session started on {self.gpu.get('name') or 'no GPU'}")
-        elif typ == "session_resumed":
+        elif typ == ev_schema.SESSION_RESUMED:
             changes.session = True
             self._log(changes, ev, "session", f"session resumed from event {ev.get('from_seq')}")
-        elif typ == "session_ended":
+        elif typ == ev_schema.SESSION_ENDED:
             self.ended = str(ev.get("reason") or "ended")
             changes.session = True
             self._log(changes, ev, "session", f"session ended: {self.ended}")
-        elif typ == "track_added":
+        elif typ == ev_schema.TRACK_ADDED:
             tid = ev.get("track")
             if not isinstance(tid, str):
                 return
@@ -277,12 +279,12 @@ class SessionModel:
             changes.added_tracks = True
             changes.tracks.add(tid)
             self._log(changes, ev, "track", f"added, baseline {tr.baseline or '—'}", tid)
-        elif typ == "track_state":
+        elif typ == ev_schema.TRACK_STATE:
             tr = self._track(ev, changes)
             if tr is not None:
                 tr.state = str(ev.get("state") or tr.state)
                 self._log(changes, ev, "state", tr.state, tr.id)
-        elif typ == "stage":
+        elif typ == ev_schema.STAGE:
             tr = self._track(ev, changes)
             if tr is not None:
                 tr.step = int(ev.get("step", tr.step) or 0)
@@ -291,7 +293,7 @@ class SessionModel:
                 if tr.stage_status == "start":
                     detail = f" — {ev['detail']}" if ev.get("detail") else ""
                     self._log(changes, ev, "stage", f"#{tr.step} {tr.stage}{detail}", tr.id)
-        elif typ == "candidate":
+        elif typ == ev_schema.CANDIDATE:
             tr = self._track(ev, changes)
             if tr is None:
                 return
@@ -311,7 +313,7 @@ class SessionModel:
             nlines = sum(1 for ln in c.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---"))
             self._log(changes, ev, "candidate",
                       f"#{c.step} candidate {c.sha[:10]} ({c.origin}, {c.policy or '?'}; {nlines} changed lines)", tr.id)
-        elif typ in ("compiled", "checked", "timed", "profiled"):
+        elif typ in (ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED, ev_schema.PROFILED):
             tr = self._track(ev, changes)
             if tr is None:
                 return
@@ -320,22 +322,22 @@ class SessionModel:
                 return
             setattr(c, typ, dict(ev))
             self._log(changes, ev, typ, _describe_measure(typ, ev), tr.id)
-            if typ == "timed":
+            if typ == ev_schema.TIMED:
                 sp = ev.get("speedup")
                 tr.history.append((int(ev.get("step", c.step) or 0), float(sp) if isinstance(sp, (int, float)) else None))
                 if ev.get("mode"):
                     self.mode = str(ev["mode"])
-        elif typ == "profiling_enabled":
+        elif typ == ev_schema.PROFILING_ENABLED:
             tr = self._track(ev, changes)
             if tr is not None:
                 tr.profiling_step = int(ev.get("step", tr.step) or 0)
                 tr.profiling_reason = str(ev.get("reason") or "")
                 self._log(changes, ev, "profile", f"NCU metrics enter the model's context ({tr.profiling_reason})", tr.id)
-        elif typ == "plan":
+        elif typ == ev_schema.PLAN:
             tr = self._track(ev, changes)
             text = str(ev.get("text") or "").strip()
             self._log(changes, ev, "plan", f"{ev.get('role', 'planner')}: {text}", tr.id if tr else None)
-        elif typ == "llm_delta":
+        elif typ == ev_schema.LLM_DELTA:
             tr = self._track(ev, changes)
             key = (ev.get("track"), ev.get("role"))
             buf = self._streams.get(key, "") + str(ev.get("text") or "")
@@ -343,7 +345,7 @@ class SessionModel:
             for ln in lines:
                 self._log(changes, ev, "llm", f"{ev.get('role', 'llm')}› {ln}", tr.id if tr else None)
             self._streams[key] = rest
-        elif typ == "llm_call":
+        elif typ == ev_schema.LLM_CALL:
             tr = self._track(ev, changes)
             key = (ev.get("track"), ev.get("role"))
             rest = self._streams.pop(key, "")
@@ -355,11 +357,11 @@ class SessionModel:
                       f"{ev.get('role')} {ev.get('model')}: {usage.get('prompt_tokens', '?')}+"
                       f"{usage.get('completion_tokens', '?')} tokens, {float(ev.get('seconds') or 0):.1f}s, {ok}",
                       tr.id if tr else None)
-        elif typ == "patch":
+        elif typ == ev_schema.PATCH:
             tr = self._track(ev, changes)
             msg = "patch applied" if ev.get("ok") else f"patch failed: {ev.get('error')}"
             self._log(changes, ev, "patch", msg, tr.id if tr else None)
-        elif typ == "reward":
+        elif typ == ev_schema.REWARD:
             tr = self._track(ev, changes)
             if tr is None:
                 return
@@ -370,7 +372,7 @@ class SessionModel:
             self._log(changes, ev, "reward",
                       f"#{ev.get('step')} reward {r:+.3f} ({ev.get('kind')})" if isinstance(r, (int, float))
                       else f"#{ev.get('step')} reward ({ev.get('kind')})", tr.id)
-        elif typ == "best":
+        elif typ == ev_schema.BEST:
             tr = self._track(ev, changes)
             if tr is None:
                 return
@@ -387,7 +389,7 @@ class SessionModel:
                 self.best_over_time.append((self.elapsed(t if isinstance(t, (int, float)) else None), gm))
             changes.best = True
             self._log(changes, ev, "best", f"new best {fmt_speedup(tr.best_speedup)} vs {tr.baseline} ({str(tr.best_sha)[:10]})", tr.id)
-        elif typ == "decision":
+        elif typ == ev_schema.DECISION:
             tr = self._track(ev, changes)
             if tr is None:
                 return
@@ -400,7 +402,7 @@ class SessionModel:
                 if action == "unpin":
                     tr.pinned.discard(sha)
             self._log(changes, ev, "decision", f"{action} {str(sha)[:10]} by {ev.get('by')}", tr.id)
-        elif typ == "command":
+        elif typ == ev_schema.COMMAND:
             tid = ev.get("track")
             args = {k: v for k, v in ev.items() if k not in ("seq", "time", "type", "name", "track")}
             if isinstance(args.get("args"), dict):
@@ -414,22 +416,22 @@ class SessionModel:
             if isinstance(tid, str):
                 changes.tracks.add(tid)
             changes.session = True
-        elif typ == "hint":
+        elif typ == ev_schema.HINT:
             tid = ev.get("track")
             if isinstance(tid, str) and tid in self.tracks:
                 self.tracks[tid].hint = str(ev.get("text") or "")
                 changes.tracks.add(tid)
             self._log(changes, ev, "hint", f"hint: {ev.get('text')}", tid if isinstance(tid, str) else None)
-        elif typ == "telemetry":
+        elif typ == ev_schema.TELEMETRY:
             self.telemetry = {k: v for k, v in ev.items() if k not in ("seq", "type")}
             changes.telemetry = True
-        elif typ == "error":
+        elif typ == ev_schema.ERROR:
             tid = ev.get("track")
             if isinstance(tid, str) and tid in self.tracks:
                 self.tracks[tid].error = str(ev.get("message"))
                 changes.tracks.add(tid)
             self._log(changes, ev, "error", f"error: {ev.get('message')}", tid if isinstance(tid, str) else None)
-        elif typ == "track_done":
+        elif typ == ev_schema.TRACK_DONE:
             tr = self._track(ev, changes)
             if tr is None:
                 return
@@ -484,7 +486,7 @@ def _acc_from_id(tid: str) -> str:
 
 def _describe_measure(typ: str, ev: dict) -> str:
     step = ev.get("step")
-    if typ == "compiled":
+    if typ == ev_schema.COMPILED:
         if not ev.get("ok"):
             errs = ev.get("errors") or []
             first = errs[0].get("message") if errs and isinstance(errs[0], dict) else (errs[0] if errs else "")
@@ -494,15 +496,15 @@ def _describe_measure(typ: str, ev: dict) -> str:
         return (f"#{step} compiled in {float(ev.get('seconds') or 0):.1f}s{cached}: {p.get('registers', '?')} regs, "
                 f"{p.get('smem_bytes', 0) // 1024 if isinstance(p.get('smem_bytes'), int) else '?'} KiB smem, "
                 f"spills {p.get('spill_store_bytes', 0)}/{p.get('spill_load_bytes', 0)} B")
-    if typ == "checked":
+    if typ == ev_schema.CHECKED:
         if ev.get("ok"):
             return f"#{step} check ok (rel err {ev.get('rel_err', 0):.2e} ≤ {ev.get('bound', 0):.2e})"
         return f"#{step} check failed: {ev.get('status')} {ev.get('failed') or ''} {_short(ev.get('detail') or '')}"
-    if typ == "timed":
+    if typ == ev_schema.TIMED:
         tm = ev.get("times_ms") or {}
         return (f"#{step} timed ({ev.get('mode', 'offline')}): {fmt_ms(tm.get(CANDIDATE_LABEL))}, "
                 f"{fmt_speedup(ev.get('speedup'))} vs {ev.get('baseline')}")
-    if typ == "profiled":
+    if typ == ev_schema.PROFILED:
         ctx = " → in context" if ev.get("in_context") else ""
         return f"#{step} profiled: {ev.get('verdict')}{ctx}"
     return typ

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import events as ev_schema
 from .. import context as C
 from ..llm_client import LLMClient, LLMResult
 from ..patches import extract_rewrite
@@ -66,10 +67,10 @@ class LLMPolicy:
     def _call(self, ctx: TrackContext, role: str, messages: list[dict]) -> LLMResult:
         res = self.client.chat(
             messages, role=role,
-            on_delta=lambda text: ctx.send("llm_delta", role=role, text=text),
-            on_retry=lambda n, why, delay: ctx.send("llm_retry", role=role, attempt=n, error=why, delay_s=round(delay, 3)),
+            on_delta=lambda text: ctx.send(ev_schema.LLM_DELTA, role=role, text=text),
+            on_retry=lambda n, why, delay: ctx.send(ev_schema.LLM_RETRY, role=role, attempt=n, error=why, delay_s=round(delay, 3)),
         )
-        ctx.send("llm_call", role=role, model=self.client.model, usage=dict(res.usage), seconds=round(res.seconds, 3),
+        ctx.send(ev_schema.LLM_CALL, role=role, model=self.client.model, usage=dict(res.usage), seconds=round(res.seconds, 3),
                  ok=res.ok, error=res.error, attempts=res.attempts)
         return res
 
@@ -101,7 +102,7 @@ class LLMPolicy:
                              origin="patch", role="planner", model=self.model,
                              error=f"planner call failed: {plan_res.error}")]
         plan = plan_res.text.strip()
-        ctx.send("plan", role="planner", text=_shown_plan(plan))
+        ctx.send(ev_schema.PLAN, role="planner", text=_shown_plan(plan))
         rewrite = wants_rewrite(plan)
         coder_msgs = msgs + [
             {"role": "assistant", "content": plan},
@@ -118,7 +119,7 @@ class LLMPolicy:
         prop.patch = code_res.text
         prop.flags, note = choose_flags(code_res.text, ctx.allowed_flags, ctx.flags)
         if note:
-            ctx.send("plan", role="compiler", text=note)
+            ctx.send(ev_schema.PLAN, role="compiler", text=note)
         return [prop]
 
     def debug(self, ctx: TrackContext, failure: Failure) -> Proposal:

@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
+from ... import events as ev_schema
 from ..replay import ReplayClock, Seek
 
 FLUSH_HZ = 15
@@ -124,7 +125,7 @@ class LiveFeed(EventFeed):
         from harness.profiling.telemetry import TelemetrySampler
 
         def on_sample(s: dict) -> None:
-            self.push({"type": "telemetry", **{k: v for k, v in s.items() if k != "throttle"}})
+            self.push({"type": ev_schema.TELEMETRY, **{k: v for k, v in s.items() if k != "throttle"}})
 
         sampler = TelemetrySampler(hz=self.telemetry_hz, on_sample=on_sample)
         if not sampler.available:
