@@ -1,0 +1,253 @@
+"""l2tui.events: typed records for every event, validated on write and on load, round trips byte-exact."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from l2tui import events as E
+from l2tui.errors import SessionError
+from l2tui.session import EVENTS_FILE, Session
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = sorted((ROOT / "tests" / "fixtures" / "sessions").glob("**/events.jsonl"))
+SHA = "ab" * 32
+SECRET_LOOKING = "VALUE-THAT-MUST-NOT-BE-ECHOED"
+
+
+def _line(obj: dict) -> str:
+    """The bytes the session writes for one event (Session._line)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _new(tmp_path: Path) -> Session:
+    return Session.create(tmp_path / "s", config={"policy": "search"}, gpu={"name": "GPU"}, versions={"l2tui": "t"})
+
+
+def test_fixture_sessions_exist():
+    assert len(FIXTURES) >= 3
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.parent.name)
+def test_every_recorded_event_is_a_known_type_and_round_trips_byte_for_byte(path):
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    for line in lines:
+        obj = json.loads(line)
+        ev = E.parse(obj)
+        assert not isinstance(ev, E.GenericEvent), obj["type"]
+        assert isinstance(ev, E.EVENT_TYPES[obj["type"]])
+        assert _line(E.to_dict(ev)) == _line(obj)
+        assert list(E.to_dict(ev)) == list(obj)  # same keys, same order
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.parent.name)
+def test_fixture_sessions_open_unchanged_and_typed(tmp_path, path):
+    dst = tmp_path / path.parent.name
+    shutil.copytree(path.parent, dst)
+    before = (dst / EVENTS_FILE).read_bytes()
+    s = Session.open(dst)
+    assert (dst / EVENTS_FILE).read_bytes() == before
+    assert [E.to_dict(r) for r in s.records] == s.events
+    assert s.schema == 1  # recorded before the schema field: version 1
+    assert isinstance(s.records[0], E.SessionStarted) and s.records[0].gpu == s.events[0]["gpu"]
+
+
+def test_typed_fields_read_as_written():
+    ev = E.parse({"seq": 4, "time": 1.5, "type": "timed", "track": "64x64x64-f32", "step": 2, "sha": SHA,
+                  "mode": "offline", "times_ms": {"candidate": 0.1}, "roofline_ms": 0.05, "baseline": "cublas",
+                  "speedup": 1.25})
+    assert isinstance(ev, E.Timed)
+    assert (ev.seq, ev.track, ev.step, ev.sha, ev.mode, ev.speedup) == (4, "64x64x64-f32", 2, SHA, "offline", 1.25)
+    assert ev.times_ms == {"candidate": 0.1} and ev.extra == {}
+
+
+def test_an_int_is_a_float_but_a_bool_is_not_a_number():
+    assert E.parse({"seq": 0, "type": "best", "speedup": 2}).speedup == 2
+    with pytest.raises(SessionError, match="malformed speedup"):
+        E.parse({"seq": 0, "type": "best", "speedup": True})
+    with pytest.raises(SessionError, match="malformed step"):
+        E.parse({"seq": 0, "type": "stage", "step": 1.0})
+
+
+def test_unknown_fields_are_kept_in_order():
+    obj = {"seq": 7, "time": 2.0, "type": "candidate", "track": "t", "future": {"x": [1]}, "sha": SHA, "gpu": "GPU-1"}
+    ev = E.parse(obj)
+    assert isinstance(ev, E.Candidate) and ev.extra == {"future": {"x": [1]}, "gpu": "GPU-1"}
+    assert list(E.to_dict(ev)) == list(obj) and E.to_dict(ev) == obj
+
+
+def test_an_unknown_event_type_loads_as_a_generic_event():
+    obj = {"seq": 3, "time": 1.0, "type": "quantum_leap", "track": 5, "anything": [None]}
+    ev = E.parse(obj)
+    assert type(ev) is E.GenericEvent and ev.type == "quantum_leap"
+    assert ev.extra == {"track": 5, "anything": [None]}  # nothing checked: the type is not known here
+    assert E.to_dict(ev) == obj
+
+
+@pytest.mark.parametrize("obj,field", [
+    ({"seq": 5, "type": "best", "track": "t", "speedup": SECRET_LOOKING}, "speedup"),
+    ({"seq": 5, "type": "candidate", "flags": ["-O3", 7]}, "flags"),
+    ({"seq": 5, "type": "candidate", "flags": SECRET_LOOKING}, "flags"),
+    ({"seq": 5, "type": "timed", "times_ms": [SECRET_LOOKING]}, "times_ms"),
+    ({"seq": 5, "type": "track_state", "state": {"s": SECRET_LOOKING}}, "state"),
+    ({"seq": 5, "type": "checkpoint", "steps_done": SECRET_LOOKING}, "steps_done"),
+    ({"seq": 5, "type": "session_started", "config": SECRET_LOOKING}, "config"),
+    ({"seq": 5, "type": "hint", "track": [SECRET_LOOKING]}, "track"),
+    ({"seq": 5, "type": "stage", "time": SECRET_LOOKING}, "time"),
+])
+def test_a_malformed_field_is_one_line_naming_seq_and_field_not_the_value(obj, field):
+    with pytest.raises(SessionError) as ei:
+        E.parse(obj, where="s/events.jsonl")
+    msg = str(ei.value)
+    assert "\n" not in msg and SECRET_LOOKING not in msg
+    assert msg == (f"s/events.jsonl: event seq 5 ({obj['type']}) has a malformed {field}; "
+                   "the session file is damaged")
+
+
+def test_a_bad_seq_or_type_is_named_without_echoing_it():
+    with pytest.raises(SessionError, match=r"event seq \? \(best\) has a malformed seq"):
+        E.parse({"seq": SECRET_LOOKING, "type": "best"})
+    with pytest.raises(SessionError, match=r"event seq 2 \(\?\) has a malformed type") as ei:
+        E.parse({"seq": 2, "type": [SECRET_LOOKING]})
+    assert SECRET_LOOKING not in str(ei.value)
+    with pytest.raises(SessionError, match="not a JSON object"):
+        E.parse([1, 2])
+
+
+def test_a_shape_is_checked_like_every_reader_checks_it():
+    assert E.parse({"seq": 1, "type": "track_added", "track": "t", "shape": [64, 64, 64]}).shape == [64, 64, 64]
+    for bad in ([64, 64], [64, 64, 64.0], [True, 64, 64], "64x64x64", [64, 64, 10 ** 12]):
+        with pytest.raises(SessionError, match=r"event seq 1 \(track_added\): shape must be \[M, N, K\]"):
+            E.parse({"seq": 1, "type": "track_added", "track": "t", "shape": bad})
+
+
+def test_a_record_built_in_code_dumps_its_declared_fields_in_order():
+    ev = E.Decision(track="t", sha=SHA, action="accept", by="user")
+    assert ev.type == E.DECISION
+    assert E.to_dict(ev) == {"type": "decision", "track": "t", "sha": SHA, "action": "accept", "by": "user"}
+    assert E.payload(ev) == {"track": "t", "sha": SHA, "action": "accept", "by": "user"}
+    assert E.parse(E.to_dict(ev)) == ev
+
+
+def test_the_registry_names_every_constant_once():
+    consts = {getattr(E, n) for n in dir(E) if n.isupper() and isinstance(getattr(E, n), str)}
+    assert set(E.EVENT_TYPES) == consts - {""}
+    for typ, cls in E.EVENT_TYPES.items():
+        assert cls.TYPE == typ and cls().type == typ
+
+
+def test_writers_name_event_types_by_constant():
+    """Every event written in l2tui/ names its type with a constant the registry knows (the loop's
+    ``_emit``, a policy's ``ctx.send``, a session's ``append``; the UI's ``self.send`` is a command)."""
+    writer = r"(?:\b_emit|\bemit|\bctx\.send|\bsession\.append|\bs\.append)\(\s*"
+    pat = re.compile(writer + r"\"(" + "|".join(E.EVENT_TYPES) + r")\"")
+    used = re.compile(writer + r"ev_schema\.([A-Z_]+)\b")
+    names: set[str] = set()
+    for f in (ROOT / "l2tui").rglob("*.py"):
+        text = f.read_text(encoding="utf-8")
+        assert not pat.search(text), f"{f.relative_to(ROOT)} writes an event type as a string literal"
+        names |= set(used.findall(text))
+    assert names and all(getattr(E, n) in E.EVENT_TYPES for n in names)
+    assert {E.TRACK_ADDED, E.CANDIDATE, E.BEST, E.SESSION_ENDED} <= {getattr(E, n) for n in names}
+
+
+# ------------------------------------------------------------------ the session writes and loads through it
+
+def test_a_new_session_records_the_schema_in_its_first_event(tmp_path):
+    s = _new(tmp_path)
+    first = json.loads((s.path / EVENTS_FILE).read_text().splitlines()[0])
+    assert first["type"] == "session_started" and first["schema"] == E.SCHEMA_VERSION
+    assert list(first)[:6] == ["seq", "time", "type", "config", "gpu", "versions"]
+    assert Session.open(s.path).schema == E.SCHEMA_VERSION
+
+
+def test_a_session_of_a_newer_schema_opens_with_a_note(tmp_path):
+    s = _new(tmp_path)
+    p = s.path / EVENTS_FILE
+    lines = p.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["schema"] = E.SCHEMA_VERSION + 1
+    p.write_text("\n".join([_line(first), *lines[1:]]) + "\n")
+    s2 = Session.open(s.path)
+    assert s2.schema == E.SCHEMA_VERSION + 1
+    assert any("schema" in pr for pr in s2.problems)
+
+
+def test_append_refuses_a_malformed_field_before_writing(tmp_path):
+    s = _new(tmp_path)
+    before = (s.path / EVENTS_FILE).read_bytes()
+    with pytest.raises(SessionError, match=r"event seq 1 \(best\) would have a malformed speedup; it was not written"):
+        s.append(E.BEST, track="t", sha=SHA, speedup=SECRET_LOOKING)
+    assert (s.path / EVENTS_FILE).read_bytes() == before
+    assert len(s.events) == 1 and len(s.records) == 1
+    ev = s.append(E.BEST, track="t", sha=SHA, speedup=1.5)  # the seq was not used up
+    assert ev["seq"] == 1 and isinstance(s.records[-1], E.Best) and s.records[-1].speedup == 1.5
+
+
+def test_append_event_writes_a_typed_record(tmp_path):
+    s = _new(tmp_path)
+    d = s.append_event(E.Hint(track=None, text="use tensor cores"))
+    assert d["type"] == "hint" and d["text"] == "use tensor cores" and d["seq"] == 1
+    back = Session.open(s.path).records[-1]
+    assert isinstance(back, E.Hint) and back.text == "use tensor cores" and back.track is None
+
+
+def test_unknown_types_and_fields_survive_a_session_load_and_append(tmp_path):
+    s = _new(tmp_path)
+    s.append("from_the_future", payload={"a": 1})
+    s.append(E.TRACK_STATE, track="t", state="queued", requeued=True, gpu="GPU-1", brand_new=3)
+    s2 = Session.open(s.path, writer="test")
+    try:
+        assert type(s2.records[1]) is E.GenericEvent and s2.events[1]["payload"] == {"a": 1}
+        assert s2.records[2].extra == {"brand_new": 3} and s2.records[2].requeued is True
+        s2.append(E.SESSION_ENDED, reason="done")
+    finally:
+        s2.close()
+    rows = [json.loads(x) for x in (s.path / EVENTS_FILE).read_text().splitlines()]
+    assert [r["seq"] for r in rows] == [0, 1, 2, 3] and rows[2]["brand_new"] == 3
+
+
+def test_every_reader_refuses_a_damaged_field_with_one_line(tmp_path):
+    from l2tui.export.sessionio import open_session as open_export
+    from l2tui.tui.sessionio import EventLogReader, open_session as open_tui
+
+    s = _new(tmp_path)
+    s.append(E.TRACK_ADDED, track="64x64x64-f32", shape=[64, 64, 64], acc="f32", baseline="cublas")
+    p = s.path / EVENTS_FILE
+    lines = p.read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["baseline"] = {"x": SECRET_LOOKING}
+    p.write_text("\n".join([lines[0], _line(bad)]) + "\n")
+    for opener in (Session.open, open_export, open_tui, EventLogReader):
+        with pytest.raises(SessionError) as ei:
+            opener(s.path)
+        msg = str(ei.value)
+        assert "event seq 1 (track_added) has a malformed baseline" in msg and SECRET_LOOKING not in msg
+
+
+def test_readers_take_the_session_started_fields(tmp_path):
+    from l2tui.export.sessionio import open_session as open_export
+    from l2tui.tui.sessionio import EventLogReader
+
+    s = _new(tmp_path)
+    (s.path / "session.toml").unlink()  # the first event is then the only record of config and GPU
+    assert Session.open(s.path).config == {"policy": "search"}
+    view = open_export(s.path)
+    assert view.gpu == {"name": "GPU"} and view.config == {"policy": "search"}
+    assert isinstance(view.records[0], E.SessionStarted)
+    r = EventLogReader(s.path)
+    assert r.config == {"policy": "search"} and r.gpu == {"name": "GPU"}
+
+
+def test_rl_data_improvements_come_from_typed_best_and_decision_events():
+    from l2tui.rldata import _improvements
+
+    other = "cd" * 32
+    recs = [E.Best(track="a", sha=SHA, speedup=1.1), E.Decision(track="b", sha=other, action="accept", by="user"),
+            E.Decision(track="c", sha=SHA, action="accept", by="user"), E.Decision(track="c", sha=SHA, action="reject"),
+            E.GenericEvent(type="best")]
+    assert _improvements(recs) == {("a", SHA), ("b", other)}
