@@ -26,12 +26,14 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generator, Iterable, Mapping, cast
 
 from .. import events as ev_schema
 from ..errors import SessionError
 from ..session import Session, check_shape, sha256_text
+from .commands import WAKE, LoopCommand
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
@@ -159,6 +161,11 @@ def as_dict(obj: Any) -> dict:
     return dict(vars(obj))
 
 
+def _live(t: Track) -> bool:
+    """A track still open to steering (not finished)."""
+    return t.done_reason is None
+
+
 def _one_line(s: Any, limit: int = 400) -> str:
     s = " ".join(str(s).split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
@@ -205,7 +212,7 @@ class AgentLoop:
         self.tracks: dict[str, Track] = {}
         self.order: list[str] = []
         self._subs: list[Callable[[dict], None]] = []
-        self._commands: "queue.Queue[dict]" = queue.Queue()
+        self._commands: "queue.Queue[LoopCommand]" = queue.Queue()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._rr = 0
@@ -234,8 +241,9 @@ class AgentLoop:
     def subscribe(self, fn: Callable[[dict], None]) -> None:
         self._subs.append(fn)
 
-    def send(self, command: dict) -> None:
-        self._commands.put(dict(command))
+    def send(self, command: LoopCommand | Mapping[str, Any]) -> None:
+        """Queue a steering command (:mod:`l2tui.agent.commands`); it runs at the next stage boundary."""
+        self._commands.put(LoopCommand.of(command))
         self._wake.set()
 
     def request_stop(self) -> None:
@@ -836,14 +844,14 @@ class AgentLoop:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
                 return
-            name = cmd.get("name")
-            if name == "_wake":
+            name = cmd.name
+            if name == WAKE:
                 continue
-            args = {k: v for k, v in cmd.items() if k not in ("name", "track")}
+            args = dict(cmd.args)
             log_args = {k: (v if k != "source" else f"<{len(str(v))} chars>") for k, v in args.items()}
-            self._emit(ev_schema.COMMAND, name=name, track=cmd.get("track"), args=log_args)
+            self._emit(ev_schema.COMMAND, name=name, track=cmd.track, args=log_args)
             try:
-                self._apply(name, cmd.get("track"), args)
+                self._apply(name, cmd.track, args)
             except Exception as e:
                 self._error(None, f"command {name} failed: {e}")
 
@@ -855,92 +863,118 @@ class AgentLoop:
         return [self.tracks[tid]]
 
     def _apply(self, name: str, tid: str | None, a: dict) -> None:
-        live = lambda t: t.done_reason is None  # noqa: E731
-        if name == "pause":
-            for t in self._targets(tid):
-                if live(t) and t.state in ("running", "queued"):
-                    self._set_state(t, "paused")
-        elif name == "resume":
-            for t in self._targets(tid):
-                t.step_once = False
-                if live(t) and t.state in ("paused", "stopped"):
-                    self._set_state(t, "queued")
-        elif name == "step":
-            for t in self._targets(tid):
-                if live(t):
-                    t.step_once = True
-                    self._set_state(t, "running")
-        elif name == "stop":
-            if tid is None:
-                self.request_stop()
-            else:
-                for t in self._targets(tid):
-                    self._finish(t, "stopped by user", state="stopped")
-        elif name == "hint":
-            text = str(a.get("text") or "").strip() or None
-            for t in self._targets(tid):
-                t.hint = text
-            self._emit(ev_schema.HINT, track=tid, text=text or "")
-        elif name == "edit":
-            src = str(a.get("source") or "")
-            for t in self._targets(tid):
-                t.pending_edits.append(src)
-                if t.done_reason is not None and t.state == "done" and t.best_sha:
-                    # an edit reopens a finished track for that one human step
-                    t.done_reason, t.gen = None, None
-                    self._set_state(t, "queued")
-                elif live(t) and t.state == "paused":
-                    self._set_state(t, "queued")
-        elif name in ("accept", "reject", "pin", "unpin"):
-            sha = str(a.get("sha") or "")
-            for t in self._targets(tid):
-                self._decide(t, name, sha)
-        elif name == "policy":
-            value = str(a.get("value"))
-            if self.policy_factory is None:
-                raise ValueError("this loop cannot switch policies")
-            pol = self.policy_factory(value)
-            for t in self._targets(tid):
-                t.policy = pol
-                if pol.name != "human" and t.state == "paused" and live(t):
-                    self._set_state(t, "queued")
-            if tid is None:
-                self.policy = pol
-        elif name == "baseline":
-            value = str(a.get("value"))
-            for t in self._targets(tid):
-                t.baseline = value
-                if t.best_eval:
-                    t.best_speedup = _speedup(t.best_eval.get("times_ms") or {}, value)
-                    self._emit(ev_schema.BEST, track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
-                               times_ms=dict(t.best_eval.get("times_ms") or {}))
-            if tid is None:
-                self.config.baseline = value
-        elif name == "acc":
-            for t in self._targets(tid):
-                self.add_track(t.shape, str(a.get("value")))
-        elif name == "mode":
-            value = str(a.get("value"))
-            if value not in ("offline", "server"):
-                raise ValueError("mode must be offline or server")
-            self.config.mode = value
-            if self.evaluator.mode is not None:   # None: a recording, timed in its own mode
-                self.evaluator.mode = value
-        elif name == "reorder":
-            order = [i for i in a.get("order") or [] if i in self.tracks]
-            self.order = order + [i for i in self.order if i not in order]
-        elif name == "profile":
-            for t in self._targets(tid):
-                if t.best_sha:
-                    self._maybe_enable_profiling(t, manual=True)
-                    t.profiled_sha = None
-                    for _ in self._profile(t):
-                        pass
-        elif name == "bench_server":
-            for t in self._targets(tid):
-                self._bench_server(t)
-        else:
+        """Run one command through :attr:`COMMANDS` (a ValueError names a command there is none of)."""
+        handler = self.COMMANDS.get(name) if isinstance(name, str) else None
+        if handler is None:
             raise ValueError(f"unknown command {name!r}")
+        handler(self, tid, a)
+
+    def _cmd_pause(self, tid: str | None, a: dict) -> None:
+        for t in self._targets(tid):
+            if _live(t) and t.state in ("running", "queued"):
+                self._set_state(t, "paused")
+
+    def _cmd_resume(self, tid: str | None, a: dict) -> None:
+        for t in self._targets(tid):
+            t.step_once = False
+            if _live(t) and t.state in ("paused", "stopped"):
+                self._set_state(t, "queued")
+
+    def _cmd_step(self, tid: str | None, a: dict) -> None:
+        for t in self._targets(tid):
+            if _live(t):
+                t.step_once = True
+                self._set_state(t, "running")
+
+    def _cmd_stop(self, tid: str | None, a: dict) -> None:
+        if tid is None:
+            self.request_stop()
+            return
+        for t in self._targets(tid):
+            self._finish(t, "stopped by user", state="stopped")
+
+    def _cmd_hint(self, tid: str | None, a: dict) -> None:
+        text = str(a.get("text") or "").strip() or None
+        for t in self._targets(tid):
+            t.hint = text
+        self._emit(ev_schema.HINT, track=tid, text=text or "")
+
+    def _cmd_edit(self, tid: str | None, a: dict) -> None:
+        src = str(a.get("source") or "")
+        for t in self._targets(tid):
+            t.pending_edits.append(src)
+            if t.done_reason is not None and t.state == "done" and t.best_sha:
+                # an edit reopens a finished track for that one human step
+                t.done_reason, t.gen = None, None
+                self._set_state(t, "queued")
+            elif _live(t) and t.state == "paused":
+                self._set_state(t, "queued")
+
+    def _cmd_decide(self, tid: str | None, a: dict, *, action: str) -> None:
+        sha = str(a.get("sha") or "")
+        for t in self._targets(tid):
+            self._decide(t, action, sha)
+
+    def _cmd_policy(self, tid: str | None, a: dict) -> None:
+        value = str(a.get("value"))
+        if self.policy_factory is None:
+            raise ValueError("this loop cannot switch policies")
+        pol = self.policy_factory(value)
+        for t in self._targets(tid):
+            t.policy = pol
+            if pol.name != "human" and t.state == "paused" and _live(t):
+                self._set_state(t, "queued")
+        if tid is None:
+            self.policy = pol
+
+    def _cmd_baseline(self, tid: str | None, a: dict) -> None:
+        value = str(a.get("value"))
+        for t in self._targets(tid):
+            t.baseline = value
+            if t.best_eval:
+                t.best_speedup = _speedup(t.best_eval.get("times_ms") or {}, value)
+                self._emit(ev_schema.BEST, track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
+                           times_ms=dict(t.best_eval.get("times_ms") or {}))
+        if tid is None:
+            self.config.baseline = value
+
+    def _cmd_acc(self, tid: str | None, a: dict) -> None:
+        for t in self._targets(tid):
+            self.add_track(t.shape, str(a.get("value")))
+
+    def _cmd_mode(self, tid: str | None, a: dict) -> None:
+        value = str(a.get("value"))
+        if value not in ("offline", "server"):
+            raise ValueError("mode must be offline or server")
+        self.config.mode = value
+        if self.evaluator.mode is not None:   # None: a recording, timed in its own mode
+            self.evaluator.mode = value
+
+    def _cmd_reorder(self, tid: str | None, a: dict) -> None:
+        order = [i for i in a.get("order") or [] if i in self.tracks]
+        self.order = order + [i for i in self.order if i not in order]
+
+    def _cmd_profile(self, tid: str | None, a: dict) -> None:
+        for t in self._targets(tid):
+            if t.best_sha:
+                self._maybe_enable_profiling(t, manual=True)
+                t.profiled_sha = None
+                for _ in self._profile(t):
+                    pass
+
+    def _cmd_bench_server(self, tid: str | None, a: dict) -> None:
+        for t in self._targets(tid):
+            self._bench_server(t)
+
+    #: command name -> handler(self, track id or None, args); the names are ``commands.COMMAND_NAMES``
+    COMMANDS: ClassVar[dict[str, Callable[..., None]]] = {
+        "pause": _cmd_pause, "resume": _cmd_resume, "step": _cmd_step, "stop": _cmd_stop,
+        "hint": _cmd_hint, "edit": _cmd_edit,
+        "accept": partial(_cmd_decide, action="accept"), "reject": partial(_cmd_decide, action="reject"),
+        "pin": partial(_cmd_decide, action="pin"), "unpin": partial(_cmd_decide, action="unpin"),
+        "policy": _cmd_policy, "baseline": _cmd_baseline, "acc": _cmd_acc, "mode": _cmd_mode,
+        "reorder": _cmd_reorder, "profile": _cmd_profile, "bench_server": _cmd_bench_server,
+    }
 
     def _decide(self, t: Track, action: str, sha: str) -> None:
         self._emit(ev_schema.DECISION, track=t.id, sha=sha, action=action, by="user")

@@ -1,0 +1,49 @@
+"""The steering commands the loop takes between stages (from the app's keys, tests or scripts).
+
+A command is a :class:`LoopCommand`: its name (one of :data:`COMMAND_NAMES`), the track it
+targets (None: every track) and its arguments. The app builds them from its key bindings;
+``AgentLoop.send`` also takes the equivalent mapping (``{"name": ..., "track": ..., **args}``),
+which is how a command is written to the session's ``command`` event.
+
+Arguments by command: ``hint`` ``text``; ``edit`` ``source``; ``accept`` / ``reject`` / ``pin`` /
+``unpin`` ``sha``; ``policy`` / ``baseline`` / ``acc`` / ``mode`` ``value``; ``reorder``
+``order`` (track ids); ``pause``, ``resume``, ``step``, ``stop``, ``profile``, ``bench_server``
+none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+COMMAND_NAMES = ("pause", "resume", "step", "stop", "hint", "edit", "accept", "reject", "pin", "unpin",
+                 "policy", "baseline", "acc", "mode", "reorder", "profile", "bench_server")
+
+#: sent only to wake a waiting loop; it is not logged and does nothing
+WAKE = "_wake"
+
+
+@dataclass(frozen=True)
+class LoopCommand:
+    """One steering command (see the module docstring)."""
+
+    name: str
+    track: str | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, command: "LoopCommand | Mapping[str, Any]") -> "LoopCommand":
+        """A command from itself or from its mapping form (the keys besides name and track are
+        its arguments)."""
+        if isinstance(command, LoopCommand):
+            return command
+        d = dict(command)
+        name, track = d.pop("name", None), d.pop("track", None)
+        return cls(name, track, d)  # type: ignore[arg-type]  # a malformed name fails in the loop, logged
+
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping form: ``{"name": ..., "track": ..., **args}``."""
+        return {"name": self.name, "track": self.track, **self.args}
+
+
+__all__ = ["COMMAND_NAMES", "WAKE", "LoopCommand"]
