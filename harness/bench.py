@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import math
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .baselines import BASELINES, parse_baselines
 from .errors import HarnessError, KernelSourceError
 from .results import BASELINE_LABELS, ResultFile, save
 from .shapes import Shape, parse_accumulator, parse_shape, resolve_shapes
+from .stats import geomean, speedup
 from .timing import DEFAULT_TIMING, MODE_LABELS, TIMINGS
 
 METHOD_ISOLATED = ("offline, per call: per subject a CUDA graph of R steps, each an ordinary one-thread kernel that "
@@ -169,13 +169,6 @@ class Progress:
             self.out.flush()
 
 
-def geomean(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    if not xs:
-        return None
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def summary_table(rf: ResultFile) -> str:
     """Geomean speedups of each candidate over each baseline and fraction of roofline, by size class."""
     labels = rf.labels()
@@ -194,8 +187,7 @@ def summary_table(rf: ResultFile) -> str:
     for num, den in pairs:
         cells = []
         for cls in classes:
-            g = geomean([r["times_ms"].get(den) / r["times_ms"][num] for r in rows_of(cls)
-                         if r["times_ms"].get(num) and r["times_ms"].get(den)])
+            g = geomean(speedup(r["times_ms"].get(den), r["times_ms"].get(num)) for r in rows_of(cls))
             cells.append(f"{g:>9.3f}x" if g else f"{'-':>10}")
         lines.append(f"{(num + ' vs ' + den)[:33]:34}" + "".join(cells))
     for lb in labels:

@@ -16,6 +16,7 @@ from .baselines import DEFAULT_BASELINES, build_shim, parse_baselines
 from .build import BuildResult, build
 from .errors import HarnessError, ToolMissing
 from .shapes import Shape, parse_accumulator
+from .stats import speedup
 from .worker import GpuWorker, WorkerError
 
 STATUSES = ("ok", "compile_error", "wrong", "crashed", "timeout", "unsupported")
@@ -241,8 +242,9 @@ class Evaluator:
             t = times.get(label)
             msg = f"ok: {t:.4g} ms" if t else "ok"
             for b in self.baselines:
-                if times.get(b) and t:
-                    msg += f", {times[b] / t:.2f}x vs {b}"
+                sp = speedup(times.get(b), t)
+                if sp is not None:
+                    msg += f", {sp:.2f}x vs {b}"
                     break
         elif st == "unsupported":
             msg = "unsupported: l2_hgemm returned non-zero for this shape"

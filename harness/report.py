@@ -24,10 +24,11 @@ import math
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from .results import BASELINE_LABELS, ResultFile, load
 from .shapes import Shape
+from .stats import geomean, speedup
 from .timing import MODE_LABELS
 
 CLASSES = ("small", "mid", "big")
@@ -50,11 +51,6 @@ def regime(shape: Shape) -> str:
 
 def regimes() -> list[str]:
     return [f"{nm} tiles, K {op} {K_SPLIT}" for _, _, nm in TILE_WAVES for op in ("<=", ">")]
-
-
-def geomean(xs: Iterable[float]) -> float | None:
-    v = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
 
 
 def _f(x: float | None, spec: str = ".3f", suffix: str = "") -> str:
@@ -84,14 +80,8 @@ def report_labels(rf: ResultFile, label: str | None) -> list[str]:
 
 def head_to_head(rf: ResultFile, a: str, b: str) -> tuple[float | None, int, int]:
     """Geomean of time(b) / time(a) over the shapes both timed, shapes where a was faster, shapes."""
-    logs = []
-    for r in rf.rows:
-        ta, tb = r["times_ms"].get(a), r["times_ms"].get(b)
-        if ta and tb and ta > 0 and tb > 0:
-            logs.append(math.log(tb / ta))
-    if not logs:
-        return None, 0, 0
-    return math.exp(sum(logs) / len(logs)), sum(1 for x in logs if x > 0), len(logs)
+    ratios = [x for x in (speedup(r["times_ms"].get(b), r["times_ms"].get(a)) for r in rf.rows) if x is not None]
+    return geomean(ratios), sum(1 for x in ratios if x > 1), len(ratios)
 
 
 def speedups(rf: ResultFile, label: str, baseline: str) -> list[tuple[Shape, float]]:
@@ -104,8 +94,9 @@ def speedups(rf: ResultFile, label: str, baseline: str) -> list[tuple[Shape, flo
             b = min(bs) if bs else None
         else:
             b = r["times_ms"].get(baseline)
-        if t and b:
-            out.append((Shape(r["m"], r["n"], r["k"]), b / t))
+        sp = speedup(b, t)
+        if sp is not None:
+            out.append((Shape(r["m"], r["n"], r["k"]), sp))
     return out
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.stats import geomean  # noqa: E402
 from l2tui.agent.policies.costmodel import (  # noqa: E402
     CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_params, load_timings, log_error, spearman)
 
@@ -34,8 +34,7 @@ def ranking_quality(model: CostModel, records) -> dict:
         order = sorted(range(len(rows)), key=lambda i: pred[i])
         r1.append(meas[order[0]] / min(meas))
         r3.append(min(meas[i] for i in order[:3]) / min(meas))
-    g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
-    return {"spearman": sum(rho) / len(rho), "regret_top1": g(r1), "regret_top3": g(r3),
+    return {"spearman": sum(rho) / len(rho), "regret_top1": geomean(r1), "regret_top3": geomean(r3),
             "log2_mse": log_error(model, records), "shapes": len(by), "records": len(records)}
 
 

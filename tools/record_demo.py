@@ -224,9 +224,9 @@ def summarize(events: list[dict]) -> dict[str, Any]:
     for e in events:
         if e.get("type") == "best" and isinstance(e.get("speedup"), (int, float)):
             best[e["track"]] = float(e["speedup"])
-    import math
+    from harness.stats import geomean
 
-    gm = math.exp(sum(math.log(v) for v in best.values()) / len(best)) if best else None
+    gm = geomean(best.values())
     return {"events": len(events), "tracks": count.get("track_added", 0), "timed": count.get("timed", 0),
             "profiled": count.get("profiled", 0), "profiling_enabled": count.get("profiling_enabled", 0),
             "telemetry": count.get("telemetry", 0), "not_recorded": sum(

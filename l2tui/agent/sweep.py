@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 from harness.families import Config, build_arch_for, catalog
 from harness.shapes import Shape
+from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
 from .policies.base import Attempt, Failure, Proposal, TrackContext
@@ -297,21 +298,21 @@ class Sweep:
             t = times.get("candidate")
             status = _get(ev, "status")
             ref = base_ms.get(cfg.baseline)
-            speedup = ref / t if (status == "ok" and t and ref) else None
+            sp = speedup(ref, t) if status == "ok" else None
             if status == "ok":
                 s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
-                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=speedup,
+                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=sp,
                          gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"))
-            reward, parts = self._reward(status, speedup, _get(ev, "check"))
+            reward, parts = self._reward(status, sp, _get(ev, "check"))
             s.append(ev_schema.REWARD, track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
             s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
                              "role": prop.role, "policy": "search", "model": None, "messages": prop.messages,
                              "completion": prop.completion, "reward": reward, "parts": parts, "kind": status,
                              "parent_sha": sha256(parent) if parent else None, "child_sha": sha,
-                             "usage": prop.usage, "baseline": cfg.baseline, "speedup": speedup})
+                             "usage": prop.usage, "baseline": cfg.baseline, "speedup": sp})
             improved = status == "ok" and t is not None and t < best_ms
             ctx.history.append(Attempt(step=step, plan=prop.plan, origin=prop.origin, kind=status, sha=sha,
-                                       speedup=speedup, reward=reward, note=_get(ev, "message", ""),
+                                       speedup=sp, reward=reward, note=_get(ev, "message", ""),
                                        accepted=improved))
             if status != "ok" and status != "unsupported":
                 pol.debug(ctx, Failure(kind=status, message=_get(ev, "message", ""), source=source, sha=sha,
@@ -320,9 +321,9 @@ class Sweep:
                 best_src, best_ms = source, t
                 ctx.source, ctx.sha = source, sha
                 ctx.times_ms = {**base_ms, **times}
-                ctx.speedup = speedup
+                ctx.speedup = sp
                 ctx.evaluation = ev
-                s.append(ev_schema.BEST, track=track, sha=sha, speedup=speedup, baseline=cfg.baseline,
+                s.append(ev_schema.BEST, track=track, sha=sha, speedup=sp, baseline=cfg.baseline,
                          times_ms=ctx.times_ms)
 
         # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
@@ -394,7 +395,7 @@ class Sweep:
             res.best_sha, res.best_name, res.best_ms = sha256(best_src), (c.name if c else None), best_ms
             res.baseline_ms = base_ms
             ref = base_ms.get(cfg.baseline)
-            res.speedup = ref / best_ms if ref else None
+            res.speedup = speedup(ref, best_ms)
             if self.out_dir:
                 wdir = self.out_dir / WINNERS_DIR
                 wdir.mkdir(parents=True, exist_ok=True)
@@ -509,8 +510,3 @@ class Sweep:
         return out
 
 
-def geomean(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    if not xs:
-        return None
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))

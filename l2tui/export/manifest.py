@@ -46,6 +46,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.stats import speedup
 from l2tui.errors import UserError
 
 SCHEMA = "l2tui-export/1"
@@ -91,7 +92,8 @@ def speedups(times_ms: dict[str, float], baseline: str | None, reported: float |
         cand = times_ms[baseline] / reported
     if not cand or cand <= 0:
         return None, {}
-    return cand, {lab: t / cand for lab, t in sorted(times_ms.items()) if lab != CANDIDATE_LABEL and t > 0}
+    return cand, {lab: sp for lab, t in sorted(times_ms.items())
+                  if lab != CANDIDATE_LABEL and (sp := speedup(t, cand)) is not None}
 
 
 #: the marker exports write; FALLBACK_MARKERS are the values a manifest may hold

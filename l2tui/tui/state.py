@@ -9,10 +9,11 @@ and keys, as docs/INTERFACES.md asks.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
 
@@ -98,10 +99,9 @@ class Track:
         measurements.
         """
         if baseline and self.best_times_ms:
-            cand = self.best_times_ms.get(CANDIDATE_LABEL)
-            base = self.best_times_ms.get(baseline)
-            if cand and base and cand > 0:
-                return base / cand
+            sp = speedup(self.best_times_ms.get(baseline), self.best_times_ms.get(CANDIDATE_LABEL))
+            if sp is not None:
+                return sp
         if baseline in (None, "", self.baseline):
             return self.best_speedup
         return None
@@ -159,13 +159,6 @@ def fmt_ms(ms: float | None) -> str:
 
 def fmt_speedup(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}×"
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v and v > 0]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 class SessionModel:

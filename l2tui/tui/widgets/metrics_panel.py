@@ -8,6 +8,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from harness.stats import speedup
+
 from ..state import CANDIDATE_LABEL, Candidate, Track, fmt_ms, fmt_speedup
 from .colors import speedup_style
 
@@ -30,7 +32,7 @@ def timing_table(c: Candidate, baseline: str | None) -> RenderableType:
     table.add_column("candidate ×", justify="right")
     rows = sorted(tm.items(), key=lambda kv: (kv[0] != CANDIDATE_LABEL, kv[1]))
     for label, ms in rows:
-        sp = (ms / cand) if (cand and ms and label != CANDIDATE_LABEL) else None
+        sp = speedup(ms, cand) if label != CANDIDATE_LABEL else None
         name = Text(label, style="bold" if label in (CANDIDATE_LABEL, baseline or timed.get("baseline")) else "")
         table.add_row(name, fmt_ms(ms), Text(fmt_speedup(sp), style=speedup_style(sp)) if sp else Text(""))
     roof = timed.get("roofline_ms")
