@@ -79,4 +79,4 @@ async def test_steering_the_real_loop(tmp_path, scripted_server, scenarios, agen
         await wait_until(pilot, lambda: scr.model.ended is not None, "the loop to end")
     got = names(session)
     assert got[:2] == ["pause", "hint"] and "edit" in got and got[-1] == "stop"
-    assert [c["name"] for c in scr.sent] == ["pause", "hint", "edit", "stop"]
+    assert [c.name for c in scr.sent] == ["pause", "hint", "edit", "stop"]

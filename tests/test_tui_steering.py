@@ -56,8 +56,8 @@ async def test_track_commands(tmp_path, key, name):
         await pilot.press(key)
         await settle(pilot, app)
         assert loop.commands == [{"name": name, "track": RUNNING}]
-        assert main_screen(app).sent == loop.commands
-        assert [m.command for m in seen] == loop.commands
+        assert [c.to_dict() for c in main_screen(app).sent] == loop.commands
+        assert [m.command.to_dict() for m in seen] == loop.commands
 
 
 async def test_pause_then_resume_follows_the_loop_state(tmp_path):

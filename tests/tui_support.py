@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from l2tui.session import Session
+from l2tui.agent.commands import LoopCommand
 from l2tui.tui.app import L2App, UIContext
 from l2tui.tui.sessionio import open_session
 from l2tui.tui.widgets.feeds import LoopHandle
@@ -48,7 +49,8 @@ class RecordingLoop:
         for fn in self._subs:
             fn(ev)
 
-    def send(self, command: dict) -> None:
+    def send(self, command) -> None:  # noqa: ANN001 - a LoopCommand or its mapping form, as AgentLoop.send
+        command = LoopCommand.of(command).to_dict()
         self.commands.append(dict(command))
         args = {k: v for k, v in command.items() if k not in ("name", "track")}
         self._emit("command", name=command["name"], track=command.get("track"), args=args)

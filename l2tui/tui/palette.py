@@ -14,18 +14,17 @@ EXTRA = (
 
 
 class SteeringCommands(Provider):
-    """Steering, view and replay actions, each with its current key."""
+    """Steering, view and replay actions, each with its current key.
+
+    The main screen (and the replay screen, a main screen) lists it in its ``COMMANDS``, so the
+    palette offers these only there; the screen's ``PALETTE_SPECS`` say which key specs it lists,
+    and its ``#grid`` which K values it can show."""
 
     def _entries(self) -> list[tuple[str, str, str]]:
-        from .screens.main import MainScreen
-        from .screens.replay import ReplayScreen
-
         screen = self.screen
-        if not isinstance(screen, MainScreen):
-            return []
         keys = {ab.binding.id: self.app.get_key_display(ab.binding.with_key(k))
                 for k, ab in screen.active_bindings.items() if ab.binding.id}
-        specs = list(keymap.MAIN) + (list(keymap.REPLAY) if isinstance(screen, ReplayScreen) else [])
+        specs = list(screen.PALETTE_SPECS)  # type: ignore[attr-defined]
         out = [(f"{s.description}", s.action, keys.get(s.id, "")) for s in specs if s.palette]
         out += [(label, action, "") for label, action, _ in EXTRA]
         grid = screen.query_one("#grid")

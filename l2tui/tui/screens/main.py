@@ -2,8 +2,9 @@
 
 The same screen serves live sessions (events from the AgentLoop) and replays
 (:class:`~l2tui.tui.screens.replay.ReplayScreen`, events from the log).  It
-holds no optimisation logic: every steering key becomes one command dict sent
-to the loop (docs/INTERFACES.md), whose effects come back as events.
+holds no optimisation logic: every steering key becomes one typed command
+(:class:`~l2tui.agent.commands.LoopCommand`) posted as a :class:`MainScreen.CommandSent`
+message, which the app hands to the loop (docs/INTERFACES.md); its effects come back as events.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from ...agent.commands import LoopCommand
 from .. import keymap
+from ..palette import SteeringCommands
 from ..sessionio import read_kernel
 from ..state import Candidate, Changes, SessionModel, Track
 from ..widgets.agent_log import AgentLog
@@ -38,7 +41,7 @@ from ..widgets.track_list import TrackList
 from .modals import ChoiceScreen, EditorScreen, HelpScreen, PromptScreen, ReorderScreen
 
 if TYPE_CHECKING:
-    from ..app import UIContext
+    from ..context import UIContext
 
 POLICIES = ("llm", "search", "human")
 ACCS = ("f32", "f16")
@@ -50,12 +53,15 @@ HISTORY_EVERY_S = 1.0
 
 class MainScreen(Screen):
     BINDINGS = keymap.bindings(keymap.MAIN)
+    COMMANDS = {SteeringCommands}
+    #: the key specs the command palette lists on this screen
+    PALETTE_SPECS: tuple[keymap.Spec, ...] = tuple(keymap.MAIN)
 
     @dataclass
     class CommandSent(Message):
-        """A steering command left for the loop (tests and the log listen to this)."""
+        """A steering command for the loop; the app delivers it (``L2App._deliver``), tests listen."""
 
-        command: dict
+        command: LoopCommand
 
     def __init__(self, ctx: "UIContext", **kw) -> None:
         super().__init__(**kw)
@@ -65,7 +71,7 @@ class MainScreen(Screen):
         self.follow = True
         self.view = "grid"
         self.baseline: str | None = ctx.baseline
-        self.sent: list[dict] = []
+        self.sent: list[LoopCommand] = []
         self._sources: dict[str, str | None] = {}
         self._history_at = 0.0
 
@@ -226,8 +232,7 @@ class MainScreen(Screen):
         if self.ctx.replay or self.ctx.handle is None:
             self.notify(self.read_only_message(), severity="warning", timeout=5)
             return False
-        cmd = {"name": name, "track": track, **args}
-        self.ctx.handle.send(cmd)
+        cmd = LoopCommand(name, track, args)
         self.sent.append(cmd)
         self.post_message(self.CommandSent(cmd))
         self.notify(f"sent {name}" + (f" to {track}" if track else " to all tracks"), timeout=2)

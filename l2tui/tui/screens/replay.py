@@ -17,6 +17,7 @@ class ReplayScreen(MainScreen):
     # shows what works here: the transport keys and the view keys
     inherit_bindings = False
     BINDINGS = keymap.bindings(keymap.REPLAY) + keymap.bindings(keymap.MAIN, hide=("steer",))
+    PALETTE_SPECS = tuple(keymap.MAIN) + tuple(keymap.REPLAY)
 
     def compose_top(self) -> ComposeResult:
         yield ReplayBar(id="replaybar")

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual import on
 from textual.message import Message
@@ -22,6 +22,9 @@ from textual.worker import Worker, WorkerState
 
 from ... import events as ev_schema
 from ..replay import ReplayClock, Seek
+
+if TYPE_CHECKING:
+    from ...agent.commands import LoopCommand
 
 FLUSH_HZ = 15
 
@@ -50,7 +53,7 @@ class LoopHandle:
     def __init__(self, loop: Any | None = None) -> None:
         self._lock = threading.Lock()
         self._loop = loop
-        self._pending: list[dict] = []
+        self._pending: list[LoopCommand] = []
 
     @property
     def loop(self) -> Any | None:
@@ -63,7 +66,7 @@ class LoopHandle:
         for cmd in pending:
             loop.send(cmd)
 
-    def send(self, command: dict) -> None:
+    def send(self, command: LoopCommand) -> None:
         with self._lock:
             if self._loop is None:
                 self._pending.append(command)
