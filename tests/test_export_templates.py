@@ -81,3 +81,23 @@ def test_the_dispatcher_holds_the_table_it_was_given(tmp_path):
     assert cdispatch.parse_table(src) == [(128, 256, 64, "l2_hgemm_128_256_64"), (512, 512, 8192, None),
                                           (4096, 4096, 4096, "l2_hgemm_4096_4096_4096")]
     assert not re.search(r"@[A-Z_]+@", src)
+
+
+def test_values_go_in_as_they_are_and_the_renderer_refuses_drift():
+    # one pass: a value that looks like a placeholder (a note taken from a manifest) stays text
+    man = {"arch": "sm_90a", "kernels": [dict(MANIFESTS["full"]["kernels"][1], file="kernels/@COUNT@.cu")]}
+    assert "// kernels/@COUNT@.cu sha256=" in cdispatch.render_dispatch(man)
+    assert cdispatch._fill("a\n@X@\nb @Y@\n", X="", Y="1") == "a\nb 1\n"   # an empty line value: no line
+    with pytest.raises(AssertionError, match="unfilled placeholder @Y@"):
+        cdispatch._fill("@X@ @Y@", X="1")
+    with pytest.raises(AssertionError, match="no placeholder for \\['Z'\\]"):
+        cdispatch._fill("@X@", X="1", Z="2")
+
+
+def test_every_template_is_used_and_shipped_next_to_the_module():
+    used = {"l2hgemm.h.in", "l2hgemm_dispatch.cu.in", "fallback.cu", "fallback_library.cu.in", "l2hgemm.map",
+            "l2hgemm.cmake.in", "example_CMakeLists.txt", "example.cpp", "build.sh.in", "build_kernel.sh.in"}
+    assert cdispatch.TEMPLATES_DIR == Path(cdispatch.__file__).resolve().parent / "templates"
+    assert {p.name for p in cdispatch.TEMPLATES_DIR.iterdir()} == used
+    src = Path(cdispatch.__file__).read_text()
+    assert all(f'"{name}"' in src for name in used)
