@@ -72,12 +72,12 @@ FRESH_MAX_REPS = 200            # calls per fresh-input graph (per-call times; k
 FRESH_REPLAYS = 5
 # A call after a change may cost this much more than a timed call before it counts as memoized:
 # the PDL overlap of back-to-back calls is lost behind the perturbing kernel, launch latency is
-# not amortized the same way. Calibrated on the H200 with tools/fresh_calibration.py: against a
-# reference timed apart from the fresh graphs (git 9060c4e, 3abef39) fresh / timed reached 1.22
-# above 25 us and 3.9 us extra below, clocks and temperature differing between the two; against
-# the timed graph replayed in the same rounds (same_ms) and with the row verification (git
-# 6e4ba9c, 1,000 honest winners) 1.15 above 12 us, 1.13 on the largest (5.8 ms) and <= 2.3 us
-# extra below 25 us. At 1.35x + 3 us every one of them keeps >= 16 % headroom. A kernel that
+# not amortized the same way. Calibrated on the H200 with tools/fresh_calibration.py: against the
+# timed graph replayed in the same rounds (same_ms) and with the row verification, 1,000 honest
+# winners reach fresh / timed 1.15 above 12 us, 1.13 on the largest (5.8 ms) and <= 2.3 us extra
+# below 25 us (a reference timed apart from the fresh graphs, with other clocks and temperature,
+# reaches 1.22 above 25 us and 3.9 us extra below). At 1.35x + 3 us every one of them keeps
+# >= 16 % headroom. A kernel that
 # memoizes by content gains at most about FRESH_RATIO x before it fails.
 FRESH_RATIO = 1.35
 FRESH_SLACK_MS = 0.003
@@ -92,7 +92,7 @@ PERTURB_VALUES = (16.0, 24.0, 32.0)
 # rows at ~3e-4 (f32 accumulation) to ~1e-2 (f16, long K). B x is computed once (B does not change;
 # recomputed after the graph to be sure): verifying every row each step read all of A, B and C
 # between calls, evicted the operands from L2 and made honest calls on 32 MB operands look 2-3x
-# slower in the fresh graph (14 false rejections in a grid bench at 1bfc86a)
+# slower in the fresh graph (false rejections of honest kernels)
 VERIFY_ROWS = 8
 VERIFY_THREADS = 1024   # per verified row: a row of 16,384 fp16 is two 16-byte loads per thread
 VERIFY_ROW_FACTOR = 8.0

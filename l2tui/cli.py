@@ -20,7 +20,7 @@ from .commands import COMMAND_MODULES
 def _load(name: str):
     try:
         return importlib.import_module(f"l2tui.commands.{name}")
-    except ModuleNotFoundError as e:  # a command whose issue has not landed yet
+    except ModuleNotFoundError as e:  # a command module this install lacks: left out of the parser
         if e.name == f"l2tui.commands.{name}":
             return None
         raise

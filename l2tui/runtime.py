@@ -260,8 +260,8 @@ class _Driver:
     """The three CUDA driver calls the per-call ordering makes, through ctypes.
 
     Why: the array libraries' wrappers (``torch.cuda.current_stream()``, ``Event.record``,
-    ``is_current_stream_capturing``) cost tens of microseconds a call in Python (export bench
-    at 5a5d237 on the H200: ``lib.matmul`` +30 us with cupy, +80 us with torch), while one
+    ``is_current_stream_capturing``) cost tens of microseconds a call in Python (on the H200
+    ``lib.matmul`` through them took +30 us with cupy, +80 us with torch), while one
     ctypes call into libcuda costs about one.  Every method returns None (or False) when the
     driver refuses, and the caller then takes the array library's path instead.
     """

@@ -6,13 +6,13 @@ and the app start fast.
 """
 
 COMMAND_MODULES = (
-    "bench",      # harness: time kernels and baselines (issue 2)
-    "doctor",     # harness: what is installed (issue 2)
-    "profile",    # harness: NCU metrics and verdict (issue 3)
-    "run",        # agent: headless loop (issue 4)
-    "sweep",      # agent: search policy over many shapes (issue 5)
+    "bench",      # harness: time kernels and baselines
+    "doctor",     # harness: what is installed
+    "profile",    # harness: NCU metrics and verdict
+    "run",        # agent: headless loop
+    "sweep",      # agent: search policy over many shapes
     "build",      # agent: prebuild the seed catalog into a (portable) build cache
-    "replay",     # tui: replay a session (issue 6)
-    "export",     # export: kernels as a library (issue 7)
-    "rl_data",    # rldata: training rows (issue 7)
+    "replay",     # tui: replay a session
+    "export",     # export: kernels as a library
+    "rl_data",    # rldata: training rows
 )

@@ -1,4 +1,4 @@
-"""Export a session's kernels as a library (issue 7).
+"""Export a session's kernels as a library.
 
 * :func:`export_session` writes ``DIR/kernels/M_N_K.cu``, ``DIR/manifest.json``
   and the C dispatcher sources (and, with ``build=True``, ``DIR/lib/libl2hgemm.so``);

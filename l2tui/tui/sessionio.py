@@ -1,8 +1,8 @@
 """Opening a session folder for the UI.
 
-The real :class:`l2tui.session.Session` is preferred; while that module is
-absent (it lands with issue 4) a small read-only reader of the same on-disk
-format stands in, so replay works on its own.  Either way the UI only uses
+The real :class:`l2tui.session.Session` is preferred; where it cannot be
+imported a small read-only reader of the same on-disk format stands in, so
+replay works on its own.  Either way the UI only uses
 ``events``, ``get_kernel``, ``path``, ``config`` and ``gpu``.
 """
 

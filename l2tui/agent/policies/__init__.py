@@ -21,7 +21,7 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
         return LLMPolicy.from_config(config, **kwargs)
     if name == "search":
         try:
-            from .search import SearchPolicy  # issue 5
+            from .search import SearchPolicy
         except ImportError as e:
             raise UserError(f"the search policy is not available ({e}); use --policy llm") from None
         opts = dict(getattr(config, "search", {}) or {}) if config is not None else {}

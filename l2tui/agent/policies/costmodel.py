@@ -72,7 +72,7 @@ class Params:
     bandwidth_gbs: float = 3800.0
     intensity_half: float = 16.0   # tile intensity at which the efficiency is half of its limit
     # bytes re-read from DRAM per second of compute time they cost through the power cap
-    # (ncu at 5360991: ~3 GB more cost ~270 us on 8192x12288x4096, ~11 TB/s)
+    # (under ncu, ~3 GB more read from DRAM cost ~270 us on 8192x12288x4096: ~11 TB/s)
     reread_gbs: float = 11000.0
 
     def to_dict(self) -> dict:

@@ -122,7 +122,7 @@ class SearchPolicy:
         self.families = set(families) if families else None
         # at most this many proposals a step outside the prebuilt catalog (None: no limit). Why: on
         # the H200 a sweep's time is nvcc's (a new CUTLASS configuration takes 30-60 s to build,
-        # a whole evaluation on the GPU about 0.4 s; runs/sweep-sample100-6df0c93), so a grid
+        # a whole evaluation on the GPU about 0.4 s), so a grid
         # sweep that must fit an hour searches the built catalog only (0) or nearly (1)
         self.new_builds = None if new_builds is None else max(0, int(new_builds))
         self.pick_top = max(0, int(pick_top))
