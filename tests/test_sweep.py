@@ -1,4 +1,4 @@
-"""``l2tui sweep``: tracks, session events, RL rows, winners, resume (issue 5).
+"""``l2tui sweep``: tracks, session events, RL rows, winners, resume.
 
 The evaluator is the project's ``RecordedEvaluator`` replaying H200 evaluations; its records
 are built from the committed H200 timings (tests/fixtures/h200_timings), not invented.
@@ -8,40 +8,15 @@ Builds are skipped here (test_families builds every family with real nvcc).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from harness.families import Config, catalog
+from harness.families import Config
 from harness.shapes import Shape
-from l2tui.agent.recorded import RecordedEvaluator, record_key
+from l2tui.agent.recorded import RecordedEvaluator
 from l2tui.agent.sweep import RESULTS_FILE, WINNERS_DIR, Sweep, SweepConfig
 from l2tui.session import Session
-
-FIXTURES = Path(__file__).parent / "fixtures" / "h200_timings"
-
-
-def recorded_file(tmp_path: Path, shapes: list[Shape]) -> Path:
-    """Evaluation records for the catalog on ``shapes`` from the fixture's measured times."""
-    data = json.loads((FIXTURES / "time_f32.json").read_text())
-    rows = {tuple(r["shape"]): r["times_ms"] for r in data["timings"]}
-    recs = {}
-    for s in shapes:
-        times = rows[(s.m, s.n, s.k)]
-        base = times.get("cublaslt_autotune") or times.get("torch")
-        for c in catalog("f32", "sm_90a"):
-            t = times.get(c.name)
-            if not t:
-                continue
-            recs[record_key(c.source(), s, "f32")] = {
-                "status": "ok", "build": None,
-                "check": {"ok": True, "failed": None, "detail": "", "rel_err": 1e-4, "bound": 1e-3},
-                "times_ms": {"candidate": t, "cublaslt_autotune": base}, "spread": {}, "roofline_ms": None,
-                "message": f"ok: {t:.4g} ms"}
-    p = tmp_path / "recorded.json"
-    p.write_text(json.dumps({"meta": {"gpu": data["env"]["gpu"]}, "records": recs}))
-    return p
-
+from tests.sweep_support import FIXTURES, recorded_file
 
 class Counting:
     """An evaluator (harness.evaluator_protocol) that counts its evaluations; one at a time."""
