@@ -134,10 +134,20 @@ SM90 = Family(
     ),
 )
 
-_MMA_COMMON = (
-    Knob("BK", _V(32, 64), "K slice per pipeline stage"),
+# knobs the three mma.sync families share (same names, values and meaning)
+_WARPS_MN = (
     Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
     Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
+)
+_MMA_COMMON = (Knob("BK", _V(32, 64), "K slice per pipeline stage"), *_WARPS_MN)
+_ACC_PDL = (
+    Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+    Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
+)
+# the latency families' narrow tiles
+_NARROW_TILE = (
+    Knob("BM", _V(16, 32, 64), "CTA tile rows"),
+    Knob("BN", _V(32, 64, 128), "CTA tile columns"),
 )
 
 SM80 = Family(
@@ -154,8 +164,7 @@ SM80 = Family(
         Knob("STAGES", _V(2, 3, 4, 5), "cp.async pipeline depth"),
         Knob("SWIZZLE", _V(1, 2, 4, 8, 16), "tile rows per CTA group"),
         Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16), "K slices per tile, 0 = auto"),
-        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
-        Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
+        *_ACC_PDL,
     ),
 )
 
@@ -168,14 +177,12 @@ SMALL = Family(
     build_arch="sm_80",
     summary="latency family: narrow tiles + split-K with in-kernel ordered reduction, one launch",
     knobs=(
-        Knob("BM", _V(16, 32, 64), "CTA tile rows"),
-        Knob("BN", _V(32, 64, 128), "CTA tile columns"),
+        *_NARROW_TILE,
         *_MMA_COMMON,
         Knob("STAGES", _V(2, 3, 4), "cp.async pipeline depth"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "tile rows per CTA group"),
         Knob("SPLIT_K", _V(0, 1, 2, 4, 8, 16, 32, 64, 128), "K slices per tile, 0 = auto"),
-        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
-        Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
+        *_ACC_PDL,
         Knob("CLUSTER_K", _V(1, 2, 4, 8),
              "K slices of a tile in one thread-block cluster, added through distributed shared memory (sm_90+)"),
     ),
@@ -189,17 +196,14 @@ TINY = Family(
     build_arch="sm_80",
     summary="latency family for the smallest shapes: one round trip per K chunk, stores from registers",
     knobs=(
-        Knob("BM", _V(16, 32, 64), "CTA tile rows"),
-        Knob("BN", _V(32, 64, 128), "CTA tile columns"),
+        *_NARROW_TILE,
         Knob("BK", _V(32, 64, 128), "K chunk fetched per round trip"),
-        Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
-        Knob("WARPS_N", _V(1, 2, 4), "warps along N"),
+        *_WARPS_MN,
         Knob("WARPS_K", _V(1, 2, 4), "warps along K (shorter MMA chains, partials added in shared memory)"),
         Knob("AHEAD", _V(1, 2), "K chunks whose loads are in flight while one is multiplied"),
         Knob("CLUSTER_K", _V(1, 2, 4, 8),
              "CTAs of one thread-block cluster sharing a tile's K, added through distributed shared memory (sm_90+)"),
-        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
-        Knob("PDL", ("0", "1"), "programmatic dependent launch on sm_90+"),
+        *_ACC_PDL,
     ),
 )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,11 +12,7 @@ from harness.shapes import Shape
 from l2tui.cli import main as cli_main
 from l2tui.export import ExportError, ManifestError, export_session, load_manifest
 from l2tui.export.manifest import SCHEMA, validate
-
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
+from tests.fixtures.export import make_session as fx
 
 
 @pytest.fixture(scope="module")

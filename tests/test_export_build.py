@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -13,11 +12,7 @@ import pytest
 
 from l2tui.export import export_session, load_manifest
 from l2tui.export.cdispatch import exported_symbols, parse_table
-
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
+from tests.fixtures.export import make_session as fx
 
 
 @pytest.fixture(scope="module")

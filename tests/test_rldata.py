@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,11 +10,7 @@ import pytest
 from harness.shapes import Shape
 from l2tui.cli import main as cli_main
 from l2tui.rldata import RlDataError, RowError, rl_data, validate_row
-
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
+from tests.fixtures.export import make_session as fx
 
 
 @pytest.fixture(scope="module")

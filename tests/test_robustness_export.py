@@ -7,7 +7,6 @@ here are real (``sh``, ``l2tui.cli.main``).
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -19,19 +18,9 @@ from l2tui.cli import main as cli_main
 from l2tui.export import export_session
 from l2tui.export.cdispatch import BUILD_SCRIPT, render_build_script
 from l2tui.export.values import ExportValueError, check_arch
+from tests.cli_support import one_line_error
+from tests.fixtures.export import make_session as fx
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session_x", ROOT / "tests" / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("l2tui: error: "), err
-    assert "\n" not in err and "Traceback" not in err, err
-    return err
 
 
 def set_session_arch(session: Path, arch_toml: str) -> None:

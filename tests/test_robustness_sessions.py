@@ -8,7 +8,6 @@ and the cases stop before any build).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -23,22 +22,12 @@ from l2tui.cli import main as cli_main
 from l2tui.config import Config
 from l2tui.errors import SessionError
 from l2tui.session import LOCK_FILE, Session, is_locked
+from tests.cli_support import one_line_error
+from tests.fixtures.export import make_session as fx
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "fixtures" / "recorded" / "evaluations.json"
 SEED = (ROOT / "tests" / "fixtures" / "recorded" / "seed_tiled.cu").read_text()
-
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session_r", ROOT / "tests" / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("l2tui: error: "), err
-    assert "\n" not in err and "Traceback" not in err, err
-    return err
 
 
 def finished_session(path: Path, *, max_steps: int = 1, shape=(64, 64, 64)) -> Path:

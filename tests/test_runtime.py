@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
 
@@ -11,11 +10,7 @@ import pytest
 from l2tui import runtime
 from l2tui.export import export_session
 from l2tui.export.manifest import ManifestError
-
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
+from tests.fixtures.export import make_session as fx
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ for cupy and torch inputs, through the prebuilt library and through lazy per-ker
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
 
@@ -14,10 +13,6 @@ from l2tui.export import export_session
 
 pytestmark = pytest.mark.gpu
 
-_spec = importlib.util.spec_from_file_location(
-    "export_make_session", Path(__file__).parent / "fixtures" / "export" / "make_session.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
 
 MISSING = [(96, 80, 48), (1, 1, 1), (100, 60, 90), (333, 257, 129)]
 
@@ -291,6 +286,7 @@ def test_c_fallback_under_graph_capture(export_dir):
 _MODE_PROBE = """
 import ctypes, sys
 import cupy as cp
+from tests.fixtures.export import make_session as fx
 lib = ctypes.CDLL(sys.argv[1])
 fn = lib.l2hgemm_fallback
 fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_void_p]

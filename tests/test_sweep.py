@@ -18,6 +18,7 @@ from l2tui.agent.sweep import RESULTS_FILE, WINNERS_DIR, Sweep, SweepConfig
 from l2tui.session import Session
 from tests.sweep_support import FIXTURES, recorded_file
 
+
 class Counting:
     """An evaluator (harness.evaluator_protocol) that counts its evaluations; one at a time."""
 
