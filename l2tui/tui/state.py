@@ -228,6 +228,12 @@ class SessionModel:
             tr.candidates[sha] = c
         return c
 
+    def _track_candidate(self, ev: dict, changes: Changes) -> tuple[Track, Candidate] | None:
+        """The track and candidate an event is about; None when it lacks a track id or a sha."""
+        tr = self._track(ev, changes)
+        c = self._candidate(tr, ev) if tr is not None else None
+        return None if c is None else (tr, c)
+
     def _apply(self, ev: dict, changes: Changes) -> None:  # noqa: C901 - one branch per type
         seq = ev.get("seq")
         if isinstance(seq, int) and seq <= self.last_seq:
@@ -287,12 +293,10 @@ class SessionModel:
                     detail = f" — {ev['detail']}" if ev.get("detail") else ""
                     self._log(changes, ev, "stage", f"#{tr.step} {tr.stage}{detail}", tr.id)
         elif typ == ev_schema.CANDIDATE:
-            tr = self._track(ev, changes)
-            if tr is None:
+            tc = self._track_candidate(ev, changes)
+            if tc is None:
                 return
-            c = self._candidate(tr, ev)
-            if c is None:
-                return
+            tr, c = tc
             c.step = int(ev.get("step", c.step) or 0)
             c.parent = ev.get("parent")
             c.origin = str(ev.get("origin") or "")
@@ -307,12 +311,10 @@ class SessionModel:
             self._log(changes, ev, "candidate",
                       f"#{c.step} candidate {c.sha[:10]} ({c.origin}, {c.policy or '?'}; {nlines} changed lines)", tr.id)
         elif typ in (ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED, ev_schema.PROFILED):
-            tr = self._track(ev, changes)
-            if tr is None:
+            tc = self._track_candidate(ev, changes)
+            if tc is None:
                 return
-            c = self._candidate(tr, ev)
-            if c is None:
-                return
+            tr, c = tc
             setattr(c, typ, dict(ev))
             self._log(changes, ev, typ, _describe_measure(typ, ev), tr.id)
             if typ == ev_schema.TIMED:
