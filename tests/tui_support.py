@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from l2tui.session import Session
-from l2tui.agent.commands import LoopCommand
+from l2tui.steering import LoopCommand
 from l2tui.tui.app import L2App, UIContext
 from l2tui.tui.sessionio import open_session
 from l2tui.tui.widgets.feeds import LoopHandle

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generator, Iterable, 
 from .. import events as ev_schema
 from ..errors import SessionError
 from ..session import Session, check_shape, sha256_text
-from .commands import WAKE, LoopCommand
+from ..steering import WAKE, LoopCommand
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
@@ -242,7 +242,7 @@ class AgentLoop:
         self._subs.append(fn)
 
     def send(self, command: LoopCommand | Mapping[str, Any]) -> None:
-        """Queue a steering command (:mod:`l2tui.agent.commands`); it runs at the next stage boundary."""
+        """Queue a steering command (:mod:`l2tui.steering`); it runs at the next stage boundary."""
         self._commands.put(LoopCommand.of(command))
         self._wake.set()
 
@@ -966,7 +966,7 @@ class AgentLoop:
         for t in self._targets(tid):
             self._bench_server(t)
 
-    #: command name -> handler(self, track id or None, args); the names are ``commands.COMMAND_NAMES``
+    #: command name -> handler(self, track id or None, args); the names are ``l2tui.steering.COMMAND_NAMES``
     COMMANDS: ClassVar[dict[str, Callable[..., None]]] = {
         "pause": _cmd_pause, "resume": _cmd_resume, "step": _cmd_step, "stop": _cmd_stop,
         "hint": _cmd_hint, "edit": _cmd_edit,

@@ -3,7 +3,7 @@
 The same screen serves live sessions (events from the AgentLoop) and replays
 (:class:`~l2tui.tui.screens.replay.ReplayScreen`, events from the log).  It
 holds no optimisation logic: every steering key becomes one typed command
-(:class:`~l2tui.agent.commands.LoopCommand`) posted as a :class:`MainScreen.CommandSent`
+(:class:`~l2tui.steering.LoopCommand`) posted as a :class:`MainScreen.CommandSent`
 message, which the app hands to the loop (docs/INTERFACES.md); its effects come back as events.
 """
 
@@ -25,7 +25,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from ...agent.commands import LoopCommand
+from ...steering import LoopCommand
 from .. import keymap
 from ..palette import SteeringCommands
 from ..sessionio import read_kernel

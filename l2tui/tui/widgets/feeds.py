@@ -24,7 +24,7 @@ from ... import events as ev_schema
 from ..replay import ReplayClock, Seek
 
 if TYPE_CHECKING:
-    from ...agent.commands import LoopCommand
+    from ...steering import LoopCommand
 
 FLUSH_HZ = 15
 

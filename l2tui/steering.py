@@ -1,6 +1,8 @@
-"""The steering commands the loop takes between stages (from the app's keys, tests or scripts).
+"""The steering commands the agent loop takes between stages (from the app's keys, tests, scripts).
 
-A command is a :class:`LoopCommand`: its name (one of :data:`COMMAND_NAMES`), the track it
+It is its own top-level module because both sides use it: the agent loop runs the commands and
+the app, which must start without importing the agent, builds them. A command is a
+:class:`LoopCommand`: its name (one of :data:`COMMAND_NAMES`), the track it
 targets (None: every track) and its arguments. The app builds them from its key bindings;
 ``AgentLoop.send`` also takes the equivalent mapping (``{"name": ..., "track": ..., **args}``),
 which is how a command is written to the session's ``command`` event.
