@@ -42,25 +42,16 @@ def recorded(scenarios):
 @pytest.fixture(scope="module")
 def main_run(scenarios, tmp_path_factory, agent_cache_dir):
     """One run of the main scenario on shape A (shared by the assertions below)."""
-    import os
-
     from tests.openai_server import ScriptedServer
 
     tmp = tmp_path_factory.mktemp("main")
-    old = {k: os.environ.get(k) for k in (ENV, "L2TUI_CACHE_DIR")}
-    os.environ[ENV] = SECRET
-    os.environ["L2TUI_CACHE_DIR"] = str(agent_cache_dir)
-    try:
+    with pytest.MonkeyPatch.context() as mp:   # module scope: the fixture's own monkeypatch
+        mp.setenv(ENV, SECRET)
+        mp.setenv("L2TUI_CACHE_DIR", str(agent_cache_dir))
         ev = RecordedEvaluator(scenarios.RECORDINGS)
         with ScriptedServer() as srv:
             session = scenarios.run_main_scenario(tmp / "session", ev, srv, [scenarios.SHAPE_A], api_key_env=ENV)
             requests = list(srv.requests)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return Session.open(session.path), ev, requests
 
 

@@ -131,22 +131,15 @@ def run_loop(server, scenarios, folder, cache_dir, **loop):
                  "context_tokens": 2500, **loop},
         "harness": {"baseline": "cublas"},
     }, "real-llm")
-    old = {k: os.environ.get(k) for k in (ENV, "L2TUI_CACHE_DIR")}
-    os.environ[ENV] = SECRET
-    os.environ["L2TUI_CACHE_DIR"] = str(cache_dir)
-    try:
+    with pytest.MonkeyPatch.context() as mp:   # module scope: the fixture's own monkeypatch
+        mp.setenv(ENV, SECRET)
+        mp.setenv("L2TUI_CACHE_DIR", str(cache_dir))
         session = Session.create(folder, config=cfg.snapshot(), gpu={}, versions={"scenario": "real-llm"})
         loop_ = AgentLoop(session, LoopConfig.from_config(cfg), policy=LLMPolicy.from_config(cfg),
                           evaluator=RecordedEvaluator(scenarios.RECORDINGS))
         loop_.add_track(parse_shape(scenarios.SHAPE_A), "f32")
         loop_.run()
         session.close()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return Session.open(folder)
 
 
