@@ -198,10 +198,10 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
 
+    from .. import compose
     from ..config import load_config
     from ..errors import UserError
     from ..paths import sessions_root
-    from ..session import Session
 
     session_dir = getattr(args, "run_session", None) or getattr(args, "session", None)
     resume = bool(getattr(args, "run_resume", False) or getattr(args, "resume", False))
@@ -239,28 +239,11 @@ def _run(args: argparse.Namespace) -> int:
     # ---- evaluator (fail before creating anything)
     evaluator: Any
     if args.recorded:
-        from ..agent.recorded import RecordedEvaluator
-
-        evaluator = RecordedEvaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded")
-        gpu = dict(evaluator.meta.get("gpu") or {})
-        gpu["replayed_from"] = str(args.recorded)
-        if evaluator.provisional:
-            gpu["provisional"] = True
+        evaluator = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded")
+        gpu = compose.recorded_gpu(evaluator.meta, args.recorded, provisional=evaluator.provisional)
     else:
-        from harness.errors import ToolMissing
-        from harness.gpuinfo import require_gpu
-
-        from ..demo import gpu_present, no_gpu_message
-
-        if not gpu_present():
-            raise ToolMissing(no_gpu_message())  # one line that names --recorded
-        info = require_gpu()
-        try:
-            from harness.evaluate import Evaluator  # type: ignore[import-not-found]
-        except ImportError as e:
-            raise UserError(f"GPU evaluation is not available ({e}); reinstall l2tui with the gpu extra") from None
-        evaluator = Evaluator(arch=cfg.harness["arch"] or None, baselines=tuple(cfg.harness["baselines"]),
-                              mode=cfg.harness["mode"], timeout_s=cfg.harness["timeout_s"])
+        info = compose.require_local_gpu()
+        evaluator = compose.config_gpu_evaluator(cfg)
         gpu = info.to_dict()
 
     session = None
@@ -268,16 +251,9 @@ def _run(args: argparse.Namespace) -> int:
         if policy_name == "llm" and cfg.llm["base_url"].startswith("https://api.openai.com") and cfg.api_key() is None:
             raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
                             f"(or use --policy search)")
-        from ..agent.loop import AgentLoop, LoopConfig
-        from ..agent.policies import make_policy
-
-        policy = make_policy(policy_name, cfg, gpu=gpu)
-
-        def factory(name: str) -> Any:
-            return make_policy(name, cfg, gpu=gpu)
-
+        policy, factory = compose.policies(policy_name, cfg, gpu)
         if resume:
-            session = Session.open(session_dir, writer="run --resume")
+            session = compose.open_session(session_dir, writer="run")
             cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
             for p in session.problems:
                 print(f"l2tui: warning: {p}", file=sys.stderr)
@@ -285,11 +261,10 @@ def _run(args: argparse.Namespace) -> int:
             path = Path(session_dir) if session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
             snap = cfg.snapshot()
             snap["run"] = {"policy": policy_name, "shapes": list(shapes_spec or []), "recorded": args.recorded}
-            session = Session.create(path, config=snap, gpu=gpu, versions=_versions(), writer="run")
-        loop = AgentLoop(session, LoopConfig.from_config(cfg), policy=policy, evaluator=evaluator, policy_factory=factory)
+            session = compose.create_session(path, writer="run", config=snap, gpu=gpu, versions=_versions())
+        loop = compose.agent_loop(session, cfg, policy=policy, policy_factory=factory, evaluator=evaluator,
+                                  shapes=shapes, acc=cfg.loop["acc"])
         loop.subscribe(Progress(args.quiet))
-        for s in shapes:
-            loop.add_track(s, cfg.loop["acc"])
         if not loop.tracks:
             raise UserError(f"session {session.path} has no tracks: add --shapes")
         if not args.quiet:
@@ -316,8 +291,6 @@ def _run(args: argparse.Namespace) -> int:
             print(f"resume with: l2tui run --headless --session {session.path} --resume", flush=True)
         return 0
     finally:
-        close = getattr(evaluator, "close", None)
-        if close:
-            close()
+        evaluator.close()
         if session is not None:
             session.close()  # the writer lock

@@ -91,9 +91,9 @@ def _run(args: argparse.Namespace) -> int:
     session = None
     saved: dict = {}
     if session_dir and resume:
-        from ..session import Session
+        from ..compose import open_session
 
-        session = Session.open(session_dir)
+        session = open_session(session_dir, writer="sweep")
         saved = dict((session.config or {}).get("sweep", {}))
         session.append(ev_schema.SESSION_RESUMED, from_seq=session.events[-1]["seq"] if session.events else 0)
         spec = spec or saved.get("shapes")
@@ -176,11 +176,11 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
     gpu["executor"] = args.executor
 
     if session is None:
+        from ..compose import create_session
         from ..paths import sessions_root
-        from ..session import Session
 
         path = Path(session_dir) if session_dir else sessions_root() / time.strftime("sweep-%Y%m%d-%H%M%S")
-        session = Session.create(path, config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
+        session = create_session(path, writer="sweep", config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
                                                          "baseline": args.baseline, "steps": args.steps,
                                                          "width": args.width, "seeds": args.seeds, "seed": args.seed,
                                                          "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
@@ -208,6 +208,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
 
 def _executor(args: argparse.Namespace, arch: str):
     """The executor the arguments ask for; one-line errors before anything is created."""
+    from .. import compose
     from ..errors import UserError
 
     if args.gpus is not None and args.gpus < 1:
@@ -216,9 +217,7 @@ def _executor(args: argparse.Namespace, arch: str):
         from ..executors.ray_executor import RayExecutor
 
         if args.recorded:
-            from ..agent.recorded import RecordedEvaluator
-
-            RecordedEvaluator(args.recorded, arch=arch)   # the one-line error for a bad file, before Ray starts
+            compose.recorded_evaluator(args.recorded, arch=arch)   # the one-line error for a bad file, before Ray starts
         return RayExecutor(address=args.ray_address, arch=arch, baselines=(args.baseline,), gpus=args.gpus,
                            recorded=args.recorded, simulate=args.gpus or 1)
     if args.gpus not in (None, 1):
@@ -226,11 +225,8 @@ def _executor(args: argparse.Namespace, arch: str):
     from ..executors.local import LocalExecutor
 
     if args.recorded:
-        from ..agent.recorded import RecordedEvaluator
-
-        return LocalExecutor(RecordedEvaluator(args.recorded, arch=arch), jobs=args.jobs)
-    from harness.evaluate import Evaluator
+        return LocalExecutor(compose.recorded_evaluator(args.recorded, arch=arch), jobs=args.jobs)
     from harness.gpuinfo import require_gpu
 
     require_gpu()   # the one-line "no NVIDIA GPU found" before a worker is started for nothing
-    return LocalExecutor(Evaluator(arch=arch, baselines=(args.baseline,)), jobs=args.jobs, gpu={})
+    return LocalExecutor(compose.gpu_evaluator(arch=arch, baselines=(args.baseline,)), jobs=args.jobs, gpu={})

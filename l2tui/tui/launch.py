@@ -115,28 +115,14 @@ def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, r
     function the evaluator goes through first (the demo recorder keeps every evaluation)."""
 
     def build() -> Any:
-        from ..agent.loop import make_loop
-        from ..agent.policies import make_policy
+        from .. import compose
 
-        h = cfg.harness
-        ev: Any
-        if recorded:
-            from ..agent.recorded import RecordedEvaluator
-
-            ev = RecordedEvaluator(recorded, arch=h.get("arch") or None, build="unrecorded")
-        else:
-            from harness.evaluate import Evaluator
-
-            ev = Evaluator(arch=h.get("arch") or None, baselines=tuple(h["baselines"]), mode=h["mode"],
-                           timeout_s=h["timeout_s"], timing=h.get("timing"))
+        ev = compose.loop_evaluator(cfg, recorded)
         if wrap is not None:
             ev = wrap(ev)
-        lp = make_loop(session, cfg, policy=make_policy(policy, cfg, gpu=gpu or {}), evaluator=ev,
-                       policy_factory=lambda name: make_policy(name, cfg, gpu=gpu or {}))
-        if not resume:
-            for s in shapes:
-                lp.add_track(s, acc)
-        return lp
+        pol, factory = compose.policies(policy, cfg, gpu or {})
+        return compose.agent_loop(session, cfg, policy=pol, policy_factory=factory, evaluator=ev,
+                                  shapes=() if resume else shapes, acc=acc)
 
     return build
 
@@ -156,9 +142,8 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
     errors; without a GPU only ``--recorded FILE`` goes on."""
     from harness.shapes import resolve_shapes
 
-    from .. import __version__
+    from .. import __version__, compose
     from ..demo import no_gpu_message
-    from ..session import Session
     from .app import L2App, UIContext
     from .widgets.feeds import LoopHandle
 
@@ -185,10 +170,8 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
     shapes = resolve_shapes(getattr(args, "shapes", None), default="sample100")
     gpu: dict = {}
     if recorded:
-        from ..agent.recorded import RecordedEvaluator
-
-        meta = RecordedEvaluator(recorded, build=False).meta  # one-line error for an unreadable file
-        gpu = {**(meta.get("gpu") or {}), "replayed_from": str(recorded)}
+        meta = compose.recorded_evaluator(recorded, build=False).meta  # one-line error for an unreadable file
+        gpu = compose.recorded_gpu(meta, recorded)
     elif not gpu_present():
         raise UserError(no_gpu_message())
     else:
@@ -197,13 +180,13 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
         gpus = list_gpus()
         gpu = gpus[0].to_dict() if gpus else {}
     if resume:
-        session = Session.open(path, writer="app --resume")
+        session = compose.open_session(path, writer="app")
         cfg = cfg.with_session_budgets(session.config)
     else:
         snap = {**cfg.snapshot(), "policy": policy}
         if recorded:
             snap["run"] = {"policy": policy, "shapes": [str(s) for s in shapes], "recorded": str(recorded)}
-        session = Session.create(path, config=snap, gpu=gpu, versions={"l2tui": __version__}, writer="app")
+        session = compose.create_session(path, writer="app", config=snap, gpu=gpu, versions={"l2tui": __version__})
     ctx = UIContext(session=session, events=list(session.events), replay=False, handle=LoopHandle(),
                     loop_factory=_loop_factory(cfg, session, policy, shapes, cfg.loop["acc"], resume,
                                                recorded=recorded, wrap=wrap, gpu=gpu),
