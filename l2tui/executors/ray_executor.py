@@ -216,18 +216,16 @@ class GpuActor:
 
         _use_sandbox_mode(spec.get("sandbox"))    # the driver's setting: this actor's worker keeps it
         self.arch = spec.get("arch")
-        if spec.get("recorded"):
-            from l2tui.agent.recorded import RecordedEvaluator
+        from l2tui import compose
 
-            self.ev: Evaluator = RecordedEvaluator(spec["recorded"], arch=self.arch)
+        if spec.get("recorded"):
+            self.ev: Evaluator = compose.recorded_evaluator(spec["recorded"], arch=self.arch)
             gpu = dict(self.ev.meta.get("gpu") or {})
             gpu["uuid"] = spec.get("uuid") or gpu.get("uuid")
             gpu["replayed_from"] = str(spec["recorded"])
         else:
-            from harness.evaluate import Evaluator
-
-            self.ev = Evaluator(arch=self.arch, baselines=tuple(spec.get("baselines") or ()),
-                                mode=spec.get("mode", "offline"), timeout_s=spec.get("timeout_s", 60))
+            self.ev = compose.gpu_evaluator(arch=self.arch, baselines=tuple(spec.get("baselines") or ()),
+                                            mode=spec.get("mode", "offline"), timeout_s=spec.get("timeout_s", 60))
             gpu = dict(self.ev.gpu_info())
         self.info = {**gpu, "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
                      "pid": os.getpid(), "cache_dir": str(cache_dir()),
