@@ -91,17 +91,25 @@ def reps_for(est_ms: float, target_ms: float = TARGET_REPLAY_MS, cap: int = MAX_
     return int(min(cap, max(1, math.ceil(target_ms / est_ms))))
 
 
-def capture(cp: Any, stream: Any, call: Callable[[], int], reps: int) -> Any:
-    """Capture ``reps`` calls into a graph; the capture is always ended, even if a call raises."""
-    graph = None
+def capture(cp: Any, stream: Any, call: Callable[[], int], reps: int, tail: Callable[[], int] | None = None) -> Any:
+    """Capture ``reps`` calls (and an optional tail) into a graph; the capture is always ended,
+    even if a call raises."""
     stream.begin_capture()
     try:
         for _ in range(reps):
             rc = call()
             if rc:
                 raise RuntimeError(f"call returned {rc} during graph capture")
+        if tail is not None:
+            tail()
     finally:
         graph = stream.end_capture()
+    return graph
+
+
+def _uploaded(graph: Any, stream: Any) -> Any:
+    if hasattr(graph, "upload"):
+        graph.upload(stream)
     return graph
 
 
@@ -109,10 +117,7 @@ def make_graph(cp: Any, stream: Any, label: str, call: Callable[[], int],
                target_ms: float = TARGET_REPLAY_MS, cap: int = MAX_REPS) -> Graph:
     est = estimate_ms(cp, stream, call)
     reps = reps_for(est, target_ms, cap)
-    g = capture(cp, stream, call, reps)
-    if hasattr(g, "upload"):
-        g.upload(stream)
-    return Graph(label, g, reps, est)
+    return Graph(label, _uploaded(capture(cp, stream, call, reps), stream), reps, est)
 
 
 def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], perturb: Callable[[], int],
@@ -142,26 +147,8 @@ def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], pert
     gf = capture(cp, stream, both, reps)
     gp = capture(cp, stream, base, reps)
     for g in (gf, gp):
-        if hasattr(g, "upload"):
-            g.upload(stream)
+        _uploaded(g, stream)
     return Graph(f"{label}:fresh", gf, reps, 0.0), Graph(f"{label}:perturb", gp, reps, 0.0)
-
-
-def capture_steps(cp: Any, stream: Any, step: Callable[[], int], reps: int, tail: Callable[[], int] | None = None) -> Any:
-    """Capture ``reps`` steps and an optional tail into one graph (ended even if a step raises)."""
-    stream.begin_capture()
-    try:
-        for _ in range(reps):
-            rc = step()
-            if rc:
-                raise RuntimeError(f"call returned {rc} during graph capture")
-        if tail is not None:
-            tail()
-    finally:
-        graph = stream.end_capture()
-    if hasattr(graph, "upload"):
-        graph.upload(stream)
-    return graph
 
 
 def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]],
@@ -183,10 +170,10 @@ def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]],
             sep()
             return call()
 
-        out.append(Graph(label, capture_steps(cp, stream, step, reps, tail), reps, 0.0))
+        out.append(Graph(label, _uploaded(capture(cp, stream, step, reps, tail), stream), reps, 0.0))
     if base is None:
         return out, None
-    return out, Graph(base_label, capture_steps(cp, stream, base[0], reps, base[1]), reps, 0.0)
+    return out, Graph(base_label, _uploaded(capture(cp, stream, base[0], reps, base[1]), stream), reps, 0.0)
 
 
 def per_call(timed: dict[str, dict[str, Any]], labels: list[str], base_label: str) -> dict[str, dict[str, Any]]:
