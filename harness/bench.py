@@ -98,8 +98,10 @@ def _command_line() -> str:
 
     argv = list(sys.argv)
     prog = os.path.basename(argv[0]) if argv else "bench"
-    if prog in ("__main__.py", "-m"):
-        prog = "python -m harness"
+    if prog in ("__main__.py", "-m", "cli.py"):
+        # `python -m l2tui ...` is the l2tui command; `python -m harness ...` the harness's
+        pkg = os.path.basename(os.path.dirname(argv[0])) if prog != "-m" else ""
+        prog = "l2tui" if pkg == "l2tui" else "python -m harness"
     return " ".join([prog, shlex.join(argv[1:])]).strip()
 
 

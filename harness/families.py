@@ -90,7 +90,7 @@ class Family:
         return tuple(k.name for k in self.knobs)
 
     def defaults(self) -> dict[str, str]:
-        return parse_knobs(self.template())
+        return dict(_knobs_of(self.template()))
 
     def runs_on(self, cc: int) -> bool:
         return cc >= self.min_cc and (self.max_cc is None or cc <= self.max_cc)
@@ -250,6 +250,12 @@ _BLOCK_RE = re.compile(r"^[ \t]*// l2: knobs begin[^\n]*\n(.*?)^[ \t]*// l2: kno
 _DEFINE_RE = re.compile(r"^[ \t]*#define[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]+([^\s/]+)[^\n]*$", re.M)
 _FAMILY_RE = re.compile(r"^// l2tui seed family: *([A-Za-z0-9_]+)", re.M)
 _ACC_RE = re.compile(r"^[ \t]*// l2: acc=(f16|f32)[ \t]*$", re.M)
+
+
+@lru_cache(maxsize=32)
+def _knobs_of(template: str) -> tuple[tuple[str, str], ...]:
+    # a family's defaults are read for every configuration rendered: parse each template once
+    return tuple(parse_knobs(template).items())
 
 
 def parse_knobs(source: str) -> dict[str, str]:
@@ -778,9 +784,15 @@ def sans_epilogue(cfg: "Config") -> tuple:
 
 def differing_only_in(cfg: "Config", pool: Sequence["Config"], knobs: Sequence[str]) -> list["Config"]:
     """The configurations of ``pool`` other than ``cfg`` that equal it outside ``knobs``."""
-    strip = lambda c: (c.family, tuple((k, v) for k, v in c.knobs if k not in knobs))  # noqa: E731
-    key = strip(cfg)
-    return [c for c in pool if c != cfg and strip(c) == key]
+    skip = tuple(knobs)
+    key = _stripped(cfg, skip)
+    return [c for c in pool if c != cfg and _stripped(c, skip) == key]
+
+
+@lru_cache(maxsize=65536)
+def _stripped(cfg: "Config", knobs: tuple[str, ...]) -> tuple:
+    """``cfg`` without ``knobs`` (memoised: the pick compares every catalog entry with each chosen one)."""
+    return (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in knobs))
 
 
 def launch_twins(cfg: "Config", pool: Sequence["Config"]) -> list["Config"]:
@@ -899,7 +911,13 @@ def _configs(entries: Sequence[Entry], acc: str, arch: str | int | None) -> list
 
 def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
     """The prebuilt configurations for ``acc`` that run on ``arch`` (all when arch is None)."""
-    return _configs(_catalog_entries()["f16" if acc == "f16" else "f32"], acc, arch)
+    return list(_catalog("f16" if acc == "f16" else "f32", arch))
+
+
+@lru_cache(maxsize=64)
+def _catalog(acc: str, arch: str | int | None) -> tuple[Config, ...]:
+    # memoised like the entries it reads: a sweep asks for the catalog twice per shape
+    return tuple(_configs(_catalog_entries()[acc], acc, arch))
 
 
 def unsafe_catalog(acc: str = "f32") -> list[Config]:

@@ -10,11 +10,14 @@ render must not depend on the catalog or on a family's defaults staying as they 
 
     python -m harness winners render --winners results/h200/winners-f32.json --out DIR
     python -m harness winners from-dir --kernels DIR --acc f32 --out winners.json
+    python -m harness winners from-dir --kernels DIR --base old.json --out new.json
 
 ``render`` writes ``DIR/M_N_K.cu`` for each shape, the folder ``l2tui bench --kernels DIR``
 reads; ``from-dir`` turns a folder of rendered family sources (a sweep's ``winners/``, a pick's
 ``kernels/``) into a winners file, refusing any source that its configuration does not
-reproduce byte for byte (a hand-edited kernel is not a configuration).
+reproduce byte for byte (a hand-edited kernel is not a configuration); with ``--base``, every
+shape the folder lacks keeps the base file's configuration (a re-pick of some of the shapes, or
+one stopped before its end, updates a full winners file).
 """
 
 from __future__ import annotations
@@ -184,14 +187,14 @@ def render_dir(winners_file: str | Path, out_dir: str | Path, *, allow_changed: 
 def from_dir(kernels_dir: str | Path, acc: str, about: str = "") -> Winners:
     """A winners file from a folder of ``M_N_K.cu`` family renders (symlinks are followed)."""
     d = Path(kernels_dir)
-    files = sorted(d.glob("*_*_*.cu"))
+    files = sorted(d.glob("*_*_*.cu"))   # M_N_K.cu, or M_N_K_f16.cu as a sweep names its f16 winners
     if not files:
         raise WinnersError(f"{d}: no M_N_K.cu files")
     configs: dict[str, Winner] = {}
     shapes: dict[Shape, str] = {}
     for p in files:
         try:
-            shape = parse_shape(p.stem)
+            shape = parse_shape(p.stem.removesuffix("_f16"))
         except HarnessError as e:
             raise WinnersError(f"{p}: {e}") from None
         text = p.read_text()
@@ -208,6 +211,20 @@ def from_dir(kernels_dir: str | Path, acc: str, about: str = "") -> Winners:
     return Winners(acc, about, configs, shapes)
 
 
+def with_base(w: Winners, base: Winners) -> tuple[Winners, int]:
+    """``w`` plus every shape of ``base`` that ``w`` lacks (with its configuration); how many."""
+    if base.acc != w.acc:
+        raise WinnersError(f"the base file accumulates in {base.acc}, the kernels in {w.acc}")
+    shapes, configs = dict(w.shapes), dict(w.configs)
+    kept = 0
+    for shape, name in base.shapes.items():
+        if shape not in shapes:
+            shapes[shape] = name
+            configs.setdefault(name, base.configs[name])
+            kept += 1
+    return Winners(w.acc, w.about, configs, dict(sorted(shapes.items(), key=lambda kv: (kv[0].m, kv[0].n, kv[0].k)))), kept
+
+
 # ----------------------------------------------------------------------------- command line
 
 
@@ -222,6 +239,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--kernels", required=True, metavar="DIR")
     f.add_argument("--acc", choices=("f32", "f16"), default="f32")
     f.add_argument("--about", default="", help="one line: where the winners come from")
+    f.add_argument("--base", metavar="FILE", help="a winners file whose shapes the folder lacks are kept as they are")
     f.add_argument("--out", required=True, metavar="FILE")
 
 
@@ -231,9 +249,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"{n} kernels in {args.out}")
         return 0
     w = from_dir(args.kernels, args.acc, args.about)
+    kept = 0
+    if args.base:
+        w, kept = with_base(w, load(args.base))
     try:
         Path(args.out).write_text(dump(w))
     except OSError as e:
         raise WinnersError(f"cannot write {args.out}: {e.strerror or e}") from None
-    print(f"{len(w.shapes)} shapes, {len(w.configs)} configurations in {args.out}")
+    print(f"{len(w.shapes)} shapes, {len(w.configs)} configurations in {args.out}"
+          + (f" ({kept} kept from {args.base})" if args.base else ""))
     return 0

@@ -86,3 +86,12 @@ def test_sweep_without_gpu_is_one_line_error_and_leaves_no_session(tmp_path):
     assert lines[0] == ("l2tui: error: no NVIDIA GPU found: run on a machine with a GPU and its driver "
                         "(nvidia-smi must work)")
     assert not (tmp_path / "sw" / "events.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv0,prog", [("/x/l2tui/__main__.py", "l2tui"), ("/x/harness/__main__.py", "python -m harness"),
+                                        ("/usr/bin/l2tui", "l2tui")])
+def test_the_result_files_command_names_what_the_user_typed(monkeypatch, argv0, prog):
+    from harness.bench import _command_line
+
+    monkeypatch.setattr("sys.argv", [argv0, "bench", "--shapes", "grid", "--kernels", "my dir"])
+    assert _command_line() == f"{prog} bench --shapes grid --kernels 'my dir'"

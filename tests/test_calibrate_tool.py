@@ -35,3 +35,55 @@ def test_dry_run_leaves_the_calibration_file_alone(capsys):
     out = capsys.readouterr().out
     assert "fitted:" in out and "current:" in out and "dry run: nothing written" in out
     assert tool.CALIBRATED_FILE.read_text() == before
+
+
+def _session_with_timings(path: Path) -> tuple[Path, dict]:
+    """A session folder written by the Session API as a sweep's pick writes it: two shapes, three
+    catalog configurations each, per call; one back-to-back event and one hand-written kernel
+    that must not be read as a configuration."""
+    from harness.families import catalog
+    from l2tui import events as ev
+    from l2tui.session import Session
+
+    s = Session.create(path, config={"sweep": {}}, gpu={"name": "NVIDIA H200", "uuid": "GPU-1"}, versions={})
+    cfgs = catalog("f32", "sm_90a")[:3]
+    want: dict = {}
+    for shape in ([64, 64, 64], [4096, 4096, 4096]):
+        track = "x".join(map(str, shape)) + "-f32"
+        s.append(ev.TRACK_ADDED, track=track, shape=shape, acc="f32", baseline="cublaslt_autotune", gpu="GPU-1")
+        for i, c in enumerate(cfgs):
+            sha = s.put_kernel(c.source())
+            ms = 0.01 * (i + 1) * shape[0] / 64
+            s.append(ev.TIMED, track=track, step=0, sha=sha, mode="offline", timing="isolated",
+                     times_ms={"candidate": ms, "cublaslt_autotune": 0.02}, baseline="cublaslt_autotune")
+            want[(tuple(shape), c.name)] = ms
+        s.append(ev.TIMED, track=track, step=0, sha=s.put_kernel(cfgs[0].source()), mode="offline", timing="chained",
+                 times_ms={"candidate": 123.0}, baseline="cublaslt_autotune")
+        s.append(ev.TIMED, track=track, step=1, sha=s.put_kernel("// hand written\n__global__ void k() {}\n"),
+                 mode="offline", timing="isolated", times_ms={"candidate": 1e-6}, baseline="cublaslt_autotune")
+    s.close()
+    return path, want
+
+
+def test_a_sweep_session_is_read_as_per_call_timings_and_saved(tmp_path, capsys):
+    from l2tui.agent.policies.costmodel import records_of
+    from l2tui.agent.policies.timings import from_session
+
+    folder, want = _session_with_timings(tmp_path / "s")
+    doc = from_session(folder)
+    assert doc["mode"] == "per call" and doc["env"]["name"] == "NVIDIA H200"
+    got = {(tuple(r["shape"]), n): ms for r in doc["timings"] for n, ms in r["times_ms"].items() if n in doc["configs"]}
+    assert got == want                                    # no back-to-back time, no hand-written kernel
+    assert all(r["times_ms"]["cublaslt_autotune"] == 0.02 for r in doc["timings"])
+    assert len(records_of(doc)) == len(want)
+    assert from_session(folder, "chained")["mode"] == "back to back"
+    # the tool reads the folder, fits, and saves the timings it read (dry run: the model stays)
+    tool = _tool()
+    before = tool.CALIBRATED_FILE.read_text()
+    out = tmp_path / "percall.json"
+    assert tool.main([str(folder), "--save-timings", str(out), "--dry-run"]) == 0
+    assert "6 timings" in capsys.readouterr().out
+    assert json.loads(out.read_text())["timings"] == doc["timings"]
+    assert tool.CALIBRATED_FILE.read_text() == before
+    with pytest.raises(SystemExit, match="not a session folder"):
+        tool.main([str(tmp_path)])

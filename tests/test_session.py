@@ -93,3 +93,26 @@ def test_missing_kernel_reported(tmp_path):
 def test_not_a_session(tmp_path):
     with pytest.raises(SessionError, match="not a session folder"):
         Session.open(tmp_path)
+
+
+def test_batched_writes_every_line_at_once_and_fsyncs_once_at_the_end(tmp_path, monkeypatch):
+    import os as _os
+
+    s = Session.create(tmp_path / "s", config={}, gpu={}, versions={})
+    synced: list[int] = []
+    real = _os.fsync
+    monkeypatch.setattr("l2tui.session.os.fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    with s.batched():
+        with s.batched():                       # nested: only the outermost one syncs
+            for i in range(20):
+                s.append("note", text=f"line {i}")
+                s.append_reward({"track": "t", "reward": float(i)})
+        # written and flushed already: another reader sees every line before the sync
+        assert len(Session.open(s.path).events) == len(s.events)
+        assert synced == []
+    assert len(synced) == 2                     # events.jsonl and rewards.jsonl, once each
+    s.append("note", text="outside")           # outside a batch: one fsync per line again
+    assert len(synced) == 3
+    back = Session.open(s.path)
+    assert [e.get("text") for e in back.events[-21:]] == [f"line {i}" for i in range(20)] + ["outside"]
+    assert len(back.rewards()) == 20

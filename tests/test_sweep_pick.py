@@ -156,3 +156,91 @@ def test_the_search_policy_picks_only_with_an_evaluator_that_times_many_at_once(
     bound = pol.seed(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0,
                                   arch="sm_90a"))
     assert bound.source == plain.source and "predicted" in bound.plan
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_an_incumbent_is_timed_in_the_pick_and_kept_unless_beaten(tmp_path, monkeypatch):
+    """``--incumbents``: the configuration a winners file holds for the shape is timed beside the
+    pick's choice (here one the model ranks last, so choose() alone would not time it); it wins
+    when it is the fastest of the request, and loses to a faster one."""
+    import l2tui.agent.policies.search as search
+
+    timed = timed_names()
+    full = search.catalog
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    shape = Shape(4096, 4096, 4096)
+    times = fixture_times()[(4096, 4096, 4096)]
+    ranked = [c for c in ranked_for(shape) if c.name in timed]
+    chosen = choose(ranked, shape, 2, kinds=False, siblings=False)
+    outsider = next(c for c in reversed(ranked) if c not in chosen)
+    for fast in (True, False):
+        rec = recorded_file(tmp_path, [shape])
+        doc = json.loads(rec.read_text())
+        key = record_key(outsider.source(), shape, "f32")
+        best_other = min(times[c.name] for c in chosen)
+        doc["records"][key]["times_ms"]["candidate"] = best_other * (0.5 if fast else 2.0)
+        rec.write_text(json.dumps(doc))
+        s = Session.create(tmp_path / f"s{fast}", config={"sweep": {}}, gpu={}, versions={})
+        cfg = SweepConfig(shapes=[shape], steps=0, seeds=2, arch="sm_90a", build_batches=False, pick_kinds=False,
+                          incumbents={(shape, "f32"): outsider})
+        (res,) = Sweep(cfg, RecordedEvaluator(rec, arch="sm_90a", build=False), session=s, out_dir=s.path,
+                       progress=lambda line: None).run()
+        names = [Config.from_source(s.get_kernel(e["sha"])).name for e in s.events if e["type"] == "candidate"]
+        assert outsider.name in names and res.picked == len(names)
+        plans = [e["text"] for e in s.events if e["type"] == "plan"]
+        assert any(outsider.name in p for p in plans)
+        if fast:
+            assert res.best_name == outsider.name
+        else:
+            assert res.best_name != outsider.name and res.best_ms == pytest.approx(best_other)
+
+
+def test_the_command_reads_incumbents_from_a_winners_file_and_refuses_a_bad_one(tmp_path, capsys):
+    from l2tui.cli import main
+    from l2tui.commands.sweep import load_incumbents
+
+    held = load_incumbents(["results/h200/winners-f32.json"], "sm_90a")
+    assert len(held) == 1000 and held[(Shape(64, 64, 64), "f32")].name == "tiny-16x64x64-w1x4x2"
+    # a family that does not run on the arch is left out, not timed to fail
+    assert all(c.family not in ("sm90_cutlass", "sm90_ksplit") for c in load_incumbents(
+        ["results/h200/winners-f32.json"], "sm_80").values())
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    rc = main(["sweep", "--shapes", "64x64x64", "--recorded", str(bad), "--incumbents", str(bad),
+               "--session", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--incumbents" in err and "not JSON" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_max_seconds_stops_starting_tracks_and_resume_finishes_them(tmp_path, monkeypatch):
+    import l2tui.agent.policies.search as search
+
+    timed = timed_names()
+    full = search.catalog
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    shapes = [Shape(4096, 4096, 4096), Shape(64, 64, 16384)]
+    rec = recorded_file(tmp_path, shapes)
+    s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={}, versions={})
+    lines: list[str] = []
+
+    def sweep(limit):
+        cfg = SweepConfig(shapes=shapes, steps=0, seeds=2, arch="sm_90a", build_batches=False, max_seconds=limit)
+        return Sweep(cfg, RecordedEvaluator(rec, arch="sm_90a", build=False), session=s, out_dir=s.path,
+                     progress=lines.append)
+
+    first = sweep(0.0)
+    assert first.run() == [] and first.left_at_limit == 2
+    assert any("2 of 2 tracks not started" in line for line in lines)
+    assert not [e for e in s.events if e["type"] == "track_added"]
+    second = sweep(None)
+    assert len(second.run()) == 2 and second.left_at_limit == 0
+    assert sorted(json.loads((s.path / RESULTS_FILE).read_text())["tracks"]) == ["4096x4096x4096-f32", "64x64x16384-f32"]
+
+
+def test_a_negative_max_seconds_is_one_line(tmp_path, capsys):
+    from l2tui.cli import main
+
+    assert main(["sweep", "--shapes", "64x64x64", "--max-seconds", "-1", "--session", str(tmp_path / "s")]) != 0
+    err = capsys.readouterr().err
+    assert "--max-seconds must be 0 or more" in err and "Traceback" not in err

@@ -111,3 +111,24 @@ def test_cli_renders_and_reports_errors_in_one_line(tmp_path, capsys):
     assert err.startswith("harness: error: cannot write the kernels into") and err.count("\n") == 1
     assert harness_main(["winners", "from-dir", "--kernels", str(out), "--acc", "f16", "--out", str(tmp_path / "w.json")]) == 0
     assert W.load(tmp_path / "w.json").shapes == W.load(H200 / "winners-f16.json").shapes
+
+
+def test_from_dir_with_a_base_keeps_the_shapes_the_folder_lacks_and_reads_sweep_names(tmp_path, capsys):
+    """A re-pick of some shapes (a sweep's ``winners/``, f16 ones named ``M_N_K_f16.cu``) updates
+    a full winners file: its shapes take the folder's configuration, the others keep the base's."""
+    base = W.load(H200 / "winners-f16.json")
+    shapes = sorted(base.shapes, key=lambda s: (s.m, s.n, s.k))
+    other = next(c for c in base.configs.values() if c.name != base.shapes[shapes[0]])
+    d = tmp_path / "winners"
+    d.mkdir()
+    (d / f"{shapes[0].m}_{shapes[0].n}_{shapes[0].k}_f16.cu").write_text(other.source())
+    out = tmp_path / "new.json"
+    assert harness_main(["winners", "from-dir", "--kernels", str(d), "--acc", "f16", "--base",
+                         str(H200 / "winners-f16.json"), "--out", str(out)]) == 0
+    assert "99 kept from" in capsys.readouterr().out
+    new = W.load(out)
+    assert new.shapes[shapes[0]] == other.name
+    assert {s: n for s, n in new.shapes.items() if s != shapes[0]} == {s: n for s, n in base.shapes.items()
+                                                                         if s != shapes[0]}
+    with pytest.raises(W.WinnersError, match="accumulates in f32"):
+        W.with_base(new, W.load(H200 / "winners-f32.json"))

@@ -1,6 +1,11 @@
 """Fit the cost model's per-family constants to recorded H200 timings and save them.
 
     python tools/calibrate_costmodel.py tests/fixtures/h200_timings/time_*.json
+    python tools/calibrate_costmodel.py sessions/grid-h200 --save-timings percall_f32.json
+
+An input is a timing file (the format of tests/fixtures/h200_timings) or a sweep's session folder,
+whose pick timed a dozen or more catalog configurations per shape (``timed`` events; per call
+unless ``--timing chained``); ``--save-timings FILE`` writes what was read as one timing file.
 
 Writes ``l2tui/agent/policies/costmodel_h200.json`` (loaded by ``CostModel()``) and prints how
 well the model ranks: mean Spearman correlation per shape, and the geomean regret (measured time
@@ -19,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.stats import geomean  # noqa: E402
 from l2tui.agent.policies.costmodel import (  # noqa: E402
-    CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_params, load_timings, log_error, spearman)
+    CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_params, log_error, records_of, spearman)
+from l2tui.agent.policies.timings import MODES, from_session  # noqa: E402
 
 
 def ranking_quality(model: CostModel, records) -> dict:
@@ -40,14 +46,25 @@ def ranking_quality(model: CostModel, records) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("timings", nargs="+", help="timing files in the format of tests/fixtures/h200_timings (config name -> ms per shape)")
+    ap.add_argument("timings", nargs="+", help="timing files in the format of tests/fixtures/h200_timings (config name -> ms "
+                                               "per shape), or sweep session folders")
+    ap.add_argument("--timing", choices=sorted(MODES), default="isolated",
+                    help="which of a session's timings to read (default isolated: per call)")
+    ap.add_argument("--save-timings", metavar="FILE", help="also write the timings read as one timing file")
     ap.add_argument("--dry-run", action="store_true", help="print the fit's quality, write nothing")
     args = ap.parse_args(argv)
     paths = args.timings
     try:
-        records = load_timings(paths)
+        docs = [from_session(p, args.timing) if Path(p).is_dir() else json.loads(Path(p).read_text()) for p in paths]
+        records = [r for d in docs for r in records_of(d)]
     except (OSError, ValueError, KeyError) as e:  # one line, not a traceback
         raise SystemExit(f"cannot read the timings: {e}") from None
+    if args.save_timings:
+        merged = {"mode": docs[0].get("mode"), "env": docs[0].get("env"),
+                  "configs": {n: c for d in docs for n, c in d["configs"].items()},
+                  "timings": [t for d in docs for t in d["timings"]]}
+        Path(args.save_timings).write_text(json.dumps(merged, separators=(",", ":")) + "\n")
+        print(f"wrote {args.save_timings}: {len(merged['timings'])} shapes, {len(records)} timings")
     if not records:
         raise SystemExit("no timings in " + ", ".join(paths))
     before = ranking_quality(CostModel(DEFAULT_PARAMS), records)
@@ -60,7 +77,9 @@ def main(argv=None) -> int:
     if args.dry_run:
         print("dry run: nothing written")
         return 0
+    modes = sorted({str(d.get("mode")) for d in docs})
     CALIBRATED_FILE.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
+                                           "timing": modes[0] if len(modes) == 1 else modes,
                                            "quality": after}, indent=1) + "\n")
     print(f"wrote {CALIBRATED_FILE}")
     return 0

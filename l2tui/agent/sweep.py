@@ -28,6 +28,7 @@ grid has to share work across shapes.  It
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import math
@@ -36,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from harness.families import Config, build_arch_for, catalog
 from harness.shapes import Shape
@@ -81,6 +82,10 @@ class SweepConfig:
     new_builds: int | None = None   # proposals a step outside the prebuilt catalog (None: any number)
     pick_kinds: bool = True         # the pick also times the best of each kind the model is least sure of
     families: Sequence[str] | None = None   # restrict the catalog and the search to these families
+    # (shape, acc) -> the configuration that holds the shape now (a winners file): timed in the pick
+    # beside the chosen ones, so a re-pick keeps it unless something beats it in the same request
+    incumbents: dict[tuple[Shape, str], Config] | None = None
+    max_seconds: float | None = None   # start no track after this long (run() returns; --resume continues)
 
 
 @dataclass
@@ -143,6 +148,10 @@ class NullSession:
     def append_reward(self, row: dict) -> dict:
         return row
 
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        yield
+
 
 class Sweep:
     """Run the search policy over many tracks (see the module docstring).
@@ -172,6 +181,7 @@ class Sweep:
         self.gpu = gpu_name
         self.cache = ResultsCache(self.out_dir / RESULTS_FILE) if self.out_dir else None
         self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
+        self.left_at_limit = 0                          # tracks not started when max_seconds ran out
         self._kernel_lock = threading.Lock()
 
     # ------------------------------------------------------------ builds
@@ -254,10 +264,16 @@ class Sweep:
                      gpu=getattr(slot, "uuid", None), batch=extra.get("batch"))
 
     def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
-        """One track on one GPU slot, from the pick to its last refinement step.
+        """One track on one GPU slot, from the pick to its last refinement step; its session
+        lines are fsynced once, when it ends (``Session.batched``).
 
         Raises ``l2tui.executors.SlotLost`` when the slot goes away mid-track (the caller gives
         the track to another slot)."""
+        batched = getattr(self.session, "batched", None)
+        with (batched() if batched else contextlib.nullcontext()):
+            return self._run_track(shape, acc, slot)
+
+    def _run_track(self, shape: Shape, acc: str, slot: Any) -> TrackResult:
         if slot is None:
             slots = self.executor.slots()
             if not slots:
@@ -335,12 +351,16 @@ class Sweep:
         ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch), shape)]
         settings = PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds, siblings=cfg.pick_kinds)
         chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
+        held = (cfg.incumbents or {}).get((shape, acc))
+        if held is not None and held not in chosen:
+            chosen.append(held)
         for c in chosen:
             src = c.source()
             if any(p.source == src for p in seeds):
                 continue
-            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: "
-                                  f"{pol.cost.estimate(c, shape).rationale()}", family=c.family, origin="seed",
+            why = "the incumbent (it holds this shape now)" if c == held else pol.cost.estimate(c, shape).rationale()
+            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
+                                  family=c.family, origin="seed",
                                   role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
         res.picked = len(seeds)
         if seeds:
@@ -438,6 +458,7 @@ class Sweep:
         errors: list[BaseException] = []
         live = {id(sl) for sl in slots}
         t0 = time.monotonic()
+        deadline = t0 + self.cfg.max_seconds if self.cfg.max_seconds is not None else None
 
         def report(r: TrackResult) -> None:
             n = len(out)
@@ -458,7 +479,7 @@ class Sweep:
                 with cond:
                     while not queue and inflight[0] and not errors:
                         cond.wait()
-                    if errors or not queue:
+                    if errors or not queue or (deadline is not None and time.monotonic() >= deadline):
                         cond.notify_all()
                         return
                     shape, acc = queue.popleft()
@@ -504,6 +525,10 @@ class Sweep:
                 th.join()
         if errors:
             raise errors[0]
+        if queue and live and deadline is not None and time.monotonic() >= deadline:
+            self.left_at_limit = len(queue)
+            self.progress(f"time limit: {len(queue)} of {len(tracks)} tracks not started; continue with --resume")
+            return out
         if queue:
             raise ExecutorError(f"every GPU was lost with {len(queue)} track(s) left: "
                                 f"continue with --resume once the GPUs are back")

@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the pick times the model's top --seeds only (not the best of each kind, nor their variants)")
     p.add_argument("--families", nargs="+", metavar="FAMILY", default=None,
                    help="only these seed families (e.g. tiny_mma sm80_mma: fast builds)")
+    p.add_argument("--incumbents", nargs="+", metavar="WINNERS", default=None,
+                   help="winners files (e.g. results/h200/winners-f32.json): each shape's configuration there is "
+                        "timed in the pick beside the chosen ones, so a re-pick keeps it unless beaten")
+    p.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                   help="start no track after S seconds (the tracks running finish); --resume continues")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
     p.add_argument("--new-builds", type=int, default=None, metavar="N",
                    help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
@@ -64,6 +69,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="--executor ray: GPU actors to start (default: every GPU of the cluster; with --recorded, "
                         "simulated GPUs replaying the recording)")
+
+
+def load_incumbents(paths: list[str], arch: str) -> dict:
+    """(shape, acc) -> configuration, from winners files; one line for a file that cannot be read.
+    A configuration whose family does not run on ``arch`` is left out (the pick could not time it)."""
+    from harness import winners as W
+    from harness.families import applicable
+
+    from ..errors import UserError
+
+    out: dict = {}
+    for path in paths:
+        try:
+            w = W.load(path)
+        except W.WinnersError as e:
+            raise UserError(f"--incumbents: {str(e).splitlines()[0]}") from None
+        for shape, win in w.by_shape().items():
+            if applicable(win.config.family, shape, arch):
+                out[(shape, w.acc)] = win.config
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,12 +144,18 @@ def _run(args: argparse.Namespace) -> int:
         for f in args.families:
             get_family(f)   # one line for an unknown family, before anything starts
     new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
+    if args.max_seconds is not None and not args.max_seconds >= 0:
+        raise UserError(f"--max-seconds must be 0 or more, not {args.max_seconds}")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
+    incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
+    args.incumbent_files = incumbent_files
     cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, steps=args.steps, width=args.width,
                       seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
                       pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
-                      families=args.families or saved.get("families") or None)
+                      families=args.families or saved.get("families") or None,
+                      incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
+                      max_seconds=args.max_seconds)
     from ..executors.progress import BuildProgress
 
     def say(line: str) -> None:
@@ -184,7 +215,8 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
                                                          "baseline": args.baseline, "steps": args.steps,
                                                          "width": args.width, "seeds": args.seeds, "seed": args.seed,
                                                          "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
-                                                         "families": list(cfg.families or [])},
+                                                         "families": list(cfg.families or []),
+                                                         "incumbents": args.incumbent_files},
                                                "policy": "search"},
                                  gpu=gpu, versions={})
     on = f"{len(slots)} x {gpu.get('name', arch)} (Ray)" if args.executor == "ray" else gpu.get("name", arch)
@@ -197,6 +229,12 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
     sps = [r.get("speedup") for r in done if r.get("speedup")]
     g = geomean(sps)
     wins = sum(1 for x in sps if x > 1)
+    if sweep.left_at_limit:
+        session.append(ev_schema.SESSION_ENDED, reason="time limit")
+        say(f"stopped at --max-seconds: {len(sps)} tracks timed so far, geomean {g:.3f}x vs {args.baseline}; "
+            f"{sweep.left_at_limit} left: l2tui sweep --session {session.path} --resume" if g else
+            f"stopped at --max-seconds; continue: l2tui sweep --session {session.path} --resume")
+        return 0
     session.append(ev_schema.SESSION_ENDED, reason="sweep done")
     if sweep.requeued:
         say(f"{len(sweep.requeued)} track(s) started again on another GPU after theirs was lost: "

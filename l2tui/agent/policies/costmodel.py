@@ -255,15 +255,19 @@ def dram_bytes(g: Geometry, s: Shape, concurrent: int) -> float:
 
 def load_timings(paths: Sequence[Path | str]) -> list[tuple[Config, Shape, float]]:
     """Records ``(config, shape, seconds)`` from timing fixture files (tests/fixtures/h200_timings)."""
+    return [r for path in paths for r in records_of(json.loads(Path(path).read_text()))]
+
+
+def records_of(data: dict) -> list[tuple[Config, Shape, float]]:
+    """Records ``(config, shape, seconds)`` of one timing document (a fixture file's content, or
+    ``timings.from_session``'s); baselines and names without a configuration are left out."""
+    configs = {name: Config.of(c["family"], c["knobs"]) for name, c in data["configs"].items()}
     out = []
-    for path in paths:
-        data = json.loads(Path(path).read_text())
-        configs = {name: Config.of(c["family"], c["knobs"]) for name, c in data["configs"].items()}
-        for row in data["timings"]:
-            shape = Shape(*row["shape"])
-            for name, ms in row["times_ms"].items():
-                if name in configs and ms is not None and ms > 0:
-                    out.append((configs[name], shape, ms * 1e-3))
+    for row in data["timings"]:
+        shape = Shape(*row["shape"])
+        for name, ms in row["times_ms"].items():
+            if name in configs and ms is not None and ms > 0:
+                out.append((configs[name], shape, ms * 1e-3))
     return out
 
 
