@@ -104,3 +104,30 @@ def test_unreachable_endpoint(monkeypatch):
     c = LLMClient(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=1.0, max_retries=1, backoff_s=0.01)
     r = c.chat(MSGS)
     assert not r.ok and "cannot reach" in r.error and r.attempts == 2
+
+
+def test_an_estimated_usage_stays_marked_through_the_policy_and_into_the_reward_row(tmp_path):
+    """A server that reports no usage: the client counts (``estimated``); the planner+coder sum
+    and the RL row keep the mark, so token counts in rl-data are never taken for the server's."""
+    from types import SimpleNamespace
+
+    from harness.shapes import Shape
+    from l2tui.agent.loop import AgentLoop
+    from l2tui.agent.policies.base import Proposal
+    from l2tui.agent.policies.llm import _add_usage
+    from l2tui.session import Session
+
+    exact = {"prompt_tokens": 10, "completion_tokens": 5}
+    guessed = {"prompt_tokens": 7, "completion_tokens": 3, "estimated": True}
+    assert _add_usage(exact, exact) == {"prompt_tokens": 20, "completion_tokens": 10}
+    assert _add_usage(exact, guessed) == {"prompt_tokens": 17, "completion_tokens": 8, "estimated": True}
+    s = Session.create(tmp_path / "s", config={}, gpu={}, versions={})
+    fake = SimpleNamespace(_policy=lambda t: SimpleNamespace(name="llm", model="m"), session=s,
+                           _emit=lambda *a, **k: None)
+    track = SimpleNamespace(id="t", shape=Shape(64, 64, 64), acc="f32", baseline="cublas")
+    for usage in (guessed, exact):
+        prop = Proposal(plan="p", messages=[], completion="c", usage=usage, role="coder", origin="llm")
+        AgentLoop._row(fake, track, 1, prop, None, None, "ok", 1.0, {}, 1.0)
+    rows = s.rewards()
+    assert rows[0]["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "estimated": True}
+    assert rows[1]["usage"] == exact

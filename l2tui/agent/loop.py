@@ -724,6 +724,8 @@ class AgentLoop:
         pol = self._policy(t)
         usage = {"prompt_tokens": int((prop.usage or {}).get("prompt_tokens", 0)),
                  "completion_tokens": int((prop.usage or {}).get("completion_tokens", 0))}
+        if (prop.usage or {}).get("estimated"):
+            usage["estimated"] = True   # counted by the client, not reported by the server
         self.session.append_reward({
             "track": t.id, "shape": [t.shape.m, t.shape.n, t.shape.k], "acc": t.acc, "step": step,
             "role": prop.role, "policy": pol.name, "model": prop.model or getattr(pol, "model", None),

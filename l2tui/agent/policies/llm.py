@@ -24,10 +24,15 @@ from .base import Failure, Proposal, TrackContext
 
 
 def _add_usage(a: dict, b: dict) -> dict:
-    return {
+    """The usage of two calls together; estimated when either one's was (a server without usage
+    reporting: the client counts four characters a token)."""
+    out = {
         "prompt_tokens": int(a.get("prompt_tokens", 0)) + int(b.get("prompt_tokens", 0)),
         "completion_tokens": int(a.get("completion_tokens", 0)) + int(b.get("completion_tokens", 0)),
     }
+    if a.get("estimated") or b.get("estimated"):
+        out["estimated"] = True
+    return out
 
 
 #: a ``plan`` event shows this much of the plan; the whole plan is in the coder's messages (rewards.jsonl)
