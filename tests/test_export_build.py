@@ -126,9 +126,11 @@ def test_a_program_links_against_the_library(built, tmp_path):
 def test_bench_forwarder_compiles():
     """The export bench times the library through a forwarding ABI kernel; it must build."""
     from harness.build import build
-    from l2tui.export.bench import _FORWARDER
+    from pathlib import Path
 
-    src = _FORWARDER.replace("@LIB@", "/nonexistent/libl2hgemm.so")
+    from l2tui.export.cdispatch import render_bench_forwarder
+
+    src = render_bench_forwarder(Path("/nonexistent/libl2hgemm.so"))
     res = build(src, arch="sm_90a", trusted=True)   # as library_vs_best evaluates it
     assert res.ok, res.error_text()
     assert not build(src, arch="sm_90a").ok        # a candidate may not dlopen

@@ -96,8 +96,21 @@ def test_values_go_in_as_they_are_and_the_renderer_refuses_drift():
 
 def test_every_template_is_used_and_shipped_next_to_the_module():
     used = {"l2hgemm.h.in", "l2hgemm_dispatch.cu.in", "fallback.cu", "fallback_library.cu.in", "l2hgemm.map",
-            "l2hgemm.cmake.in", "example_CMakeLists.txt", "example.cpp", "build.sh.in", "build_kernel.sh.in"}
+            "l2hgemm.cmake.in", "example_CMakeLists.txt", "example.cpp", "build.sh.in", "build_kernel.sh.in",
+            "bench_forwarder.cu.in"}
     assert cdispatch.TEMPLATES_DIR == Path(cdispatch.__file__).resolve().parent / "templates"
     assert {p.name for p in cdispatch.TEMPLATES_DIR.iterdir()} == used
     src = Path(cdispatch.__file__).read_text()
     assert all(f'"{name}"' in src for name in used)
+
+
+def test_the_bench_forwarder_names_its_library_as_an_escaped_c_string():
+    from harness.build import check_abi
+
+    src = cdispatch.render_bench_forwarder(Path("/opt/ex port/lib/libl2hgemm.so"))
+    check_abi(src)
+    assert 'dlopen("/opt/ex port/lib/libl2hgemm.so", RTLD_NOW | RTLD_LOCAL)' in src
+    odd = cdispatch.render_bench_forwarder(Path('/tmp/a"b\\c/lib.so'))
+    assert 'dlopen("/tmp/a\\"b\\\\c/lib.so"' in odd
+    with pytest.raises(ValueError, match="control character"):
+        cdispatch.render_bench_forwarder(Path("/tmp/a\nb/lib.so"))

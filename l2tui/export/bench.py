@@ -42,22 +42,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-_FORWARDER = r"""
-// Forwards the l2tui ABI to an exported library's shape dispatcher (export bench).
-#include <dlfcn.h>
-typedef int (*l2hgemm_fn)(const void*, const void*, void*, int, int, int, void*);
-extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
-  static l2hgemm_fn fn = nullptr;
-  if (fn == nullptr) {
-    void* h = dlopen("@LIB@", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) return 90;
-    fn = (l2hgemm_fn)dlsym(h, "l2hgemm");
-    if (fn == nullptr) return 91;
-  }
-  return fn(A, B, C, M, N, K, stream);
-}
-"""
-
 
 def _library(root: Path, manifest: dict, arch: str, keep: list[Path]) -> Path:
     """The export's built library for ``arch``; built into a temporary copy when missing or out of date.
@@ -116,7 +100,9 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
     from harness.evaluate import Evaluator
     from harness.shapes import Shape
 
-    source = _FORWARDER.replace("@LIB@", str(so))
+    from l2tui.export.cdispatch import render_bench_forwarder
+
+    source = render_bench_forwarder(so)
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
     rows = []
     with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays) as ev:

@@ -212,6 +212,16 @@ def render_fallback_library() -> str:
     return _fill(_template("fallback_library.cu.in"), FALLBACK=_template("fallback.cu"))
 
 
+def render_bench_forwarder(library: Path) -> str:
+    """An ABI kernel source that forwards ``l2_hgemm`` to ``library``'s ``l2hgemm`` (``l2tui export
+    bench`` times the library through the harness like any candidate). The path goes in as a C
+    string literal, escaped."""
+    lit = str(library).replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(ch) < 32 for ch in lit):
+        raise ValueError(f"library path with a control character: {str(library)!r}")
+    return _fill(_template("bench_forwarder.cu.in"), LIB=lit)
+
+
 def parse_table(dispatch_source: str) -> list[tuple[int, int, int, str | None]]:
     """Read the dispatch table back from generated source (what the tests check against the manifest)."""
     body = dispatch_source.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
