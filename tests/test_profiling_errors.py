@@ -146,3 +146,19 @@ def test_cublas_baseline_request_builds_the_trusted_linked_shim(tmp_path, monkey
     ldd = subprocess.run(["ldd", req.so_path], capture_output=True, text=True).stdout
     assert "libcublas.so" in ldd and "not found" not in ldd, ldd
     assert req.item("r0")["kind"] == "so"
+
+
+def test_cublaslt_baselines_are_profiled_through_the_bench_shim(monkeypatch):
+    """cuBLASLt is profiled through the same C entry points of the baseline shim as the bench
+    times it (not through a Python library): the request carries the shim's path."""
+    from types import SimpleNamespace
+
+    import harness.baselines as bl
+    from harness.profiling.api import baseline_request
+    from harness.shapes import Shape
+
+    monkeypatch.setattr(bl, "build_shim", lambda arch=None: SimpleNamespace(so_path="/cache/shim/kernel.so"))
+    for name in ("cublaslt_heuristic", "cublaslt_autotune"):
+        item = baseline_request(name, Shape(64, 64, 64), "f16").item("r")
+        assert item["kind"] == name and item["so_path"] == "/cache/shim/kernel.so" and item["acc"] == "f16"
+    assert baseline_request("torch", Shape(64, 64, 64)).item("r")["so_path"] is None

@@ -59,6 +59,13 @@ def test_profile_cublas_baseline_through_the_shim():
         assert p.kernels and p.metrics["duration_us"].value > 0, acc
 
 
+@pytest.mark.parametrize("name", ["cublaslt_heuristic", "cublaslt_autotune"])
+def test_profile_cublaslt_baselines_through_the_shims_c_entry_points(name):
+    for acc in ("f32", "f16"):
+        p = profile_kernel(None, "4096x64x128", acc, baseline=name)
+        assert p.kernels and p.metrics["duration_us"].value > 0, (name, acc)
+
+
 def test_kernel_that_refuses_the_shape_is_no_kernel_error():
     src = ('extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* s)'
            " { return 1; }\n")

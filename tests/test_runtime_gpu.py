@@ -10,6 +10,7 @@ import pytest
 
 from l2tui import runtime
 from l2tui.export import export_session
+from tests.fixtures.export import make_session as fx
 
 pytestmark = pytest.mark.gpu
 

@@ -96,7 +96,7 @@ class Request:
 
     def item(self, rng: str) -> dict[str, Any]:
         if self.baseline and self.baseline != "cublas":
-            kind, so = self.baseline, None
+            kind, so = self.baseline, self.so_path     # torch: no library; cuBLASLt: the shim
         else:
             kind, so = "so", self.so_path
         return {"range": rng, "kind": kind, "so_path": so, "shape": [self.shape.m, self.shape.n, self.shape.k],
@@ -143,6 +143,10 @@ def baseline_request(name: str, shape: Shape, acc: str = "f32", arch: str | None
         # must) and linked against the pip wheel's libcublas
         return Request(shape, acc, so_path=str(build_shim(arch).so_path), label="cublas",
                        symbol="l2_hgemm_f16" if acc == "f16" else "l2_hgemm")
+    if name in ("cublaslt_heuristic", "cublaslt_autotune"):
+        from ..baselines import build_shim
+
+        return Request(shape, acc, so_path=str(build_shim(arch).so_path), baseline=name, label=name)
     return Request(shape, acc, baseline=name, label=name)
 
 
