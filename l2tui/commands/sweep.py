@@ -71,6 +71,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "simulated GPUs replaying the recording)")
 
 
+def _versions() -> dict:
+    """What made the session: l2tui's version and the checkout's git revision (``$L2TUI_GIT_REV``
+    wins, as in the bench's result files), so timings read back from it carry their provenance."""
+    from harness.bench import _git_rev
+
+    from .. import __version__
+
+    return {"l2tui": __version__, "git_rev": _git_rev()}
+
+
 def load_incumbents(paths: list[str], arch: str) -> dict:
     """(shape, acc) -> configuration, from winners files; one line for a file that cannot be read.
     A configuration whose family does not run on ``arch`` is left out (the pick could not time it)."""
@@ -218,7 +228,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
                                                          "families": list(cfg.families or []),
                                                          "incumbents": args.incumbent_files},
                                                "policy": "search"},
-                                 gpu=gpu, versions={})
+                                 gpu=gpu, versions=_versions())
     on = f"{len(slots)} x {gpu.get('name', arch)} (Ray)" if args.executor == "ray" else gpu.get("name", arch)
     say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {on}")
     sweep = Sweep(cfg, session=session, out_dir=Path(session.path), progress=say, gpu_name=gpu.get("name"),

@@ -17,6 +17,7 @@ no configuration to fit.
 
 from __future__ import annotations
 
+import datetime
 import json
 import tomllib
 from pathlib import Path
@@ -40,12 +41,17 @@ def from_session(folder: str | Path, timing: str = "isolated") -> dict[str, Any]
     try:
         meta = tomllib.loads((root / "session.toml").read_text())
         gpu = meta.get("gpu") or {}
-        env = {k: gpu[k] for k in ("name", "uuid", "driver", "cuda", "arch") if k in gpu}
+        env = {k: gpu[k] for k in ("uuid", "driver", "cuda_runtime", "arch") if k in gpu}
+        if gpu.get("name"):
+            env["gpu"] = gpu["name"]
+        if (meta.get("versions") or {}).get("git_rev"):
+            env["git_rev"] = meta["versions"]["git_rev"]
     except (OSError, tomllib.TOMLDecodeError):
         pass
     shapes: dict[str, tuple[list[int], str]] = {}
     configs: dict[str, Config | None] = {}
     rows: dict[tuple[tuple[int, ...], str], dict[str, float]] = {}
+    first: float | None = None
     with open(events, encoding="utf-8") as f:
         for line in f:
             try:
@@ -53,6 +59,8 @@ def from_session(folder: str | Path, timing: str = "isolated") -> dict[str, Any]
             except json.JSONDecodeError:
                 continue   # a torn last line
             kind = ev.get("type")
+            if first is None and isinstance(ev.get("time"), (int, float)):
+                first = float(ev["time"])
             if kind == "track_added":
                 shapes[ev["track"]] = (list(ev["shape"]), ev.get("acc", "f32"))
             elif kind == "timed" and ev.get("timing") == timing and ev.get("track") in shapes:
@@ -70,6 +78,8 @@ def from_session(folder: str | Path, timing: str = "isolated") -> dict[str, Any]
                     if name != "candidate" and ms:
                         row.setdefault(name, float(ms))
     named = {c.name: c for c in configs.values() if c is not None}
+    if first is not None:
+        env["date"] = datetime.datetime.fromtimestamp(first, datetime.timezone.utc).isoformat(timespec="seconds")
     return {
         "mode": MODES.get(timing, timing),
         "env": {**env, "source": f"session {root.name}"},
