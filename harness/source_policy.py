@@ -29,6 +29,7 @@ library's fallback) are built with ``trusted=True`` and skip this.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -146,7 +147,15 @@ def _is_include(source: str, quote_at: int) -> bool:
 
 
 def violations(source: str) -> list[tuple[int, int, str]]:
-    """(line, column, message) for every use of something a candidate may not call (1-based)."""
+    """(line, column, message) for every use of something a candidate may not call (1-based).
+
+    Memoised on the text (the rules are fixed for the process): a sweep asks again for every
+    catalog source on every shape, and one CUTLASS render takes tens of milliseconds to scan."""
+    return list(_violations(source))
+
+
+@functools.lru_cache(maxsize=1024)
+def _violations(source: str) -> tuple[tuple[int, int, str], ...]:
     texts = {False: blank_comments_and_strings(source), True: blank_comments_and_strings(source, keep_strings=True)}
     found: list[tuple[int, int, str]] = []
     for rule in RULES:
@@ -159,7 +168,7 @@ def violations(source: str) -> list[tuple[int, int, str]]:
     found += _include_violations(texts[True])
     found += _static_init_violations(texts[False])
     found.sort()
-    return found
+    return tuple(found)
 
 
 def _splice_violations(text: str) -> list[tuple[int, int, str]]:

@@ -148,3 +148,15 @@ def test_the_test_kernels_pass_and_the_cublas_shim_needs_trust():
         if f.name != "cublas_shim.cu":
             assert sp.violations(f.read_text()) == [], f.name
     assert sp.violations((KERNELS_DIR / "cublas_shim.cu").read_text())
+
+
+def test_repeated_checks_of_one_text_agree_and_hand_out_their_own_list():
+    """violations() is memoised on the text (a sweep asks for every catalog source on every
+    shape); a caller that edits the list it got changes nothing for the next caller."""
+    from harness.source_policy import violations
+
+    src = '#include <cstdlib>\nextern "C" int l2_hgemm() { system("x"); return 0; }\n'
+    first = violations(src)
+    assert first and "system" in first[0][2]
+    first.clear()
+    assert violations(src) and violations(src) == violations(src + "")
