@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from harness.stats import geomean, speedup
 
@@ -234,7 +234,8 @@ class SessionModel:
         c = self._candidate(tr, ev) if tr is not None else None
         return None if c is None else (tr, c)
 
-    def _apply(self, ev: dict, changes: Changes) -> None:  # noqa: C901 - one branch per type
+    def _apply(self, ev: dict, changes: Changes) -> None:
+        """Fold one event: the bookkeeping every event gets, then its type's handler (``_HANDLERS``)."""
         seq = ev.get("seq")
         if isinstance(seq, int) and seq <= self.last_seq:
             return  # already folded (a live backlog overlapping what the UI had)
@@ -248,197 +249,221 @@ class SessionModel:
             self.last_seq = seq
         self.n_events += 1
         changes.events += 1
-        tr: Track | None
+        handler = _HANDLERS.get(str(typ))
+        if handler is not None:
+            handler(self, ev, changes)
 
-        if typ == ev_schema.SESSION_STARTED:
-            self.config = dict(ev.get("config") or {})
-            self.gpu = dict(ev.get("gpu") or {})
-            self.versions = dict(ev.get("versions") or {})
-            self.policy = str(self.config.get("policy") or self.policy)
-            self.mode = str(self.config.get("mode") or self.mode)
-            changes.session = True
-            self._log(changes, ev, "session", f"session started on {self.gpu.get('name') or 'no GPU'}")
-        elif typ == ev_schema.SESSION_RESUMED:
-            changes.session = True
-            self._log(changes, ev, "session", f"session resumed from event {ev.get('from_seq')}")
-        elif typ == ev_schema.SESSION_ENDED:
-            self.ended = str(ev.get("reason") or "ended")
-            changes.session = True
-            self._log(changes, ev, "session", f"session ended: {self.ended}")
-        elif typ == ev_schema.TRACK_ADDED:
-            tid = ev.get("track")
-            if not isinstance(tid, str):
-                return
-            shape = ev.get("shape") or _shape_from_id(tid)
-            tr = self.tracks.get(tid) or Track(id=tid, shape=(0, 0, 0))
-            tr.shape = tuple(int(x) for x in shape)[:3]  # type: ignore[assignment]
-            tr.acc = str(ev.get("acc") or _acc_from_id(tid))
-            tr.baseline = str(ev.get("baseline") or tr.baseline)
-            self.tracks[tid] = tr
-            changes.added_tracks = True
-            changes.tracks.add(tid)
-            self._log(changes, ev, "track", f"added, baseline {tr.baseline or '—'}", tid)
-        elif typ == ev_schema.TRACK_STATE:
-            tr = self._track(ev, changes)
-            if tr is not None:
-                tr.state = str(ev.get("state") or tr.state)
-                self._log(changes, ev, "state", tr.state, tr.id)
-        elif typ == ev_schema.STAGE:
-            tr = self._track(ev, changes)
-            if tr is not None:
-                tr.step = int(ev.get("step", tr.step) or 0)
-                tr.stage = str(ev.get("stage") or "")
-                tr.stage_status = str(ev.get("status") or "")
-                if tr.stage_status == "start":
-                    detail = f" — {ev['detail']}" if ev.get("detail") else ""
-                    self._log(changes, ev, "stage", f"#{tr.step} {tr.stage}{detail}", tr.id)
-        elif typ == ev_schema.CANDIDATE:
-            tc = self._track_candidate(ev, changes)
-            if tc is None:
-                return
-            tr, c = tc
-            c.step = int(ev.get("step", c.step) or 0)
-            c.parent = ev.get("parent")
-            c.origin = str(ev.get("origin") or "")
-            c.policy = str(ev.get("policy") or "")
-            c.family = ev.get("family")
-            c.diff = str(ev.get("diff") or "")
-            c.flags = list(ev.get("flags") or [])
-            tr.current_sha = c.sha
-            if c.policy:
-                self.policy = c.policy
-            nlines = sum(1 for ln in c.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---"))
-            self._log(changes, ev, "candidate",
-                      f"#{c.step} candidate {c.sha[:10]} ({c.origin}, {c.policy or '?'}; {nlines} changed lines)", tr.id)
-        elif typ in (ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED, ev_schema.PROFILED):
-            tc = self._track_candidate(ev, changes)
-            if tc is None:
-                return
-            tr, c = tc
-            setattr(c, typ, dict(ev))
-            self._log(changes, ev, typ, _describe_measure(typ, ev), tr.id)
-            if typ == ev_schema.TIMED:
-                sp = ev.get("speedup")
-                tr.history.append((int(ev.get("step", c.step) or 0), float(sp) if isinstance(sp, (int, float)) else None))
-                if ev.get("mode"):
-                    self.mode = str(ev["mode"])
-        elif typ == ev_schema.PROFILING_ENABLED:
-            tr = self._track(ev, changes)
-            if tr is not None:
-                tr.profiling_step = int(ev.get("step", tr.step) or 0)
-                tr.profiling_reason = str(ev.get("reason") or "")
-                self._log(changes, ev, "profile", f"NCU metrics enter the model's context ({tr.profiling_reason})", tr.id)
-        elif typ == ev_schema.PLAN:
-            tr = self._track(ev, changes)
-            text = str(ev.get("text") or "").strip()
-            self._log(changes, ev, "plan", f"{ev.get('role', 'planner')}: {text}", tr.id if tr else None)
-        elif typ == ev_schema.LLM_DELTA:
-            tr = self._track(ev, changes)
-            key = (ev.get("track"), ev.get("role"))
-            buf = self._streams.get(key, "") + str(ev.get("text") or "")
-            *lines, rest = buf.split("\n")
-            for ln in lines:
-                self._log(changes, ev, "llm", f"{ev.get('role', 'llm')}› {ln}", tr.id if tr else None)
-            self._streams[key] = rest
-        elif typ == ev_schema.LLM_CALL:
-            tr = self._track(ev, changes)
-            key = (ev.get("track"), ev.get("role"))
-            rest = self._streams.pop(key, "")
-            if rest.strip():
-                self._log(changes, ev, "llm", f"{ev.get('role', 'llm')}› {rest}", tr.id if tr else None)
-            usage = ev.get("usage") or {}
-            ok = "ok" if ev.get("ok", True) else f"failed: {ev.get('error')}"
-            self._log(changes, ev, "llm_call",
-                      f"{ev.get('role')} {ev.get('model')}: {usage.get('prompt_tokens', '?')}+"
-                      f"{usage.get('completion_tokens', '?')} tokens, {float(ev.get('seconds') or 0):.1f}s, {ok}",
-                      tr.id if tr else None)
-        elif typ == ev_schema.PATCH:
-            tr = self._track(ev, changes)
-            msg = "patch applied" if ev.get("ok") else f"patch failed: {ev.get('error')}"
-            self._log(changes, ev, "patch", msg, tr.id if tr else None)
-        elif typ == ev_schema.REWARD:
-            tr = self._track(ev, changes)
-            if tr is None:
-                return
+    def _on_session_started(self, ev: dict, changes: Changes) -> None:
+        self.config = dict(ev.get("config") or {})
+        self.gpu = dict(ev.get("gpu") or {})
+        self.versions = dict(ev.get("versions") or {})
+        self.policy = str(self.config.get("policy") or self.policy)
+        self.mode = str(self.config.get("mode") or self.mode)
+        changes.session = True
+        self._log(changes, ev, "session", f"session started on {self.gpu.get('name') or 'no GPU'}")
+
+    def _on_session_resumed(self, ev: dict, changes: Changes) -> None:
+        changes.session = True
+        self._log(changes, ev, "session", f"session resumed from event {ev.get('from_seq')}")
+
+    def _on_session_ended(self, ev: dict, changes: Changes) -> None:
+        self.ended = str(ev.get("reason") or "ended")
+        changes.session = True
+        self._log(changes, ev, "session", f"session ended: {self.ended}")
+
+    def _on_track_added(self, ev: dict, changes: Changes) -> None:
+        tid = ev.get("track")
+        if not isinstance(tid, str):
+            return
+        shape = ev.get("shape") or _shape_from_id(tid)
+        tr = self.tracks.get(tid) or Track(id=tid, shape=(0, 0, 0))
+        tr.shape = tuple(int(x) for x in shape)[:3]  # type: ignore[assignment]
+        tr.acc = str(ev.get("acc") or _acc_from_id(tid))
+        tr.baseline = str(ev.get("baseline") or tr.baseline)
+        self.tracks[tid] = tr
+        changes.added_tracks = True
+        changes.tracks.add(tid)
+        self._log(changes, ev, "track", f"added, baseline {tr.baseline or '—'}", tid)
+
+    def _on_track_state(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        if tr is not None:
+            tr.state = str(ev.get("state") or tr.state)
+            self._log(changes, ev, "state", tr.state, tr.id)
+
+    def _on_stage(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        if tr is not None:
+            tr.step = int(ev.get("step", tr.step) or 0)
+            tr.stage = str(ev.get("stage") or "")
+            tr.stage_status = str(ev.get("status") or "")
+            if tr.stage_status == "start":
+                detail = f" — {ev['detail']}" if ev.get("detail") else ""
+                self._log(changes, ev, "stage", f"#{tr.step} {tr.stage}{detail}", tr.id)
+
+    def _on_candidate(self, ev: dict, changes: Changes) -> None:
+        tc = self._track_candidate(ev, changes)
+        if tc is None:
+            return
+        tr, c = tc
+        c.step = int(ev.get("step", c.step) or 0)
+        c.parent = ev.get("parent")
+        c.origin = str(ev.get("origin") or "")
+        c.policy = str(ev.get("policy") or "")
+        c.family = ev.get("family")
+        c.diff = str(ev.get("diff") or "")
+        c.flags = list(ev.get("flags") or [])
+        tr.current_sha = c.sha
+        if c.policy:
+            self.policy = c.policy
+        nlines = sum(1 for ln in c.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---"))
+        self._log(changes, ev, "candidate",
+                  f"#{c.step} candidate {c.sha[:10]} ({c.origin}, {c.policy or '?'}; {nlines} changed lines)", tr.id)
+
+    def _on_measure(self, ev: dict, changes: Changes) -> None:
+        typ = str(ev.get("type"))
+        tc = self._track_candidate(ev, changes)
+        if tc is None:
+            return
+        tr, c = tc
+        setattr(c, typ, dict(ev))
+        self._log(changes, ev, typ, _describe_measure(typ, ev), tr.id)
+        if typ == ev_schema.TIMED:
+            sp = ev.get("speedup")
+            tr.history.append((int(ev.get("step", c.step) or 0), float(sp) if isinstance(sp, (int, float)) else None))
+            if ev.get("mode"):
+                self.mode = str(ev["mode"])
+
+    def _on_profiling_enabled(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        if tr is not None:
+            tr.profiling_step = int(ev.get("step", tr.step) or 0)
+            tr.profiling_reason = str(ev.get("reason") or "")
+            self._log(changes, ev, "profile", f"NCU metrics enter the model's context ({tr.profiling_reason})", tr.id)
+
+    def _on_plan(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        text = str(ev.get("text") or "").strip()
+        self._log(changes, ev, "plan", f"{ev.get('role', 'planner')}: {text}", tr.id if tr else None)
+
+    def _on_llm_delta(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        key = (ev.get("track"), ev.get("role"))
+        buf = self._streams.get(key, "") + str(ev.get("text") or "")
+        *lines, rest = buf.split("\n")
+        for ln in lines:
+            self._log(changes, ev, "llm", f"{ev.get('role', 'llm')}› {ln}", tr.id if tr else None)
+        self._streams[key] = rest
+
+    def _on_llm_call(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        key = (ev.get("track"), ev.get("role"))
+        rest = self._streams.pop(key, "")
+        if rest.strip():
+            self._log(changes, ev, "llm", f"{ev.get('role', 'llm')}› {rest}", tr.id if tr else None)
+        usage = ev.get("usage") or {}
+        ok = "ok" if ev.get("ok", True) else f"failed: {ev.get('error')}"
+        self._log(changes, ev, "llm_call",
+                  f"{ev.get('role')} {ev.get('model')}: {usage.get('prompt_tokens', '?')}+"
+                  f"{usage.get('completion_tokens', '?')} tokens, {float(ev.get('seconds') or 0):.1f}s, {ok}",
+                  tr.id if tr else None)
+
+    def _on_patch(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        msg = "patch applied" if ev.get("ok") else f"patch failed: {ev.get('error')}"
+        self._log(changes, ev, "patch", msg, tr.id if tr else None)
+
+    def _on_reward(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        if tr is None:
+            return
+        c = self._candidate(tr, ev)
+        if c is not None:
+            c.reward = dict(ev)
+        r = ev.get("reward")
+        self._log(changes, ev, "reward",
+                  f"#{ev.get('step')} reward {r:+.3f} ({ev.get('kind')})" if isinstance(r, (int, float))
+                  else f"#{ev.get('step')} reward ({ev.get('kind')})", tr.id)
+
+    def _on_best(self, ev: dict, changes: Changes) -> None:
+        t = ev.get("time")
+        tr = self._track(ev, changes)
+        if tr is None:
+            return
+        tr.best_sha = ev.get("sha")
+        sp = ev.get("speedup")
+        tr.best_speedup = float(sp) if isinstance(sp, (int, float)) else None
+        tr.best_times_ms = dict(ev.get("times_ms") or {})
+        if ev.get("baseline"):
+            tr.baseline = str(ev["baseline"])
+        if tr.best_speedup is not None:
+            tr.best_history.append((tr.step, tr.best_speedup))
+        gm = geomean(x.best_speedup for x in self.tracks.values() if x.best_speedup)
+        if gm is not None:
+            self.best_over_time.append((self.elapsed(t if isinstance(t, (int, float)) else None), gm))
+        changes.best = True
+        self._log(changes, ev, "best", f"new best {fmt_speedup(tr.best_speedup)} vs {tr.baseline} ({str(tr.best_sha)[:10]})", tr.id)
+
+    def _on_decision(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        if tr is None:
+            return
+        sha, action = ev.get("sha"), ev.get("action")
+        if isinstance(sha, str):
             c = self._candidate(tr, ev)
             if c is not None:
-                c.reward = dict(ev)
-            r = ev.get("reward")
-            self._log(changes, ev, "reward",
-                      f"#{ev.get('step')} reward {r:+.3f} ({ev.get('kind')})" if isinstance(r, (int, float))
-                      else f"#{ev.get('step')} reward ({ev.get('kind')})", tr.id)
-        elif typ == ev_schema.BEST:
-            tr = self._track(ev, changes)
-            if tr is None:
-                return
-            tr.best_sha = ev.get("sha")
-            sp = ev.get("speedup")
-            tr.best_speedup = float(sp) if isinstance(sp, (int, float)) else None
-            tr.best_times_ms = dict(ev.get("times_ms") or {})
-            if ev.get("baseline"):
-                tr.baseline = str(ev["baseline"])
-            if tr.best_speedup is not None:
-                tr.best_history.append((tr.step, tr.best_speedup))
-            gm = geomean(x.best_speedup for x in self.tracks.values() if x.best_speedup)
-            if gm is not None:
-                self.best_over_time.append((self.elapsed(t if isinstance(t, (int, float)) else None), gm))
-            changes.best = True
-            self._log(changes, ev, "best", f"new best {fmt_speedup(tr.best_speedup)} vs {tr.baseline} ({str(tr.best_sha)[:10]})", tr.id)
-        elif typ == ev_schema.DECISION:
-            tr = self._track(ev, changes)
-            if tr is None:
-                return
-            sha, action = ev.get("sha"), ev.get("action")
-            if isinstance(sha, str):
-                c = self._candidate(tr, ev)
-                if c is not None:
-                    c.decision = str(action)
-                {"accept": tr.accepted, "reject": tr.rejected, "pin": tr.pinned}.get(str(action), set()).add(sha)
-                if action == "unpin":
-                    tr.pinned.discard(sha)
-            self._log(changes, ev, "decision", f"{action} {str(sha)[:10]} by {ev.get('by')}", tr.id)
-        elif typ == ev_schema.COMMAND:
-            tid = ev.get("track")
-            args = {k: v for k, v in ev.items() if k not in ("seq", "time", "type", "name", "track")}
-            if isinstance(args.get("args"), dict):
-                args = args["args"]
-            if ev.get("name") == "policy" and args.get("value"):
-                self.policy = str(args["value"])
-            if ev.get("name") == "mode" and args.get("value"):
-                self.mode = str(args["value"])
-            brief = ", ".join(f"{k}={_short(v)}" for k, v in args.items())
-            self._log(changes, ev, "command", f"command {ev.get('name')} {brief}".rstrip(), tid if isinstance(tid, str) else None)
-            if isinstance(tid, str):
-                changes.tracks.add(tid)
-            changes.session = True
-        elif typ == ev_schema.HINT:
-            tid = ev.get("track")
-            if isinstance(tid, str) and tid in self.tracks:
-                self.tracks[tid].hint = str(ev.get("text") or "")
-                changes.tracks.add(tid)
-            self._log(changes, ev, "hint", f"hint: {ev.get('text')}", tid if isinstance(tid, str) else None)
-        elif typ == ev_schema.TELEMETRY:
-            self.telemetry = {k: v for k, v in ev.items() if k not in ("seq", "type")}
-            changes.telemetry = True
-        elif typ == ev_schema.ERROR:
-            tid = ev.get("track")
-            if isinstance(tid, str) and tid in self.tracks:
-                self.tracks[tid].error = str(ev.get("message"))
-                changes.tracks.add(tid)
-            self._log(changes, ev, "error", f"error: {ev.get('message')}", tid if isinstance(tid, str) else None)
-        elif typ == ev_schema.TRACK_DONE:
-            tr = self._track(ev, changes)
-            if tr is None:
-                return
-            tr.done_reason = str(ev.get("reason") or "")
-            if tr.state not in ("failed", "stopped"):
-                tr.state = "done"
-            if ev.get("best_sha"):
-                tr.best_sha = ev.get("best_sha")
-            sp = ev.get("best_speedup")
-            if isinstance(sp, (int, float)):
-                tr.best_speedup = float(sp)
-            self._log(changes, ev, "done", f"done ({tr.done_reason}), best {fmt_speedup(tr.best_speedup)}", tr.id)
+                c.decision = str(action)
+            {"accept": tr.accepted, "reject": tr.rejected, "pin": tr.pinned}.get(str(action), set()).add(sha)
+            if action == "unpin":
+                tr.pinned.discard(sha)
+        self._log(changes, ev, "decision", f"{action} {str(sha)[:10]} by {ev.get('by')}", tr.id)
+
+    def _on_command(self, ev: dict, changes: Changes) -> None:
+        tid = ev.get("track")
+        args = {k: v for k, v in ev.items() if k not in ("seq", "time", "type", "name", "track")}
+        if isinstance(args.get("args"), dict):
+            args = args["args"]
+        if ev.get("name") == "policy" and args.get("value"):
+            self.policy = str(args["value"])
+        if ev.get("name") == "mode" and args.get("value"):
+            self.mode = str(args["value"])
+        brief = ", ".join(f"{k}={_short(v)}" for k, v in args.items())
+        self._log(changes, ev, "command", f"command {ev.get('name')} {brief}".rstrip(), tid if isinstance(tid, str) else None)
+        if isinstance(tid, str):
+            changes.tracks.add(tid)
+        changes.session = True
+
+    def _on_hint(self, ev: dict, changes: Changes) -> None:
+        tid = ev.get("track")
+        if isinstance(tid, str) and tid in self.tracks:
+            self.tracks[tid].hint = str(ev.get("text") or "")
+            changes.tracks.add(tid)
+        self._log(changes, ev, "hint", f"hint: {ev.get('text')}", tid if isinstance(tid, str) else None)
+
+    def _on_telemetry(self, ev: dict, changes: Changes) -> None:
+        self.telemetry = {k: v for k, v in ev.items() if k not in ("seq", "type")}
+        changes.telemetry = True
+
+    def _on_error(self, ev: dict, changes: Changes) -> None:
+        tid = ev.get("track")
+        if isinstance(tid, str) and tid in self.tracks:
+            self.tracks[tid].error = str(ev.get("message"))
+            changes.tracks.add(tid)
+        self._log(changes, ev, "error", f"error: {ev.get('message')}", tid if isinstance(tid, str) else None)
+
+    def _on_track_done(self, ev: dict, changes: Changes) -> None:
+        tr = self._track(ev, changes)
+        if tr is None:
+            return
+        tr.done_reason = str(ev.get("reason") or "")
+        if tr.state not in ("failed", "stopped"):
+            tr.state = "done"
+        if ev.get("best_sha"):
+            tr.best_sha = ev.get("best_sha")
+        sp = ev.get("best_speedup")
+        if isinstance(sp, (int, float)):
+            tr.best_speedup = float(sp)
+        self._log(changes, ev, "done", f"done ({tr.done_reason}), best {fmt_speedup(tr.best_speedup)}", tr.id)
 
     # -- queries -----------------------------------------------------------------------------
     def baselines(self) -> list[str]:
@@ -460,6 +485,35 @@ class SessionModel:
 
     def geomean_best(self, baseline: str | None = None) -> float | None:
         return geomean(t.speedup_vs(baseline) or 0 for t in self.tracks.values())
+
+
+#: event type -> the SessionModel method that folds it (types it does not know are counted, not shown)
+_HANDLERS: dict[str, Callable[[SessionModel, dict, Changes], None]] = {
+    ev_schema.SESSION_STARTED: SessionModel._on_session_started,
+    ev_schema.SESSION_RESUMED: SessionModel._on_session_resumed,
+    ev_schema.SESSION_ENDED: SessionModel._on_session_ended,
+    ev_schema.TRACK_ADDED: SessionModel._on_track_added,
+    ev_schema.TRACK_STATE: SessionModel._on_track_state,
+    ev_schema.STAGE: SessionModel._on_stage,
+    ev_schema.CANDIDATE: SessionModel._on_candidate,
+    ev_schema.COMPILED: SessionModel._on_measure,
+    ev_schema.CHECKED: SessionModel._on_measure,
+    ev_schema.TIMED: SessionModel._on_measure,
+    ev_schema.PROFILED: SessionModel._on_measure,
+    ev_schema.PROFILING_ENABLED: SessionModel._on_profiling_enabled,
+    ev_schema.PLAN: SessionModel._on_plan,
+    ev_schema.LLM_DELTA: SessionModel._on_llm_delta,
+    ev_schema.LLM_CALL: SessionModel._on_llm_call,
+    ev_schema.PATCH: SessionModel._on_patch,
+    ev_schema.REWARD: SessionModel._on_reward,
+    ev_schema.BEST: SessionModel._on_best,
+    ev_schema.DECISION: SessionModel._on_decision,
+    ev_schema.COMMAND: SessionModel._on_command,
+    ev_schema.HINT: SessionModel._on_hint,
+    ev_schema.TELEMETRY: SessionModel._on_telemetry,
+    ev_schema.ERROR: SessionModel._on_error,
+    ev_schema.TRACK_DONE: SessionModel._on_track_done,
+}
 
 
 def _short(v: Any) -> str:
