@@ -345,23 +345,7 @@ class Sweep:
         # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
         # checked and timed together (with the baselines) in one request on this track's GPU
         s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="start")
-        seed = pol.seed(ctx)
-        seeds: list[Proposal] = [seed] if seed.source else []
-        arch = cfg.arch or "sm_90a"
-        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch), shape)]
-        settings = PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds, siblings=cfg.pick_kinds)
-        chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
-        held = (cfg.incumbents or {}).get((shape, acc))
-        if held is not None and held not in chosen:
-            chosen.append(held)
-        for c in chosen:
-            src = c.source()
-            if any(p.source == src for p in seeds):
-                continue
-            why = "the incumbent (it holds this shape now)" if c == held else pol.cost.estimate(c, shape).rationale()
-            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
-                                  family=c.family, origin="seed",
-                                  role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
+        seeds = self._pick_proposals(ctx)
         res.picked = len(seeds)
         if seeds:
             s.append(ev_schema.PLAN, track=track, step=0, role="planner",
@@ -387,17 +371,7 @@ class Sweep:
             props = pol.propose(ctx)
             if not props:
                 break
-            from l2tui.agent.patches import apply_patch
-
-            sources = []
-            for p in props:
-                if p.source is not None:
-                    sources.append((p, p.source))
-                else:
-                    r = apply_patch(best_src, p.patch or "", allow_rewrite=False)
-                    s.append(ev_schema.PATCH, track=track, step=step, role="coder", ok=r.ok, error=r.error)
-                    if r.ok:
-                        sources.append((p, r.source))
+            sources = self._sources_of(props, best_src, track, step)
             t_build = time.monotonic()
             self._build_batch([src for _, src in sources])
             res.build_s += time.monotonic() - t_build
@@ -411,19 +385,61 @@ class Sweep:
         res.seconds = round(time.monotonic() - t0, 2)
         res.build_s, res.gpu_s = round(res.build_s, 2), round(res.gpu_s, 2)
         if best_src is not None:
-            c = Config.from_source(best_src)
-            res.best_sha, res.best_name, res.best_ms = sha256(best_src), (c.name if c else None), best_ms
-            res.baseline_ms = base_ms
-            ref = base_ms.get(cfg.baseline)
-            res.speedup = speedup(ref, best_ms)
-            if self.out_dir:
-                wdir = self.out_dir / WINNERS_DIR
-                wdir.mkdir(parents=True, exist_ok=True)
-                (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
+            self._keep_winner(res, shape, acc, best_src, best_ms, base_ms)
         s.append(ev_schema.TRACK_DONE, track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
                  best_speedup=res.speedup, gpu=slot.uuid)
         s.append(ev_schema.TRACK_STATE, track=track, state="done" if best_src else "failed")
         return res
+
+    def _pick_proposals(self, ctx: TrackContext) -> list[Proposal]:
+        """What the pick times on the track's shape: the policy's seed, the catalog configurations
+        ``choose`` adds (``policies/pick.py``) and the incumbent, each once, best-first."""
+        cfg, pol, shape, acc = self.cfg, self.policy, ctx.shape, ctx.acc
+        seed = pol.seed(ctx)
+        seeds: list[Proposal] = [seed] if seed.source else []
+        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, cfg.arch or "sm_90a"), shape)]
+        settings = PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds, siblings=cfg.pick_kinds)
+        chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
+        held = (cfg.incumbents or {}).get((shape, acc))
+        if held is not None and held not in chosen:
+            chosen.append(held)
+        for c in chosen:
+            src = c.source()
+            if any(p.source == src for p in seeds):
+                continue
+            why = "the incumbent (it holds this shape now)" if c == held else pol.cost.estimate(c, shape).rationale()
+            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
+                                  family=c.family, origin="seed",
+                                  role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
+        return seeds
+
+    def _sources_of(self, props: Sequence[Proposal], best_src: str, track: str, step: int) -> list[tuple[Proposal, str]]:
+        """Each proposal's source: its own, or its patch applied to the best (a failed patch is
+        logged and dropped)."""
+        from l2tui.agent.patches import apply_patch
+
+        sources = []
+        for p in props:
+            if p.source is not None:
+                sources.append((p, p.source))
+            else:
+                r = apply_patch(best_src, p.patch or "", allow_rewrite=False)
+                self.session.append(ev_schema.PATCH, track=track, step=step, role="coder", ok=r.ok, error=r.error)
+                if r.ok:
+                    sources.append((p, r.source))
+        return sources
+
+    def _keep_winner(self, res: TrackResult, shape: Shape, acc: str, best_src: str, best_ms: float,
+                     base_ms: dict[str, float]) -> None:
+        """The track's result row, and its winner under ``winners/`` (``M_N_K.cu``, ``_f16`` suffix)."""
+        c = Config.from_source(best_src)
+        res.best_sha, res.best_name, res.best_ms = sha256(best_src), (c.name if c else None), best_ms
+        res.baseline_ms = base_ms
+        res.speedup = speedup(base_ms.get(self.cfg.baseline), best_ms)
+        if self.out_dir:
+            wdir = self.out_dir / WINNERS_DIR
+            wdir.mkdir(parents=True, exist_ok=True)
+            (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
 
     @staticmethod
     def _reward(status: str, speedup: float | None, check: Any) -> tuple[float, dict]:
