@@ -137,7 +137,6 @@ def run_checks() -> list[Check]:
         check_ncu(),
         check_nvml(),
         check_package("cupy", "cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy"), "pip install 'l2tui[gpu]' (cupy-cuda13x; 'l2tui[cuda12]' for CUDA 12 drivers)"),
-        check_package("nvmath-python", "nvmath", ("nvmath-python",), "pip install nvmath-python (cuBLASLt baselines)"),
         check_package("torch", "torch", ("torch",), "optional: pip install torch for the torch.matmul baseline"),
     ]
 

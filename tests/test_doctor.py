@@ -12,7 +12,7 @@ from harness.doctor import format_checks, run_checks
 def test_doctor_reports_each_component():
     checks = run_checks()
     names = [c.name for c in checks]
-    for want in ("GPU", "nvcc", "CUTLASS headers", "ncu (Nsight Compute)", "NVML (pynvml)", "cupy", "nvmath-python", "torch"):
+    for want in ("GPU", "nvcc", "CUTLASS headers", "ncu (Nsight Compute)", "NVML (pynvml)", "cupy", "torch"):
         assert want in names
     by = {c.name: c for c in checks}
     assert by["nvcc"].ok and by["CUTLASS headers"].ok

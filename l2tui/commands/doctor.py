@@ -1,4 +1,4 @@
-"""``l2tui doctor``: GPU, driver, nvcc, CUTLASS, the sandbox (bubblewrap), ncu, NVML, cupy, nvmath, torch."""
+"""``l2tui doctor``: GPU, driver, nvcc, CUTLASS, the sandbox (bubblewrap), ncu, NVML, cupy, torch."""
 
 from __future__ import annotations
 
