@@ -162,3 +162,25 @@ def test_cublaslt_baselines_are_profiled_through_the_bench_shim(monkeypatch):
         item = baseline_request(name, Shape(64, 64, 64), "f16").item("r")
         assert item["kind"] == name and item["so_path"] == "/cache/shim/kernel.so" and item["acc"] == "f16"
     assert baseline_request("torch", Shape(64, 64, 64)).item("r")["so_path"] is None
+
+
+def test_a_kernel_is_not_profiled_outside_a_required_sandbox(tmp_path, monkeypatch):
+    """Under ``require`` (the llm and human policies) ncu would load a model-written kernel
+    outside the sandbox: one line, nothing built or run. Without it the request goes on (here to
+    the missing-file error of a .so that does not exist)."""
+    from harness import sandbox
+    from harness.errors import KernelSourceError
+    from harness.profiling import ProfileRefused, profile_kernel
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    prev = sandbox.set_mode("require")
+    try:
+        with pytest.raises(ProfileRefused, match="outside the sandbox") as e:
+            profile_kernel('extern "C" int l2_hgemm(const void*, const void*, void*, int, int, int, void*);',
+                           "64x64x64")
+        assert "\n" not in str(e.value) and not (tmp_path / "cache").exists()
+        sandbox.set_mode("off")
+        with pytest.raises(KernelSourceError, match="not found"):
+            profile_kernel(str(tmp_path / "missing.so"), "64x64x64")
+    finally:
+        sandbox.set_mode(prev)

@@ -34,7 +34,7 @@ imports the report as CSV (:mod:`.parse`), aggregates a call's kernels
 :mod:`.otsu` over the prior body in ``data/prior_profiles.json``).
 """
 
-from .errors import CountersRefused, NcuMissing, NoKernelProfiled, ProfileFailed, ProfileTimeout
+from .errors import CountersRefused, NcuMissing, NoKernelProfiled, ProfileFailed, ProfileRefused, ProfileTimeout
 from .metrics import aggregate
 from .otsu import otsu_split, otsu_threshold
 from .parse import KernelRecord, Metric, parse_details, parse_raw
@@ -44,7 +44,7 @@ from .api import BASELINES, Profile, Request, profile_kernel, profile_many, prof
 
 __all__ = [
     "BASELINES", "CLASSES", "Classifier", "CountersRefused", "KernelRecord", "Metric", "NcuMissing",
-    "NoKernelProfiled", "Profile", "ProfileFailed", "ProfileTimeout", "Request", "TelemetrySampler",
+    "NoKernelProfiled", "Profile", "ProfileFailed", "ProfileRefused", "ProfileTimeout", "Request", "TelemetrySampler",
     "Verdict", "aggregate", "filtered_metrics", "otsu_split", "otsu_threshold", "parse_details",
     "parse_raw", "profile_kernel", "profile_many", "profile_source",
 ]

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from ..errors import HarnessError, KernelSourceError
 from ..paths import KERNELS_DIR
 from ..shapes import Shape, parse_shape
-from .errors import NoKernelProfiled, ProfileFailed
+from .errors import NoKernelProfiled, ProfileFailed, ProfileRefused
 from .metrics import aggregate
 from .ncu import NcuRun, run_ncu
 from .parse import KernelRecord, Metric, merge, parse_details, parse_raw, split_by_range
@@ -196,11 +196,19 @@ def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, ac
     """Profile one call of a kernel (``.so`` path, ``.cu`` path or source text) or a baseline.
 
     Raises HarnessError subclasses: NcuMissing, CountersRefused, ProfileTimeout,
-    NoKernelProfiled, ProfileFailed, KernelSourceError.
+    NoKernelProfiled, ProfileFailed, KernelSourceError; ProfileRefused for a kernel while the
+    sandbox is required (``L2TUI_SANDBOX=require``, the llm and human policies): ncu would load
+    it outside the sandbox. Baselines (the project's own shim, torch) are profiled regardless.
     """
     shp = parse_shape(shape) if isinstance(shape, str) else shape
     if (kernel is None) == (baseline is None):
         raise HarnessError("profile either a kernel or a baseline (exactly one of them)")
+    if kernel is not None:
+        from .. import sandbox
+
+        if sandbox.mode() == "require":
+            raise ProfileRefused("not profiled: Nsight Compute would load this kernel outside the sandbox this run "
+                                 "requires for model-written code (pass --no-sandbox to profile it unprotected)")
     if baseline is not None:
         req = baseline_request(baseline, shp, acc, arch)
     else:

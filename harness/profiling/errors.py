@@ -73,3 +73,11 @@ def classify_ncu_failure(output: str, what: str) -> HarnessError | None:
         if s.startswith("==ERROR==") and "ERR_NVGPUCTRPERM" not in s:
             return ProfileFailed(f"ncu failed while profiling {what}: {s[len('==ERROR=='):].strip()}")
     return None
+
+
+class ProfileRefused(HarnessError):
+    """Profiling a kernel would run its code outside the sandbox that this run requires.
+
+    Nsight Compute starts its own process around the call and does not run inside the sandbox
+    yet, so under ``require`` (what the llm and human policies set) a model-written kernel is
+    not profiled: its load-time code would run with the user's files and environment in reach."""
