@@ -196,7 +196,8 @@ TINY = Family(
     build_arch="sm_80",
     summary="latency family for the smallest shapes: one round trip per K chunk, stores from registers",
     knobs=(
-        *_NARROW_TILE,
+        Knob("BM", _V(16, 32, 64, 128), "CTA tile rows (128: eight warps, many tiles with a short K)"),
+        _NARROW_TILE[1],
         Knob("BK", _V(32, 64, 128), "K chunk fetched per round trip"),
         *_WARPS_MN,
         Knob("WARPS_K", _V(1, 2, 4), "warps along K (shorter MMA chains, partials added in shared memory)"),

@@ -17,8 +17,8 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "f13c9a5209896960f31a84d85d954e4f868724ccbe148c6352cb328783fd4720"
-SIZES = {("f32", "sm_90a"): 217, ("f32", "sm_80"): 40, ("f32", None): 217,
+CATALOG_FINGERPRINT = "b419e58753ef207fb1bc4a53e8ecd72dfabbfd29c60fcecd86295e04aa5241f4"
+SIZES = {("f32", "sm_90a"): 229, ("f32", "sm_80"): 43, ("f32", None): 229,
          ("f16", "sm_90a"): 17, ("f16", "sm_80"): 6, ("f16", None): 17}
 
 

@@ -24,7 +24,7 @@
 // be multiples of 8 and 16-byte aligned pointers (16-byte loads), otherwise returns 2.
 //
 // Knobs (legal values):
-//   BM        16, 32, 64           CTA tile rows
+//   BM        16, 32, 64, 128      CTA tile rows (128: eight warps, for many tiles with a short K)
 //   BN        32, 64, 128          CTA tile columns
 //   BK        32, 64, 128          K chunk fetched per round trip
 //   WARPS_M   1, 2, 4              warps along M (BM / WARPS_M must be a multiple of 16)

@@ -39,8 +39,10 @@ def always_time(shape: Shape) -> list[Kind]:
     four and pairs of 64x64 tiles (the model has no multicast term: it sees only their coarser
     grid); the cluster split-K of the latency family (the model prices its reduction like the
     global one's); tiny_mma with K over its warps (the model does not see the shorter MMA chains);
-    where it would split, SPLITK_REDUCE in a cluster (multicast again); and the best of
-    sm90_ksplit (its constants come from its development benches only)."""
+    where it would split, SPLITK_REDUCE in a cluster (multicast again); the best of
+    sm90_ksplit (its constants come from its development benches only); CUTLASS with a short fixed
+    pipeline (the model prices stages by latency hiding only, not by the set-up of a deep ring
+    that a per-call launch pays on a short K); and tiny_mma's 128-row tiles (no timings yet)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
@@ -53,6 +55,8 @@ def always_time(shape: Shape) -> list[Kind]:
         lambda c: c.family == "tiny_mma" and c.knob_dict.get("WARPS_K", "1") != "1",
         lambda c: c.geometry().separate_reduce and c.geometry().cluster >= 2 and c.geometry().splits_for(shape) > 1,
         lambda c: c.family == "sm90_ksplit",
+        lambda c: c.family == "sm90_cutlass" and c.knob_dict["STAGES"] in ("2", "3", "4"),
+        lambda c: c.family == "tiny_mma" and c.knob_dict["BM"] == "128",
     ]
 
 
