@@ -1,0 +1,94 @@
+"""The answer of one shape's evaluation, assembled from what the checks and the timing left.
+
+Pure Python on plain dicts (no GPU, no cupy), so the shape of the answer harness.evaluate and the
+result files read is testable on any machine. The two cuBLAS layouts (``cublas_nn``: B as given,
+``cublas_tn``: B transposed) are checked and timed as subjects of their own; the answer reports
+one ``cublas``, the faster of the two, and keeps both times under ``detail_times_ms``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CUBLAS_VARIANTS = ("cublas_nn", "cublas_tn")
+
+
+def cublas_variant(times: dict[str, float | None]) -> tuple[dict[str, float | None], str | None]:
+    """(the two cuBLAS layouts' times, the faster layout: ``"nn"``, ``"tn"`` or None when
+    neither was timed); on a tie, or with only ``nn`` timed, ``nn``."""
+    detail_times = {lb: times[lb] for lb in CUBLAS_VARIANTS if lb in times}
+    nn, tn = detail_times.get("cublas_nn"), detail_times.get("cublas_tn")
+    variant = None
+    if nn is not None or tn is not None:
+        variant = "tn" if (tn is not None and (nn is None or tn < nn)) else "nn"
+    return detail_times, variant
+
+
+def fold(d: dict[str, Any], pick: str | None, cublas_asked: bool) -> dict[str, Any]:
+    """``d`` per subject, with the two cuBLAS layouts folded into one ``cublas`` entry: the
+    picked layout's (None when neither was timed), only when cublas was asked for."""
+    out = {lb: v for lb, v in d.items() if not lb.startswith("cublas_")}
+    if cublas_asked:
+        out["cublas"] = d.get(pick) if pick else None
+    return out
+
+
+def statuses(status: dict[str, str], pick: str | None, cublas_asked: bool, absent: dict[str, str],
+             errors: dict[str, str]) -> dict[str, str]:
+    """The status of every name asked for: subjects' own, then ``absent`` and ``error`` for the
+    names that never became a subject (or whose setup or timing failed)."""
+    stat = fold(status, pick, cublas_asked)
+    if cublas_asked and pick is None:
+        stat["cublas"] = status.get("cublas_nn", "error")
+    for name in absent:
+        stat[name] = "absent"
+    for name in errors:
+        stat[name] = "error"
+    return stat
+
+
+def shape_result(*, m: int, n: int, k: int, acc: str, mode: str, timing_mode: str, kinds: dict[str, str],
+                 baselines: list[str], status: dict[str, str], summaries: dict[str, dict[str, Any]],
+                 timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], absent: dict[str, str],
+                 errors: dict[str, str], bounds: list[float], e32s: list[float], e16s: list[float],
+                 autotune: dict[str, Any] | None, clocks_before: dict[str, Any], clocks_after: dict[str, Any],
+                 roofline_ms: float | None, seconds: float, phases: dict[str, float]) -> dict[str, Any]:
+    """The evaluate_shape answer. ``kinds`` is every subject's kind (``candidate`` or
+    ``baseline``) in subject order; ``summaries`` each subject's harness.checks.CheckRecord
+    summary. Only candidates keep the per-check detail (``checks``) in theirs. A time is
+    reported for a subject whose status is ``ok`` or ``wrong`` (a subject that failed a check
+    after the timing keeps its time, so the reason can be read next to it)."""
+    cublas_asked = "cublas" in baselines
+    times = {lb: (timed[lb]["median_ms"] if lb in timed and status.get(lb) in ("ok", "wrong") else None) for lb in kinds}
+    detail_times, variant = cublas_variant(times)
+    pick = f"cublas_{variant}" if variant else None
+
+    def f(d: dict[str, Any]) -> dict[str, Any]:
+        return fold(d, pick, cublas_asked)
+
+    summaries = dict(summaries)
+    for lb in summaries:
+        if kinds[lb] != "candidate":
+            summaries[lb] = {k2: v for k2, v in summaries[lb].items() if k2 != "checks"}
+    return {
+        "shape": [m, n, k], "acc": acc, "mode": mode,
+        "status": statuses(status, pick, cublas_asked, absent, errors),
+        "checks": f(summaries),
+        "times_ms": f(times),
+        "spread": f({lb: timed[lb]["spread"] for lb in timed}),
+        "p90_ms": f({lb: timed[lb]["p90_ms"] for lb in timed}),
+        "device_ms": f({lb: timed[lb].get("device_median_ms") for lb in timed}) if mode == "server" else {},
+        "reps": f({lb: timed[lb].get("reps") for lb in timed}) if mode == "offline" else {},
+        "timing": timing_mode if mode == "offline" else "server",
+        "times_ms_chained": f({lb: (chained[lb]["median_ms"] if lb in chained and status.get(lb) in ("ok", "wrong")
+                                    else None) for lb in kinds}) if timing_mode == "both" and mode == "offline" else {},
+        "spread_chained": f({lb: chained[lb]["spread"] for lb in chained}) if timing_mode == "both" else {},
+        "separator_ms": next((v["separator_ms"] for v in timed.values() if "separator_ms" in v), None),
+        "detail_times_ms": detail_times, "cublas_variant": variant,
+        "absent": absent, "errors": errors,
+        "bound": min(bounds) if bounds else None, "ref_err": {"e32": e32s, "e16": e16s},
+        "autotune": autotune,
+        "clocks": {"before": clocks_before, "after": clocks_after},
+        "roofline_ms": roofline_ms,
+        "seconds": seconds, "phases": phases,
+    }

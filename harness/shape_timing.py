@@ -1,0 +1,470 @@
+"""The timing half of one shape's evaluation, inside the GPU worker, and the checks that read it.
+
+Offline: the back-to-back graphs (harness.timing.make_graph) and the per-call graphs
+(:class:`PerCallGraphs`) replayed in the same interleaved rounds; then ``graph_replay`` (each
+timed graph once more on poisoned C), ``timed_calls`` (per call: every timed call was verified by
+its separator) and ``fresh`` (back to back: :func:`check_fresh`). Server: Poisson-spaced calls,
+each verified (:class:`ServerVerification`). Also the cuBLASLt autotune, screened with the
+headline's method before the autotuned baseline is checked.
+
+Every function takes the shape's harness.shape_eval.ShapeChecks, whose records the failures
+are charged to; the order of GPU work is the order of the calls here.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import baselines as bl
+from . import checks as ck
+from . import timing
+from .cuda_errors import Sticky, is_sticky
+from .shape_eval import SeedChecks, ShapeChecks, ShapeContext, Subjects
+
+if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
+    from .worker_main import Gpu
+
+SEPARATOR_LABEL = "(separator)"
+PER_CALL_PREFIX = "(per call) "
+
+
+# --------------------------------------------------------------------------- cuBLASLt autotune
+
+
+def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
+             timing_mode: str, separator: tuple[Callable[[], int], Callable[[], int]],
+             budget_s: float) -> tuple[int, dict[str, Any]]:
+    """Screen cuBLASLt's heuristic algorithms (in heuristic order) with the headline's method,
+    keep the fastest in the shim's autotune slot.
+
+    Cap: at most AUTOTUNE_MAX_CANDIDATES; after ``budget_s`` of wall time no new candidate is
+    screened once AUTOTUNE_MIN_CANDIDATES have been. Screening graphs last >= 0.2 ms and get 3
+    replays; per call (``isolated``) each screened call follows the separator, whose own graph
+    is subtracted, as in the timing. The winner is then checked and timed like every subject."""
+    m, n, k = shape
+    f16 = int(acc == "f16")
+    key = (m, n, k, acc, timing_mode)
+    if key in g.autotune:
+        shim.l2_lt_select(m, n, k, f16, 1, g.autotune[key])
+        return g.autotune[key], {"cached": True}
+    cp, s = g.cp, g.stream
+    per_call = timing_mode != "chained"
+    est = None
+    results: list[tuple[float, int]] = []
+    t0 = time.monotonic()
+    tried = 0
+    for idx in range(min(count, bl.AUTOTUNE_MAX_CANDIDATES)):
+        if tried >= bl.AUTOTUNE_MIN_CANDIDATES and time.monotonic() - t0 > budget_s:
+            break
+        tried += 1
+        if shim.l2_lt_select(m, n, k, f16, 1, idx) != 0:
+            continue
+        try:
+            if est is None:
+                est = timing.estimate_ms(cp, s, call)
+            elif call() != 0:
+                continue
+            s.synchronize()
+            reps = timing.reps_for(est, 0.2, 200)
+            if per_call:
+                graphs, gb = timing.isolated_graphs(cp, s, {str(idx): call}, {str(idx): separator}, separator, reps,
+                                                    base_label="base")
+                t = timing.offline(cp, s, [*graphs, gb], replays=3)
+                ms = timing.per_call(t, [str(idx)], "base")[str(idx)]["median_ms"]
+            else:
+                gr = timing.Graph(str(idx), timing.capture(cp, s, call, reps), reps, est)
+                ms = timing.offline(cp, s, [gr], replays=3)[str(idx)]["median_ms"]
+            results.append((ms, idx))
+        except Exception as e:
+            if is_sticky(e):
+                raise
+            continue
+    if not results:
+        raise RuntimeError("autotune: no cuBLASLt candidate ran")
+    best = min(results)[1]
+    shim.l2_lt_select(m, n, k, f16, 1, best)
+    g.autotune[key] = best
+    return best, {"screened": len(results), "tried": tried, "available": count, "best_index": best,
+                  "method": timing.MODE_LABELS["isolated" if per_call else "chained"],
+                  "seconds": round(time.monotonic() - t0, 3)}
+
+
+def autotune_baseline(g: Gpu, shim: Any, ctx: ShapeContext, subs: Subjects, acc: str, seed: int, timing_mode: str,
+                      budget_s: float | None) -> dict[str, Any] | None:
+    """Autotune the ``cublaslt_autotune`` subject before it is checked, so the checked algorithm
+    is the timed one; returns the screening's record, or None when it failed (the subject is
+    then dropped, its error recorded)."""
+    cp, s = g.cp, g.stream
+    A, B, C = ctx.A, ctx.B, ctx.C
+    with s:   # time on random data, never on constants
+        ck.fill_random(cp, seed, A.data, B.data)
+    try:
+        budget = bl.AUTOTUNE_SCREEN_BUDGET_S if budget_s is None else budget_s
+        # screened per call behind the same separator as the timing (its verifications unread)
+        sep = ck.Separator(cp, A.data, B.data, C.data, s, 0, 1, 1 << 30)
+        _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count,
+                           timing_mode, (sep.step, sep.tail), budget)
+        return info
+    except Exception as e:
+        if is_sticky(e):
+            raise Sticky(str(e), "cublaslt_autotune") from e
+        subs.subjects.pop("cublaslt_autotune", None)
+        subs.errors["cublaslt_autotune"] = f"{type(e).__name__}: {e}"[:300]
+        return None
+
+
+# --------------------------------------------------------------------------- the fresh check
+
+
+def _fresh_replay(cp: Any, s: Any, ctx: ShapeContext, gr: Any, bound: float, rng: random.Random,
+                  nan: Any) -> tuple[str | None, float]:
+    """Part (1) of ``fresh``: a few elements of A changed in place, the timed graph replayed on
+    poisoned C; returns (why it failed or None, the relative error)."""
+    A, B, C = ctx.A, ctx.B, ctx.C
+    with s:
+        changed = ck.sparse_change(cp, A.data, rng)
+        ref = ck.reference(cp, A.data, B.data)
+        norm = ck.ref_norm(cp, ref)
+        C.data.fill(nan)
+    gr.graph.launch(s)
+    s.synchronize()
+    with s:
+        unwritten = ck.count_unwritten(cp, C.data)
+    err = ck.rel_err(cp, C.data, ref, norm)
+    del ref
+    if unwritten or err > bound:
+        what = f"{unwritten} elements of C not written" if unwritten else f"rel. error {err:.3g} > bound {bound:.3g}"
+        return (f"after {changed} elements of A changed in place, the timed graph's output is stale: {what} "
+                "(memoized on a sample of the inputs?)"), err
+    return None, err
+
+
+def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr: Any, timed_ms: float,
+                bound: float, rng: random.Random, nan: Any) -> tuple[bool, str, dict[str, Any]]:
+    """The ``fresh`` check of harness.checks for one candidate: (ok, detail, recorded numbers)."""
+    A, B, C = ctx.A, ctx.B, ctx.C
+    stale, err = _fresh_replay(cp, s, ctx, gr, bound, rng, nan)
+    if stale is not None:
+        return False, stale, {"sparse_rel_err": err}
+    reps = min(gr.reps, ck.FRESH_MAX_REPS)
+    steps = reps * (ck.FRESH_REPLAYS + 1)          # the warm-up replay and the timed ones
+    with s:
+        pert = ck.Perturber(cp, A.data, s)
+        seed = rng.randrange(1 << 30)
+        ver = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps, changed_row=pert.row)
+        # the subtracted graph verifies too (the same work on a C the call did not write): ignored
+        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps, changed_row=pert.row)
+    # compiles and loads the kernels now, never inside a stream capture; the verification of a
+    # call made right after a change must pass (else the check itself is broken on this shape)
+    pert.step()
+    call()
+    ver.step()
+    s.synchronize()
+    first = ver.results()
+    limit = ck.verify_limit(bound)
+    if not first or not first[0] <= limit:
+        return False, f"the fresh-input verification fails on a plain call (row error {first}): check broken?", {}
+    ver.reset()
+    gf, gp = timing.fresh_graphs(cp, s, gr.label, call, pert.step, reps, verify=ver.step, verify_base=ver_base.step)
+    # the timed graph again, in the same rounds (same clocks and temperature as the fresh one);
+    # primed, so its timed calls follow calls on unchanged inputs as in the bench's timing
+    t = timing.offline(cp, s, [gr, gf, gp], replays=ck.FRESH_REPLAYS, rng=rng, primed={gr.label})
+    fresh_ms = t[gf.label]["median_ms"] - t[gp.label]["median_ms"]
+    same_ms = t[gr.label]["median_ms"]
+    worst = ver.results()
+    fields = {"sparse_rel_err": err, "fresh_ms": fresh_ms, "perturb_ms": t[gp.label]["median_ms"],
+              "same_ms": same_ms, "timed_ms": timed_ms, "reps": reps, "verified_calls": len(worst),
+              "verified_rows": ck.VERIFY_ROWS, "verify_worst": max(worst) if worst else None, "verify_limit": limit}
+    if not ver.b_unchanged():
+        return False, "B changed while the fresh-input graph ran (B x differs from before it)", fields
+    ok, det = ck.verify_verdict(worst, steps, limit)
+    if not ok:
+        return False, det, fields
+    ok, det = ck.fresh_verdict(same_ms, fresh_ms)
+    return ok, det, fields
+
+
+# --------------------------------------------------------------------------- per call
+
+
+class PerCallGraphs:
+    """The per-call (isolated) timing of one shape's subjects: the graphs of harness.timing, one
+    separator per subject (harness.checks.Separator: it verifies the call before it and changes
+    A for the one after) and one for the base graph, and the checks that read them.
+
+    Why one step count for all: every graph then leaves A changed the same way, so the reference
+    of the replay check is computed once per shape, not once per subject."""
+
+    def __init__(self, g: Gpu, ctx: ShapeContext, calls: dict[str, Callable[[], int]], replays: int,
+                 rng: random.Random, failed: Callable[[str, Exception], None]) -> None:
+        self.g, self.ctx, self.calls = g, ctx, dict(calls)
+        cp, s = g.cp, g.stream
+        A, B, C = ctx.A, ctx.B, ctx.C
+        self.graphs: list[Any] = []
+        self.base: Any = None
+        est: dict[str, float] = {}
+        for label, call in list(self.calls.items()):
+            try:
+                est[label] = timing.estimate_ms(cp, s, call)
+            except Exception as e:
+                failed(label, e)
+                self.calls.pop(label)
+        if not self.calls:
+            return
+        self.reps = timing.reps_for(min(est.values()) + 0.003, cap=timing.MAX_ISOLATED_REPS)
+        seed = rng.randrange(1 << 30)
+        capacity = self.reps * (replays + 3)
+        self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps) for lb in self.calls}
+        self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
+        # compiles and loads every kernel now, never inside a stream capture
+        for label, call in self.calls.items():
+            self.seps[label].step()
+            call()
+            self.seps[label].tail()
+        self.sep_base.step()
+        s.synchronize()
+        self._capture(failed)
+        for sp in (*self.seps.values(), self.sep_base):
+            sp.reset()
+        s.synchronize()
+
+    def _capture(self, failed: Callable[[str, Exception], None]) -> None:
+        """One per-call graph per subject (a subject whose capture fails is dropped), then the base."""
+        cp, s = self.g.cp, self.g.stream
+        for label, call in list(self.calls.items()):
+            sep = self.seps[label]
+            try:
+                # a label of its own: with --timing both the back-to-back graph of the subject is
+                # replayed in the same rounds under the subject's own label
+                (gr,), _ = timing.isolated_graphs(cp, s, {PER_CALL_PREFIX + label: call},
+                                                  {PER_CALL_PREFIX + label: (sep.step, sep.tail)}, None, self.reps)
+                gr.subject = label
+                self.graphs.append(gr)
+            except Exception as e:
+                failed(label, e)
+                self.calls.pop(label, None)
+        _, self.base = timing.isolated_graphs(cp, s, {}, {}, (self.sep_base.step, self.sep_base.tail), self.reps,
+                                              base_label=SEPARATOR_LABEL)
+
+    def all_graphs(self) -> list[Any]:
+        return [*self.graphs, self.base] if self.graphs else []
+
+    def per_call(self, raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        per = timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
+        return {gr.subject: per[gr.label] for gr in self.graphs}
+
+    def verdicts(self, replays: int, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        """Every timed call (the warm-up replay's and the timed ones) verified on sampled rows."""
+        self.g.stream.synchronize()
+        expected = self.reps * (replays + 1)
+        out = {}
+        for gr in self.graphs:
+            worst = self.seps[gr.subject].results()
+            fields = {"verified_calls": len(worst), "verified_rows": ck.SEPARATE_ROWS,
+                      "verify_worst": max(worst) if worst else None, "verify_limit": limit, "reps": self.reps}
+            ok, det = ck.verify_verdict(worst, expected, limit)
+            out[gr.subject] = (ok, det, fields)
+        return out
+
+    def _reset(self, a0: Any, sep: Any) -> None:
+        with self.g.stream:
+            self.ctx.A.data[...] = a0
+        sep.reset()
+
+    def replay_checks(self, sc: ShapeChecks, a0: Any, bound: float) -> dict[str, tuple[bool, str]]:
+        """Each per-call graph replayed once more from the same start on poisoned C: C must be
+        fully written, the guards and inputs untouched, and C right for the inputs the graph's
+        last call saw (one reference for all: every graph changes A the same way)."""
+        cp, s, A = self.g.cp, self.g.stream, self.ctx.A
+        inputs = sc.inputs
+        self._reset(a0, self.sep_base)
+        self.base.graph.launch(s)
+        s.synchronize()
+        with s:
+            a_final = A.data.copy()
+            ref = ck.reference(cp, A.data, self.ctx.B.data)
+            norm = ck.ref_norm(cp, ref)
+        saved, inputs["A"] = inputs.get("A"), a_final
+        out = {}
+        try:
+            for gr in self.graphs:
+                self._reset(a0, self.seps[gr.subject])
+                err = sc.replay_graph(gr.graph, gr.subject, "per-call graph replay", ref, norm)
+                out[gr.subject] = (err <= bound, f"after the per-call graph: rel. error {err:.3g} > bound {bound:.3g}"
+                                   if err > bound else "")
+        finally:
+            del ref
+            if saved is not None:
+                inputs["A"] = saved
+            with s:
+                A.data[...] = a0
+        return out
+
+    def close(self) -> None:
+        self.graphs.clear()
+        self.base = None
+        self.seps = {}
+
+
+# --------------------------------------------------------------------------- offline
+
+
+def _chained_graphs(sc: ShapeChecks, labels: list[str]) -> list[Any]:
+    """One back-to-back graph per subject (a subject whose capture fails is charged and left out)."""
+    graphs: list[Any] = []
+    for label in labels:
+        try:
+            graphs.append(timing.make_graph(sc.cp, sc.s, label, sc.subjects[label].call))
+        except Exception as e:
+            sc.timing_failed(label, e)
+    return graphs
+
+
+def _replay_chained(sc: ShapeChecks, graphs: list[Any], seeds: SeedChecks) -> None:
+    """``graph_replay`` of the back-to-back graphs: each once more on poisoned C and re-verified."""
+    bound = seeds.bound
+    for gr in graphs:
+        err = sc.replay_graph(gr.graph, gr.label, "graph replay", seeds.ref, seeds.norm)
+        sc.charge(gr.label, "graph_replay", err <= bound,
+                  f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
+
+
+def _per_call_checks(sc: ShapeChecks, iso: PerCallGraphs, raw: dict[str, dict[str, Any]], replays: int,
+                     limit: float, a0: Any, bound: float, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The per-call times (a subject whose time is not measurable goes to ``errors``), then
+    ``timed_calls`` and ``graph_replay`` of the per-call graphs."""
+    per = iso.per_call(raw)
+    for label, v in list(per.items()):
+        if not (v["median_ms"] > 0):   # the separator's own time was not the same with and without the call
+            errors[label] = (f"per-call time not measurable: the step with the call took {v['step_ms'] * 1e3:.2f} us, "
+                             f"the separator alone {v['separator_ms'] * 1e3:.2f} us")
+            per.pop(label)
+    for label, (ok, det, fields) in iso.verdicts(replays, limit).items():
+        sc.charge(label, "timed_calls", ok, det, **fields)
+    for label, (ok, det) in iso.replay_checks(sc, a0, bound).items():
+        sc.charge(label, "graph_replay", ok, det)
+    return per
+
+
+def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[Any],
+                  timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
+                  rng: random.Random) -> None:
+    """Memoization by content. Per call, every timed call followed a change of A and was
+    verified (``timed_calls``); back to back, the timed calls repeat the same inputs, so the
+    fresh check compares them with calls that each follow a change."""
+    for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
+        if timing_mode == "both":
+            if label in chained and label in timed:
+                ok, det = ck.fresh_verdict(chained[label]["median_ms"], timed[label]["median_ms"])
+                sc.charge(label, "fresh", ok, det, fresh_ms=timed[label]["median_ms"],
+                          same_ms=chained[label]["median_ms"])
+            continue
+        if timing_mode != "chained":
+            continue
+        gr = next((x for x in graphs if x.label == label), None)
+        if gr is None:
+            continue
+        try:
+            ok, det, fields = check_fresh(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, gr,
+                                          timed[label]["median_ms"], bound, rng, sc.nan)
+        except Exception as e:
+            if is_sticky(e):
+                raise Sticky(f"{label}: {e}", label) from e
+            ok, det, fields = False, f"fresh-input check failed: {type(e).__name__}: {str(e)[:200]}", {}
+        sc.charge(label, "fresh", ok, det, **fields)
+
+
+def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, replays: int, rng: random.Random,
+                 seeds: SeedChecks, limit: float,
+                 errors: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Offline timing of ``labels`` and the checks that read it; returns (the headline times,
+    the back-to-back times): the per-call ones unless ``timing_mode`` is chained."""
+    cp, s = g.cp, g.stream
+    A = sc.ctx.A
+    with s:
+        a0 = A.data.copy()     # the checks' last inputs: A is restored to them after timing
+    graphs: list[Any] = []
+    if timing_mode in ("chained", "both"):
+        graphs = _chained_graphs(sc, labels)
+    iso = None
+    if timing_mode in ("isolated", "both"):
+        iso = PerCallGraphs(g, sc.ctx, {lb: sc.subjects[lb].call for lb in labels},
+                            replays, rng, sc.timing_failed)
+    raw = timing.offline(cp, s, graphs + (iso.all_graphs() if iso else []), replays=replays, rng=rng) \
+        if graphs or (iso and iso.graphs) else {}
+    chained = {gr.label: raw[gr.label] for gr in graphs}
+    with s:
+        A.data[...] = a0
+    _replay_chained(sc, graphs, seeds)
+    if iso is not None and iso.graphs:
+        timed = _per_call_checks(sc, iso, raw, replays, limit, a0, seeds.bound, errors)
+        iso.close()
+    else:
+        timed = chained
+    _fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng)
+    del graphs
+    return timed, chained
+
+
+# --------------------------------------------------------------------------- server
+
+
+class ServerVerification:
+    """What surrounds every timed server call: before it, one element of A changed and, on a
+    random half of the calls, C poisoned (untimed, synchronised); after it, the changed row and
+    others verified on the GPU. So a kernel that skips work when C holds its last result, or
+    computes only when C is poisoned, or memoizes by content, fails its own subject."""
+
+    def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
+                 rng: random.Random, nan: Any) -> None:
+        cp, s = g.cp, g.stream
+        self.cp, self.s, self.C, self.nan = cp, s, ctx.C, nan
+        self.calls_per_subject = calls_per_subject
+        seed = rng.randrange(1 << 30)
+        with s:
+            self.pert = ck.Perturber(cp, ctx.A.data, s)
+            self.vers = {lb: ck.Verifier(cp, ctx.A.data, ctx.B.data, ctx.C.data, s, seed,
+                                         capacity=calls_per_subject + 2, changed_row=self.pert.row) for lb in labels}
+        self.pert.step()
+        for v in self.vers.values():
+            v.step()
+        s.synchronize()
+        for v in self.vers.values():
+            v.reset()
+
+    def before(self, label: str, poison: bool) -> None:
+        self.pert.step()
+        if poison:
+            with self.s:
+                self.C.data.fill(self.nan)
+
+    def after(self, label: str) -> None:
+        self.vers[label].step()
+
+    def verdicts(self, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        self.s.synchronize()
+        out = {}
+        for label, v in self.vers.items():
+            worst = v.results()
+            ok, det = ck.verify_verdict(worst, self.calls_per_subject, limit)
+            if not ok:
+                det = "server mode: " + det
+            out[label] = (ok, det, {"verified_calls": len(worst), "verify_worst": max(worst) if worst else None,
+                                    "verify_limit": limit})
+        return out
+
+
+def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_calls: int, rng: random.Random,
+                limit: float) -> dict[str, dict[str, Any]]:
+    """Server-mode timing of ``labels`` with every timed call verified (``timed_calls``)."""
+    calls = {lb: sc.subjects[lb].call for lb in labels}
+    if not calls:
+        return {}
+    srv = ServerVerification(g, sc.ctx, list(calls), server_calls, rng, sc.nan)
+    timed = timing.server(g.cp, g.stream, calls, qps=qps, calls_per_subject=server_calls, rng=rng,
+                          before=srv.before, after=srv.after)
+    for label, (ok, det, fields) in srv.verdicts(limit).items():
+        sc.charge(label, "timed_calls", ok, det, **fields)
+    return timed
