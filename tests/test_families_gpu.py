@@ -403,3 +403,18 @@ def test_ksplit_groups_pass_every_check_and_refuse_grids_that_would_not_be_resid
     if e.status != "unsupported":
         failures.append(f"256 tiles x 16 clusters of 8: {e.status} {e.message} (expected unsupported)")
     assert not failures, "\n".join(failures)
+
+
+SHORT_PIPELINE_NAMES = ("sm90-64x64x64-c1x1-pp-p-st4-noc-e64", "sm90-64x64x64-c1x1-pp-p-st2-noc-e64",
+                        "sm90-64x128x64-c1x1-pp-p-st4-noc-e64", "sm90-64x128x64-c1x1-pp-p-st2-noc-e64",
+                        "sm90-128x128x64-c1x1-pp-p-st4-noc-e64", "sm90-192x64x64-c1x1-pp-p-st4-noc-e64",
+                        "sm90-128x128x64-c1x1-coop-p-st4-noc-e64", "sm90-64x64x64-c1x1-pp-p-st4-noc-e64-nopdl",
+                        "sm90-64x128x64-c1x1-pp-p-st4-noc-e64-nopdl",
+                        "tiny-128x128x32-w2x4", "tiny-128x64x32-w4x2", "tiny-64x128x32-w2x4-a2")
+SHORT_PIPELINE_SHAPES = [Shape(200, 136, 264), Shape(1030, 1000, 2056), Shape(520, 264, 72), Shape(136, 72, 8)]
+
+
+def test_short_pipelines_and_128_row_tiny_tiles_pass_every_check(evaluator):
+    """The fixed 2- and 4-stage CUTLASS pipelines (a 2-stage ring on a K of 33 k-tiles too) and
+    tiny_mma's 128-row tiles: every output exact on shapes that are no multiple of the tiles."""
+    assert_catalog_configs_pass(evaluator, SHORT_PIPELINE_NAMES, SHORT_PIPELINE_SHAPES)
