@@ -38,7 +38,8 @@ def test_the_headless_run_takes_a_comma_list(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "l2tui.cli", "run", "--headless", "--policy", "search",
                          "--shapes", "128x128x128,256x256x256"], cwd=tmp_path, env=env, capture_output=True,
                         text=True, timeout=120)
-    assert ok.returncode == 2 and "no NVIDIA GPU found" in ok.stderr and "shape" not in ok.stderr
+    assert ok.returncode == 2 and "no NVIDIA GPU found" in ok.stderr
+    assert "bad shape" not in ok.stderr and "unknown shapes" not in ok.stderr
 
 
 def test_the_gpu_extras_install_cublas_for_export_build():
