@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("build", "run"))
     ap.add_argument("--out", required=True)
-    ap.add_argument("--probe", default=".carry/probe")
+    ap.add_argument("--probe", default="probe-build")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=float, default=25.0)
     ap.add_argument("--shapes", default="")

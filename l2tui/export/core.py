@@ -47,7 +47,7 @@ class ExportResult:
 def git_revision(path: Path) -> str | None:
     """``git rev-parse HEAD`` of the checkout holding ``path`` (None outside one).
 
-    ``$L2TUI_GIT_REV`` wins, as in the harness: a tree copied to a lent GPU machine may carry a
+    ``$L2TUI_GIT_REV`` wins, as in the harness: a tree copied to another machine may carry a
     stale ``.git`` whose HEAD is not the revision that was sent.
     """
     if os.environ.get("L2TUI_GIT_REV"):
