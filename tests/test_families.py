@@ -204,6 +204,18 @@ def test_epilogue_knobs_are_validated_and_named():
 
 
 @pytest.mark.slow
+def test_fixed_short_pipeline_builds_with_that_many_stages(tmp_path, monkeypatch):
+    """STAGES 2: the mainloop's ring has two stages, not as many as fit in shared memory."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.render("sm90_cutlass", F._sm90(64, 64, sched="PINGPONG", stages=2, epi="EPI_TMA_NOC", epi_n=64))
+    res = _build(src, "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    # the collective's dispatch policy in the kernel's name: MainloopSm90TmaGmmaWarpSpecialized<Stages, ...>
+    assert "MainloopSm90TmaGmmaWarpSpecializedILi2E" in res.log, res.log[-2000:]
+
+
+@pytest.mark.slow
 def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
     """EPI_TMA_NOC: C is void, so CUTLASS's epilogue delays each TMA store by one subtile."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
@@ -324,6 +336,8 @@ def test_tiny_family_rules_names_and_catalog():
 
 
 @pytest.mark.parametrize("knobs", [{"BM": 64, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4},
+                                   {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4},
+                                   {"BM": 128, "BN": 64, "BK": 32, "WARPS_M": 4, "WARPS_N": 2},
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 4},
                                    {"BM": 16, "BN": 64, "BK": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 2,
                                     "ACC": "ACC_F16"},
