@@ -10,7 +10,7 @@ import pytest
 from harness.baselines import SHIM_FILE, build_shim, cublas_build_flags
 from harness.build import build
 from harness.evaluate import is_nondeterministic
-from harness.paths import KERNELS_DIR
+from harness.testkernels import source as kernel_source
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ def test_shim_flags_are_stable():
 @pytest.mark.parametrize("name", ["testgood_simple", "testbad_skiplastrow", "testbad_oob", "testbad_f16acc",
                                   "testbad_stale", "testbad_crash", "testbad_hang"])
 def test_test_kernels_build(name):
-    src = (KERNELS_DIR / f"{name}.cu").read_text()
+    src = kernel_source(name)
     res = build(src, arch="sm_90a")
     assert res.ok, res.errors
     assert not is_nondeterministic(src)

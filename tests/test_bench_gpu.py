@@ -10,13 +10,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+from harness.testkernels import source as kernel_source
 
-KERNELS = Path(__file__).resolve().parents[1] / "harness" / "kernels"
+pytestmark = pytest.mark.gpu
 
 
 def test_two_kernel_sets_are_checked_and_timed_side_by_side(tmp_path):
@@ -27,10 +26,10 @@ def test_two_kernel_sets_are_checked_and_timed_side_by_side(tmp_path):
     good, bad = tmp_path / "good", tmp_path / "bad"
     good.mkdir()
     bad.mkdir()
-    simple = (KERNELS / "testgood_simple.cu").read_text()
+    simple = kernel_source("testgood_simple")
     (good / "64_64_64.cu").write_text(simple)
     (good / "200_136_264.cu").write_text(simple)
-    (bad / "200_136_264.cu").write_text((KERNELS / "testbad_skiplastrow.cu").read_text())
+    (bad / "200_136_264.cu").write_text(kernel_source("testbad_skiplastrow"))
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "l2tui.cli", "bench", "--kernels", str(good), "--label", "incumbent",
                         "--kernels", str(bad), "--label", "challenger", "--baselines", "cublas", "--out", str(out)],

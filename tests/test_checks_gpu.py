@@ -11,6 +11,7 @@ import pytest
 from harness.evaluate import Evaluator
 from harness.paths import KERNELS_DIR
 from harness.shapes import Shape
+from harness.testkernels import source as kernel_source
 from harness.worker import WorkerCrashed
 
 pytestmark = pytest.mark.gpu
@@ -20,7 +21,7 @@ ALL = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
 
 
 def src(name: str) -> str:
-    return (KERNELS_DIR / f"{name}.cu").read_text()
+    return kernel_source(name)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from harness import checks as ck
 from harness.build import build
-from harness.paths import KERNELS_DIR
+from harness.testkernels import source as kernel_source
 
 
 def test_fresh_is_reported_after_graph_replay():
@@ -64,7 +64,7 @@ def test_inputs_is_reported_right_after_guards():
 
 @pytest.mark.parametrize("samples", ["0", "64"])
 def test_memo_adversary_builds_in_both_kinds(samples):
-    src = (KERNELS_DIR / "testbad_memo.cu").read_text().replace("#define MEMO_SAMPLES 0",
+    src = kernel_source("testbad_memo").replace("#define MEMO_SAMPLES 0",
                                                                   f"#define MEMO_SAMPLES {samples}")
     assert f"#define MEMO_SAMPLES {samples}" in src
     res = build(src, arch="sm_90a")
@@ -72,7 +72,7 @@ def test_memo_adversary_builds_in_both_kinds(samples):
 
 
 def test_marker_adversary_builds():
-    res = build((KERNELS_DIR / "testbad_marker.cu").read_text(), arch="sm_90a")
+    res = build(kernel_source("testbad_marker"), arch="sm_90a")
     assert res.ok, res.errors
 
 
@@ -80,7 +80,7 @@ def test_marker_adversary_builds():
 def test_timegate_adversary_builds(gate, calls):
     """It builds (the source policy misses its split timer name and its call count: the run-time
     check has to catch it, tests/test_checks_gpu.py)."""
-    src = (KERNELS_DIR / "testbad_timegate.cu").read_text().replace("#define GATE_NS 20000", f"#define GATE_NS {gate}")
+    src = kernel_source("testbad_timegate").replace("#define GATE_NS 20000", f"#define GATE_NS {gate}")
     src = src.replace("#define GATE_CALLS 0 ", f"#define GATE_CALLS {calls} ")
     assert f"#define GATE_NS {gate}" in src and f"#define GATE_CALLS {calls} " in src
     res = build(src, arch="sm_90a")

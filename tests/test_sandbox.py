@@ -25,12 +25,12 @@ import pytest
 from harness import sandbox
 from harness import source_policy as sp
 from harness.build import SOURCE_NAME, BuildInterrupted, build, build_cache_dir, kill_all_builds, scrub_log
-from harness.paths import KERNELS_DIR
+from harness.testkernels import source as kernel_source
 from harness.worker import GpuWorker
 
 pytestmark = pytest.mark.skipif(not sandbox.probe().works, reason=f"bwrap does not work here: {sandbox.probe().detail}")
 
-GOOD = (KERNELS_DIR / "testgood_simple.cu").read_text()
+GOOD = kernel_source("testgood_simple")
 CANARY = "sk_canary_" + secrets.token_hex(8)
 ENTRY = 'extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) { return 1; }\n'
 

@@ -16,15 +16,15 @@ from harness import sandbox
 from harness.build import build, normalize_arch
 from harness.evaluate import Evaluator
 from harness.families import catalog
-from harness.paths import KERNELS_DIR
 from harness.shapes import Shape
+from harness.testkernels import source as kernel_source
 
 from tests.test_sandbox import CANARY, Listener
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not sandbox.probe().works, reason=f"bwrap does not work: {sandbox.probe().detail}")]
 
-GOOD = (KERNELS_DIR / "testgood_simple.cu").read_text()
+GOOD = kernel_source("testgood_simple")
 SHAPE = Shape(256, 200, 1024)
 
 

@@ -19,14 +19,14 @@ import pytest
 from harness import families
 from harness.build import build
 from harness.evaluate import Evaluator, uses_pdl
-from harness.paths import KERNELS_DIR
 from harness.shapes import Shape
+from harness.testkernels import source as kernel_source
 
 pytestmark = pytest.mark.gpu
 
 
 def src(name: str) -> str:
-    return (KERNELS_DIR / f"{name}.cu").read_text()
+    return kernel_source(name)
 
 
 def cand(label: str, source: str) -> dict:

@@ -6,8 +6,8 @@ import pytest
 
 from harness.errors import ToolMissing
 from harness.evaluate import Evaluation, Evaluator
-from harness.paths import KERNELS_DIR
 from harness.shapes import Shape
+from harness.testkernels import source as kernel_source
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +35,7 @@ def test_no_gpu_is_one_line_tool_missing():
         pass
     with Evaluator(arch="sm_90a", baselines=("cublas",), timeout_s=60) as ev:
         with pytest.raises(ToolMissing) as ei:
-            ev.evaluate((KERNELS_DIR / "testgood_simple.cu").read_text(), Shape(64, 64, 64))
+            ev.evaluate(kernel_source("testgood_simple"), Shape(64, 64, 64))
         assert str(ei.value).startswith("no NVIDIA GPU found:") and "\n" not in str(ei.value)
 
 

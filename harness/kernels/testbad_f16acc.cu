@@ -21,8 +21,4 @@ __global__ void hgemm_tiled(const __half* A, const __half* B, __half* C, int M, 
   if (row < M && col < N) C[(size_t)row * N + col] = acc;
 }
 
-extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
-  dim3 block(T, T), grid((N + T - 1) / T, (M + T - 1) / T);
-  hgemm_tiled<<<grid, block, 0, (cudaStream_t)stream>>>((const __half*)A, (const __half*)B, (__half*)C, M, N, K);
-  return cudaGetLastError() == cudaSuccess ? 0 : 2;
-}
+// l2: test gemm launch

@@ -2,24 +2,7 @@
 // of A[0], a mark it could recognise on the next call (and replay a cached C) while every other
 // element stays as it was. A and B are inputs: a call must leave them bit for bit unchanged.
 // Expected failure: check 'inputs'.
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#define T 16
-
-__global__ void hgemm_tiled(const __half* A, const __half* B, __half* C, int M, int N, int K) {
-  __shared__ float As[T][T];
-  __shared__ float Bs[T][T];
-  int row = blockIdx.y * T + threadIdx.y, col = blockIdx.x * T + threadIdx.x;
-  float acc = 0.f;
-  for (int k0 = 0; k0 < K; k0 += T) {
-    int ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
-    As[threadIdx.y][threadIdx.x] = (row < M && ka < K) ? __half2float(A[(size_t)row * K + ka]) : 0.f;
-    Bs[threadIdx.y][threadIdx.x] = (kb < K && col < N) ? __half2float(B[(size_t)kb * N + col]) : 0.f;
-    __syncthreads();
-    for (int kk = 0; kk < T; ++kk) acc += As[threadIdx.y][kk] * Bs[kk][threadIdx.x];
-    __syncthreads();
-  }
+// l2: test gemm head
   if (row < M && col < N) C[(size_t)row * N + col] = __float2half(acc);
 }
 

@@ -52,15 +52,7 @@ __global__ void gemm_or_copy(const __half* A, const __half* B, __half* C, __half
   }
   __shared__ float As[T][T];
   __shared__ float Bs[T][T];
-  float acc = 0.f;
-  for (int k0 = 0; k0 < K; k0 += T) {
-    int ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
-    As[threadIdx.y][threadIdx.x] = (row < M && ka < K) ? __half2float(A[(size_t)row * K + ka]) : 0.f;
-    Bs[threadIdx.y][threadIdx.x] = (kb < K && col < N) ? __half2float(B[(size_t)kb * N + col]) : 0.f;
-    __syncthreads();
-    for (int kk = 0; kk < T; ++kk) acc += As[threadIdx.y][kk] * Bs[kk][threadIdx.x];
-    __syncthreads();
-  }
+// l2: test gemm loop
   if (row < M && col < N) {
     __half v = __float2half(acc);
     C[(size_t)row * N + col] = v;
