@@ -6,10 +6,15 @@
 An input is a timing file (the format of tests/fixtures/h200_timings) or a sweep's session folder,
 whose pick timed a dozen or more catalog configurations per shape (``timed`` events; per call
 unless ``--timing chained``); ``--save-timings FILE`` writes what was read as one timing file.
+Inputs are merged by shape: where several inputs timed the same (shape, acc), the later input's
+rows replace the earlier ones whole (one request on one GPU, so a shape's times stay comparable);
+the saved file's ``env`` keeps what every input agrees on, joins (``; ``) the strings that differ,
+and lists each input's own under ``rounds`` (each row's ``round`` is its index there, from 1).
 
 Writes ``l2tui/agent/policies/costmodel_h200.json`` (loaded by ``CostModel()``) and prints how
 well the model ranks: mean Spearman correlation per shape, and the geomean regret (measured time
-of the predicted-best configuration / measured best; also for the best of the predicted top 3).
+of the predicted-best configuration / measured best; also for the best of the predicted top 3),
+overall and per size class (``Shape.size_class``: small, mid, big).
 """
 
 from __future__ import annotations
@@ -44,6 +49,59 @@ def ranking_quality(model: CostModel, records) -> dict:
             "log2_mse": log_error(model, records), "shapes": len(by), "records": len(records)}
 
 
+def quality_by_class(model: CostModel, records) -> dict:
+    """:func:`ranking_quality` of the records of each size class (small, mid, big) present."""
+    by = defaultdict(list)
+    for r in records:
+        by[r[1].size_class].append(r)
+    return {c: ranking_quality(model, by[c]) for c in ("small", "mid", "big") if by[c]}
+
+
+def merge_docs(docs: list[dict]) -> list[dict]:
+    """The inputs, each left with the rows it keeps (see the module docstring): a (shape, acc) that
+    a later input timed keeps only that input's rows (one input's own repeats of a shape, like the
+    two back-to-back runs, all stay); with several inputs each row is tagged with its ``round``.
+    Each input keeps its own configurations: the same name can mean other knobs in an older file
+    (the back-to-back fixtures predate the PDL knob)."""
+    if len(docs) == 1:
+        return docs
+
+    def key(t):
+        return tuple(t["shape"]), str(t.get("acc"))
+
+    owner = {key(t): i for i, d in enumerate(docs) for t in d["timings"]}   # the last input with the shape
+    return [{**d, "timings": [{**t, "round": i + 1} for t in d["timings"] if owner[key(t)] == i]}
+            for i, d in enumerate(docs)]
+
+
+def one_document(docs: list[dict]) -> dict:
+    """:func:`merge_docs`'s inputs as one timing file: ``env`` as the module docstring says, rows
+    sorted by shape, configurations united (a name with other knobs in two inputs is an error)."""
+    if len(docs) == 1:
+        d = docs[0]
+        return {"mode": d.get("mode"), "env": d.get("env"), "configs": dict(d["configs"]), "timings": list(d["timings"])}
+    envs = [d.get("env") or {} for d in docs]
+    env: dict = {}
+    for k in dict.fromkeys(k for e in envs for k in e):
+        vals = [e[k] for e in envs if k in e]
+        if len(vals) < len(envs):
+            continue                      # one input's own (a note): in rounds only
+        if all(v == vals[0] for v in vals):
+            env[k] = vals[0]
+        elif all(isinstance(v, str) for v in vals):
+            env[k] = "; ".join(dict.fromkeys(vals))
+    env["rounds"] = envs
+    configs: dict = {}
+    for d in docs:
+        for n, c in d["configs"].items():
+            if configs.setdefault(n, c) != c:
+                raise ValueError(f"configuration {n} has other knobs in another input: not one timing file")
+    modes = sorted({str(d.get("mode")) for d in docs})
+    rows = [t for d in docs for t in d["timings"]]
+    return {"mode": modes[0] if len(modes) == 1 else modes, "env": env, "configs": dict(sorted(configs.items())),
+            "timings": sorted(rows, key=lambda t: (tuple(t["shape"]), str(t.get("acc"))))}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("timings", nargs="+", help="timing files in the format of tests/fixtures/h200_timings (config name -> ms "
@@ -56,13 +114,12 @@ def main(argv=None) -> int:
     paths = args.timings
     try:
         docs = [from_session(p, args.timing) if Path(p).is_dir() else json.loads(Path(p).read_text()) for p in paths]
-        records = [r for d in docs for r in records_of(d)]
+        kept = merge_docs(docs)
+        records = [r for d in kept for r in records_of(d)]
+        merged = one_document(kept) if args.save_timings else None
     except (OSError, ValueError, KeyError) as e:  # one line, not a traceback
         raise SystemExit(f"cannot read the timings: {e}") from None
-    if args.save_timings:
-        merged = {"mode": docs[0].get("mode"), "env": docs[0].get("env"),
-                  "configs": {n: c for d in docs for n, c in d["configs"].items()},
-                  "timings": [t for d in docs for t in d["timings"]]}
+    if merged is not None:
         Path(args.save_timings).write_text(json.dumps(merged, separators=(",", ":")) + "\n")
         print(f"wrote {args.save_timings}: {len(merged['timings'])} shapes, {len(records)} timings")
     if not records:
@@ -74,13 +131,20 @@ def main(argv=None) -> int:
     print("defaults:", json.dumps(before))
     print("current: ", json.dumps(current))   # the committed constants, on the same records
     print("fitted:  ", json.dumps(after))
+    by_class = {}
+    for label, model in (("current", CostModel(load_params())), ("fitted", CostModel(params))):
+        by_class[label] = quality_by_class(model, records)
+        for c, q in by_class[label].items():
+            print(f"  {label:7s} {c:5s}: top-1 {q['regret_top1']:.4f}  top-3 {q['regret_top3']:.4f}  "
+                  f"Spearman {q['spearman']:.3f}  ({q['shapes']} shapes, {q['records']} timings)")
     if args.dry_run:
         print("dry run: nothing written")
         return 0
     modes = sorted({str(d.get("mode")) for d in docs})
     CALIBRATED_FILE.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
                                            "timing": modes[0] if len(modes) == 1 else modes,
-                                           "quality": after}, indent=1) + "\n")
+                                           "quality": {**after, "by_class": by_class["fitted"]}},
+                                          indent=1) + "\n")
     print(f"wrote {CALIBRATED_FILE}")
     return 0
 
