@@ -46,8 +46,7 @@ def test_fixture_carries_provenance():
 
 def test_known_good_ranked_above_known_bad(records):
     """Per shape: the measured fastest configuration is predicted faster than every configuration
-    that measured at least 1.5x slower, for nearly all pairs (on the two per-call rounds: 0.899
-    of 5,520 pairs with the committed constants, 0.910 with the ones fitted on round 1 alone)."""
+    that measured at least 1.5x slower, for nearly all pairs."""
     model = CostModel()
     pairs = ok = 0
     for s, rows in by_shape(records).items():
@@ -57,7 +56,7 @@ def test_known_good_ranked_above_known_bad(records):
                 pairs += 1
                 ok += model.predict(best_c, s) < model.predict(c, s)
     assert pairs > 50
-    assert ok / pairs >= 0.89, f"{ok}/{pairs}"
+    assert ok / pairs >= 0.9, f"{ok}/{pairs}"
 
 
 def test_top3_of_the_model_holds_a_near_best_config(records):
