@@ -87,3 +87,35 @@ def test_a_sweep_session_is_read_as_per_call_timings_and_saved(tmp_path, capsys)
     assert tool.CALIBRATED_FILE.read_text() == before
     with pytest.raises(SystemExit, match="not a session folder"):
         tool.main([str(tmp_path)])
+
+
+def _doc(env: dict, rows: list, configs: dict) -> dict:
+    return {"mode": "pick", "env": env, "configs": configs, "timings": rows}
+
+
+def test_inputs_merge_by_shape_the_later_winning_whole():
+    """A shape two inputs timed keeps the later input's row only (not a mix of two requests);
+    shapes of one input stay; each row names its round; env keeps what the rounds share."""
+    tool = _tool()
+    cfg = {"a": {"family": "tiny_mma", "knobs": {"BM": "16"}}, "b": {"family": "tiny_mma", "knobs": {"BM": "32"}}}
+    old = _doc({"gpu": "H200", "git_rev": "r1"},
+               [{"shape": [64, 64, 64], "acc": "f32", "times_ms": {"a": 1.0, "b": 2.0}},
+                {"shape": [128, 64, 64], "acc": "f32", "times_ms": {"a": 3.0}}], cfg)
+    new = _doc({"gpu": "H200", "git_rev": "r2"},
+               [{"shape": [64, 64, 64], "acc": "f32", "times_ms": {"b": 0.5}}], {"b": cfg["b"]})
+    merged = tool.one_document(tool.merge_docs([old, new]))
+    rows = {tuple(t["shape"]): t for t in merged["timings"]}
+    assert rows[(64, 64, 64)]["times_ms"] == {"b": 0.5} and rows[(64, 64, 64)]["round"] == 2
+    assert rows[(128, 64, 64)]["times_ms"] == {"a": 3.0} and rows[(128, 64, 64)]["round"] == 1
+    assert merged["env"]["gpu"] == "H200" and merged["env"]["git_rev"] == "r1; r2"
+    assert [e["git_rev"] for e in merged["env"]["rounds"]] == ["r1", "r2"]
+
+
+def test_a_name_with_other_knobs_in_two_inputs_is_refused():
+    tool = _tool()
+    a = _doc({}, [{"shape": [64, 64, 64], "acc": "f32", "times_ms": {"x": 1.0}}],
+             {"x": {"family": "tiny_mma", "knobs": {"PDL": "0"}}})
+    b = _doc({}, [{"shape": [128, 64, 64], "acc": "f32", "times_ms": {"x": 1.0}}],
+             {"x": {"family": "tiny_mma", "knobs": {"PDL": "1"}}})
+    with pytest.raises(ValueError, match="configuration x has other knobs"):
+        tool.one_document(tool.merge_docs([a, b]))
