@@ -52,27 +52,6 @@ def main(argv=None) -> int:
     for _ in range(20):  # warm the clocks up
         x @ x
     torch.cuda.synchronize()
-    for ctas in (1, 4):
-        for pdl in (0, 1):
-            for mode, what in MODES.items():
-                with torch.cuda.stream(stream):
-                    for _ in range(3):
-                        assert fn(mode, a.data_ptr(), c.data_ptr(), n16, ctas, pdl, stream.cuda_stream) == 0
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g, stream=stream):
-                        for _ in range(args.reps):
-                            fn(mode, a.data_ptr(), c.data_ptr(), n16, ctas, pdl, torch.cuda.current_stream().cuda_stream)
-                    g.replay()
-                    per = []
-                    for _ in range(args.replays):
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        g.replay()
-                        e1.record()
-                        e1.synchronize()
-                        per.append(e0.elapsed_time(e1) * 1e3 / args.reps)
-                rows.append({"mode": what, "ctas": ctas, "pdl": bool(pdl), "us_per_call": round(statistics.median(per), 3)})
-                print(f"{what:32s} ctas={ctas} pdl={pdl}: {rows[-1]['us_per_call']:.3f} us", flush=True)
     def per_call(launch) -> float:
         """Median per-call microseconds of ``launch`` captured args.reps times in one graph."""
         with torch.cuda.stream(stream):
@@ -92,6 +71,17 @@ def main(argv=None) -> int:
                 e1.synchronize()
                 per.append(e0.elapsed_time(e1) * 1e3 / args.reps)
         return round(statistics.median(per), 3)
+
+    for ctas in (1, 4):
+        for pdl in (0, 1):
+            for mode, what in MODES.items():
+                def launch(mode=mode, ctas=ctas, pdl=pdl) -> None:
+                    rc = fn(mode, a.data_ptr(), c.data_ptr(), n16, ctas, pdl, torch.cuda.current_stream().cuda_stream)
+                    assert rc == 0, f"{what}: launch returned {rc}"
+
+                us = per_call(launch)
+                rows.append({"mode": what, "ctas": ctas, "pdl": bool(pdl), "us_per_call": us})
+                print(f"{what:32s} ctas={ctas} pdl={pdl}: {rows[-1]['us_per_call']:.3f} us", flush=True)
 
     # the smallest real GEMM on the probe's path, checked against torch first
     A = torch.randn(64, 64, device="cuda", dtype=torch.float16)
