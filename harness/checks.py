@@ -114,7 +114,7 @@ SEPARATE_THREADS = 256
 # tail launch (perturb = 0) at the end of every graph verifies the graph's last call. Verifying
 # inside the separator means the timed calls are the verified ones: no call can tell a timed step
 # from a verified one by the time between calls. verify.cu comes first: the separator calls its
-# l2_row_dot.
+# l2_hashed_row and l2_row_residual.
 SEPARATE_SOURCE = VERIFY_SOURCE + _check_kernel("separate.cu")
 
 

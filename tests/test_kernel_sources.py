@@ -19,8 +19,8 @@ from harness.paths import KERNELS_DIR
 #: sha256 of each loaded source (UTF-8), as last verified on the GPU
 VERIFIED_ON_GPU = {
     "PERTURB_SOURCE": "a89a6146a8ac17fd732b2028fa580629cc769f88d42cd82bb594cf807f30aa6d",
-    "VERIFY_SOURCE": "8bd14fcf4c580ffe1a769a0ca1505f3206e90ee56f0a07141dbcbd92a7a6a050",
-    "SEPARATE_SOURCE": "85aa443529d2c3c1ada2b329afd4b5622a197fe705dffd07f09f689d39234cb6",
+    "VERIFY_SOURCE": "6b1892abd1edea8e2ea18f7f66fc476c52033fa3af3ef044a0faa8e5c288e57a",
+    "SEPARATE_SOURCE": "a9566a831dff07b221984fd26774230e0daa27c9cd41596252e252876bf4db3e",
 }
 #: the functions each module must define (what Perturber, Verifier and Separator look up)
 ENTRY_POINTS = {

@@ -57,26 +57,16 @@ __device__ __forceinline__ void l2_row_dot(const unsigned short* __restrict__ ro
     }
   }
 }
-// One block per verified row r: |C[r] x - A[r] y| / |C[r]| (NaN-safe: a NaN row counts as
-// infinite) into worst[i], i from a launch counter (a launch's blocks all finish before the next
-// launch starts, so launch L fills worst[L * gridDim.x ...]). Block 0 takes the row the perturbing
-// kernel changed last, the others rows hashed from i.
-extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigned short* c, const float* x,
-                                          const float* y, int m, int n, int k, const unsigned int* changed_row,
-                                          unsigned int* counter, float* worst, unsigned int capacity) {
-  __shared__ unsigned int slot;
-  __shared__ float part[3][32];
-  if (threadIdx.x == 0) slot = atomicAdd(counter, 1u);
-  __syncthreads();
-  unsigned int r;
-  if (blockIdx.x == 0) {
-    r = *changed_row;
-  } else {
-    unsigned long long h = (unsigned long long)(slot + 1u) * 0xD1B54A32D192ED03ull;
-    h ^= h >> 31;
-    r = (unsigned int)(h % (unsigned long long)m);
-  }
-  if (r >= (unsigned int)m) r = 0;
+// a row of C picked from a seed (a counter), spread over 0 .. m-1
+__device__ __forceinline__ unsigned int l2_hashed_row(unsigned int seed, int m) {
+  unsigned long long h = (unsigned long long)seed * 0xD1B54A32D192ED03ull;
+  h ^= h >> 31;
+  return (unsigned int)(h % (unsigned long long)m);
+}
+// |C[r] x - A[r] y| / |C[r]| for row r (Freivalds on one row), by the whole block: every thread
+// calls it (it holds a barrier), thread 0 gets the value. part: shared scratch, one slot per warp.
+__device__ __forceinline__ float l2_row_residual(const unsigned short* a, const unsigned short* c, const float* x,
+                                                 const float* y, int n, int k, unsigned int r, float (*part)[32]) {
   float w = 0.f, q = 0.f, z = 0.f;
   l2_row_dot(c + (size_t)r * n, x, n, w, &q);
   l2_row_dot(a + (size_t)r * k, y, k, z, nullptr);
@@ -92,14 +82,36 @@ extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigne
     part[2][warp] = z;
   }
   __syncthreads();
+  float d = 0.f;
   if (threadIdx.x == 0) {
     float sw = 0.f, sq = 0.f, sz = 0.f;
-    for (int i = 0; i < warps; ++i) {
-      sw += part[0][i];
-      sq += part[1][i];
-      sz += part[2][i];
+    for (int j = 0; j < warps; ++j) {
+      sw += part[0][j];
+      sq += part[1][j];
+      sz += part[2][j];
     }
-    const float d = fabsf(sw - sz) / fmaxf(sqrtf(sq), 1e-20f);
-    if (slot < capacity) worst[slot] = (d == d) ? d : __int_as_float(0x7f800000);
+    d = fabsf(sw - sz) / fmaxf(sqrtf(sq), 1e-20f);
   }
+  return d;
+}
+// One block per verified row r: |C[r] x - A[r] y| / |C[r]| (NaN-safe: a NaN row counts as
+// infinite) into worst[i], i from a launch counter (a launch's blocks all finish before the next
+// launch starts, so launch L fills worst[L * gridDim.x ...]). Block 0 takes the row the perturbing
+// kernel changed last, the others rows hashed from i.
+extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigned short* c, const float* x,
+                                          const float* y, int m, int n, int k, const unsigned int* changed_row,
+                                          unsigned int* counter, float* worst, unsigned int capacity) {
+  __shared__ unsigned int slot;
+  __shared__ float part[3][32];
+  if (threadIdx.x == 0) slot = atomicAdd(counter, 1u);
+  __syncthreads();
+  unsigned int r;
+  if (blockIdx.x == 0) {
+    r = *changed_row;
+  } else {
+    r = l2_hashed_row(slot + 1u, m);
+  }
+  if (r >= (unsigned int)m) r = 0;
+  const float d = l2_row_residual(a, c, x, y, n, k, r, part);
+  if (threadIdx.x == 0 && slot < capacity) worst[slot] = (d == d) ? d : __int_as_float(0x7f800000);
 }
