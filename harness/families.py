@@ -119,7 +119,9 @@ SM90 = Family(
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
         Knob("CLUSTER_N", _V(1, 2, 4), "CTAs per cluster along N (at most 8 CTAs in all)"),
-        Knob("SCHEDULE", ("COOPERATIVE", "PINGPONG"), "consumer warpgroups share a tile / alternate tiles"),
+        Knob("SCHEDULE", ("COOPERATIVE", "PINGPONG", "BASIC"),
+             "persistent: consumer warpgroups share a tile / alternate tiles; BASIC: a CTA per tile, "
+             "one consumer warpgroup"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
         Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK", "SPLITK_REDUCE"),
              "tile scheduler (SPLITK_REDUCE: batched K slices + a separate parallel reduce kernel)"),
@@ -469,8 +471,9 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     if fam.name == "sm90_cutlass":
         tm, tn, tk = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K")
         pingpong = knobs["SCHEDULE"] == "PINGPONG"
+        basic = knobs["SCHEDULE"] == "BASIC"   # one consumer warpgroup, a CTA per tile
         stage_b = (tm * tk + tk * tn) * 2 + 32
-        epi_rows = min(tm, 128 if not pingpong else 64)
+        epi_rows = min(tm, 64 if pingpong or basic else 128)
         epi_cols = _i(knobs, "EPI_TILE_N") or 32
         # two subtiles of D in flight (EPI_TMA keeps 3-4 for C and D; the cost model was fitted
         # with this estimate)
@@ -479,12 +482,14 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         if stages == 0:
             stages = max(0, (SMEM_PER_SM - epi_b - 1024) // stage_b)
         smem = stages * stage_b + epi_b + 1024
-        consumer_threads = 128 if pingpong else 256
+        consumer_threads = 128 if pingpong or basic else 256
         acc_vals = tm * tn // consumer_threads
         regs = 40 + acc_vals * accb // 4
         split = _i(knobs, "SPLITS") if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") else 1
-        return Geometry(fam.name, tm, tn, tk, 384, smem, regs, 1, stages, split,
-                        True, knobs["SCHEDULER"] == "STREAMK",
+        # a persistent grid holds one CTA per SM; BASIC CTAs share an SM as shared memory allows
+        cps = max(1, min(SMEM_PER_SM // max(smem, 1), 2)) if basic else 1
+        return Geometry(fam.name, tm, tn, tk, 256 if basic else 384, smem, regs, cps, stages, split,
+                        not basic, knobs["SCHEDULER"] == "STREAMK",
                         _i(knobs, "CLUSTER_M") * _i(knobs, "CLUSTER_N"), pingpong, acc,
                         knobs.get("PDL", "1") == "1" and knobs["SCHEDULER"] in ("PERSISTENT", "SPLITK_REDUCE"),
                         knobs["SCHEDULER"] == "SPLITK_REDUCE", knobs["EPILOGUE"],
@@ -553,9 +558,14 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
         return problems
     g = geometry(fam, knobs)
     if fam.name == "sm90_cutlass":
-        if not g.pingpong and g.tile_m < 128:
+        basic = knobs["SCHEDULE"] == "BASIC"
+        if basic and g.tile_m not in (64, 128):
+            problems.append(f"BASIC needs TILE_M 64 or 128 (one consumer warpgroup), not {g.tile_m}")
+        if basic and knobs["SCHEDULER"] not in ("PERSISTENT", "SPLITK_REDUCE"):
+            problems.append("BASIC runs a CTA per tile: use SCHEDULER PERSISTENT (no tile loop) or SPLITK_REDUCE")
+        if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m < 128:
             problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
-        if not g.pingpong and g.tile_m % 128:
+        if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m % 128:
             problems.append(f"COOPERATIVE needs a TILE_M that is a multiple of 128 (two warpgroups of 64-row WGMMAs), "
                             f"not {g.tile_m}: use PINGPONG")
         if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
@@ -665,6 +675,9 @@ def build_arch_for(family: Family | str, arch: str | int | None) -> str:
     return "sm_90a" if cc == 90 else f"sm_{cc}"
 
 
+_SCHEDULE_TAGS = {"PINGPONG": "pp", "COOPERATIVE": "coop", "BASIC": "ws"}
+
+
 def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
     """A short stable name for a configuration, e.g. ``sm80_mma-128x128x32-w2x2-s4``."""
     fam = get_family(family) if isinstance(family, str) else family
@@ -685,7 +698,7 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         if k.get("EPI_TILE_N", "0") != "0":
             extra += f"-e{k['EPI_TILE_N']}"
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
-                f"{'pp' if k['SCHEDULE'] == 'PINGPONG' else 'coop'}-{sched}-st{k['STAGES']}{extra}{acc}")
+                f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_ksplit":
         extra = ("-rn" if k["RASTER"] == "RASTER_ALONG_N" else "") + ("-d0" if k["MMA_DEPTH"] == "0" else "")
         if k.get("GROUPS", "1") != "1":

@@ -216,6 +216,19 @@ def test_fixed_short_pipeline_builds_with_that_many_stages(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
+def test_basic_schedule_builds_the_non_persistent_kernel(tmp_path, monkeypatch):
+    """SCHEDULE BASIC: CUTLASS's KernelTmaWarpSpecialized (a CTA per tile), not a persistent one."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    res = _build(F.render("sm90_cutlass", F._sm90(64, 64, sched="BASIC", stages=4, epi="EPI_TMA_NOC")), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    assert "KernelTmaWarpSpecializedE" in res.log and "KernelTmaWarpSpecializedPingpong" not in res.log
+    assert "COOPERATIVE needs" in F.validate("sm90_cutlass", {**F.SM90.defaults(), **F._sm90(64, 64)})[0]
+    assert F.validate("sm90_cutlass", {**F.SM90.defaults(), **F._sm90(192, 64, sched="BASIC")})
+    assert F.validate("sm90_cutlass", {**F.SM90.defaults(), **F._sm90(128, 128, sched="BASIC", scheduler="STREAMK")})
+
+
+@pytest.mark.slow
 def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
     """EPI_TMA_NOC: C is void, so CUTLASS's epilogue delays each TMA store by one subtile."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))

@@ -19,7 +19,14 @@
 //   CLUSTER_M       1, 2, 4             CTAs per cluster along M (TMA multicast of B)
 //   CLUSTER_N       1, 2, 4             CTAs per cluster along N (TMA multicast of A)
 //                                       (at most 8 CTAs per cluster)
-//   SCHEDULE        COOPERATIVE, PINGPONG   two consumer warpgroups share one tile, or alternate tiles
+//   SCHEDULE        COOPERATIVE, PINGPONG, BASIC
+//                                       two consumer warpgroups share one tile, or alternate tiles
+//                                       (both persistent: a grid of at most one CTA per SM walks
+//                                       the tiles); BASIC: not persistent, one CTA per tile, one
+//                                       producer warp and one consumer warpgroup (TILE_M 64 or 128),
+//                                       no tile-scheduler loop: the shortest kernel per call when
+//                                       the tiles fit in one wave, and with a fixed STAGES several
+//                                       CTAs per SM
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
 //   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE
 //                                       (STREAMK/SPLITK need COOPERATIVE). SPLITK_REDUCE: K is cut
@@ -59,6 +66,7 @@
 // Names for knob values (do not edit).
 #define COOPERATIVE 1
 #define PINGPONG 2
+#define BASIC 3
 #define PERSISTENT 1
 #define STREAMK 2
 #define SPLITK 3
@@ -170,6 +178,16 @@ using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
 #else
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+#elif SCHEDULE == BASIC
+static_assert(TILE_M == 64 || TILE_M == 128, "BASIC: one consumer warpgroup holds 64 or 128 rows");
+static_assert(SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE,
+              "BASIC has no stream-K or split-K fixup: use PERSISTENT (one CTA per tile) or SPLITK_REDUCE");
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+#if EPILOGUE == EPI_NOSMEM
+using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
+#else
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 #endif
 #else
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
