@@ -418,3 +418,16 @@ def test_short_pipelines_and_128_row_tiny_tiles_pass_every_check(evaluator):
     """The fixed 2- and 4-stage CUTLASS pipelines (a 2-stage ring on a K of 33 k-tiles too) and
     tiny_mma's 128-row tiles: every output exact on shapes that are no multiple of the tiles."""
     assert_catalog_configs_pass(evaluator, SHORT_PIPELINE_NAMES, SHORT_PIPELINE_SHAPES)
+
+
+BASIC_NAMES = ("sm90-64x64x64-c1x1-ws-p-st4-noc", "sm90-64x128x64-c1x1-ws-p-st4-noc",
+               "sm90-128x64x64-c1x1-ws-p-st4-noc", "sm90-128x128x64-c1x1-ws-p-st4-noc-e64",
+               "sm90-64x64x64-c1x1-ws-p-st2-noc", "sm90-128x128x64-c1x1-ws-p-st0-noc-e64",
+               "sm90-64x64x64-c1x1-ws-p-st4-noc-nopdl", "sm90-128x128x64-c1x1-ws-p-st4-noc-e64-nopdl")
+
+
+def test_basic_schedule_configurations_pass_every_check(evaluator):
+    """CUTLASS's non-persistent schedule (a CTA per tile, one consumer warpgroup): every output
+    exact on non-multiples of its tiles, on the many-tile short-K shape it is for, on a K shorter
+    than one k-tile and on a K of 33 k-tiles through a 2-stage ring."""
+    assert_catalog_configs_pass(evaluator, BASIC_NAMES, SHORT_PIPELINE_SHAPES + [Shape(2048, 512, 64)])
