@@ -174,28 +174,20 @@ static_assert(EPI_TILE_N == 0 || TILE_N % EPI_TILE_N == 0, "TILE_N must be a mul
 
 #if SCHEDULE == COOPERATIVE
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-#if EPILOGUE == EPI_NOSMEM
-using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
-#else
-using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-#endif
 #elif SCHEDULE == BASIC
 static_assert(TILE_M == 64 || TILE_M == 128, "BASIC: one consumer warpgroup holds 64 or 128 rows");
 static_assert(SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE,
               "BASIC has no stream-K or split-K fixup: use PERSISTENT (one CTA per tile) or SPLITK_REDUCE");
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
-#if EPILOGUE == EPI_NOSMEM
-using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
-#else
-using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-#endif
 #else
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+#endif
 #if EPILOGUE == EPI_NOSMEM
 using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
+#elif SCHEDULE == COOPERATIVE
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 #else
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-#endif
 #endif
 
 #if SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE
