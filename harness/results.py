@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HarnessError
+from .jsonfile import read_json
 from .shapes import MAX_DIM
 
 SCHEMA_VERSION = 1
@@ -120,16 +121,8 @@ def validate(obj: Any, source: str = "result file") -> ResultFile:
 
 
 def load(path: str | Path) -> ResultFile:
-    p = Path(path)
-    try:
-        obj = json.loads(p.read_text())
-    except OSError as e:
-        raise ResultFormatError(f"cannot read result file {str(p)!r}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ResultFormatError(f"{p}: not a result file (not UTF-8 text)") from None
-    except ValueError as e:
-        raise ResultFormatError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
-    return validate(obj, str(p))
+    obj = read_json(path, ResultFormatError, "result file")
+    return validate(obj, str(path))
 
 
 def _clean(x: Any) -> Any:

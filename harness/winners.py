@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 from . import families as F
 from .errors import HarnessError
+from .jsonfile import read_json
 from .shapes import Shape, parse_shape
 
 FORMAT = "l2tui-winners/1"
@@ -121,14 +122,8 @@ def parse(doc: Any, where: str = "winners file") -> Winners:
 
 
 def load(path: str | Path) -> Winners:
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise WinnersError(f"cannot read {p}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise WinnersError(f"{p}: not JSON ({e.msg}, line {e.lineno})") from None
-    return parse(doc, str(p))
+    doc = read_json(path, WinnersError, "winners file")
+    return parse(doc, str(path))
 
 
 def dump(w: Winners) -> str:

@@ -105,6 +105,10 @@ def test_cli_renders_and_reports_errors_in_one_line(tmp_path, capsys):
     assert harness_main(["winners", "render", "--winners", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("harness: error: ") and "not JSON" in err and err.count("\n") == 1
+    (tmp_path / "latin1.json").write_bytes(b'{"acc": "f32", "about": "caf\xe9"}')
+    assert harness_main(["winners", "render", "--winners", str(tmp_path / "latin1.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not a winners file (not UTF-8 text)" in err and err.count("\n") == 1
     (tmp_path / "plain").write_text("a file, not a folder")
     assert harness_main(["winners", "render", "--winners", str(H200 / "winners-f16.json"), "--out", str(tmp_path / "plain")]) == 2
     err = capsys.readouterr().err

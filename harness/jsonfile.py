@@ -1,0 +1,24 @@
+"""Reading a JSON file that a user named: every way it can be wrong is one line of the caller's
+error type (a missing file, bytes that are not UTF-8, text that is not JSON), never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_json(path: str | Path, error: type[Exception], what: str) -> Any:
+    """The parsed content of ``path``; ``error(line)`` for any reason it cannot be read.
+    ``what`` names the file in the line ("result file", "winners file")."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except OSError as e:
+        raise error(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise error(f"{p}: not a {what} (not UTF-8 text)") from None
+    except ValueError as e:
+        where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        raise error(f"{p}: not JSON ({msg}{where})") from None
