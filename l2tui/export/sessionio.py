@@ -79,10 +79,8 @@ def _read_only(p: Path) -> Session:
     doc: dict = {}
     tf = p / "session.toml"
     if tf.is_file():
-        try:
-            import tomllib  # type: ignore[import-not-found]
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        from ..config import tomllib
+
         try:
             doc = tomllib.loads(tf.read_text())
         except (ValueError, OSError):

@@ -42,10 +42,8 @@ def endpoint_configured(cfg: Any) -> bool:
         return False
     src = getattr(cfg, "source", None)
     if src is not None:
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        from ..config import tomllib
+
         try:
             doc = tomllib.loads(Path(src).read_text(encoding="utf-8"))
             if (doc.get("llm") or {}).get("base_url"):

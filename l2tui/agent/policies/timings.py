@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from harness.families import Config
+
+from ... import events as ev_schema
+from ...config import tomllib
 
 #: the ``timing`` field of a ``timed`` event, by what the fixture's ``mode`` calls it
 MODES = {"isolated": "per call", "chained": "back to back"}
@@ -61,7 +63,7 @@ def from_session(folder: str | Path, timing: str = "isolated") -> dict[str, Any]
             kind = ev.get("type")
             if first is None and isinstance(ev.get("time"), (int, float)):
                 first = float(ev["time"])
-            if kind == "track_added":
+            if kind == ev_schema.TRACK_ADDED:
                 shapes[ev["track"]] = (list(ev["shape"]), ev.get("acc", "f32"))
             elif kind == "timed" and ev.get("timing") == timing and ev.get("track") in shapes:
                 sha = ev.get("sha") or ""

@@ -170,9 +170,8 @@ class LiveFeed(EventFeed):
         try:
             loop.run()
         finally:
-            evaluator = getattr(loop, "evaluator", None)
-            if self.factory is not None and hasattr(evaluator, "close"):
-                evaluator.close()  # we built it: end its GPU worker process with the loop
+            if self.factory is not None:
+                loop.evaluator.close()  # we built it: end its GPU worker process with the loop
         return True
 
     @on(Worker.StateChanged)
