@@ -13,7 +13,7 @@ import pytest
 from harness.families import Config, catalog, epilogue_siblings, sans_epilogue
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import CostModel
-from l2tui.agent.policies.pick import always_time, choose
+from l2tui.agent.policies.pick import always_time, choose, time_every
 from l2tui.agent.recorded import RecordedEvaluator, record_key
 from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig
 from l2tui.session import Session
@@ -50,6 +50,18 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
     # without kinds and siblings: the top distinct only
     assert choose(ranked, shape, 4, kinds=False, siblings=False) == distinct[:4]
     assert choose(ranked, shape, 0, kinds=False, siblings=False) == []
+
+
+def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
+    basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
+    assert len(basic) == 8
+    for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
+                          (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
+                          (Shape(4096, 4096, 4096), False)):
+        chosen = {c.name for c in choose(ranked_for(shape), shape, 4)}
+        assert bool(time_every(shape)) == inside, shape
+        if inside:
+            assert basic <= chosen, (shape, basic - chosen)
 
 
 @pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")

@@ -13,7 +13,8 @@ What is timed (:func:`choose`), from the catalog ranked best-first by the cost m
 * the model's top ``top`` distinct configurations (epilogue variants count as one: the model
   cannot tell them apart);
 * with ``kinds``, the model's best of each kind it is least sure of (:func:`always_time`), so a
-  wrong term in the model cannot hide a whole kind of kernel;
+  wrong term in the model cannot hide a whole kind of kernel, and every configuration of a kind
+  the model cannot order at all where it can win (:func:`time_every`);
 * with ``siblings``, the epilogue variants and PDL twins of everything chosen (timed, not ranked).
 
 This module only chooses; ``l2tui.executors.batch.evaluate_many`` checks and times the chosen ones.
@@ -42,9 +43,8 @@ def always_time(shape: Shape) -> list[Kind]:
     where it would split, SPLITK_REDUCE in a cluster (multicast again); the best of
     sm90_ksplit (its constants come from its development benches only); CUTLASS with a short fixed
     pipeline (the model prices stages by latency hiding only, not by the set-up of a deep ring
-    that a per-call launch pays on a short K); tiny_mma's 128-row tiles (the fitted constants
-    predate them); and CUTLASS's non-persistent schedule (BASIC: the model prices it as any
-    persistent kernel)."""
+    that a per-call launch pays on a short K); and tiny_mma's 128-row tiles (the fitted constants
+    predate them)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
@@ -59,8 +59,27 @@ def always_time(shape: Shape) -> list[Kind]:
         lambda c: c.family == "sm90_ksplit",
         lambda c: c.family == "sm90_cutlass" and c.knob_dict["STAGES"] in ("2", "3", "4"),
         lambda c: c.family == "tiny_mma" and c.knob_dict["BM"] == "128",
-        lambda c: c.knob_dict.get("SCHEDULE") == "BASIC",
     ]
+
+
+#: where CUTLASS's non-persistent schedule can win (64x64 output tiles, K), measured per call
+BASIC_MAX_TILES = 4 * 132
+BASIC_MAX_K = 1024
+
+
+def time_every(shape: Shape) -> list[Kind]:
+    """Kinds of which the pick times every configuration on ``shape``, not only the model's best.
+
+    CUTLASS's non-persistent schedule (BASIC: a CTA per tile, one consumer warpgroup) where it can
+    win: at most four waves of 64x64 tiles on 132 SMs and a K of at most 1,024. The model prices it
+    as any persistent kernel, and no one of its tiles is best there: measured per call against the
+    incumbents on the 129 small shapes CUTLASS had won, it was faster on 82 of the 98 inside that
+    window and on none outside it (a longer K has no split, more tiles favour the persistent
+    kernels)."""
+    tiles = -(-shape.m // 64) * -(-shape.n // 64)
+    if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
+        return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
+    return []
 
 
 def choose(ranked: Sequence[Config], shape: Shape, top: int, *, kinds: bool = True,
@@ -80,6 +99,8 @@ def choose(ranked: Sequence[Config], shape: Shape, top: int, *, kinds: bool = Tr
             extra = next((c for c in ranked if _safe(wanted, c)), None)
             if extra is not None and extra not in chosen:
                 chosen.append(extra)
+        for wanted in time_every(shape):
+            chosen += [c for c in ranked if _safe(wanted, c) and c not in chosen]
     if siblings:
         pool = list(ranked)
         for c in list(chosen):
