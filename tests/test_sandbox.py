@@ -304,8 +304,11 @@ def _start_build(tmp_path: Path, sandbox_mode: str) -> tuple[subprocess.Popen, P
     src = tmp_path / "k.cu"
     src.write_text(GOOD + f"\n// {secrets.token_hex(4)}\n")   # never a cache hit
     env = dict(os.environ, L2TUI_CACHE_DIR=str(cache), L2TUI_SANDBOX=sandbox_mode)
+    # SIGINT as a terminal delivers it, whatever the test runner inherited (a shell's background
+    # job starts with SIGINT ignored, and so would this child: Ctrl-C would never reach it)
     proc = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(src)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if _compilers_of(str(cache)):
