@@ -83,3 +83,26 @@ def test_the_progress_bar_is_one_updating_line_with_an_eta_from_real_builds():
     text = out.getvalue()
     assert text.count("\n") == 1 and text.endswith("\n") and text.count("\r") == 3
     assert "3/3" in text.split("\r")[-1] and "nvcc 9s in all" in text
+
+
+def test_a_time_limited_prebuild_stops_between_builds_and_a_second_run_finishes_it(tmp_path, monkeypatch, capsys):
+    """``--max-seconds`` bounds the catalog build too: builds go in rounds as wide as ``--jobs``
+    and none starts after the limit, so a cold sweep on a time budget stops between real nvcc
+    builds, keeping each finished one in the cache, instead of being killed inside one."""
+    from l2tui.cli import main
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["sweep", "--prebuild-only", "--shapes", "64x64x64", "--families", "sm80_mma", "--acc", "f16",
+            "--arch", "sm_80", "--jobs", "1"]
+    n = len(subset())
+    # the first round (one build: --jobs 1) starts at once and takes longer than the limit
+    assert main(argv + ["--max-seconds", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert f"catalog: 1 of {n} configurations built for sm_80; {n - 1} not started before --max-seconds" in out
+    assert f"time limit: {n - 1} of {n} catalog builds not started" in out
+    # the same command without a limit: the finished build is a cache hit, the rest compile now
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    assert f"catalog: {n} of {n} configurations built for sm_80" in cap.out and "not started" not in cap.out
+    bars = [ln for ln in cap.err.splitlines() if ln.startswith("catalog [")]
+    assert bars and f"{n}/{n}" in bars[-1] and "1 cached" in bars[-1]

@@ -99,3 +99,23 @@ def test_cli_rejects_a_negative_new_builds_in_one_line(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--new-builds must be 0 or more" in err[0]
     assert not (tmp_path / "s").exists()   # nothing was created for a bad option
+
+
+def test_a_sweep_out_of_time_while_building_the_catalog_ends_its_session_for_resume(capsys, tmp_path, monkeypatch):
+    """No track starts on a half-built catalog: the session ends with reason ``time limit`` and
+    says how to continue."""
+    from l2tui.cli import main
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    shapes = [Shape(4096, 4096, 4096)]
+    rec = recorded_file(tmp_path, shapes)
+    sdir = tmp_path / "s"
+    rc = main(["sweep", "--shapes", "4096x4096x4096", "--recorded", str(rec), "--steps", "0", "--max-seconds", "0",
+               "--session", str(sdir)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "stopped at --max-seconds while building the catalog (0 of" in out
+    assert f"l2tui sweep --session {sdir} --resume" in out
+    events = Session.open(sdir).events
+    assert not [e for e in events if e["type"] == "track_added"]
+    assert [e.get("reason") for e in events if e["type"] == "session_ended"] == ["time limit"]

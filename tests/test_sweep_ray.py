@@ -76,6 +76,7 @@ def test_tracks_spread_over_gpu_actors_never_split_and_a_killed_actors_track_is_
     slots = ex.slots()
     assert [sl.uuid for sl in slots] == ["GPU-recorded-0", "GPU-recorded-1", "GPU-recorded-2"]
     assert len({sl.info["pid"] for sl in slots}) == 3            # one actor process per GPU
+    assert ex.build_width == 2                                   # a time-limited prebuild's rounds: the cluster's CPUs
     victim = slots[0]
     killed: list[str] = []
     append = s.append

@@ -85,7 +85,7 @@ class SweepConfig:
     # (shape, acc) -> the configuration that holds the shape now (a winners file): timed in the pick
     # beside the chosen ones, so a re-pick keeps it unless something beats it in the same request
     incumbents: dict[tuple[Shape, str], Config] | None = None
-    max_seconds: float | None = None   # start no track after this long (run() returns; --resume continues)
+    max_seconds: float | None = None   # from the sweep's start: no build or track started after it (--resume continues)
 
 
 @dataclass
@@ -182,7 +182,13 @@ class Sweep:
         self.cache = ResultsCache(self.out_dir / RESULTS_FILE) if self.out_dir else None
         self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
         self.left_at_limit = 0                          # tracks not started when max_seconds ran out
+        self.unbuilt_at_limit = 0                       # catalog builds not started when it ran out
         self._kernel_lock = threading.Lock()
+        # --max-seconds counts from here: the catalog build and the tracks share one budget
+        self._t0 = time.monotonic()
+
+    def _deadline(self) -> float | None:
+        return self._t0 + self.cfg.max_seconds if self.cfg.max_seconds is not None else None
 
     # ------------------------------------------------------------ builds
 
@@ -213,12 +219,41 @@ class Sweep:
                 self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
                               f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
 
-        built = self._build([c.source() for c in configs], progress=prog)
-        results = {c.name: r for c, r in zip(configs, built)}
+        sources = [c.source() for c in configs]
+        deadline = self._deadline()
+        if deadline is None:
+            built = self._build(sources, progress=prog)
+        else:
+            built = self._build_until(sources, deadline, prog)
+        results = {c.name: r for c, r in zip(configs, built) if r is not None}
+        self.unbuilt_at_limit = len(configs) - len(results)
         bad = [n for n, r in results.items() if not r.ok]
         if bad:
             self.progress(f"{len(bad)} catalog configurations failed to build: {', '.join(bad)}")
+        if self.unbuilt_at_limit:
+            self.progress(f"time limit: {self.unbuilt_at_limit} of {len(configs)} catalog builds not started "
+                          f"({len(results)} built or cached); continue with --resume")
         return results
+
+    def _build_until(self, sources: list[str], deadline: float, prog: Any) -> list[Any]:
+        """``_build`` in rounds as wide as the executor builds at once, none started after
+        ``deadline``: a time-limited sweep on a cold cache stops between builds (every finished
+        one is in the cache for ``--resume``) instead of being killed in the middle of nvcc.
+        None for each source not built."""
+        width = max(1, int(getattr(self.executor, "build_width", 0) or os.cpu_count() or 1))
+        unique = list(dict.fromkeys(sources))
+        done: dict[str, Any] = {}
+        for i in range(0, len(unique), width):
+            if time.monotonic() >= deadline:
+                break
+            chunk = unique[i:i + width]
+
+            def step(n: int, total: int, res: Any, _base: int = len(done)) -> None:
+                if prog is not None:
+                    prog(_base + n, len(unique), res)
+
+            done.update(zip(chunk, self._build(chunk, progress=step)))
+        return [done.get(src) for src in sources]
 
     def _build_batch(self, sources: list[str]) -> None:
         if not self.cfg.build_batches or not sources:
@@ -474,7 +509,7 @@ class Sweep:
         errors: list[BaseException] = []
         live = {id(sl) for sl in slots}
         t0 = time.monotonic()
-        deadline = t0 + self.cfg.max_seconds if self.cfg.max_seconds is not None else None
+        deadline = self._deadline()
 
         def report(r: TrackResult) -> None:
             n = len(out)

@@ -50,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="winners files (e.g. results/h200/winners-f32.json): each shape's configuration there is "
                         "timed in the pick beside the chosen ones, so a re-pick keeps it unless beaten")
     p.add_argument("--max-seconds", type=float, default=None, metavar="S",
-                   help="start no track after S seconds (the tracks running finish); --resume continues")
+                   help="start no catalog build and no track after S seconds from the start (the running ones "
+                        "finish); --resume continues")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
     p.add_argument("--new-builds", type=int, default=None, metavar="N",
                    help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
@@ -178,12 +179,16 @@ def _run(args: argparse.Namespace) -> int:
 
             builder = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
         try:
-            res = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder).prebuild()
+            pre = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder)
+            res = pre.prebuild()
         finally:
             if builder is not None:
                 builder.close()
         bad = [n for n, r in res.items() if not r.ok]
-        say(f"catalog: {len(res) - len(bad)} of {len(res)} configurations built for {arch}")
+        total = len(res) + pre.unbuilt_at_limit
+        say(f"catalog: {len(res) - len(bad)} of {total} configurations built for {arch}"
+            + (f"; {pre.unbuilt_at_limit} not started before --max-seconds: run it again to continue"
+               if pre.unbuilt_at_limit else ""))
         return 1 if bad else 0
 
     executor = _executor(args, arch)
@@ -233,7 +238,13 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
     say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {on}")
     sweep = Sweep(cfg, session=session, out_dir=Path(session.path), progress=say, gpu_name=gpu.get("name"),
                   executor=executor, build_progress=BuildProgress)
-    sweep.prebuild()
+    built = sweep.prebuild()
+    if sweep.unbuilt_at_limit:
+        session.append(ev_schema.SESSION_ENDED, reason="time limit")
+        say(f"stopped at --max-seconds while building the catalog ({len(built)} of "
+            f"{len(built) + sweep.unbuilt_at_limit} built or cached, no track started); continue: "
+            f"l2tui sweep --session {session.path} --resume")
+        return 0
     results = sweep.run()
     done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
     sps = [r.get("speedup") for r in done if r.get("speedup")]

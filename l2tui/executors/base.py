@@ -12,6 +12,9 @@ An executor must
   per source, in order, each in the driver's build cache when it returns (``ok`` results have a
   ``so_path`` there). Compile failures are results, never exceptions (as ``harness.build``).
   ``progress(done, total, result)`` is called as builds finish (any thread).
+* optionally ``build_width`` -> how many builds it runs at once: a sweep with ``--max-seconds``
+  builds the catalog in rounds that wide and starts none after the limit (without it: one per
+  local core);
 * ``slots()`` -> the GPU slots, one per GPU, each a :class:`Slot`. A slot runs one call at a
   time; the driver gives each slot one track at a time and never splits a track across slots.
 * ``close()`` -> stop every worker and actor it started (idempotent).

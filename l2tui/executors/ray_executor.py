@@ -411,6 +411,13 @@ class RayExecutor:
 
     # ---------------------------------------------------------------- Executor
 
+    @property
+    def build_width(self) -> int:
+        """How many build tasks the cluster runs at once: its CPUs (one per task)."""
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
                    progress: Progress | None = None) -> list[Any]:
         import ray
