@@ -471,6 +471,16 @@ def _load_cached(key: str) -> BuildResult | None:
     return res
 
 
+def cached_build(source: str, arch: str | None = None, flags: Sequence[str] = ()) -> BuildResult | None:
+    """The cached build of ``source`` in this process's build cache, or None; never runs nvcc."""
+    try:
+        check_abi(source)
+        key = build_key(source, normalize_arch(arch), validate_flags(flags), nvcc_version())
+    except HarnessError:
+        return None
+    return _load_cached(key)
+
+
 def _exported_symbols(so: Path) -> set[str] | None:
     nm = shutil.which("nm")
     if not nm:
@@ -861,19 +871,25 @@ def build_many(
     jobs: int | None = None,
     use_cache: bool = True,
     progress: Any = None,
-) -> list[BuildResult]:
+    deadline: float | None = None,
+) -> list[BuildResult | None]:
     """Build several sources in parallel (default: one nvcc per core).
 
     Identical sources are built once.  ``progress(done, total, result)`` is
     called as builds finish.  A source that fails the ABI check yields a failed
-    result instead of raising, so one bad file does not stop a sweep.
+    result instead of raising, so one bad file does not stop a sweep.  With
+    ``deadline`` (a ``time.monotonic()`` value) no nvcc starts after it: the
+    running ones finish, cache hits are still answered, and each source not
+    built is None (a time-limited sweep stops between builds, not inside nvcc).
     """
     arch_n = normalize_arch(arch)
     unique = list(dict.fromkeys(sources))
-    results: dict[str, BuildResult] = {}
+    results: dict[str, BuildResult | None] = {}
     done = 0
 
-    def one(src: str) -> BuildResult:
+    def one(src: str) -> BuildResult | None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return cached_build(src, arch_n, flags) if use_cache else None
         try:
             return build(src, arch=arch_n, flags=flags, use_cache=use_cache)
         except KernelSourceError as e:
@@ -887,6 +903,8 @@ def build_many(
         for fut in as_completed(futs):
             res = fut.result()
             results[futs[fut]] = res
+            if res is None:
+                continue
             done += 1
             if progress is not None:
                 progress(done, len(unique), res)

@@ -121,6 +121,23 @@ def test_build_many_dedupes_and_builds_in_parallel(cache):
     assert seen[-1] == (3, 3)
 
 
+def test_build_many_starts_no_nvcc_after_its_deadline_but_answers_cache_hits(cache):
+    import time
+
+    a = NAIVE
+    b = NAIVE.replace("#define BLOCK_Y 16", "#define BLOCK_Y 4")
+    assert B.build(a, arch="sm_80").ok
+    seen = []
+    res = B.build_many([a, b], arch="sm_80", jobs=2, deadline=time.monotonic(),
+                       progress=lambda d, t, r: seen.append((d, t)))
+    assert res[0] is not None and res[0].ok and res[0].cached      # in the cache: answered
+    assert res[1] is None                                          # not built: no nvcc after the deadline
+    assert seen == [(1, 2)]
+    assert B.cached_build(b, "sm_80") is None
+    (late,) = B.build_many([b], arch="sm_80", deadline=time.monotonic() + 600)
+    assert late.ok and not late.cached                             # before its deadline: built now
+
+
 PTXAS_LOG = """\
 ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_Z6kernelPK6__half' for 'sm_90a'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,9 @@ def test_builds_run_as_tasks_land_in_the_drivers_cache_and_reach_the_actor(ray_c
         assert build(srcs[0], arch="sm_80").cached
         again = ex.build_many(srcs, arch="sm_80")
         assert all(r.cached for r in again)                           # no task: the driver's cache answered
+        fresh = srcs[1] + "\n// not built yet\n"
+        late = ex.build_many([fresh, srcs[0]], arch="sm_80", deadline=time.monotonic())
+        assert late[0] is None and late[1].cached                     # no task after the deadline; hits answered
 
         (slot,) = ex.slots()
         assert slot.uuid == "GPU-recorded-0" and slot.ship              # its cache is not the driver's: shipped

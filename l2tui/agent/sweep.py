@@ -192,8 +192,10 @@ class Sweep:
 
     # ------------------------------------------------------------ builds
 
-    def _build(self, sources: Sequence[str], flags: Sequence[str] = (), progress: Any = None) -> list[Any]:
-        """Build through the executor, each source for its family's arch (sm_90a for the CUTLASS ones)."""
+    def _build(self, sources: Sequence[str], flags: Sequence[str] = (), progress: Any = None,
+               deadline: float | None = None) -> list[Any]:
+        """Build through the executor, each source for its family's arch (sm_90a for the CUTLASS
+        ones); with ``deadline``, None for each source whose build had not started by then."""
         arch = self.cfg.arch or "sm_90a"
         by_arch: dict[str, list[int]] = {}
         for i, src in enumerate(sources):
@@ -202,7 +204,7 @@ class Sweep:
         out: list[Any] = [None] * len(sources)
         for a, idx in by_arch.items():
             for i, r in zip(idx, self.executor.build_many([sources[i] for i in idx], arch=a, flags=flags,
-                                                           progress=progress)):
+                                                           progress=progress, deadline=deadline)):
                 out[i] = r
         return out
 
@@ -219,12 +221,7 @@ class Sweep:
                 self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
                               f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
 
-        sources = [c.source() for c in configs]
-        deadline = self._deadline()
-        if deadline is None:
-            built = self._build(sources, progress=prog)
-        else:
-            built = self._build_until(sources, deadline, prog)
+        built = self._build([c.source() for c in configs], progress=prog, deadline=self._deadline())
         results = {c.name: r for c, r in zip(configs, built) if r is not None}
         self.unbuilt_at_limit = len(configs) - len(results)
         bad = [n for n, r in results.items() if not r.ok]
@@ -234,26 +231,6 @@ class Sweep:
             self.progress(f"time limit: {self.unbuilt_at_limit} of {len(configs)} catalog builds not started "
                           f"({len(results)} built or cached); continue with --resume")
         return results
-
-    def _build_until(self, sources: list[str], deadline: float, prog: Any) -> list[Any]:
-        """``_build`` in rounds as wide as the executor builds at once, none started after
-        ``deadline``: a time-limited sweep on a cold cache stops between builds (every finished
-        one is in the cache for ``--resume``) instead of being killed in the middle of nvcc.
-        None for each source not built."""
-        width = max(1, int(getattr(self.executor, "build_width", 0) or os.cpu_count() or 1))
-        unique = list(dict.fromkeys(sources))
-        done: dict[str, Any] = {}
-        for i in range(0, len(unique), width):
-            if time.monotonic() >= deadline:
-                break
-            chunk = unique[i:i + width]
-
-            def step(n: int, total: int, res: Any, _base: int = len(done)) -> None:
-                if prog is not None:
-                    prog(_base + n, len(unique), res)
-
-            done.update(zip(chunk, self._build(chunk, progress=step)))
-        return [done.get(src) for src in sources]
 
     def _build_batch(self, sources: list[str]) -> None:
         if not self.cfg.build_batches or not sources:

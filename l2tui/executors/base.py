@@ -8,13 +8,12 @@ cluster (``ray``).
 
 An executor must
 
-* ``build_many(sources, arch=..., flags=..., progress=...)`` -> one ``harness.build.BuildResult``
-  per source, in order, each in the driver's build cache when it returns (``ok`` results have a
-  ``so_path`` there). Compile failures are results, never exceptions (as ``harness.build``).
-  ``progress(done, total, result)`` is called as builds finish (any thread).
-* optionally ``build_width`` -> how many builds it runs at once: a sweep with ``--max-seconds``
-  builds the catalog in rounds that wide and starts none after the limit (without it: one per
-  local core);
+* ``build_many(sources, arch=..., flags=..., progress=..., deadline=None)`` -> one
+  ``harness.build.BuildResult`` per source, in order, each in the driver's build cache when it
+  returns (``ok`` results have a ``so_path`` there). Compile failures are results, never
+  exceptions (as ``harness.build``). ``progress(done, total, result)`` is called as builds finish
+  (any thread). With ``deadline`` (a ``time.monotonic()`` value: a sweep's ``--max-seconds``) no
+  build starts after it; the running ones finish and each source not started is None;
 * ``slots()`` -> the GPU slots, one per GPU, each a :class:`Slot`. A slot runs one call at a
   time; the driver gives each slot one track at a time and never splits a track across slots.
 * ``close()`` -> stop every worker and actor it started (idempotent).
@@ -70,7 +69,7 @@ class Executor(Protocol):
     name: str
 
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
-                   progress: Progress | None = None) -> list[Any]: ...
+                   progress: Progress | None = None, deadline: float | None = None) -> list[Any]: ...
 
     def slots(self) -> list[Slot]: ...
 

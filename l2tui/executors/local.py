@@ -61,18 +61,12 @@ class LocalExecutor:
             gpu = gpu if gpu is not None else gpu_identity(evaluator)
             self._slots.append(EvaluatorSlot(evaluator, uuid=gpu.get("uuid"), name=gpu.get("name")))
 
-    @property
-    def build_width(self) -> int:
-        """How many nvcc builds run at once (``--jobs``, else one per core)."""
-        from harness.build import default_jobs
-
-        return self.jobs or default_jobs()
-
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
-                   progress: Progress | None = None) -> list[Any]:
+                   progress: Progress | None = None, deadline: float | None = None) -> list[Any]:
         from harness.build import build_many
 
-        return build_many(list(sources), arch=arch, flags=flags, jobs=self.jobs, progress=progress)
+        return build_many(list(sources), arch=arch, flags=flags, jobs=self.jobs, progress=progress,
+                          deadline=deadline)
 
     def slots(self) -> list[EvaluatorSlot]:
         return list(self._slots)

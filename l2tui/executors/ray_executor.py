@@ -33,11 +33,13 @@ Ray is imported here only, so ``l2tui`` without the ``ray`` extra never imports 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -143,15 +145,9 @@ def _set_sandbox_override(value: str | None) -> None:
 
 def lookup(source: str, arch: str | None, flags: Sequence[str]) -> Any:
     """The cached BuildResult of ``source`` in this process's build cache, or None."""
-    from harness.build import _load_cached, build_key, check_abi, normalize_arch, nvcc_version, validate_flags
-    from harness.errors import HarnessError
+    from harness.build import cached_build
 
-    try:
-        check_abi(source)
-        key = build_key(source, normalize_arch(arch), validate_flags(flags), nvcc_version())
-    except HarnessError:
-        return None
-    return _load_cached(key)
+    return cached_build(source, arch, flags)
 
 
 def install(d: dict, data: bytes | None, cacheable: bool = True) -> Any:
@@ -419,7 +415,9 @@ class RayExecutor:
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
-                   progress: Progress | None = None) -> list[Any]:
+                   progress: Progress | None = None, deadline: float | None = None) -> list[Any]:
+        """Cache hits at once, the misses as tasks; with ``deadline`` at most ``build_width``
+        tasks are in flight and none is submitted after it (those sources come back None)."""
         import ray
 
         unique = list(dict.fromkeys(sources))
@@ -435,8 +433,19 @@ class RayExecutor:
             done += 1
             if progress is not None:
                 progress(done, len(unique), hit)
-        refs = {self._build.remote(src, arch, list(flags), self.sandbox): src for src in misses}
-        pending = list(refs)
+        queue = collections.deque(misses)
+        window = len(misses) if deadline is None else self.build_width
+        refs: dict[Any, str] = {}
+        pending: list[Any] = []
+
+        def submit() -> None:
+            while queue and len(pending) < window and (deadline is None or time.monotonic() < deadline):
+                src = queue.popleft()
+                ref = self._build.remote(src, arch, list(flags), self.sandbox)
+                refs[ref] = src
+                pending.append(ref)
+
+        submit()
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
@@ -452,7 +461,8 @@ class RayExecutor:
                 done += 1
                 if progress is not None:
                     progress(done, len(unique), res)
-        return [results[s] for s in sources]
+            submit()
+        return [results.get(s) for s in sources]
 
     def slots(self) -> list[RaySlot]:
         return list(self._slots)
