@@ -258,6 +258,8 @@ def test_bench_fallback_option_sets_the_environment(tmp_path, monkeypatch, capsy
     assert "no manifest.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--fallback", "fastest"])
+    with pytest.raises(SystemExit):                      # per call or back to back, nothing else
+        main([str(tmp_path), "--timing", "server"])
 
 
 def test_bench_uses_a_library_with_the_fallback(built):

@@ -3,7 +3,8 @@
 Two measurements, written as JSON (``--out``) and printed as a table:
 
 1. **Exported library vs the best library, every exported shape** (offline
-   mode, the harness's own method), plus ``--missing`` shapes the export has
+   mode, the harness's own method; per call by default, ``--timing chained``
+   for back to back), plus ``--missing`` shapes the export has
    no kernel for.  A forwarding kernel whose ``l2_hgemm`` calls the built
    library's ``l2hgemm`` goes through :class:`harness.evaluate.Evaluator`
    like any candidate: checked against the fp32 reference, then timed by
@@ -95,7 +96,8 @@ def _print_ratio_row(row: dict) -> None:
 
 
 def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]], *, arch: str,
-                    baselines: str, replays: int, missing: Sequence[tuple[int, int, int]] = ()) -> list[dict]:
+                    baselines: str, replays: int, missing: Sequence[tuple[int, int, int]] = (),
+                    timing: str = "isolated") -> list[dict]:
     """Offline ratios of the library against every baseline, exported shapes first, then ``missing`` ones."""
     from harness.evaluate import Evaluator
     from harness.shapes import Shape
@@ -105,7 +107,7 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
     source = render_bench_forwarder(so)
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
     rows = []
-    with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays) as ev:
+    with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays, timing=timing) as ev:
         for s in list(shapes) + [m for m in missing if m not in entries]:
             e = entries.get(s)
             # trusted: the forwarder dlopens the library, which the source policy refuses in candidates
@@ -219,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here")
     p.add_argument("--baselines", default="cublas,cublaslt_heuristic,cublaslt_autotune,torch")
     p.add_argument("--replays", type=int, default=7, help="offline replays per subject (default 7)")
+    p.add_argument("--timing", choices=("isolated", "chained"), default="isolated",
+                   help="offline timing: isolated = per call, each call after an unrelated kernel (default, "
+                        "the headline); chained = back to back")
     p.add_argument("--qps", type=float, default=200.0, help="server mode arrival rate (default 200)")
     p.add_argument("--calls", type=int, default=200, help="server mode calls per subject (default 200)")
     p.add_argument("--overhead-shapes", type=int, default=4, metavar="N",
@@ -237,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.errors import HarnessError
     from harness.gpuinfo import require_gpu
     from harness.shapes import parse_shape, resolve_shapes
+    from harness.timing import MODE_LABELS
     from l2tui.export.core import git_revision
     from l2tui.export.manifest import load as load_manifest
     from l2tui.paths import REPO_ROOT
@@ -259,11 +265,12 @@ def main(argv: list[str] | None = None) -> int:
             "fallback": fallback_mode(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "git_revision": git_revision(REPO_ROOT), "library": str(so), "command": sys.argv,
+            "timing": args.timing, "mode_label": MODE_LABELS[args.timing],
         }
         if not args.skip_offline:
-            print("library vs best baseline (offline, graph replay, checked):", file=sys.stderr)
+            print(f"library vs best baseline ({MODE_LABELS[args.timing]}, graph replay, checked):", file=sys.stderr)
             doc["offline"] = library_vs_best(so, manifest, shapes, arch=gpu.arch, baselines=args.baselines,
-                                             replays=args.replays, missing=missing_all)
+                                             replays=args.replays, missing=missing_all, timing=args.timing)
             doc.update(summarize(doc["offline"]))
         print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
         doc["overhead"] = dispatch_overhead(root, so, manifest, kernel_shapes[: args.overhead_shapes],
@@ -281,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if "min_ratio_vs_best" in doc:
         exported = sum(1 for r in doc["offline"] if r["exported"])
         best = doc["min_ratio_vs_best"]
-        print(f"fallback: {doc['fallback']}; min library/best-baseline speed ratio over {exported} exported "
+        print(f"{doc['mode_label']}; fallback: {doc['fallback']}; min library/best-baseline speed ratio over {exported} exported "
               f"shape(s): {'%.3fx' % best if best else '-'}; all checks ok: {doc['all_ok']}")
         for path, v in doc["per_path"].items():
             if v["shapes"]:
