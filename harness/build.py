@@ -449,6 +449,33 @@ def nvcc_command(nvcc: str, arch: str, flags: Sequence[str], src: Path, out: Pat
     return cmd
 
 
+def translation_unit(source: str, arch: str | None = None, flags: Sequence[str] = ()) -> bytes:
+    """What nvcc compiles of ``source`` after the preprocessor, without line markers: two sources
+    with the same one build the same library (how a recording outlives a template's comments).
+
+    The build's own command with ``-E`` instead of a library; a source the candidate policy
+    refuses (:mod:`harness.source_policy`) is refused here too, before nvcc reads it."""
+    from .source_policy import violations
+
+    check_abi(source)
+    bad = violations(source)
+    if bad:
+        line, _, msg = bad[0]
+        raise KernelSourceError(f"line {line}: {msg}")
+    arch_n = normalize_arch(arch)
+    with tempfile.TemporaryDirectory(prefix="l2tui-tu-") as d:
+        src, out = Path(d) / SOURCE_NAME, Path(d) / "kernel.i"
+        src.write_text(source)
+        cmd = [c for c in nvcc_command(nvcc_path(), arch_n, validate_flags(flags), src, out, source)
+               if c not in ("-shared", "-Xptxas=-v")]
+        cmd = [c for c in cmd[:cmd.index("-o")] if not c.startswith("-l")] + ["-E", "-Xcompiler", "-P",
+                                                                              "-o", str(out), str(src)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise HarnessError(f"nvcc -E failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+        return out.read_bytes()
+
+
 def _cache_entry(key: str) -> Path:
     return build_cache_dir() / key[:2] / key
 

@@ -22,7 +22,13 @@ Recording file (JSON)::
 
     {"meta": {"provisional": bool, "gpu": ..., "created": ..., "note": ...},
      "records": {"<sha>:<MxNxK>:<acc>": <Evaluation dict>, ...},
-     "profiles": {"<sha>:<MxNxK>:<acc>": <profile dict>, ...}}
+     "profiles": {"<sha>:<MxNxK>:<acc>": <profile dict>, ...},
+     "aliases": {"<sha now>": "<sha recorded>", ...}}
+
+``aliases`` (optional) lets a recording outlive a change of a family template's text that does
+not change its code: today's render of a recorded configuration has another sha256 but the same
+translation unit, and ``tools/alias_recording.py`` maps the one to the other after checking that
+(``nvcc -E`` of both). A lookup tries the source's own key first, then its alias.
 """
 
 from __future__ import annotations
@@ -110,6 +116,8 @@ class RecordedEvaluator:
         self.meta: dict = doc.get("meta", {})
         self.records: dict[str, dict] = doc.get("records", {})
         self.profiles: dict[str, dict] = doc.get("profiles", {})
+        aliases = doc.get("aliases", {})
+        self.aliases: dict[str, str] = aliases if isinstance(aliases, dict) else {}
         self.arch = arch or self.meta.get("arch") or None
         self.do_build = build
         self.misses: list[str] = []
@@ -117,6 +125,19 @@ class RecordedEvaluator:
     @property
     def provisional(self) -> bool:
         return bool(self.meta.get("provisional"))
+
+    def _key(self, source: str, shape: Any, acc: str, table: dict | None = None) -> str:
+        """The key ``source`` is recorded under in ``table`` (records by default): its own, else
+        its alias's (module docstring); its own when neither is there."""
+        table = self.records if table is None else table
+        key = record_key(source, shape, acc)
+        if key in table:
+            return key
+        sha, rest = key.split(":", 1)
+        alias = self.aliases.get(sha)
+        if isinstance(alias, str) and f"{alias}:{rest}" in table:
+            return f"{alias}:{rest}"
+        return key
 
     def _build(self, source: str, flags: Any) -> dict | None:
         if not self.do_build:
@@ -140,12 +161,12 @@ class RecordedEvaluator:
     def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Any = ()) -> dict | None:
         """What the loop's compile stage uses instead of running nvcc, when the recording holds
         this kernel's build (``build="unrecorded"``); None: build it."""
-        b = self._recorded_build(record_key(source, shape, acc), flags)
+        b = self._recorded_build(self._key(source, shape, acc), flags)
         return None if b is None else {**json.loads(json.dumps(b)), "replayed": True}
 
     def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Any = (), label: str = "candidate",
                  time_baselines: bool = True) -> Any:
-        key = record_key(source, shape, acc)
+        key = self._key(source, shape, acc)
         if self._recorded_build(key, flags) is not None:
             d = json.loads(json.dumps(self.records[key]))
             d["build"] = {**d["build"], "replayed": True}
@@ -173,7 +194,7 @@ class RecordedEvaluator:
         return _wrap(d)
 
     def profile(self, source: str, shape: Any, acc: str = "f32") -> dict | None:
-        return self.profiles.get(record_key(source, shape, acc))
+        return self.profiles.get(self._key(source, shape, acc, self.profiles))
 
     def close(self) -> None:
         pass
@@ -202,12 +223,14 @@ class RecordingEvaluator:
         self.meta = dict(meta or {})
         self.records: dict[str, dict] = {}
         self.profiles: dict[str, dict] = {}
+        self.aliases: dict[str, str] = {}
         self._lock = threading.Lock()
         if existing and Path(existing).is_file():
             doc = json.loads(Path(existing).read_text())
             if not doc.get("meta", {}).get("provisional"):
                 self.records.update(doc.get("records", {}))
                 self.profiles.update(doc.get("profiles", {}))
+                self.aliases.update(doc.get("aliases", {}))
 
     def evaluate(self, source: str, shape: Any, acc: str = "f32", **kw: Any) -> Any:
         ev = self.inner.evaluate(source, shape, acc, **kw)
@@ -238,6 +261,8 @@ class RecordingEvaluator:
         p.parent.mkdir(parents=True, exist_ok=True)
         doc = {"meta": {**self.meta, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                "records": self.records, "profiles": self.profiles}
+        if self.aliases:
+            doc["aliases"] = self.aliases
         tmp = p.with_suffix(p.suffix + ".tmp")
         tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
         os.replace(tmp, p)
