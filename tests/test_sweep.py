@@ -119,3 +119,8 @@ def test_a_sweep_out_of_time_while_building_the_catalog_ends_its_session_for_res
     events = Session.open(sdir).events
     assert not [e for e in events if e["type"] == "track_added"]
     assert [e.get("reason") for e in events if e["type"] == "session_ended"] == ["time limit"]
+    # the run's times are in sweep.json (a cold sweep resumed over several calls adds them up)
+    (run,) = json.loads((sdir / RESULTS_FILE).read_text())["runs"]
+    assert run["ended"] == "time limit" and run["tracks"] == 0 and run["gpu_s"] == 0 and run["wall_s"] >= 0
+    assert run["catalog"]["not_started"] == run["catalog"]["configs"] > 0 and run["catalog"]["compiled"] == 0
+    assert "time: " in out and "0 tracks" in out

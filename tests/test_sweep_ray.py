@@ -159,11 +159,19 @@ def test_the_command_sweeps_on_simulated_gpus_and_resume_evaluates_nothing_again
     assert n_candidates >= len(SHAPES) * 2
     for tid, tries in attempts(s).items():
         assert len(tries) == 1 and len(gpus_of(tries[0])) == 1
+    (run,) = json.loads((sdir / RESULTS_FILE).read_text())["runs"]     # this run's times
+    cat = run["catalog"]
+    assert run["ended"] == "sweep done" and run["tracks"] == len(SHAPES) and run["wall_s"] > 0
+    assert cat["compiled"] + cat["cached"] == cat["configs"] > 0 and cat["not_started"] == 0
+    assert f"{len(SHAPES)} tracks" in out.out and "time: " in out.out
 
     rc = main(["sweep", "--session", str(sdir), "--resume", "--executor", "ray", "--gpus", "2",
                "--recorded", str(rec)])
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert f"{len(SHAPES)} of {len(SHAPES)} tracks already done" in out.out
+    runs = json.loads((sdir / RESULTS_FILE).read_text())["runs"]
+    assert len(runs) == 2 and runs[1]["tracks"] == 0 and runs[1]["catalog"]["compiled"] == 0
+    assert "the session's 2 runs" in out.out
     assert sum(1 for e in Session.open(sdir).events if e["type"] == "candidate") == n_candidates
     assert ray.is_initialized()

@@ -131,9 +131,20 @@ class ResultsCache:
     def put(self, res: TrackResult) -> None:
         with self._lock:
             self.data["tracks"][res.track] = res.to_dict()
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            self._write()
+
+    def add_run(self, run: dict[str, Any]) -> list[dict[str, Any]]:
+        """One invocation's times (``runs``: a sweep resumed over several calls keeps each, so a
+        cold sweep's wall, GPU and nvcc time add up from the file); every run so far."""
+        with self._lock:
+            self.data.setdefault("runs", []).append(run)
+            self._write()
+            return list(self.data["runs"])
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
 
 
 class NullSession:
@@ -183,6 +194,7 @@ class Sweep:
         self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
         self.left_at_limit = 0                          # tracks not started when max_seconds ran out
         self.unbuilt_at_limit = 0                       # catalog builds not started when it ran out
+        self.catalog_stats: dict[str, Any] = {}         # the last prebuild: wall, compiled, cached, nvcc
         self._kernel_lock = threading.Lock()
         # --max-seconds counts from here: the catalog build and the tracks share one budget
         self._t0 = time.monotonic()
@@ -221,9 +233,15 @@ class Sweep:
                 self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
                               f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
 
+        t_build = time.monotonic()
         built = self._build([c.source() for c in configs], progress=prog, deadline=self._deadline())
         results = {c.name: r for c, r in zip(configs, built) if r is not None}
         self.unbuilt_at_limit = len(configs) - len(results)
+        compiled = [r for r in results.values() if not r.cached]
+        self.catalog_stats = {"configs": len(configs), "wall_s": round(time.monotonic() - t_build, 3),
+                              "compiled": len(compiled), "cached": len(results) - len(compiled),
+                              "nvcc_s": round(sum(r.seconds or 0.0 for r in compiled), 3),
+                              "not_started": self.unbuilt_at_limit}
         bad = [n for n, r in results.items() if not r.ok]
         if bad:
             self.progress(f"{len(bad)} catalog configurations failed to build: {', '.join(bad)}")
@@ -467,6 +485,15 @@ class Sweep:
                               lines=0, seed_lines=0, cfg=rc)
 
     # ------------------------------------------------------------ all tracks
+
+    def record_run(self, started: float, results: Sequence[TrackResult], ended: str) -> list[dict[str, Any]]:
+        """Append this invocation's times to ``sweep.json`` (``started``: its ``time.monotonic()``
+        at the command's start); every run so far, this one last ([] without a results file)."""
+        run = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ended": ended,
+               "wall_s": round(time.monotonic() - started, 3), "catalog": self.catalog_stats,
+               "tracks": len(results), "gpu_s": round(sum(r.gpu_s for r in results), 3),
+               "track_nvcc_s": round(sum(r.build_s for r in results), 3)}
+        return self.cache.add_run(run) if self.cache else []
 
     def run(self) -> list[TrackResult]:
         """Every unfinished track, scheduled over the executor's GPU slots (module docstring)."""

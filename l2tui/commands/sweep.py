@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     from harness.shapes import resolve_shapes
 
     from ..agent.sweep import Sweep, SweepConfig
@@ -193,12 +194,28 @@ def _run(args: argparse.Namespace) -> int:
 
     executor = _executor(args, arch)
     try:
-        return _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say)
+        return _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say, started)
     finally:
         executor.close()
 
 
-def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say) -> int:
+def _times(runs: list[dict]) -> str:
+    """The closing time line: this invocation, then every run of the session together."""
+    if not runs:
+        return ""
+    r, cat = runs[-1], runs[-1].get("catalog") or {}
+    line = (f"time: {r['wall_s']:.0f} s wall (catalog {cat.get('wall_s', 0):.0f} s: {cat.get('compiled', 0)} compiled, "
+            f"{cat.get('cached', 0)} cached, nvcc {cat.get('nvcc_s', 0):.0f} s), {r['tracks']} tracks, "
+            f"GPU {r['gpu_s']:.0f} s")
+    if len(runs) > 1:
+        nvcc = sum((x.get("catalog") or {}).get("nvcc_s", 0) + x.get("track_nvcc_s", 0) for x in runs)
+        line += (f"; the session's {len(runs)} runs: {sum(x['wall_s'] for x in runs):.0f} s wall, "
+                 f"GPU {sum(x['gpu_s'] for x in runs):.0f} s, nvcc {nvcc:.0f} s")
+    return line
+
+
+def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say,
+           started: float) -> int:
     from ..agent.sweep import Sweep, geomean
     from ..errors import UserError
     from ..executors.progress import BuildProgress
@@ -244,6 +261,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
         say(f"stopped at --max-seconds while building the catalog ({len(built)} of "
             f"{len(built) + sweep.unbuilt_at_limit} built or cached, no track started); continue: "
             f"l2tui sweep --session {session.path} --resume")
+        say(_times(sweep.record_run(started, [], "time limit")))
         return 0
     results = sweep.run()
     done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
@@ -255,6 +273,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
         say(f"stopped at --max-seconds: {len(sps)} tracks timed so far, geomean {g:.3f}x vs {args.baseline}; "
             f"{sweep.left_at_limit} left: l2tui sweep --session {session.path} --resume" if g else
             f"stopped at --max-seconds; continue: l2tui sweep --session {session.path} --resume")
+        say(_times(sweep.record_run(started, results, "time limit")))
         return 0
     session.append(ev_schema.SESSION_ENDED, reason="sweep done")
     if sweep.requeued:
@@ -262,6 +281,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
             + ", ".join(f"{t} (lost {u})" for t, u in sweep.requeued))
     say(f"done: {len(sps)} tracks timed, geomean {g:.3f}x vs {args.baseline}, faster on {wins}" if g else "done")
     say(f"winners: {Path(session.path) / 'winners'}  (time them: l2tui bench --kernels {Path(session.path) / 'winners'})")
+    say(_times(sweep.record_run(started, results, "sweep done")))
     return 0
 
 
