@@ -6,7 +6,6 @@ units come from the real nvcc (``tiny_mma``: no CUTLASS headers, under a second 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -15,15 +14,12 @@ from harness.build import translation_unit
 from harness.families import catalog
 from harness.shapes import Shape
 from l2tui.agent.recorded import NOT_RECORDED, RecordedEvaluator, record_key
+from l2tui.session import sha256_text as sha
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import alias_recording  # noqa: E402
 
 SHAPE = Shape(64, 64, 64)
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def record(ms: float) -> dict:

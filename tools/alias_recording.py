@@ -20,7 +20,6 @@ again on a GPU).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -29,9 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+from l2tui.session import sha256_text as sha  # noqa: E402  (the key a recording uses)
 
 
 def todays_render(source: str) -> str | None:
