@@ -101,26 +101,35 @@ def test_cli_rejects_a_negative_new_builds_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "s").exists()   # nothing was created for a bad option
 
 
-def test_a_sweep_out_of_time_while_building_the_catalog_ends_its_session_for_resume(capsys, tmp_path, monkeypatch):
-    """No track starts on a half-built catalog: the session ends with reason ``time limit`` and
-    says how to continue."""
+def test_a_sweep_out_of_time_before_it_starts_ends_its_session_for_resume(capsys, tmp_path, monkeypatch):
+    """``--max-seconds 0``: no build and no track starts; the session ends with reason ``time
+    limit``, says how to continue, and ``--resume`` runs the track."""
     from l2tui.cli import main
 
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
-    shapes = [Shape(4096, 4096, 4096)]
-    rec = recorded_file(tmp_path, shapes)
+    shapes = [Shape(64, 64, 64)]
+    rec = recorded_file(tmp_path, shapes, ["sm80_mma"])
     sdir = tmp_path / "s"
-    rc = main(["sweep", "--shapes", "4096x4096x4096", "--recorded", str(rec), "--steps", "0", "--max-seconds", "0",
-               "--session", str(sdir)])
+    rc = main(["sweep", "--shapes", "64x64x64", "--recorded", str(rec), "--steps", "0", "--max-seconds", "0",
+               "--families", "sm80_mma", "--arch", "sm_80", "--seeds", "1", "--no-pick-kinds", "--session", str(sdir)])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "stopped at --max-seconds while building the catalog (0 of" in out
+    assert "stopped at --max-seconds (1 track left); continue" in out
     assert f"l2tui sweep --session {sdir} --resume" in out
     events = Session.open(sdir).events
     assert not [e for e in events if e["type"] == "track_added"]
     assert [e.get("reason") for e in events if e["type"] == "session_ended"] == ["time limit"]
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("kernel.so"))
     # the run's times are in sweep.json (a cold sweep resumed over several calls adds them up)
     (run,) = json.loads((sdir / RESULTS_FILE).read_text())["runs"]
     assert run["ended"] == "time limit" and run["tracks"] == 0 and run["gpu_s"] == 0 and run["wall_s"] >= 0
-    assert run["catalog"]["not_started"] == run["catalog"]["configs"] > 0 and run["catalog"]["compiled"] == 0
+    assert run["catalog"]["compiled"] == 0
     assert "time: " in out and "0 tracks" in out
+
+    # resumed without the limit: the track's builds (real nvcc) and the track itself
+    assert main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec)]) == 0
+    out = capsys.readouterr().out
+    runs = json.loads((sdir / RESULTS_FILE).read_text())["runs"]
+    assert len(runs) == 2 and runs[1]["ended"] == "sweep done" and runs[1]["tracks"] == 1
+    assert runs[1]["catalog"]["compiled"] >= 1 and runs[1]["catalog"]["not_started"] == 0
+    assert "the session's 2 runs" in out

@@ -6,7 +6,9 @@ The evaluations are recorded H200 timings (tests/sweep_support.py); builds are s
 
 from __future__ import annotations
 
+import collections
 import json
+import threading
 
 import pytest
 
@@ -256,3 +258,80 @@ def test_a_negative_max_seconds_is_one_line(tmp_path, capsys):
     assert main(["sweep", "--shapes", "64x64x64", "--max-seconds", "-1", "--session", str(tmp_path / "s")]) != 0
     err = capsys.readouterr().err
     assert "--max-seconds must be 0 or more" in err and "Traceback" not in err
+
+
+class _HeldBuilds:
+    """An executor whose builds are instant, except the sources in ``hold``, which wait for
+    ``release``; it keeps a cache like harness.build's (a second request of a source is a hit)
+    and counts real builds per source. Evaluations: the recording, on one slot."""
+
+    name = "local"
+
+    def __init__(self, evaluator, hold: set[str], release: threading.Event):
+        from l2tui.executors.local import LocalExecutor
+
+        self._inner = LocalExecutor(evaluator, jobs=4, gpu={"uuid": H200_UUID, "name": "NVIDIA H200"})
+        self.hold, self.release = hold, release
+        self.built: collections.Counter = collections.Counter()
+        self._lock = threading.Lock()
+        self.build_width = 64   # every build at once: the held ones must not block the others
+
+    def build_many(self, sources, *, arch=None, flags=(), progress=None, deadline=None):
+        from harness.build import BuildResult
+
+        out = []
+        for src in sources:
+            with self._lock:
+                hit = src in self.built
+            if not hit and src in self.hold:
+                assert self.release.wait(30), "a held build was never released"
+            with self._lock:
+                hit = src in self.built
+                if not hit:
+                    self.built[src] += 1
+            out.append(BuildResult(True, "k", None, None, [], "", 0.0 if hit else 2.0, hit, arch or "", []))
+        return out
+
+    def slots(self):
+        return self._inner.slots()
+
+    def close(self):
+        self._inner.close()
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_tracks_run_as_their_own_builds_finish_and_each_needed_build_runs_once(tmp_path, monkeypatch):
+    """A cold sweep builds only what its picks name, each source once, while tracks run: the
+    queue's second track, whose builds are done, runs while the first one's are still held."""
+    import l2tui.agent.policies.search as search
+
+    timed = timed_names()
+    full = search.catalog
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    big, small = Shape(4096, 4096, 4096), Shape(64, 64, 16384)
+    rec = recorded_file(tmp_path, [big, small])
+    cfg = SweepConfig(shapes=[big, small], steps=0, seeds=3, arch="sm_90a")
+    probe = Sweep(cfg, None, progress=lambda line: None)
+    probe._track_of = {"big": (big, "f32"), "small": (small, "f32")}
+    need_big, need_small = set(probe._plan("big")), set(probe._plan("small"))
+    only_big = need_big - need_small
+    assert only_big, "the two shapes' picks should differ"
+
+    release = threading.Event()
+
+    class Releasing(RecordedEvaluator):
+        def evaluate(self, source, shape, *a, **kw):
+            if shape == small:
+                release.set()      # the small track is running: let the big one's builds finish
+            return super().evaluate(source, shape, *a, **kw)
+
+    ex = _HeldBuilds(Releasing(rec, arch="sm_90a", build=False), only_big, release)
+    s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={}, versions={})
+    out = Sweep(cfg, session=s, out_dir=s.path, progress=lambda line: None, executor=ex).run()
+    assert [r.track for r in out] == ["64x64x16384-f32", "4096x4096x4096-f32"]
+    assert [e["track"] for e in s.events if e["type"] == "track_added"] == ["64x64x16384-f32", "4096x4096x4096-f32"]
+    # only what the picks name, each once; nothing else of the catalog
+    assert set(ex.built) == need_big | need_small and set(ex.built.values()) == {1}
+    run = Sweep(cfg, session=s, out_dir=s.path, progress=lambda line: None, executor=ex)
+    assert run.run() == []     # resumed with every track done: nothing planned, nothing built
+    assert run.builds is None

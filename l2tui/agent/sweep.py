@@ -3,10 +3,12 @@
 Why a driver of its own (and not one AgentLoop track per shape): a sweep over the 1,000-shape
 grid has to share work across shapes.  It
 
-1. builds every catalog configuration once, in parallel, through its executor (this machine's
-   cores, or CPU tasks on a Ray cluster; M, N, K are runtime arguments, so one library serves
-   every shape), with a progress bar; then builds each step's proposals as a batch, so a
-   configuration proposed for many shapes compiles once (content-addressed cache);
+1. builds what its tracks' picks need, each configuration once (M, N, K are runtime arguments,
+   so one library serves every shape), in parallel through its executor (this machine's cores,
+   or CPU tasks on a Ray cluster), in the order the tracks need them and while the tracks run
+   (``needed_builds``: a track starts once its own builds are done), with a progress bar; then
+   builds each step's proposals as a batch, so a configuration proposed for many shapes
+   compiles once (content-addressed cache);
 2. runs, per track (shape, accumulator), the ``search`` policy: first the pick
    (``policies/pick.py``: the catalog configurations the cost model and its known blind spots
    choose, checked and timed together with the baselines in one request of the harness), the
@@ -44,6 +46,7 @@ from harness.shapes import Shape
 from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
+from .needed_builds import NeededBuilds, no_builds
 from .policies.base import Attempt, Failure, Proposal, TrackContext
 from .policies.pick import PickSettings, choose
 from .policies.search import SearchPolicy
@@ -194,7 +197,10 @@ class Sweep:
         self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
         self.left_at_limit = 0                          # tracks not started when max_seconds ran out
         self.unbuilt_at_limit = 0                       # catalog builds not started when it ran out
-        self.catalog_stats: dict[str, Any] = {}         # the last prebuild: wall, compiled, cached, nvcc
+        self.catalog_stats: dict[str, Any] = no_builds()   # this run's builds: wall, compiled, cached, nvcc
+        self.builds: NeededBuilds | None = None         # what the picks need, built while tracks run
+        self._plans: dict[str, list[Proposal]] = {}     # track -> its pick, computed by the planner
+        self._plans_lock = threading.Lock()
         self._kernel_lock = threading.Lock()
         # --max-seconds counts from here: the catalog build and the tracks share one budget
         self._t0 = time.monotonic()
@@ -375,7 +381,10 @@ class Sweep:
         # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
         # checked and timed together (with the baselines) in one request on this track's GPU
         s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="start")
-        seeds = self._pick_proposals(ctx)
+        with self._plans_lock:
+            seeds = self._plans.pop(track, None)
+        if seeds is None:
+            seeds = self._pick_proposals(ctx)
         res.picked = len(seeds)
         if seeds:
             s.append(ev_schema.PLAN, track=track, step=0, role="planner",
@@ -383,6 +392,8 @@ class Sweep:
                           + ", ".join((Config.from_source(p.source).name if Config.from_source(p.source) else "seed")
                                       for p in seeds))
             t_build = time.monotonic()
+            if self.builds is not None:
+                self.builds.wait(track)
             if cfg.build_batches:
                 self._build([p.source for p in seeds])
             res.build_s += time.monotonic() - t_build
@@ -420,6 +431,35 @@ class Sweep:
                  best_speedup=res.speedup, gpu=slot.uuid)
         s.append(ev_schema.TRACK_STATE, track=track, state="done" if best_src else "failed")
         return res
+
+    def _plan(self, tid: str) -> list[str]:
+        """The planner's call (``NeededBuilds``): the track's pick, computed once and kept for the
+        track, as the sources to build."""
+        shape, acc = self._track_of[tid]
+        ctx = TrackContext(track=tid, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0, arch=self.cfg.arch)
+        seeds = self._pick_proposals(ctx)
+        with self._plans_lock:
+            self._plans[tid] = seeds
+        return [p.source for p in seeds]
+
+    def _start_builds(self, todo: Sequence[tuple[Shape, str]], deadline: float | None) -> None:
+        """Build what the tracks' picks need, in the order they need it, on the executor's
+        ``build_width`` builders, while the tracks run (``needed_builds``)."""
+        self._track_of = {track_id(s, a): (s, a) for s, a in todo}
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        prog = self.build_progress("catalog") if self.build_progress else None
+        width = getattr(self.executor, "build_width", None) or self.cfg.jobs or os.cpu_count() or 1
+        self.builds = NeededBuilds(self._plan, lambda src: self._build([src], deadline=deadline)[0], width=width,
+                                   deadline=deadline, progress=prog)
+        self.builds.start(list(self._track_of))
+
+    def _next_track(self, queue: collections.deque) -> int | None:
+        """The index of the queued track to run next: the first whose builds are all done (the
+        first one when builds are not tracked here, or the planner failed); None: none is ready."""
+        if self.builds is None or self.builds.first_error() is not None:
+            return 0
+        return self.builds.first_ready([track_id(s, a) for s, a in queue])
 
     def _pick_proposals(self, ctx: TrackContext) -> list[Proposal]:
         """What the pick times on the track's shape: the policy's seed, the catalog configurations
@@ -529,7 +569,9 @@ class Sweep:
         inflight = [0]
 
         def serve(slot: Any) -> None:
-            # a slot waits while others still run tracks: a lost slot's track comes back to the queue
+            # a slot waits while others still run tracks: a lost slot's track comes back to the queue;
+            # it takes the first queued track whose builds are done, and waits (lock released) while
+            # none is
             while True:
                 with cond:
                     while not queue and inflight[0] and not errors:
@@ -537,8 +579,17 @@ class Sweep:
                     if errors or not queue or (deadline is not None and time.monotonic() >= deadline):
                         cond.notify_all()
                         return
-                    shape, acc = queue.popleft()
-                    inflight[0] += 1
+                    i = self._next_track(queue)
+                    if i is None:
+                        waiting = [track_id(s, a) for s, a in queue]
+                    else:
+                        shape, acc = queue[i]
+                        del queue[i]
+                        inflight[0] += 1
+                if i is None:
+                    assert self.builds is not None
+                    self.builds.wait_any(waiting, timeout=1.0)
+                    continue
                 try:
                     r = self.run_track(shape, acc, slot)
                 except SlotLost as e:
@@ -568,16 +619,34 @@ class Sweep:
                     inflight[0] -= 1
                     cond.notify_all()
 
-        if len(slots) <= 1:
-            for sl in slots:
-                serve(sl)
-        else:
-            threads = [threading.Thread(target=serve, args=(sl,), name=f"sweep-{sl.uuid}", daemon=True)
-                       for sl in slots]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+        if todo and slots and self.cfg.build_batches:
+            self._start_builds(todo, deadline)
+        try:
+            if len(slots) <= 1:
+                for sl in slots:
+                    serve(sl)
+            else:
+                threads = [threading.Thread(target=serve, args=(sl,), name=f"sweep-{sl.uuid}", daemon=True)
+                           for sl in slots]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+        except BaseException:
+            # Ctrl-C, SIGTERM: the queued builds never start and the running compilers die now
+            if self.builds is not None:
+                from harness.build import kill_all_builds
+
+                self.builds.close(wait=False)
+                kill_all_builds()
+            raise
+        if self.builds is not None:
+            # every track ran (its builds are done) or the sweep stopped early: skip what is queued
+            self.catalog_stats = self.builds.close(wait=not (errors or queue))
+            self.unbuilt_at_limit = self.catalog_stats["not_started"]
+            if self.catalog_stats.get("failed"):
+                self.progress(f"{self.catalog_stats['failed']} of {self.catalog_stats['configs']} builds failed "
+                              f"(their candidates are reported as compile errors)")
         if errors:
             raise errors[0]
         if queue and live and deadline is not None and time.monotonic() >= deadline:

@@ -216,9 +216,7 @@ def _times(runs: list[dict]) -> str:
 
 def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say,
            started: float) -> int:
-    from ..agent.sweep import Sweep, geomean
     from ..errors import UserError
-    from ..executors.progress import BuildProgress
 
     slots = executor.slots()
     gpu = dict(getattr(slots[0], "info", None) or {}) if args.executor == "ray" else {}
@@ -251,18 +249,22 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
                                                          "incumbents": args.incumbent_files},
                                                "policy": "search"},
                                  gpu=gpu, versions=_versions())
+    try:
+        return _sweep_in(args, cfg, executor, session, shapes, accs, arch, gpu, slots, say, started)
+    finally:
+        session.close()   # the writer lock goes now, not when the session is garbage-collected
+
+
+def _sweep_in(args, cfg, executor, session, shapes, accs, arch, gpu, slots, say, started: float) -> int:
+    """The sweep itself, in an open session (``_sweep`` closes it)."""
+    from ..agent.sweep import Sweep, geomean
+    from ..executors.progress import BuildProgress
+
     on = f"{len(slots)} x {gpu.get('name', arch)} (Ray)" if args.executor == "ray" else gpu.get("name", arch)
     say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {on}")
+    # the build bar shares the terminal with the tracks' lines: a line every 30 s, not one redrawn
     sweep = Sweep(cfg, session=session, out_dir=Path(session.path), progress=say, gpu_name=gpu.get("name"),
-                  executor=executor, build_progress=BuildProgress)
-    built = sweep.prebuild()
-    if sweep.unbuilt_at_limit:
-        session.append(ev_schema.SESSION_ENDED, reason="time limit")
-        say(f"stopped at --max-seconds while building the catalog ({len(built)} of "
-            f"{len(built) + sweep.unbuilt_at_limit} built or cached, no track started); continue: "
-            f"l2tui sweep --session {session.path} --resume")
-        say(_times(sweep.record_run(started, [], "time limit")))
-        return 0
+                  executor=executor, build_progress=lambda what: BuildProgress(what, redraw=False))
     results = sweep.run()
     done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
     sps = [r.get("speedup") for r in done if r.get("speedup")]
@@ -270,9 +272,12 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
     wins = sum(1 for x in sps if x > 1)
     if sweep.left_at_limit:
         session.append(ev_schema.SESSION_ENDED, reason="time limit")
+        unbuilt = f", {sweep.unbuilt_at_limit} builds not started" if sweep.unbuilt_at_limit else ""
         say(f"stopped at --max-seconds: {len(sps)} tracks timed so far, geomean {g:.3f}x vs {args.baseline}; "
-            f"{sweep.left_at_limit} left: l2tui sweep --session {session.path} --resume" if g else
-            f"stopped at --max-seconds; continue: l2tui sweep --session {session.path} --resume")
+            f"{sweep.left_at_limit} left{unbuilt}: l2tui sweep --session {session.path} --resume" if g else
+            f"stopped at --max-seconds ({sweep.left_at_limit} track{'s' if sweep.left_at_limit != 1 else ''} "
+            f"left{unbuilt}); continue: "
+            f"l2tui sweep --session {session.path} --resume")
         say(_times(sweep.record_run(started, results, "time limit")))
         return 0
     session.append(ev_schema.SESSION_ENDED, reason="sweep done")

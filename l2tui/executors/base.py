@@ -14,6 +14,8 @@ An executor must
   exceptions (as ``harness.build``). ``progress(done, total, result)`` is called as builds finish
   (any thread). With ``deadline`` (a ``time.monotonic()`` value: a sweep's ``--max-seconds``) no
   build starts after it; the running ones finish and each source not started is None;
+* ``build_width`` -> how many builds it runs at once (this machine's ``--jobs`` or cores, the
+  cluster's CPUs): a sweep keeps that many ``build_many`` calls in flight while its tracks run;
 * ``slots()`` -> the GPU slots, one per GPU, each a :class:`Slot`. A slot runs one call at a
   time; the driver gives each slot one track at a time and never splits a track across slots.
 * ``close()`` -> stop every worker and actor it started (idempotent).
@@ -67,6 +69,9 @@ class Slot(Protocol):
 @runtime_checkable
 class Executor(Protocol):
     name: str
+
+    @property
+    def build_width(self) -> int: ...
 
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
                    progress: Progress | None = None, deadline: float | None = None) -> list[Any]: ...

@@ -61,6 +61,13 @@ class LocalExecutor:
             gpu = gpu if gpu is not None else gpu_identity(evaluator)
             self._slots.append(EvaluatorSlot(evaluator, uuid=gpu.get("uuid"), name=gpu.get("name")))
 
+    @property
+    def build_width(self) -> int:
+        """Builds at once: ``--jobs``, else one per core."""
+        from harness.build import default_jobs
+
+        return self.jobs or default_jobs()
+
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
                    progress: Progress | None = None, deadline: float | None = None) -> list[Any]:
         from harness.build import build_many

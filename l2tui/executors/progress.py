@@ -5,8 +5,9 @@ the rest will take; the rate of real nvcc builds (finished builds per second of 
 the first one started, which already counts the parallel jobs) does. Before the first real build
 finishes the ETA is shown as ``?``.
 
-On a terminal the line is redrawn in place (``\\r``); in a log (not a TTY) a plain line is written
-at most every 30 s and at the end, so a log file stays readable.
+On a terminal the line is redrawn in place (``\\r``); in a log (not a TTY), or beside other lines
+(``redraw=False``: a sweep's tracks print while its builds run), a plain line is written at most
+every 30 s and at the end, so the output stays readable.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class BuildProgress:
     """``progress(done, total, result)`` callback for ``build_many`` (see the module docstring)."""
 
     def __init__(self, what: str = "build", stream: TextIO | None = None, width: int = 24,
-                 every_s: float = 30.0) -> None:
+                 every_s: float = 30.0, redraw: bool | None = None) -> None:
         self.what = what
         self.stream = stream or sys.stderr
         self.width = width
@@ -37,7 +38,8 @@ class BuildProgress:
         self.done = self.total = 0
         self._last = 0.0
         self._lock = threading.Lock()
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        # redraw in place on a terminal, unless other lines share it (redraw=False)
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if redraw is None else redraw
 
     def eta_s(self) -> float | None:
         """Seconds left at the rate of the real builds so far (None before the first one)."""
