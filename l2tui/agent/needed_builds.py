@@ -136,17 +136,12 @@ class NeededBuilds:
     def ready(self, track: Hashable) -> bool:
         """Planned, and every source it needs built (or failed, or skipped at the deadline)."""
         with self._lock:
-            needs = self._needs.get(track)
-            return needs is not None and all(self._built[s].is_set() for s in needs)
+            return self._first_ready_locked([track]) == 0
 
     def first_ready(self, tracks: Sequence[Hashable]) -> int | None:
         """The index of the first ready track of ``tracks``, else None."""
         with self._lock:
-            for i, t in enumerate(tracks):
-                needs = self._needs.get(t)
-                if needs is not None and all(self._built[s].is_set() for s in needs):
-                    return i
-        return None
+            return self._first_ready_locked(tracks)
 
     def wait_any(self, tracks: Sequence[Hashable], timeout: float = 1.0) -> int | None:
         """Wait (at most ``timeout`` s) for one of ``tracks`` to be ready; its index, else None."""
