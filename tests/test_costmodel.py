@@ -69,6 +69,51 @@ def test_top3_of_the_model_holds_a_near_best_config(records):
     assert geo < 1.10, geo
 
 
+def test_grid_fixture_carries_provenance_and_the_model_keeps_a_near_best_config_in_its_top3():
+    """``percall_f32_grid.json``: the per-call pick of the whole grid by one sweep on one H200
+    (git dfc4b46, session sessions/grid-cold), measured with the committed constants. It says where
+    it comes from, and the committed model's top 3 per shape holds a near-best configuration,
+    overall and on the small shapes (the class a refit on this file ranked worst), while a
+    reversed ranking does not.
+
+    Measured (per call; README of the fixtures): top-3 regret 1.113 overall, 1.119 small with the
+    committed constants; DEFAULT_PARAMS 1.124 / 1.175; the refit on this file 1.140 / 1.208 (in
+    sample); the committed ranking reversed 2.229 / 1.550. The bound 1.15 passes the committed
+    constants with a margin of 0.03-0.04 and fails the reversed ranking (and, on small shapes,
+    DEFAULT_PARAMS). Only the configurations the pick named were timed (the committed model's own
+    choices), so this is a ranking among those, not over the catalog."""
+    import json
+
+    path = Path(__file__).parent / "fixtures" / "h200_timings" / "percall_f32_grid.json"
+    doc = json.loads(path.read_text())
+    env = doc["env"]
+    for key in ("gpu", "uuid", "driver", "date", "git_rev", "source", "note"):
+        assert env.get(key), key
+    assert "H200" in env["gpu"] and env["git_rev"] == "dfc4b46" and doc["mode"] == "per call"
+    assert "sessions/grid-cold" in env["source"] and "/tmp" not in path.read_text()
+    assert len(doc["timings"]) == 1000
+
+    from l2tui.agent.policies.costmodel import records_of
+
+    rows = by_shape(records_of(doc))
+
+    def top3_regret(predict, small_only=False):
+        logs = []
+        for s, rs in rows.items():
+            if small_only and s.size_class != "small":
+                continue
+            ranked = sorted(rs, key=lambda r: predict(r[0], s))
+            logs.append(math.log(min(t for _, t in ranked[:3]) / min(t for _, t in rs)))
+        return math.exp(sum(logs) / len(logs))
+
+    model = CostModel()
+    reversed_ = lambda c, s: -model.predict(c, s)   # noqa: E731
+    bound = 1.15
+    for small_only in (False, True):
+        assert top3_regret(model.predict, small_only) < bound, small_only
+        assert top3_regret(reversed_, small_only) > bound, small_only   # the bound tells a broken ranking
+
+
 def test_fit_improves_on_the_defaults_and_is_deterministic(records):
     p1 = fit(records, DEFAULT_PARAMS, rounds=1)
     p2 = fit(records, DEFAULT_PARAMS, rounds=1)
