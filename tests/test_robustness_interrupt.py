@@ -56,3 +56,42 @@ def test_an_interrupted_compile_is_never_a_compile_error(tmp_path, monkeypatch):
     states = [e["state"] for e in events if e["type"] == "track_state"]
     assert states[-1] == "stopped"                 # resumable, not failed
     assert events[-1]["type"] == "session_ended" and events[-1]["reason"] == "stopped"
+
+
+def test_ctrl_c_during_a_sweeps_builds_kills_its_compilers_and_caches_nothing(tmp_path, monkeypatch):
+    """A sweep builds while its tracks wait (``l2tui.agent.needed_builds``): Ctrl-C then stops the
+    queued builds and kills the running compilers, instead of letting them finish. Real nvcc (a
+    CUTLASS configuration, tens of seconds), interrupted as soon as it runs; nothing is cached."""
+    import _thread
+
+    from l2tui.agent.sweep import Sweep, SweepConfig
+    from l2tui.executors.local import LocalExecutor
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))   # cold: nvcc really runs
+    cfg = SweepConfig(shapes=[Shape(4096, 4096, 4096)], steps=0, seeds=1, pick_kinds=False, arch="sm_90a",
+                      families=["sm90_cutlass"])
+    ex = LocalExecutor(RecordedEvaluator(RECORDED, build=False), jobs=2, gpu={"uuid": "GPU-x", "name": "H200"})
+    sweep = Sweep(cfg, session=None, progress=lambda line: None, executor=ex)
+    fired: list[int] = []
+
+    def ctrl_c() -> None:   # once a compiler runs: what the terminal's Ctrl-C does to the main thread
+        for _ in range(60000):
+            if hbuild._LIVE:
+                fired.append(len(hbuild._LIVE))
+                _thread.interrupt_main()
+                return
+            time.sleep(0.01)
+
+    th = threading.Thread(target=ctrl_c, daemon=True)
+    th.start()
+    try:
+        sweep.run()
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the sweep ended without seeing the interrupt")
+    th.join(timeout=60)
+    assert fired and fired[0] >= 1
+    assert not hbuild._LIVE                                            # no compiler left running
+    assert not list((tmp_path / "cache").rglob("kernel.so"))           # killed, not finished and cached
+    assert sweep.builds is not None and sweep.builds.stats()["compiled"] == 0

@@ -174,11 +174,15 @@ class NeededBuilds:
 
     # ------------------------------------------------------------ ending
 
+    def stop(self) -> None:
+        """Start no more builds (the running ones go on; the caller may kill them); returns at once."""
+        self._stop = True
+
     def close(self, wait: bool = True) -> dict[str, Any]:
         """Stop planning; with ``wait`` let the queued builds run (else they are skipped); the
         stats for ``sweep.json``."""
         if not wait:
-            self._stop = True
+            self.stop()
         if self._planner is not None:
             self._planner.join()
         if self._pool is not None:

@@ -637,8 +637,9 @@ class Sweep:
             if self.builds is not None:
                 from harness.build import kill_all_builds
 
-                self.builds.close(wait=False)
+                self.builds.stop()
                 kill_all_builds()
+                self.builds.close(wait=False)
             raise
         if self.builds is not None:
             # every track ran (its builds are done) or the sweep stopped early: skip what is queued
