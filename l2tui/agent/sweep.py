@@ -200,6 +200,7 @@ class Sweep:
         self.catalog_stats: dict[str, Any] = no_builds()   # this run's builds: wall, compiled, cached, nvcc
         self.builds: NeededBuilds | None = None         # what the picks need, built while tracks run
         self._plans: dict[str, list[Proposal]] = {}     # track -> its pick, computed by the planner
+        self._track_of: dict[str, tuple[Shape, str]] = {}   # track id -> (shape, acc) of this run's tracks
         self._plans_lock = threading.Lock()
         self._kernel_lock = threading.Lock()
         # --max-seconds counts from here: the catalog build and the tracks share one budget
