@@ -228,3 +228,44 @@ def test_ksplit_groups_are_priced_where_one_cluster_per_tile_leaves_the_sms_idle
     assert model.predict(auto, long_k) < 0.5 * model.predict(one, long_k)
     many = Shape(4096, 4096, 1024)
     assert model.predict(auto, many) == model.predict(one, many)
+
+
+def _grid_sample(every: int = 25):
+    """Every ``every``-th shape of ``percall_f32_grid.json`` (40 shapes of all size classes, about
+    800 timings of real catalog configurations)."""
+    import json
+
+    from l2tui.agent.policies.costmodel import records_of
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "h200_timings" / "percall_f32_grid.json").read_text())
+    return records_of({**doc, "timings": doc["timings"][::every]})
+
+
+def _top3_regret(params, records):
+    model = CostModel(params)
+    logs = []
+    for s, rows in by_shape(records).items():
+        ranked = sorted(rows, key=lambda r: model.predict(r[0], s))
+        logs.append(math.log(min(t for _, t in ranked[:3]) / min(t for _, t in rows)))
+    return math.exp(sum(logs) / len(logs))
+
+
+def test_fit_objectives_default_unchanged_and_top3_ranks_the_top_no_worse():
+    """``fit(objective="top3")`` (the regret of each shape's predicted top 3 and first choice, a
+    little log error) keeps a near-best configuration in the model's top 3 at least as well as the
+    default log-error fit on the records it is fitted on; the default is the log objective, its
+    result unchanged; the ranking fit is deterministic; an unknown objective is an error."""
+    records = _grid_sample()
+    assert len(by_shape(records)) == 40
+    p_default = fit(records, DEFAULT_PARAMS, rounds=1)
+    assert fit(records, DEFAULT_PARAMS, rounds=1, objective="log") == p_default
+    p_top3 = fit(records, DEFAULT_PARAMS, rounds=1, objective="top3")
+    assert fit(records, DEFAULT_PARAMS, rounds=1, objective="top3") == p_top3
+    assert p_top3 != p_default
+    # measured: 1.063 (top3) against 1.155 (log), DEFAULT_PARAMS 1.124
+    assert _top3_regret(p_top3, records) <= _top3_regret(p_default, records)
+    from l2tui.agent.policies.costmodel import top3_objective
+
+    assert top3_objective(CostModel(p_top3), records) < top3_objective(CostModel(p_default), records)
+    with pytest.raises(ValueError, match="objective"):
+        fit(records, DEFAULT_PARAMS, rounds=1, objective="spearman")

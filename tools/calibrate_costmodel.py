@@ -2,6 +2,8 @@
 
     python tools/calibrate_costmodel.py tests/fixtures/h200_timings/time_*.json
     python tools/calibrate_costmodel.py sessions/grid-h200 --save-timings percall_f32.json
+    python tools/calibrate_costmodel.py tests/fixtures/h200_timings/percall_f32_grid.json \
+        --objective top3 --out /tmp/costmodel_top3.json     # a candidate, the committed file untouched
 
 An input is a timing file (the format of tests/fixtures/h200_timings) or a sweep's session folder,
 whose pick timed a dozen or more catalog configurations per shape (``timed`` events; per call
@@ -11,7 +13,11 @@ rows replace the earlier ones whole (one request on one GPU, so a shape's times 
 the saved file's ``env`` keeps what every input agrees on, joins (``; ``) the strings that differ,
 and lists each input's own under ``rounds`` (each row's ``round`` is its index there, from 1).
 
-Writes ``l2tui/agent/policies/costmodel_h200.json`` (loaded by ``CostModel()``) and prints how
+``--objective`` picks what the fit minimises (``costmodel.fit``): ``log`` (default), the log2 error
+of every predicted time, or ``top3``, the regret of each shape's predicted top 3 and first choice.
+
+Writes ``l2tui/agent/policies/costmodel_h200.json`` (loaded by ``CostModel()``; ``--out FILE``
+writes FILE instead, to load with ``Params.from_dict``) and prints how
 well the model ranks: mean Spearman correlation per shape, and the geomean regret (measured time
 of the predicted-best configuration / measured best; also for the best of the predicted top 3),
 overall and per size class (``Shape.size_class``: small, mid, big).
@@ -29,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.stats import geomean  # noqa: E402
 from l2tui.agent.policies.costmodel import (  # noqa: E402
-    CALIBRATED_FILE, DEFAULT_PARAMS, CostModel, fit, load_params, log_error, records_of, spearman)
+    CALIBRATED_FILE, DEFAULT_PARAMS, OBJECTIVES, CostModel, fit, load_params, log_error, records_of, spearman)
 from l2tui.agent.policies.timings import MODES, from_session  # noqa: E402
 
 
@@ -110,6 +116,10 @@ def main(argv=None) -> int:
                     help="which of a session's timings to read (default isolated: per call)")
     ap.add_argument("--save-timings", metavar="FILE", help="also write the timings read as one timing file")
     ap.add_argument("--dry-run", action="store_true", help="print the fit's quality, write nothing")
+    ap.add_argument("--objective", choices=OBJECTIVES, default="log",
+                    help="what the fit minimises: log (default) the log2 error of every time, top3 the regret of "
+                         "each shape's predicted top 3 and first choice")
+    ap.add_argument("--out", metavar="FILE", help=f"write the fitted constants to FILE instead of {CALIBRATED_FILE.name}")
     args = ap.parse_args(argv)
     paths = args.timings
     try:
@@ -126,7 +136,7 @@ def main(argv=None) -> int:
         raise SystemExit("no timings in " + ", ".join(paths))
     before = ranking_quality(CostModel(DEFAULT_PARAMS), records)
     current = ranking_quality(CostModel(load_params()), records)
-    params = fit(records, DEFAULT_PARAMS)
+    params = fit(records, DEFAULT_PARAMS, objective=args.objective)
     after = ranking_quality(CostModel(params), records)
     print("defaults:", json.dumps(before))
     print("current: ", json.dumps(current))   # the committed constants, on the same records
@@ -141,11 +151,13 @@ def main(argv=None) -> int:
         print("dry run: nothing written")
         return 0
     modes = sorted({str(d.get("mode")) for d in docs})
-    CALIBRATED_FILE.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
-                                           "timing": modes[0] if len(modes) == 1 else modes,
-                                           "quality": {**after, "by_class": by_class["fitted"]}},
-                                          indent=1) + "\n")
-    print(f"wrote {CALIBRATED_FILE}")
+    out = Path(args.out) if args.out else CALIBRATED_FILE
+    extra = {"objective": args.objective} if args.objective != "log" else {}   # the default file as before
+    out.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
+                               "timing": modes[0] if len(modes) == 1 else modes, **extra,
+                               "quality": {**after, "by_class": by_class["fitted"]}},
+                              indent=1) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

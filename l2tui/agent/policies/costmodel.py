@@ -278,16 +278,39 @@ def log_error(model: CostModel, records: Sequence[tuple[Config, Shape, float]]) 
     return sum(math.log2(model.predict(c, s) / t) ** 2 for c, s, t in records) / len(records)
 
 
-def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = None, rounds: int = 3) -> Params:
+#: the grids :func:`fit` searches: the global constants, then each family's
+GLOBAL_GRIDS = (("intensity_half", (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0)),
+                ("reread_gbs", (2000.0, 4000.0, 7000.0, 11000.0, 16000.0, 25000.0, 50000.0, 1e9)))
+FAMILY_GRIDS = (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
+                ("peak_tflops", [120, 160, 200, 250, 320, 400, 480, 560, 640, 720, 800, 880]),
+                ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
+                ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0]),
+                ("reduce_gbs", [10, 25, 50, 100, 200, 400, 800]),
+                ("pdl_us", [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]),
+                ("store_tma", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5]),
+                ("store_noc", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5]))
+#: what :func:`fit` can minimise
+OBJECTIVES = ("log", "top3")
+
+
+def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = None, rounds: int = 3,
+        objective: str = "log") -> Params:
     """Coordinate search of each family's constants on a log grid (deterministic, no numpy).
 
     Small and robust on purpose: a few hundred records, four constants per family.
+
+    ``objective``: ``"log"`` (the default) minimises :func:`log_error`, the mean squared log2
+    error of every predicted time; ``"top3"`` minimises :func:`top3_objective`, which weighs the
+    top of each shape's ranking (see there).
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown fit objective {objective!r} (one of {', '.join(OBJECTIVES)})")
+    if objective == "top3":
+        return _fit_ranking(records, base or DEFAULT_PARAMS, rounds)
     params = base or DEFAULT_PARAMS
     fams = sorted({c.family for c, _, _ in records})
     for _ in range(rounds):
-        for attr, grid in (("intensity_half", (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0)),
-                           ("reread_gbs", (2000.0, 4000.0, 7000.0, 11000.0, 16000.0, 25000.0, 50000.0, 1e9))):
+        for attr, grid in GLOBAL_GRIDS:
             best = None
             for v in grid:
                 cand = replace(params, **{attr: v})
@@ -297,14 +320,7 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
             params = best[1]
         for fam in fams:
             recs = [r for r in records if r[0].family == fam]
-            for attr, grid in (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
-                               ("peak_tflops", [120, 160, 200, 250, 320, 400, 480, 560, 640, 720, 800, 880]),
-                               ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
-                               ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0]),
-                               ("reduce_gbs", [10, 25, 50, 100, 200, 400, 800]),
-                               ("pdl_us", [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]),
-                               ("store_tma", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5]),
-                               ("store_noc", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5])):
+            for attr, grid in FAMILY_GRIDS:
                 best = None
                 for v in grid:
                     fp = replace(params.families[fam], **{attr: float(v)})
@@ -313,6 +329,115 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
                     if best is None or err < best[0] - 1e-12:
                         best = (err, cand)
                 params = best[1]
+    return params
+
+
+#: :func:`top3_objective`'s weights: of the log top-1 regret, and of :func:`log_error` (a small
+#: one: it breaks the ties of the piecewise-constant regrets and keeps the times sane)
+TOP1_WEIGHT = 0.5
+LOG_WEIGHT = 0.05
+
+
+def top3_objective(model: CostModel, records: Sequence[tuple[Config, Shape, float]],
+                   top1_weight: float | None = None, log_weight: float | None = None) -> float:
+    """What ``fit(objective="top3")`` minimises: the mean over shapes of ln(measured time of the
+    best of the model's top 3 / measured best) (the log of the top-3 regret's geomean), plus
+    ``top1_weight`` times the same of the model's first choice, plus ``log_weight`` times
+    :func:`log_error`. The top is taken over a shape's records ordered by predicted time (stable:
+    records order ties), as ``tools/calibrate_costmodel.py`` ranks them."""
+    top1_weight = TOP1_WEIGHT if top1_weight is None else top1_weight
+    log_weight = LOG_WEIGHT if log_weight is None else log_weight
+    preds = [model.predict(c, s) for c, s, _ in records]
+    shapes = _shape_groups(records)
+    times = [t for _, _, t in records]
+    return _ranking_sum(shapes, preds, times, top1_weight) / max(1, len(shapes)) + \
+        log_weight * _sq_log_sum(records, preds, range(len(records))) / max(1, len(records))
+
+
+def _shape_groups(records) -> list[tuple[list[int], float]]:
+    """Per shape (first-seen order): its records' indices and their fastest measured time."""
+    by: dict[Shape, list[int]] = {}
+    for i, (_, s, _) in enumerate(records):
+        by.setdefault(s, []).append(i)
+    return [(idx, min(records[i][2] for i in idx)) for idx in by.values()]
+
+
+def _ranking_sum(groups, preds, times, top1_weight: float) -> float:
+    """Sum over ``groups`` of ln(top-3 regret) + top1_weight * ln(top-1 regret)."""
+    out = 0.0
+    for idx, best in groups:
+        order = sorted(idx, key=lambda i: (preds[i], i))
+        top = [times[i] for i in order[:3]]
+        out += math.log(min(top) / best) + top1_weight * math.log(top[0] / best)
+    return out
+
+
+def _sq_log_sum(records, preds, idx) -> float:
+    return sum(math.log2(preds[i] / records[i][2]) ** 2 for i in idx)
+
+
+def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None = None,
+                 log_weight: float | None = None) -> Params:
+    """``fit(objective="top3")``: the same coordinate search over the same grids, minimising
+    :func:`top3_objective`. A family's constants move its configurations against the other
+    families' on every shape where it has records, so a family's candidate is scored on all those
+    shapes (the other families' predictions kept from the current constants) and the log error
+    term on its own records; the global constants on everything."""
+    top1_weight = TOP1_WEIGHT if top1_weight is None else top1_weight
+    log_weight = LOG_WEIGHT if log_weight is None else log_weight
+    times = [t for _, _, t in records]
+    geoms: dict[Config, Geometry] = {}
+    for c, _, _ in records:
+        if c not in geoms:
+            geoms[c] = c.geometry()
+    groups = _shape_groups(records)
+    n_shapes, n_rec = max(1, len(groups)), max(1, len(records))
+    fams = sorted({c.family for c, _, _ in records})
+    fam_idx = {f: [i for i, r in enumerate(records) if r[0].family == f] for f in fams}
+    shape_of = {}
+    for g, (idx, _) in enumerate(groups):
+        for i in idx:
+            shape_of[i] = g
+    fam_groups = {f: [groups[g] for g in sorted({shape_of[i] for i in fam_idx[f]})] for f in fams}
+
+    def predict_into(preds, p: Params, idx) -> None:
+        m = CostModel(p)
+        for i in idx:
+            c, s, _ = records[i]
+            fp = p.families.get(c.family) or DEFAULT_PARAMS.families[c.family]
+            preds[i] = m._estimate(geoms[c], fp, s).seconds
+
+    def score(preds, grp, idx) -> float:
+        return (_ranking_sum(grp, preds, times, top1_weight) / n_shapes
+                + log_weight * _sq_log_sum(records, preds, idx) / n_rec)
+
+    everything = range(len(records))
+    preds = [0.0] * len(records)
+    predict_into(preds, params, everything)
+    for _ in range(rounds):
+        for attr, grid in GLOBAL_GRIDS:
+            best = None
+            for v in grid:
+                cand = replace(params, **{attr: v})
+                trial = list(preds)
+                predict_into(trial, cand, everything)
+                err = score(trial, groups, everything)
+                if best is None or err < best[0] - 1e-12:
+                    best = (err, cand, trial)
+            params, preds = best[1], best[2]
+        for fam in fams:
+            idx, grp = fam_idx[fam], fam_groups[fam]
+            for attr, grid in FAMILY_GRIDS:
+                best = None
+                for v in grid:
+                    fp = replace(params.families[fam], **{attr: float(v)})
+                    cand = replace(params, families={**params.families, fam: fp})
+                    trial = list(preds)
+                    predict_into(trial, cand, idx)
+                    err = score(trial, grp, idx)
+                    if best is None or err < best[0] - 1e-12:
+                        best = (err, cand, trial)
+                params, preds = best[1], best[2]
     return params
 
 
