@@ -335,3 +335,62 @@ def test_tracks_run_as_their_own_builds_finish_and_each_needed_build_runs_once(t
     run = Sweep(cfg, session=s, out_dir=s.path, progress=lambda line: None, executor=ex)
     assert run.run() == []     # resumed with every track done: nothing planned, nothing built
     assert run.builds is None
+
+
+def _fast_family_constants(tmp_path, family: str):
+    """The committed constants with ``family`` made absurdly fast: the model must rank it first."""
+    from dataclasses import replace
+
+    from l2tui.agent.policies.costmodel import load_params
+
+    p = load_params()
+    fast = replace(p.families[family], fixed_us=0.01, peak_tflops=1e6, ktile_latency_us=0.001, fill_ktiles=0.0)
+    doc = {"families": {k: dict(vars(v)) for k, v in {**p.families, family: fast}.items()},
+           "bandwidth_gbs": p.bandwidth_gbs, "intensity_half": p.intensity_half, "reread_gbs": p.reread_gbs}
+    path = tmp_path / "constants.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_sweep_ranks_with_the_cost_model_constants_it_is_given(tmp_path):
+    from l2tui.agent.policies.costmodel import read_params
+
+    shape = Shape(4096, 4096, 4096)
+    picks = {}
+    for label, params in (("committed", None), ("fast-sm80", read_params(_fast_family_constants(tmp_path, "sm80_mma")))):
+        sw = Sweep(SweepConfig(shapes=[shape], steps=0, seeds=3, arch="sm_90a", pick_kinds=False, cost_params=params),
+                   None, progress=lambda line: None)
+        sw._track_of = {"t": (shape, "f32")}
+        picks[label] = [Config.from_source(src).family for src in sw._plan("t")]
+    assert "sm80_mma" not in picks["committed"][:3]
+    assert picks["fast-sm80"][:3] == ["sm80_mma"] * 3
+
+
+def test_the_command_records_its_cost_model_and_refuses_a_bad_or_changed_one(tmp_path, capsys, monkeypatch):
+    from l2tui.cli import main
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    rec = recorded_file(tmp_path, [Shape(64, 64, 64)], ["sm80_mma"])
+    base = ["sweep", "--shapes", "64x64x64", "--recorded", str(rec), "--families", "sm80_mma", "--arch", "sm_80",
+            "--steps", "0", "--max-seconds", "0"]
+    bad = tmp_path / "bad.json"
+    for content, why in (("{not json", "is not JSON"), ('{"families": {"sm80_mma": {"fixed_us": "x"}}}', "not a constants file"),
+                         ("[1, 2]", "not a constants file")):
+        bad.write_text(content)
+        assert main([*base, "--cost-model", str(bad), "--session", str(tmp_path / "s-bad")]) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--cost-model" in err[0] and why in err[0] and "Traceback" not in err[0]
+        assert not (tmp_path / "s-bad").exists()
+    assert main([*base, "--cost-model", str(tmp_path / "missing.json"), "--session", str(tmp_path / "s-bad")]) != 0
+    assert "cannot read cost-model file" in capsys.readouterr().err
+
+    good = _fast_family_constants(tmp_path, "sm80_mma")
+    sdir = tmp_path / "s"
+    assert main([*base, "--cost-model", str(good), "--session", str(sdir)]) == 0
+    capsys.readouterr()
+    saved = Session.open(sdir).config["sweep"]
+    assert saved["cost_model"] == str(good) and len(saved["cost_model_sha256"]) == 64
+    good.write_text(good.read_text().replace('"fixed_us": 0.01', '"fixed_us": 0.02'))
+    assert main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec)]) != 0
+    err = capsys.readouterr().err
+    assert "not the constants this sweep started with" in err and "Traceback" not in err

@@ -89,6 +89,7 @@ class SweepConfig:
     # beside the chosen ones, so a re-pick keeps it unless something beats it in the same request
     incumbents: dict[tuple[Shape, str], Config] | None = None
     max_seconds: float | None = None   # from the sweep's start: no build or track started after it (--resume continues)
+    cost_params: Any = None            # the cost model's constants (costmodel.Params); None: the committed ones
 
 
 @dataclass
@@ -188,8 +189,13 @@ class Sweep:
         self.executor = executor
         self.session = session or NullSession()
         self.out_dir = Path(out_dir) if out_dir else None
-        self.policy = policy or SearchPolicy(seed=cfg.seed, width=cfg.width, budget=cfg.steps, arch=cfg.arch,
-                                              new_builds=cfg.new_builds, families=cfg.families)
+        if policy is None:
+            from .policies.costmodel import CostModel
+
+            policy = SearchPolicy(seed=cfg.seed, width=cfg.width, budget=cfg.steps, arch=cfg.arch,
+                                  new_builds=cfg.new_builds, families=cfg.families,
+                                  cost_model=CostModel(cfg.cost_params) if cfg.cost_params is not None else None)
+        self.policy = policy
         self.progress = progress
         self.build_progress = build_progress
         self.gpu = gpu_name

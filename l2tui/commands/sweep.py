@@ -6,8 +6,9 @@
     l2tui sweep --prebuild-only                                  # just compile the catalog (CPU)
     l2tui sweep --shapes sample100 --executor ray                # builds as Ray tasks, one actor per GPU
 
-The catalog of seed configurations is compiled once, in parallel (progress bar and ETA on
-stderr); each track (shape, accumulator) starts with the pick (the cost model's best
+The catalog configurations the tracks' picks name are compiled once each, in parallel and in
+the order the tracks need them, while the tracks whose builds are done already run (progress
+line and ETA on stderr); each track (shape, accumulator) starts with the pick (the cost model's best
 ``--seeds`` configurations and the best of each kind it is least sure of, checked and timed
 together with the baseline in one request) and is refined from the fastest for ``--steps`` steps.
 ``--executor ray`` runs the builds as CPU tasks on a Ray cluster and the tracks on one GPU actor
@@ -52,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seconds", type=float, default=None, metavar="S",
                    help="start no catalog build and no track after S seconds from the start (the running ones "
                         "finish); --resume continues")
+    p.add_argument("--cost-model", dest="cost_model", metavar="FILE", default=None,
+                   help="rank the catalog with these cost-model constants (tools/calibrate_costmodel.py --out); "
+                        "default: the committed H200 constants")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the search (default 0)")
     p.add_argument("--new-builds", type=int, default=None, metavar="N",
                    help="at most N proposals a step that the prebuilt catalog lacks (each a new nvcc build, 30-60 s "
@@ -80,6 +84,13 @@ def _versions() -> dict:
     from .. import __version__
 
     return {"l2tui": __version__, "git_rev": _git_rev()}
+
+
+def _file_sha256(path: str) -> str:
+    """The content hash a session records beside a file it was run with (the file may change later)."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def load_incumbents(paths: list[str], arch: str) -> dict:
@@ -160,6 +171,21 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-seconds must be 0 or more, not {args.max_seconds}")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
+    cost_file = getattr(args, "cost_model", None) or saved.get("cost_model")
+    cost_params = None
+    if cost_file:
+        from ..agent.policies.costmodel import read_params
+
+        try:
+            cost_params = read_params(cost_file)
+        except ValueError as e:
+            raise UserError(f"--cost-model: {e}") from None
+    args.cost_file = str(cost_file) if cost_file else None
+    if resume and saved.get("cost_model_sha256") != (_file_sha256(cost_file) if cost_file else None):
+        raise UserError("--cost-model: not the constants this sweep started with "
+                        + (f"({saved.get('cost_model')}, sha256 {str(saved.get('cost_model_sha256'))[:12]})"
+                           if saved.get("cost_model_sha256") else "(the committed ones)")
+                        + "; resume with the same, or start a new session")
     incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
     args.incumbent_files = incumbent_files
     cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, steps=args.steps, width=args.width,
@@ -167,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
                       pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
                       families=args.families or saved.get("families") or None,
                       incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
-                      max_seconds=args.max_seconds)
+                      max_seconds=args.max_seconds, cost_params=cost_params)
     from ..executors.progress import BuildProgress
 
     def say(line: str) -> None:
@@ -246,7 +272,10 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
                                                          "width": args.width, "seeds": args.seeds, "seed": args.seed,
                                                          "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
                                                          "families": list(cfg.families or []),
-                                                         "incumbents": args.incumbent_files},
+                                                         "incumbents": args.incumbent_files,
+                                                         **({"cost_model": args.cost_file,
+                                                             "cost_model_sha256": _file_sha256(args.cost_file)}
+                                                            if args.cost_file else {})},
                                                "policy": "search"},
                                  gpu=gpu, versions=_versions())
     try:

@@ -105,6 +105,30 @@ DEFAULT_PARAMS = Params(
 CALIBRATED_FILE = Path(__file__).with_name("costmodel_h200.json")
 
 
+def read_params(path: str | Path) -> Params:
+    """Constants from a file written by ``tools/calibrate_costmodel.py --out`` (what ``l2tui sweep
+    --cost-model`` ranks with, to try a refit before it replaces the committed file).
+
+    Raises ``ValueError`` with one line that names the file and what is wrong."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read cost-model file {str(path)!r}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"cost-model file {str(path)!r} is not JSON") from None
+    try:
+        params = Params.from_dict(doc)
+        if not params.families or not all(isinstance(f, FamilyParams) for f in params.families.values()):
+            raise TypeError("no families")
+        for fam in params.families.values():
+            if not all(isinstance(v, (int, float)) and v == v for v in vars(fam).values()):
+                raise TypeError("a constant is not a number")
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"cost-model file {str(path)!r} is not a constants file of "
+                         f"tools/calibrate_costmodel.py ({e})") from None
+    return params
+
+
 def load_params() -> Params:
     """Calibrated H200 parameters when present (written by ``fit``), else the defaults."""
     try:
