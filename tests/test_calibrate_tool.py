@@ -119,3 +119,20 @@ def test_a_name_with_other_knobs_in_two_inputs_is_refused():
              {"x": {"family": "tiny_mma", "knobs": {"PDL": "1"}}})
     with pytest.raises(ValueError, match="configuration x has other knobs"):
         tool.one_document(tool.merge_docs([a, b]))
+
+
+def test_out_writes_a_candidate_that_sweep_cost_model_reads_and_leaves_the_committed_file(tmp_path, capsys):
+    """``--objective top3 --out FILE``: the candidate constants go to FILE (what ``l2tui sweep
+    --cost-model FILE`` reads), the committed calibration stays as it is."""
+    from l2tui.agent.policies.costmodel import Params, read_params
+
+    tool = _tool()
+    before = tool.CALIBRATED_FILE.read_text()
+    fixture = ROOT / "tests" / "fixtures" / "h200_timings" / "swizzle_pairs.json"
+    out = tmp_path / "candidate.json"
+    assert tool.main([str(fixture), "--objective", "top3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert tool.CALIBRATED_FILE.read_text() == before
+    params = read_params(out)
+    assert isinstance(params, Params) and params.families
+    assert json.loads(out.read_text()).get("objective") == "top3"
