@@ -435,33 +435,27 @@ def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None
         return (_ranking_sum(grp, preds, times, top1_weight) / n_shapes
                 + log_weight * _sq_log_sum(records, preds, idx) / n_rec)
 
+    def best_of(cands, idx, grp) -> tuple[Params, list[float]]:
+        # the first candidate of the lowest score, with its predictions (only ``idx`` change)
+        best = None
+        for cand in cands:
+            trial = list(preds)
+            predict_into(trial, cand, idx)
+            err = score(trial, grp, idx)
+            if best is None or err < best[0] - 1e-12:
+                best = (err, cand, trial)
+        return best[1], best[2]
+
     everything = range(len(records))
     preds = [0.0] * len(records)
     predict_into(preds, params, everything)
     for _ in range(rounds):
         for attr, grid in GLOBAL_GRIDS:
-            best = None
-            for v in grid:
-                cand = replace(params, **{attr: v})
-                trial = list(preds)
-                predict_into(trial, cand, everything)
-                err = score(trial, groups, everything)
-                if best is None or err < best[0] - 1e-12:
-                    best = (err, cand, trial)
-            params, preds = best[1], best[2]
+            params, preds = best_of([replace(params, **{attr: v}) for v in grid], everything, groups)
         for fam in fams:
-            idx, grp = fam_idx[fam], fam_groups[fam]
             for attr, grid in FAMILY_GRIDS:
-                best = None
-                for v in grid:
-                    fp = replace(params.families[fam], **{attr: float(v)})
-                    cand = replace(params, families={**params.families, fam: fp})
-                    trial = list(preds)
-                    predict_into(trial, cand, idx)
-                    err = score(trial, grp, idx)
-                    if best is None or err < best[0] - 1e-12:
-                        best = (err, cand, trial)
-                params, preds = best[1], best[2]
+                params, preds = best_of([replace(params, families={**params.families, fam: replace(
+                    params.families[fam], **{attr: float(v)})}) for v in grid], fam_idx[fam], fam_groups[fam])
     return params
 
 
