@@ -789,6 +789,36 @@ def _epilogue_twin_of(fam: str, knobs: dict[str, str]) -> dict[str, str] | None:
     return epilogue_twin(knobs) if fam == "sm90_cutlass" and knobs.get("PDL") != "0" else None
 
 
+def no_pdl_twin(fam: str, knobs: Mapping[str, str]) -> dict[str, str] | None:
+    """The twin of a configuration launched with programmatic dependent launch that is launched
+    without it (None when ``knobs`` has no PDL knob or it is off already).
+
+    Why every f32 catalog entry has one: timed per call (each call after an unrelated kernel, the
+    headline), the no-PDL launch of the same kernel was faster on 91 % of the 2,527 such pairs of
+    the grid's recorded per-call timings (`tests/fixtures/h200_timings/percall_f32_grid.json`:
+    small CUTLASS shapes 6.9 %, mid 3.0 %, big even); back to back, PDL lets a call start while the
+    previous one drains, so both stay in the catalog and the timing mode decides
+    (:func:`per_call_pool`)."""
+    if "PDL" not in get_family(fam).knob_names or knobs.get("PDL", "1") == "0":
+        return None
+    if fam == "sm90_cutlass" and knobs.get("SCHEDULER") not in ("PERSISTENT", "SPLITK_REDUCE"):
+        return None   # stream-K and CUTLASS's split-K launch without PDL whatever the knob says
+    return {**knobs, "PDL": "0"}
+
+
+def per_call_pool(configs: Sequence["Config"]) -> list["Config"]:
+    """``configs`` less each one launched with PDL whose no-PDL twin is among them: what a search
+    that times per call picks from (see :func:`no_pdl_twin`). Order is kept."""
+    have = set(configs)
+    out = []
+    for c in configs:
+        twin = no_pdl_twin(c.family, c.knob_dict)
+        if twin is not None and Config.of(c.family, twin) in have:
+            continue
+        out.append(c)
+    return out
+
+
 def sans_epilogue(cfg: "Config") -> tuple:
     """``cfg`` up to its epilogue knobs: configurations with equal keys are epilogue variants
     of one kernel, which the cost model barely tells apart (the pick times them together, the
@@ -899,11 +929,13 @@ def load_catalog_file(path: Path = CATALOG_FILE) -> dict[str, list[Entry]]:
     defaults = doc.get("entry_defaults", {})
     groups = {g: [_entry(path, g, i, raw, defaults) for i, raw in enumerate(doc.get("catalog", {}).get(g, []))]
               for g in ("f32", "f16", "unsafe")}
-    no_pdl = frozenset(doc.get("twins", {}).get("no_pdl", ()))
+    if "twins" in doc:
+        raise FamilyError(f"{path.name}: [twins] is no longer read: every f32 entry launched with PDL gets "
+                          "its no-PDL twin (see the file's head)")
     for g in ("f32", "f16"):
         groups[g] = _with_twins(groups[g], _epilogue_twin_of)
-    groups["f32"] = _with_twins(
-        groups["f32"], lambda fam, knobs: {**knobs, "PDL": "0"} if config_name(fam, knobs) in no_pdl else None)
+    for g in ("f32", "f16"):
+        groups[g] = _with_twins(groups[g], no_pdl_twin)
     return groups
 
 

@@ -17,9 +17,9 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "2e09c10faad1f001f3c529c089404ec5d3af49120b181d8e23cd9d038daaf6ff"
-SIZES = {("f32", "sm_90a"): 237, ("f32", "sm_80"): 43, ("f32", None): 237,
-         ("f16", "sm_90a"): 17, ("f16", "sm_80"): 6, ("f16", None): 17}
+CATALOG_FINGERPRINT = "b80e8203992c91fc07434d2f352a2a284f9c0b8ae5fc16f368cb535d2ed8e161"
+SIZES = {("f32", "sm_90a"): 412, ("f32", "sm_80"): 82, ("f32", None): 412,
+         ("f16", "sm_90a"): 31, ("f16", "sm_80"): 12, ("f16", None): 31}
 
 
 def _dump() -> list:
@@ -65,4 +65,33 @@ def test_a_broken_catalog_file_is_one_clear_error(tmp_path, text, words):
     bad = tmp_path / "catalog.toml"
     bad.write_text(text)
     with pytest.raises(F.FamilyError, match=words):
+        F.load_catalog_file(bad)
+
+
+def test_every_pdl_launch_has_its_no_pdl_twin_and_the_per_call_pool_keeps_only_that():
+    """Per call the no-PDL launch is the faster one (families.no_pdl_twin), so the catalog holds
+    it for every entry launched with PDL and a per-call search picks from the twins alone."""
+    for acc in ("f32", "f16"):
+        cfgs = catalog(acc, "sm_90a")
+        have = set(cfgs)
+        pdl = [c for c in cfgs if c.geometry().pdl]   # launched with PDL (stream-K ignores the knob)
+        assert pdl
+        for c in pdl:
+            assert F.Config.of(c.family, {**c.knob_dict, "PDL": "0"}) in have, c.name
+        pool = F.per_call_pool(cfgs)
+        assert not any(c.geometry().pdl for c in pool)
+        assert len(pool) == len(cfgs) - len(pdl)
+        assert [c for c in cfgs if c in set(pool)] == pool   # order kept
+
+
+def test_per_call_pool_keeps_a_pdl_launch_without_a_twin():
+    lone = F.Config.of("tiny_mma", {"BM": "16", "BN": "64", "BK": "64", "WARPS_M": "1", "WARPS_N": "4"})
+    assert lone.knob_dict["PDL"] == "1"
+    assert F.per_call_pool([lone]) == [lone]
+
+
+def test_a_twins_table_is_refused_with_one_line(tmp_path):
+    bad = tmp_path / "catalog.toml"
+    bad.write_text('[catalog]\nf32 = []\n[twins]\nno_pdl = ["x"]\n')
+    with pytest.raises(F.FamilyError, match="twins"):
         F.load_catalog_file(bad)

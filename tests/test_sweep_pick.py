@@ -12,10 +12,11 @@ import threading
 
 import pytest
 
-from harness.families import Config, catalog, epilogue_siblings, sans_epilogue
+from harness.families import Config, catalog, epilogue_siblings, per_call_pool, sans_epilogue
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import CostModel
 from l2tui.agent.policies.pick import always_time, choose, time_every
+from l2tui.agent.policies.base import TrackContext
 from l2tui.agent.recorded import RecordedEvaluator, record_key
 from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig
 from l2tui.session import Session
@@ -56,7 +57,7 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
     basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
-    assert len(basic) == 8
+    assert len(basic) == 12   # six entries and their no-PDL twins
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
                           (Shape(4096, 4096, 4096), False)):
@@ -85,7 +86,8 @@ def test_the_sweep_times_the_pick_and_keeps_its_fastest(tmp_path, monkeypatch):
     # what the pick timed: the policy's seed and what choose() adds, all at step 0
     step0 = [e for e in s.events if e["type"] == "candidate" and e["step"] == 0]
     assert res.picked == len(step0) == res.evaluated
-    ranked = [c for c in ranked_for(shape) if c.name in timed]
+    # a sweep times per call: it picks from the per-call pool (no-PDL twins in place of PDL launches)
+    ranked = per_call_pool([c for c in ranked_for(shape) if c.name in timed])
     expected = {c.name for c in choose(ranked, shape, 3)}
     names = {Config.from_source(s.get_kernel(e["sha"])).name for e in step0}
     assert names == expected
@@ -136,9 +138,13 @@ def test_a_pick_candidate_without_a_result_never_wins(tmp_path, monkeypatch):
 def test_the_command_with_the_local_executor_picks_on_the_recordings_gpu(tmp_path, monkeypatch, capsys):
     """``l2tui sweep --recorded`` (default executor): real nvcc builds of a small family, the pick
     on the recording, every result naming the recording's GPU."""
+    import l2tui.agent.policies.search as search
     from l2tui.cli import main
 
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    timed, full = timed_names(), search.catalog
+    # the catalog the fixture timed (the no-PDL twins added later have no recorded time)
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
     shape = Shape(64, 64, 64)
     rec = recorded_file(tmp_path, [shape], ["sm80_mma"])
     sdir = tmp_path / "sweep"
@@ -394,3 +400,68 @@ def test_the_command_records_its_cost_model_and_refuses_a_bad_or_changed_one(tmp
     assert main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec)]) != 0
     err = capsys.readouterr().err
     assert "not the constants this sweep started with" in err and "Traceback" not in err
+
+
+def test_an_incumbent_launched_with_pdl_is_timed_beside_its_no_pdl_twin(tmp_path, monkeypatch):
+    """A sweep times per call, where the no-PDL launch is the faster one: an incumbent launched with
+    PDL is timed together with its twin (which the per-call pool holds instead of it), and the
+    twin takes the shape when it is faster."""
+    import l2tui.agent.policies.search as search
+    from harness.families import no_pdl_twin
+
+    timed = timed_names()
+    full = search.catalog
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    shape = Shape(4096, 4096, 4096)
+    times = fixture_times()[(4096, 4096, 4096)]
+    held = next(c for c in catalog("f32", "sm_90a") if c.name in times and c.geometry().pdl)
+    twin = Config.of(held.family, no_pdl_twin(held.family, held.knob_dict))
+    # the recording predates the twins: the twin's record is the incumbent's, twice as fast as anything
+    rec = recorded_file(tmp_path, [shape])
+    doc = json.loads(rec.read_text())
+    row = json.loads(json.dumps(doc["records"][record_key(held.source(), shape, "f32")]))
+    row["times_ms"]["candidate"] = 0.5 * min(v for k, v in times.items() if k != "cublaslt_autotune")
+    doc["records"][record_key(twin.source(), shape, "f32")] = row
+    rec.write_text(json.dumps(doc))
+    s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={}, versions={})
+    cfg = SweepConfig(shapes=[shape], steps=0, seeds=2, arch="sm_90a", build_batches=False, pick_kinds=False,
+                      incumbents={(shape, "f32"): held})
+    (res,) = Sweep(cfg, RecordedEvaluator(rec, arch="sm_90a", build=False), session=s, out_dir=s.path,
+                   progress=lambda line: None).run()
+    names = [Config.from_source(s.get_kernel(e["sha"])).name for e in s.events if e["type"] == "candidate"]
+    assert held.name in names and twin.name in names
+    # nothing else the pick timed is launched with PDL where a twin exists
+    others = [Config.from_source(s.get_kernel(e["sha"])) for e in s.events if e["type"] == "candidate"]
+    assert all(not c.geometry().pdl for c in others if c != held)
+    plans = [e["text"] for e in s.events if e["type"] == "plan"]
+    assert any(twin.name in p for p in plans)
+    assert res.best_name == twin.name
+    # the pick's own reason for timing it (what an LLM-style RL row reads)
+    sweep = Sweep(cfg, RecordedEvaluator(rec, arch="sm_90a", build=False), progress=lambda line: None)
+    props = sweep._pick_proposals(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune",
+                                               step=0, arch="sm_90a"))
+    assert any(twin.name in p.plan and "without PDL" in p.plan for p in props)
+
+
+def test_the_search_policy_times_no_pdl_twins_per_call_and_both_launches_back_to_back():
+    from l2tui.agent.policies import make_policy
+    from l2tui.agent.policies.search import SearchPolicy
+    from l2tui.config import Config as L2Config
+
+    shape = Shape(1024, 1024, 1024)
+    per_call = SearchPolicy(arch="sm_90a").candidates(shape, "f32", "sm_90a")
+    both = SearchPolicy(arch="sm_90a", launch="both").candidates(shape, "f32", "sm_90a")
+    assert both == catalog("f32", "sm_90a") and per_call == per_call_pool(both)
+    assert not any(c.geometry().pdl for c in per_call)
+    # the refinement never turns PDL back on when the reward is per call
+    start = next(c for c in per_call if c.family == "sm90_cutlass" and c.knob_dict["PDL"] == "0")
+    moves = SearchPolicy(arch="sm_90a").neighbours(start, shape, "f32", "sm_90a")
+    assert moves and not any(m.config.geometry().pdl for m in moves)
+    assert any(m.changes == {"PDL": "1"} for m in SearchPolicy(arch="sm_90a", launch="both").neighbours(
+        start, shape, "f32", "sm_90a"))
+    with pytest.raises(ValueError, match="launch"):
+        SearchPolicy(launch="sometimes")
+    # the [harness] timing decides for `l2tui run`: back to back keeps both launches
+    assert make_policy("search", L2Config()).launch == "per_call"
+    assert make_policy("search", L2Config().with_overrides({"harness.timing": "both"})).launch == "per_call"
+    assert make_policy("search", L2Config().with_overrides({"harness.timing": "chained"})).launch == "both"

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from harness.families import Config, build_arch_for, catalog
+from harness.families import Config, build_arch_for, catalog, no_pdl_twin, validate
 from harness.shapes import Shape
 from harness.stats import geomean, speedup
 
@@ -480,11 +480,18 @@ class Sweep:
         held = (cfg.incumbents or {}).get((shape, acc))
         if held is not None and held not in chosen:
             chosen.append(held)
+        # an incumbent launched with PDL is timed beside its no-PDL twin (the per-call pool's launch)
+        twin_knobs = no_pdl_twin(held.family, held.knob_dict) \
+            if held is not None and getattr(pol, "launch", "per_call") == "per_call" else None
+        held_twin = Config.of(held.family, twin_knobs) if twin_knobs and not validate(held.family, twin_knobs) else None
+        if held_twin is not None and held_twin not in chosen:
+            chosen.append(held_twin)
         for c in chosen:
             src = c.source()
             if any(p.source == src for p in seeds):
                 continue
-            why = "the incumbent (it holds this shape now)" if c == held else pol.cost.estimate(c, shape).rationale()
+            why = ("the incumbent (it holds this shape now)" if c == held else
+                   "the incumbent's launch without PDL" if c == held_twin else pol.cost.estimate(c, shape).rationale())
             seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
                                   family=c.family, origin="seed",
                                   role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))

@@ -30,8 +30,11 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
             arch = config.harness.get("arch") or None
         gpu = kwargs.get("gpu") or {}
         arch = arch or gpu.get("arch")
+        # back to back (timing "chained") PDL's overlap can pay; otherwise the reward is per call
+        timing = config.harness.get("timing") if config is not None else None
         return SearchPolicy(seed=opts.get("seed", 0), width=opts.get("candidates_per_step", 4), arch=arch,
-                            pick_top=opts.get("pick_top", 5), pick_kinds=opts.get("pick_kinds", True))
+                            pick_top=opts.get("pick_top", 5), pick_kinds=opts.get("pick_kinds", True),
+                            launch="both" if timing == "chained" else "per_call")
     if name == "human":
         from .human import HumanPolicy
 

@@ -41,6 +41,7 @@ from harness.families import (
     families_for,
     get_family,
     knob_patch,
+    per_call_pool,
     sans_epilogue,
     validate,
 )
@@ -59,6 +60,10 @@ SYSTEM = (
 # knobs whose legal values are ordered: only neighbours are proposed
 ORDINAL = {"TILE_M", "TILE_N", "TILE_K", "BM", "BN", "BK", "WARPS_M", "WARPS_N", "STAGES", "SWIZZLE",
            "SPLIT_K", "SPLITS", "CLUSTER_M", "CLUSTER_N", "EPI_TILE_N", "CLUSTER_K", "WARPS_K", "AHEAD"}
+#: which launches the search times: ``per_call`` (the headline timing: configurations launched
+#: with PDL give way to their no-PDL twins) or ``both`` (back to back, where PDL's overlap pays)
+LAUNCHES = ("per_call", "both")
+
 #: ordinal knobs whose 0 means "chosen per call" rather than "fewest"
 AUTO_ZERO = {"SPLIT_K", "SPLITS"}
 
@@ -109,7 +114,8 @@ class SearchPolicy:
     def __init__(self, seed: int = 0, width: int = 3, budget: int = 8, explore: bool = True,
                  arch: str | None = None, cost_model: CostModel | None = None,
                  families: Iterable[str] | None = None, candidates_per_step: int | None = None,
-                 new_builds: int | None = None, pick_top: int = 5, pick_kinds: bool = True, **_: Any) -> None:
+                 new_builds: int | None = None, pick_top: int = 5, pick_kinds: bool = True,
+                 launch: str = "per_call", **_: Any) -> None:
         self.rng_seed = int(seed)
         # ``candidates_per_step`` is the [search] config key for the width
         self.width = max(1, int(candidates_per_step if candidates_per_step is not None else width))
@@ -127,6 +133,10 @@ class SearchPolicy:
         self.new_builds = None if new_builds is None else max(0, int(new_builds))
         self.pick_top = max(0, int(pick_top))
         self.pick_kinds = bool(pick_kinds)
+        # which launches of the catalog the search times (LAUNCHES): per call, the no-PDL twins
+        if launch not in LAUNCHES:
+            raise ValueError(f"launch must be one of {', '.join(LAUNCHES)}, not {launch!r}")
+        self.launch = launch
         self._evaluator: Any = None                # bound by the loop: the pick's checker and timer
         self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
         self._bad: dict[str, set[str]] = {}     # track -> shas that failed
@@ -151,11 +161,14 @@ class SearchPolicy:
         return s if isinstance(s, Shape) else Shape(*s)
 
     def candidates(self, shape: Shape, acc: str, arch: str) -> list[Config]:
-        """Seed pool: the prebuilt catalog of every family that runs on ``arch``."""
+        """Seed pool: the prebuilt catalog of every family that runs on ``arch``; timed per call,
+        without the configurations launched with PDL that have a no-PDL twin there
+        (``harness.families.per_call_pool``: per call the twin is the faster launch)."""
         fams = {f.name for f in families_for(arch)}
         if self.families is not None:
             fams &= self.families
-        return [c for c in catalog(acc, arch) if c.family in fams]
+        pool = [c for c in catalog(acc, arch) if c.family in fams]
+        return per_call_pool(pool) if self.launch == "per_call" else pool
 
     def rank(self, configs: Iterable[Config], shape: Shape) -> list[tuple[float, Config]]:
         return self.cost.rank(list(configs), shape)
@@ -282,6 +295,8 @@ class SearchPolicy:
                 continue   # (thread-block clusters need sm_90)
             if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE"):
                 continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
+            if knob.name == "PDL" and self.launch == "per_call" and cur.get("PDL") == "0":
+                continue   # timed per call, PDL is the slower launch (harness.families.no_pdl_twin)
             vals = list(knob.values)
             i = vals.index(cur[knob.name])
             if knob.name in AUTO_ZERO and cur[knob.name] == "0":
