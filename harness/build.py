@@ -868,11 +868,27 @@ def mask_secrets(text: str) -> str:
     return text
 
 
+_MISSING_HEADER = re.compile(r"^(?P<header>[^\s:]+): No such file or directory")
+
+
+def _provided_header_missing(e: CompileError) -> bool:
+    """A fatal "No such file or directory" for a CUTLASS/CuTe header (one the harness provides):
+    the include folders changed under the build (the package being reinstalled while nvcc ran),
+    which says nothing about the source, so such a failure must not be cached."""
+    m = _MISSING_HEADER.match(e.message.strip())
+    if not m:
+        return False
+    header = m["header"]
+    return header.split("/", 1)[0] in ("cute", "cutlass") or any((d / header).is_file() for d in cutlass_include_dirs())
+
+
 def _source_caused(errors: Sequence[CompileError]) -> bool:
     """Whether a failed build is the source's fault (a diagnostic on one of its lines, or no
-    ``l2_hgemm`` export), so caching the failure is safe."""
+    ``l2_hgemm`` export), so caching the failure is safe. A provided header that was missing
+    (:func:`_provided_header_missing`) is the environment's fault, whatever line included it."""
     return any(e.severity in ("error", "fatal") and e.file == SOURCE_NAME
-               and (e.line is not None or "l2_hgemm" in e.message) for e in errors)
+               and (e.line is not None or "l2_hgemm" in e.message) and not _provided_header_missing(e)
+               for e in errors)
 
 
 def build_file(path: str | Path, **kw: Any) -> BuildResult:

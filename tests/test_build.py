@@ -205,3 +205,26 @@ def test_relative_cache_dir_is_made_absolute(tmp_path, monkeypatch):
     assert r.ok, r.error_text()
     assert r.so_path is not None and r.so_path.is_absolute()
     assert r.so_path.is_relative_to(tmp_path / "rel-cache")
+
+
+def test_a_missing_cutlass_header_is_not_cached_but_a_missing_header_of_the_source_is(cache, tmp_path, monkeypatch):
+    """A CUTLASS/CuTe header that is not there (the package being reinstalled while nvcc ran) says
+    nothing about the source: the failure is not cached, and once the headers are back the same
+    source builds (a source's own errors are cached: test_compile_errors_are_structured_and_cached)."""
+    root = tmp_path / "cutlass"
+    (root / "include").mkdir(parents=True)
+    (root / "tools" / "util" / "include").mkdir(parents=True)
+    monkeypatch.setenv("CUTLASS_PATH", str(root))
+    B.cutlass_include_dirs.cache_clear()
+    monkeypatch.setattr(B, "cutlass_include_dirs", B.cutlass_include_dirs)   # restored after the test
+    try:
+        src = '#include "cute/tensor.hpp"\n' + NAIVE
+        first = B.build(src, arch="sm_80")
+        assert not first.ok and any("cute/tensor.hpp" in e.message for e in first.errors), first.log
+        assert not B.build(src, arch="sm_80").cached
+        (root / "include" / "cute").mkdir()
+        (root / "include" / "cute" / "tensor.hpp").write_text("#pragma once\n")
+        back = B.build(src, arch="sm_80")
+        assert back.ok and not back.cached, back.error_text()
+    finally:
+        B.cutlass_include_dirs.cache_clear()
