@@ -111,6 +111,37 @@ def test_inputs_merge_by_shape_the_later_winning_whole():
     assert [e["git_rev"] for e in merged["env"]["rounds"]] == ["r1", "r2"]
 
 
+def test_inputs_united_keep_every_configuration_any_input_timed():
+    """``--merge union``: a shape two inputs timed keeps every configuration either timed, with the
+    later input's time where both did; rows keep their round."""
+    tool = _tool()
+    cfg = {"a": {"family": "tiny_mma", "knobs": {"BM": "16"}}, "b": {"family": "tiny_mma", "knobs": {"BM": "32"}},
+           "c": {"family": "tiny_mma", "knobs": {"BM": "64"}}}
+    old = _doc({"git_rev": "r1"}, [{"shape": [64, 64, 64], "acc": "f32", "times_ms": {"a": 1.0, "b": 2.0, "base": 9.0}},
+                                   {"shape": [128, 64, 64], "acc": "f32", "times_ms": {"a": 3.0}}], cfg)
+    new = _doc({"git_rev": "r2"}, [{"shape": [64, 64, 64], "acc": "f32", "times_ms": {"b": 0.5, "c": 0.7, "base": 8.0}}],
+               {"b": cfg["b"], "c": cfg["c"]})
+    kept = tool.unite_docs([old, new])
+    times = {}
+    for d in kept:
+        for t in d["timings"]:
+            for n, v in t["times_ms"].items():
+                assert (tuple(t["shape"]), n) not in times      # every time once
+                times[(tuple(t["shape"]), n)] = (v, t["round"])
+    assert times == {((64, 64, 64), "a"): (1.0, 1), ((64, 64, 64), "b"): (0.5, 2), ((64, 64, 64), "c"): (0.7, 2),
+                     ((64, 64, 64), "base"): (8.0, 2), ((128, 64, 64), "a"): (3.0, 1)}
+    assert tool.unite_docs([old]) == [old]
+
+
+def test_the_command_fits_on_the_union_and_says_so_in_the_file(tmp_path, capsys):
+    tool = _tool()
+    fixture = ROOT / "tests" / "fixtures" / "h200_timings" / "swizzle_pairs.json"
+    out = tmp_path / "cm.json"
+    assert tool.main([str(fixture), str(fixture), "--merge", "union", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["merge"] == "union" and doc["fitted_on"] == ["swizzle_pairs.json"] * 2
+
+
 def test_a_name_with_other_knobs_in_two_inputs_is_refused():
     tool = _tool()
     a = _doc({}, [{"shape": [64, 64, 64], "acc": "f32", "times_ms": {"x": 1.0}}],

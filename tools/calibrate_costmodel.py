@@ -9,7 +9,9 @@ An input is a timing file (the format of tests/fixtures/h200_timings) or a sweep
 whose pick timed a dozen or more catalog configurations per shape (``timed`` events; per call
 unless ``--timing chained``); ``--save-timings FILE`` writes what was read as one timing file.
 Inputs are merged by shape: where several inputs timed the same (shape, acc), the later input's
-rows replace the earlier ones whole (one request on one GPU, so a shape's times stay comparable);
+rows replace the earlier ones whole (one request on one GPU, so a shape's times stay comparable),
+or with ``--merge union`` every configuration any input timed stays (the last input's time where
+several did: runs of one method whose picks chose different sets);
 the saved file's ``env`` keeps what every input agrees on, joins (``; ``) the strings that differ,
 and lists each input's own under ``rounds`` (each row's ``round`` is its index there, from 1).
 
@@ -61,6 +63,29 @@ def quality_by_class(model: CostModel, records) -> dict:
     for r in records:
         by[r[1].size_class].append(r)
     return {c: ranking_quality(model, by[c]) for c in ("small", "mid", "big") if by[c]}
+
+
+def unite_docs(docs: list[dict]) -> list[dict]:
+    """The inputs with every row kept but the times a later input measured again: where several
+    inputs timed one (shape, acc), each configuration (and baseline) keeps the time of the last
+    input that timed it, so a shape ranks the union of what every run's pick chose. For runs of
+    one method on one kind of GPU whose picks timed different sets (a pick with other constants,
+    a catalog with more configurations); each row is tagged with its input's ``round``."""
+    if len(docs) == 1:
+        return docs
+    later: dict = defaultdict(set)     # (shape, acc) -> names a later input timed
+    out: list[dict] = []
+    for i in range(len(docs) - 1, -1, -1):
+        rows = []
+        for t in docs[i]["timings"]:
+            k = (tuple(t["shape"]), str(t.get("acc")))
+            times = {n: v for n, v in t["times_ms"].items() if n not in later[k]}
+            if times:
+                rows.append({**t, "times_ms": times, "round": i + 1})
+        for t in docs[i]["timings"]:
+            later[(tuple(t["shape"]), str(t.get("acc")))].update(t["times_ms"])
+        out.append({**docs[i], "timings": rows})
+    return out[::-1]
 
 
 def merge_docs(docs: list[dict]) -> list[dict]:
@@ -119,12 +144,15 @@ def main(argv=None) -> int:
     ap.add_argument("--objective", choices=OBJECTIVES, default="log",
                     help="what the fit minimises: log (default) the log2 error of every time, top3 the regret of "
                          "each shape's predicted top 3 and first choice")
+    ap.add_argument("--merge", choices=("replace", "union"), default="replace",
+                    help="where several inputs timed one shape: replace (default) keeps the last input's rows, "
+                         "union keeps every configuration any input timed (the last input's time where several did)")
     ap.add_argument("--out", metavar="FILE", help=f"write the fitted constants to FILE instead of {CALIBRATED_FILE.name}")
     args = ap.parse_args(argv)
     paths = args.timings
     try:
         docs = [from_session(p, args.timing) if Path(p).is_dir() else json.loads(Path(p).read_text()) for p in paths]
-        kept = merge_docs(docs)
+        kept = unite_docs(docs) if args.merge == "union" else merge_docs(docs)
         records = [r for d in kept for r in records_of(d)]
         merged = one_document(kept) if args.save_timings else None
     except (OSError, ValueError, KeyError) as e:  # one line, not a traceback
@@ -153,6 +181,8 @@ def main(argv=None) -> int:
     modes = sorted({str(d.get("mode")) for d in docs})
     out = Path(args.out) if args.out else CALIBRATED_FILE
     extra = {"objective": args.objective} if args.objective != "log" else {}   # the default file as before
+    if args.merge != "replace":
+        extra["merge"] = args.merge
     out.write_text(json.dumps({**params.to_dict(), "fitted_on": [Path(p).name for p in paths],
                                "timing": modes[0] if len(modes) == 1 else modes, **extra,
                                "quality": {**after, "by_class": by_class["fitted"]}},
