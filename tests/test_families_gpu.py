@@ -431,3 +431,16 @@ def test_basic_schedule_configurations_pass_every_check(evaluator):
     exact on non-multiples of its tiles, on the many-tile short-K shape it is for, on a K shorter
     than one k-tile and on a K of 33 k-tiles through a 2-stage ring."""
     assert_catalog_configs_pass(evaluator, BASIC_NAMES, SHORT_PIPELINE_SHAPES + [Shape(2048, 512, 64)])
+
+
+#: no-PDL twins the per-call re-pick made winners (families.no_pdl_twin), one or two per family
+NO_PDL_TWINS = ("tiny-16x32x128-w1x2x4-a2-nopdl", "tiny-16x64x64-w1x4-nopdl", "ksp-64x64x64-s8-ck8-nopdl",
+                "ksp-64x64x64-s8-ck2-nopdl", "sm90-128x128x64-c1x1-pp-p-st0-noc-e128-nopdl",
+                "sm90-64x128x64-c1x1-ws-p-st4-noc-nopdl", "sm90-64x64x64-c1x1-pp-splitr0-st0-noc-nopdl",
+                "small-32x64x64-w1x2-st3-sw4-sk0-nopdl", "sm80-64x128x64-w2x2-st3-sw4-sk0-nopdl")
+
+
+def test_no_pdl_twins_pass_every_check(evaluator):
+    """The launches without PDL that a per-call search picks from: every output exact on
+    non-multiples of their tiles, a K shorter than one k-tile and a long K included."""
+    assert_catalog_configs_pass(evaluator, NO_PDL_TWINS, SHORT_PIPELINE_SHAPES)
