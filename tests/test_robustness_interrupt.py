@@ -70,7 +70,11 @@ def test_ctrl_c_during_a_sweeps_builds_kills_its_compilers_and_caches_nothing(tm
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))   # cold: nvcc really runs
     cfg = SweepConfig(shapes=[Shape(4096, 4096, 4096)], steps=0, seeds=1, pick_kinds=False, arch="sm_90a",
                       families=["sm90_cutlass"])
-    ex = LocalExecutor(RecordedEvaluator(RECORDED, build=False), jobs=2, gpu={"uuid": "GPU-x", "name": "H200"})
+    from tests.sweep_support import recorded_file
+
+    # a recording of the shape (a replaying sweep picks what the recording holds)
+    rec = recorded_file(tmp_path, [Shape(4096, 4096, 4096)])
+    ex = LocalExecutor(RecordedEvaluator(rec, build=False), jobs=2, gpu={"uuid": "GPU-x", "name": "H200"})
     sweep = Sweep(cfg, session=None, progress=lambda line: None, executor=ex)
     fired: list[int] = []
 

@@ -139,6 +139,11 @@ class RecordedEvaluator:
             return f"{alias}:{rest}"
         return key
 
+    def holds(self, source: str, shape: Any, acc: str = "f32") -> bool:
+        """Whether the recording has a result for ``source`` on ``shape`` (its own or its alias's):
+        what a search replaying it can propose (anything else could only come back not_recorded)."""
+        return self._key(source, shape, acc) in self.records
+
     def _build(self, source: str, flags: Any) -> dict | None:
         if not self.do_build:
             return None

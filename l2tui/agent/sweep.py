@@ -55,6 +55,23 @@ RESULTS_FILE = "sweep.json"
 WINNERS_DIR = "winners"
 
 
+def _recording_holds(executor: Any) -> Any:
+    """``holds(source, shape, acc)`` of the recording the executor replays (its local evaluator, or
+    the file its Ray actors replay), None when it times on GPUs: a sweep replaying a recording picks
+    and proposes only what the recording holds (``SearchPolicy.replay_only``)."""
+    path = getattr(executor, "recorded", None)
+    if path:
+        from .recorded import RecordedEvaluator
+
+        return RecordedEvaluator(path, build=False).holds
+    slots = getattr(executor, "slots", None)
+    for slot in (slots() if callable(slots) else []):
+        ev = getattr(slot, "evaluator", None)
+        if getattr(ev, "replays_recording", False) and callable(getattr(ev, "holds", None)):
+            return ev.holds
+    return None
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -196,6 +213,9 @@ class Sweep:
                                   new_builds=cfg.new_builds, families=cfg.families,
                                   cost_model=CostModel(cfg.cost_params) if cfg.cost_params is not None else None)
         self.policy = policy
+        holds = _recording_holds(executor)
+        if holds is not None and hasattr(policy, "replay_only"):
+            policy.replay_only(holds)
         self.progress = progress
         self.build_progress = build_progress
         self.gpu = gpu_name

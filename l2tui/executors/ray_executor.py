@@ -342,6 +342,7 @@ class RayExecutor:
         from harness.paths import cache_dir
 
         self.arch = arch
+        self.recorded = str(recorded) if recorded else None   # the recording the actors replay
         self._owns_ray = False
         self._actors: list[Any] = []
         self._slots: list[RaySlot] = []

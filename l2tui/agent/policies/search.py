@@ -27,10 +27,11 @@ Every proposal carries ``messages`` (the state the decision was made from, as te
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from harness.families import (
     Config,
@@ -93,6 +94,12 @@ def _distinct_first(scored: list) -> list:
     return first + rest
 
 
+@functools.lru_cache(maxsize=4096)
+def _source_of(cfg: Config) -> str:
+    """``cfg.source()``, rendered once (a replay filters the whole catalog per shape)."""
+    return cfg.source()
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -138,6 +145,8 @@ class SearchPolicy:
             raise ValueError(f"launch must be one of {', '.join(LAUNCHES)}, not {launch!r}")
         self.launch = launch
         self._evaluator: Any = None                # bound by the loop: the pick's checker and timer
+        # replaying a recording: (source, shape, acc) -> whether it holds a result (replay_only)
+        self._holds: Callable[[str, Shape, str], bool] | None = None
         self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
         self._bad: dict[str, set[str]] = {}     # track -> shas that failed
 
@@ -168,7 +177,16 @@ class SearchPolicy:
         if self.families is not None:
             fams &= self.families
         pool = [c for c in catalog(acc, arch) if c.family in fams]
+        if self._holds is not None:   # first: a PDL launch stays where the recording lacks its twin
+            pool = [c for c in pool if self._holds(_source_of(c), shape, acc)]
         return per_call_pool(pool) if self.launch == "per_call" else pool
+
+    def replay_only(self, holds: Callable[[str, Shape, str], bool]) -> None:
+        """Replaying recorded evaluations, seed and propose only kernels the recording holds
+        (``holds(source, shape, acc)``): a recorded run is replayed with today's catalog and cost
+        model, which may rank configurations it never timed first, and those could only come back
+        ``not_recorded`` (after a real build of each)."""
+        self._holds = holds
 
     def rank(self, configs: Iterable[Config], shape: Shape) -> list[tuple[float, Config]]:
         return self.cost.rank(list(configs), shape)
@@ -202,6 +220,8 @@ class SearchPolicy:
         """The evaluator the pick times on. Only one that checks and times many candidates in one
         request (``can_batch``: a GPU) is used; recorded evaluations keep the cost-model seed."""
         self._evaluator = evaluator if evaluator.can_batch else None
+        if getattr(evaluator, "replays_recording", False) and callable(getattr(evaluator, "holds", None)):
+            self.replay_only(evaluator.holds)
 
     def _pick(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]]) -> Proposal | None:
         """The pick (``pick.py``): the fastest of the chosen catalog configurations on this GPU,
@@ -414,6 +434,8 @@ class SearchPolicy:
             sha = _sha(new_src)
             if sha in tried or sha in bad or sha in step_shas:
                 continue
+            if self._holds is not None and not self._holds(new_src, shape, ctx.acc):
+                continue   # replaying a recording that has no result for it
             step_shas.add(sha)
             raw = self.cost.predict(mv.config, shape)
             # prebuilt (cached build): cheaper to try, preferred on a near-tie
