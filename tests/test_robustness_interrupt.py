@@ -8,6 +8,7 @@ runs; the GPU stages replay recorded evaluations and are never reached.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -86,6 +87,9 @@ def test_ctrl_c_during_a_sweeps_builds_kills_its_compilers_and_caches_nothing(tm
                 return
             time.sleep(0.01)
 
+    # the terminal's Ctrl-C with Python's own SIGINT handler (an earlier test of the same process may
+    # have left a command's graceful-stop handler installed, which would end the sweep quietly)
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     th = threading.Thread(target=ctrl_c, daemon=True)
     th.start()
     try:
@@ -94,6 +98,8 @@ def test_ctrl_c_during_a_sweeps_builds_kills_its_compilers_and_caches_nothing(tm
         pass
     else:
         raise AssertionError("the sweep ended without seeing the interrupt")
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
     th.join(timeout=60)
     assert fired and fired[0] >= 1
     assert not hbuild._LIVE                                            # no compiler left running
