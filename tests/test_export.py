@@ -236,3 +236,47 @@ def test_export_never_writes_to_the_session(session, tmp_path):
     res = export_session(live, tmp_path / "exp")
     assert len(res.manifest["kernels"]) == len(fx.EXPECTED)
     assert (live / "events.jsonl").read_bytes() == before
+
+
+def test_fallback_margin_decides_close_calls():
+    """A kernel must beat every cuBLAS-family library by the margin; a tie or a 1 % lead goes to the
+    fallback by default, a 3 % lead stays, and margin 0 keeps the old strict rule."""
+    from l2tui.export.manifest import DEFAULT_FALLBACK_MARGIN, fallback_for
+
+    assert DEFAULT_FALLBACK_MARGIN == pytest.approx(0.02)
+    lib = {"cublas": 0.0101, "cublaslt_autotune": 0.0103, "candidate": 0.0100}
+    assert fallback_for(lib, 0.0100, DEFAULT_FALLBACK_MARGIN) == ("cublaslt", [])
+    assert fallback_for(lib, 0.0100, 0.0) == (None, [])
+    assert fallback_for({"cublas": 0.0103}, 0.0100, DEFAULT_FALLBACK_MARGIN) == (None, [])
+    assert fallback_for({"cublas": 0.0099}, 0.0100, 0.0) == ("cublaslt", ["cublas"])
+
+
+def test_export_margin_is_recorded_and_changes_the_routes(session, tmp_path):
+    strict = export_session(session, tmp_path / "m0", margin=0.0).manifest
+    default = export_session(session, tmp_path / "m2").manifest
+    wide = export_session(session, tmp_path / "m50", margin=0.5).manifest
+    assert (strict["fallback_margin"], default["fallback_margin"], wide["fallback_margin"]) == (0.0, 0.02, 0.5)
+    routes = {lab: {tuple(e["shape"]): e["fallback"] for e in m["kernels"]}
+              for lab, m in (("0", strict), ("2", default), ("50", wide))}
+    # the shim ties cuBLAS: dispatched only with no margin at all
+    assert routes["0"][(512, 256, 128)] is None and routes["2"][(512, 256, 128)] == "cublaslt"
+    # 0.0082 ms against cuBLAS's 0.012 ms is 46 % ahead: kept at 2 %, not at 50 %
+    assert routes["2"][(128, 128, 128)] is None and routes["50"][(128, 128, 128)] == "cublaslt"
+    assert sum(r is None for r in routes["0"].values()) >= sum(r is None for r in routes["2"].values()) \
+        >= sum(r is None for r in routes["50"].values())
+
+
+@pytest.mark.parametrize("bad", ["-1", "100", "nan"])
+def test_export_cli_refuses_a_bad_margin_in_one_line(session, tmp_path, capsys, bad):
+    rc = cli_main(["export", str(session), "--out", str(tmp_path / "x"), f"--margin={bad}"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--margin" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_manifest_with_a_bad_margin_is_refused(session, tmp_path):
+    man = export_session(session, tmp_path / "e").manifest
+    with pytest.raises(ManifestError, match="fallback_margin"):
+        validate({**man, "fallback_margin": -0.1})
+    legacy = {k: v for k, v in man.items() if k != "fallback_margin"}
+    assert validate(legacy) is legacy

@@ -45,17 +45,17 @@ DIGESTS = {
         "build.sh": "42b6a7c3bec04cbc4713564a7e79946e6d4f89e11b144c6186c7dfdf3b2fe8ee",
         "include/l2hgemm.h": "b91f0cf6809a0775b4236f0687acca1dcb9502b9bfc2c32f30cdc60560f1b870",
         "l2hgemm.cmake": "112b1931741eb87389bd72b59e29ec8658872d475a473f26f75a70d56264e76f",
-        "src/l2hgemm_dispatch.cu": "4f8349de1e96b7045f9f704a2e9ef4c0bcfb4cc68cb65d18ce63df14b3cbef66",
+        "src/l2hgemm_dispatch.cu": "eaddc9d2ee09332885888060533998a45fd7bbd7bad46c7065e4d7b9372d2d0b",
     },
     "empty": {
         **SAME_IN_BOTH,
         "build.sh": "a36619ba95211d2ddbea68a2be288e42a4b9688551cb4927e7ea6fd6972cada0",
         "include/l2hgemm.h": "43e8072b8387a82d158931ddce04ff607fac941ba9e866de8b2416a1e8a0ba7d",
         "l2hgemm.cmake": "234f6fede2a7e7ff7e2fa7ba560c67a32c1a360170e826dee2e224591f99591c",
-        "src/l2hgemm_dispatch.cu": "3e743b29c3106d7196d5d371f3d9b79b329d13eab8079d365b09836123e3ccc6",
+        "src/l2hgemm_dispatch.cu": "b38331beb7ca8cbdf8a66b6943b25515d707ed5c7cc7424e596918f31dc83725",
     },
 }
-FALLBACK_LIBRARY_DIGEST = "668940117c97721cd401656e9461b8849903fbc6b021706951830fcabc2ec072"
+FALLBACK_LIBRARY_DIGEST = "2a6bace5a171f7c96fe220fd7104c25aa99cdab6a79cf2b2fdbced536224382b"
 
 
 def _sha(data: bytes) -> str:

@@ -27,16 +27,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--build", action="store_true", help="also compile lib/libl2hgemm.so with nvcc")
     p.add_argument("--arch", metavar="SM", help="target for --build (default: the session's GPU, e.g. sm_90a)")
     p.add_argument("--jobs", type=int, metavar="N", help="parallel nvcc processes for --build (default: cores)")
+    p.add_argument("--margin", type=float, metavar="PCT", default=None,
+                   help="dispatch a kernel only where the session measured it at least PCT %% faster than every "
+                        "library; the fallback runs the other shapes (default 2)")
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
     from l2tui.export import export_session
+    from l2tui.export.manifest import DEFAULT_FALLBACK_MARGIN
 
     shapes = resolve_shapes(args.export_shapes) if args.export_shapes else None
     progress = (lambda msg: print(f"  {msg}", file=sys.stderr)) if args.build else None
     res = export_session(args.session, args.out, shapes=shapes, only_accepted=args.only_accepted,
                          acc=args.acc, force=args.force, build=args.build, arch=args.arch, jobs=args.jobs,
+                         margin=DEFAULT_FALLBACK_MARGIN if args.margin is None else args.margin / 100.0,
                          progress=progress)
     for w in res.warnings:
         print(f"l2tui: warning: {w}", file=sys.stderr)
@@ -44,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
     fb = sum(1 for e in ks if e.get("fallback"))
     acc = sum(1 for e in ks if e["selected_by"] == "accepted")
     beaten = sum(1 for e in ks if not e.get("fallback") and e.get("slower_than"))
+    pct = 100.0 * res.manifest.get("fallback_margin", 0.0)
     print(f"exported {len(ks)} shape(s) to {res.out} ({acc} accepted, {len(ks) - acc} best passed, "
-          f"{fb} dispatched to the cuBLASLt fallback because a library was faster)")
+          f"{fb} dispatched to the cuBLASLt fallback because a library was faster or within {pct:g} %)")
     if beaten:
         print(f"note: on {beaten} shape(s) another library (e.g. autotuned cuBLASLt) beat the kernel; "
               "the kernel stays because it beats cuBLAS, the dispatcher's fallback")
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         m, n, k = e["shape"]
         sp = e["speedup"].get(e.get("baseline") or "", None)
         sp_s = f"{sp:.2f}x {e['baseline']}" if sp else "untimed"
-        route = "cublas (fallback)" if e.get("fallback") else e["file"]
+        route = "cuBLASLt (fallback)" if e.get("fallback") else e["file"]
         print(f"  {m}x{n}x{k} {e['acc']}: {route}  [{e['selected_by']}, {sp_s}]")
     if res.library:
         print(f"library: {res.library}  header: {res.out / 'include' / 'l2hgemm.h'}  cmake: {res.out / 'l2hgemm.cmake'}")

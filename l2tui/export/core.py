@@ -22,7 +22,8 @@ from harness.shapes import Shape
 from l2tui.errors import UserError
 
 from . import cdispatch
-from .manifest import ABI, MANIFEST_NAME, SCHEMA, fallback_for, kernel_name, speedups, symbol_name, validate
+from .manifest import (ABI, DEFAULT_FALLBACK_MARGIN, MANIFEST_NAME, SCHEMA, check_margin, fallback_for, kernel_name,
+                       speedups, symbol_name, validate)
 from .select import Choice, select_kernels
 from .sessionio import SessionView, open_session
 from .values import check_arch, check_out_path, gencode, inside
@@ -91,14 +92,15 @@ def check_target(out: Path, force: bool, session_path: Path | None = None) -> No
             raise ExportError(f"{out} is not empty and holds no l2tui export; --force only replaces an earlier export")
 
 
-def _entry(view: SessionView, c: Choice, source: str) -> dict:
+def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
     name = kernel_name(c.shape.m, c.shape.n, c.shape.k)
     tm = c.timing
     times = dict(tm.times_ms) if tm else {}
     kernel_ms, sp = speedups(times, tm.baseline if tm else None, tm.speedup if tm else None)
     fastest = min(sp, key=lambda lab: times[lab]) if sp else None
-    # never slower than the libraries: when one was faster on this very shape, dispatch to the fallback
-    fallback, slower_than = fallback_for(times, kernel_ms)
+    # never slower than the libraries: unless the kernel beat every one of them on this very shape
+    # by the margin, dispatch to the fallback
+    fallback, slower_than = fallback_for(times, kernel_ms, margin)
     return {
         "shape": [c.shape.m, c.shape.n, c.shape.k],
         "name": name,
@@ -130,7 +132,7 @@ def _entry(view: SessionView, c: Choice, source: str) -> dict:
 
 
 def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[str, str], *,
-                   only_accepted: bool, arch: str | None) -> dict:
+                   only_accepted: bool, arch: str | None, margin: float = DEFAULT_FALLBACK_MARGIN) -> dict:
     from l2tui import __version__
     from l2tui.paths import REPO_ROOT
 
@@ -149,7 +151,8 @@ def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[s
         "driver": str(view.gpu["driver"]) if view.gpu.get("driver") else None,
         "abi": ABI,
         "only_accepted": only_accepted,
-        "kernels": [_entry(view, c, sources[c.sha]) for c in choices],
+        "fallback_margin": margin,
+        "kernels": [_entry(view, c, sources[c.sha], margin) for c in choices],
         "library": None,
     }
 
@@ -198,9 +201,14 @@ def export_session(
     build: bool = False,
     arch: str | None = None,
     jobs: int | None = None,
+    margin: float = DEFAULT_FALLBACK_MARGIN,
     progress: Callable[[str], None] | None = None,
 ) -> ExportResult:
-    """Write ``out/kernels/M_N_K.cu`` + ``out/manifest.json`` (+ C dispatcher sources, + the .so with ``build``)."""
+    """Write ``out/kernels/M_N_K.cu`` + ``out/manifest.json`` (+ C dispatcher sources, + the .so with ``build``).
+
+    ``margin``: a kernel is dispatched only where the session measured it faster than every
+    cuBLAS-family library by at least this fraction; elsewhere the fallback runs the shape."""
+    margin = check_margin(margin)
     out_p = Path(out).expanduser().resolve()
     view = open_session(session)
     check_target(out_p, force, view.path)
@@ -217,7 +225,7 @@ def export_session(
     else:
         arch = check_arch(view.gpu.get("arch") or DEFAULT_ARCH, f"{view.path}/session.toml: [gpu] arch")
     arch_flags = gencode(arch)
-    manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch)
+    manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch, margin=margin)
     for e in manifest["kernels"]:
         cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
     validate(manifest, None)  # names, symbols and shapes are checked before any of them reaches a build file

@@ -13,6 +13,7 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "arch": "sm_90a", "driver": "580.159",
       "abi": "extern \"C\" int l2_hgemm(const void* A, …)",
       "only_accepted": false,
+      "fallback_margin": 0.02,                   # optional (older exports: 0)
       "kernels": [ {entry}, … ],                 # sorted by shape
       "library": null | {"file": "lib/libl2hgemm.so", "header": "include/l2hgemm.h",
                          "arch": "sm_90a", "nvcc": "13.0.88", "sha256": …}
@@ -33,8 +34,10 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "fallback": null | "cublaslt" | "cublas"
     }
 
-``fallback`` non-null means a library was faster than the kernel on this shape, so
-both dispatchers send it to their fallback (autotuned cuBLASLt) instead.  Exports
+``fallback`` non-null means a library was faster than the kernel on this shape, or
+less than ``fallback_margin`` slower (a kernel must win by that margin to be dispatched:
+one session's timing of a shape moves by a few per cent in the next run), so both
+dispatchers send it to their fallback (autotuned cuBLASLt) instead.  Exports
 write ``"cublaslt"``; ``"cublas"`` is what exports wrote while the fallback was
 plain cuBLAS, and is read with the same meaning.
 """
@@ -105,20 +108,36 @@ FALLBACK_MARKERS = ("cublaslt", "cublas")
 FALLBACK_LABELS = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
 
 
-def fallback_for(times_ms: dict[str, float], kernel_ms: float | None) -> tuple[str | None, list[str]]:
-    """(``"cublaslt"`` when the fallback is faster than the kernel else None, labels of every faster baseline).
+#: how much faster than every library an exported kernel must have been measured (0.02: by 2 %)
+DEFAULT_FALLBACK_MARGIN = 0.02
+
+
+def fallback_for(times_ms: dict[str, float], kernel_ms: float | None,
+                 margin: float = 0.0) -> tuple[str | None, list[str]]:
+    """(``"cublaslt"`` when the fallback is to run this shape else None, labels of every faster baseline).
 
     The dispatchers' fallback autotunes cuBLASLt per shape, so it runs about as
     fast as the best of the cuBLAS-family baselines: any of them beating the
-    kernel sends the shape to the fallback.  A faster baseline outside that
-    family (none today) could not be matched by the fallback: it would only
-    show in ``slower_than``, and the export bench would report the shape.
+    kernel, or trailing it by less than ``margin`` (a fraction of its time),
+    sends the shape to the fallback.  The margin is there because the session
+    measured each shape once: a kernel 1 % ahead there can be 2 % behind in the
+    next run, and the library promises not to lose to the libraries.  A faster
+    baseline outside that family (none today) could not be matched by the
+    fallback: it would only show in ``slower_than``, and the export bench would
+    report the shape.
     """
     if not kernel_ms:
         return None, []
     faster = sorted(lab for lab, t in times_ms.items() if lab != CANDIDATE_LABEL and 0 < t < kernel_ms)
     refs = [times_ms[lab] for lab in FALLBACK_LABELS if times_ms.get(lab)]
-    return (FALLBACK_MARKER if refs and min(refs) < kernel_ms else None), faster
+    return (FALLBACK_MARKER if refs and min(refs) < kernel_ms * (1.0 + margin) else None), faster
+
+
+def check_margin(margin: float, what: str = "--margin") -> float:
+    """A fallback margin must be a fraction in [0, 1); anything else is one clear error."""
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0.0 <= float(margin) < 1.0:
+        raise ManifestError(f"{what} must be a fraction from 0 to below 1 (0.02 = the kernel must win by 2 %)")
+    return float(margin)
 
 
 def _req(d: dict, key: str, types: tuple, where: str, nullable: bool = False) -> Any:
@@ -143,6 +162,8 @@ def validate(doc: Any, root: Path | None = None) -> dict:
                        ("session", (dict,)), ("exporter", (dict,)), ("kernels", (list,))):
         _req(doc, key, types, where)
     _req(doc, "driver", (str,), where, nullable=True)
+    if "fallback_margin" in doc:
+        check_margin(doc["fallback_margin"], f"{where}: fallback_margin")
     lib = doc.get("library")
     if lib is not None:
         for key in ("file", "header", "arch", "sha256"):
