@@ -32,7 +32,10 @@ def timed_names() -> set[str]:
     return {n for t in fixture_times().values() for n in t}
 
 
-def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[str] | None = None) -> Path:
+def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[str] | None = None,
+                  libraries: Sequence[str] = ()) -> Path:
+    """``libraries``: other libraries the fixture timed on the shape (e.g. ``torch``), recorded beside
+    the baseline as a sweep with ``--libraries`` would time them."""
     rows = fixture_times()
     data = json.loads(TIMINGS.read_text())
     recs = {}
@@ -46,7 +49,9 @@ def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[st
             recs[record_key(c.source(), s, "f32")] = {
                 "status": "ok", "build": None,
                 "check": {"ok": True, "failed": None, "detail": "", "rel_err": 1e-4, "bound": 1e-3},
-                "times_ms": {"candidate": t, "cublaslt_autotune": base}, "spread": {}, "roofline_ms": None,
+                "times_ms": {"candidate": t, "cublaslt_autotune": base,
+                             **{lab: times[lab] for lab in libraries if times.get(lab)}},
+                "spread": {}, "roofline_ms": None,
                 "message": f"ok: {t:.4g} ms", "extra": {"mode": "offline"}}
     p = tmp_path / "recorded.json"
     gpu = {"name": data["env"]["gpu"], "uuid": H200_UUID, "arch": "sm_90a"}

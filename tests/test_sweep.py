@@ -133,3 +133,37 @@ def test_a_sweep_out_of_time_before_it_starts_ends_its_session_for_resume(capsys
     assert len(runs) == 2 and runs[1]["ended"] == "sweep done" and runs[1]["tracks"] == 1
     assert runs[1]["catalog"]["compiled"] >= 1 and runs[1]["catalog"]["not_started"] == 0
     assert "the session's 2 runs" in out
+
+
+@pytest.mark.parametrize("libraries", [None, "torch"])
+def test_sweep_libraries_reach_the_session_and_the_exports_routes(capsys, tmp_path, monkeypatch, libraries):
+    """``--libraries torch``: every track's times hold torch beside the baseline, the session's config
+    remembers it, and an export of the session routes 64x64x64 to the fallback because torch was
+    faster there (the fixture's H200 timings: sm80 kernel 2.66 us, autotuned cuBLASLt 3.10 us, torch
+    2.39 us); without it the export only knows the baseline and keeps the kernel."""
+    from l2tui.cli import main
+    from l2tui.export import export_session
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    rec = recorded_file(tmp_path, [Shape(64, 64, 64)], ["sm80_mma"], libraries=["torch"] if libraries else ())
+    sdir = tmp_path / "s"
+    argv = ["sweep", "--shapes", "64x64x64", "--recorded", str(rec), "--steps", "0", "--families", "sm80_mma",
+            "--arch", "sm_80", "--seeds", "1", "--no-pick-kinds", "--session", str(sdir)]
+    assert main(argv + (["--libraries", libraries] if libraries else [])) == 0
+    s = Session.open(sdir)
+    assert s.config["sweep"]["libraries"] == ([libraries] if libraries else [])
+    timed = [e for e in s.events if e["type"] == "timed"]
+    assert timed and all(("torch" in e["times_ms"]) == bool(libraries) for e in timed)
+    (entry,) = export_session(sdir, tmp_path / "exp").manifest["kernels"]
+    assert entry["fallback"] == ("cublaslt" if libraries else None)
+    assert entry["slower_than"] == (["torch"] if libraries else [])
+
+
+def test_sweep_refuses_an_unknown_library_in_one_line(capsys, tmp_path):
+    from l2tui.cli import main
+
+    rc = main(["sweep", "--shapes", "64x64x64", "--arch", "sm_90a", "--libraries", "cublas,mkl",
+               "--session", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "mkl" in err[0]
+    assert not (tmp_path / "s").exists()

@@ -91,6 +91,7 @@ class SweepConfig:
     shapes: Sequence[Shape]
     accs: Sequence[str] = ("f32",)
     baseline: str = "cublaslt_autotune"
+    libraries: Sequence[str] = ()   # timed beside the baseline on every track (recorded for export's routes)
     steps: int = 3                  # refinement steps per track after the pick
     width: int = 3                  # proposals per step
     seeds: int = 5                  # the pick: the cost model's top distinct catalog configurations timed
@@ -426,7 +427,7 @@ class Sweep:
             res.build_s += time.monotonic() - t_build
             s.append(ev_schema.STAGE, track=track, step=0, stage="compile", status="start")
             items = [(f"pick{i}", p.source, tuple(p.flags)) for i, p in enumerate(seeds)]
-            evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline,))
+            evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline, *cfg.libraries))
             for (label, _, _), p in zip(items, seeds):
                 consider(p, p.source, None, 0, ev=evs[label])
         s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")

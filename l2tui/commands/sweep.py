@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", dest="sweep_resume", action="store_true", help="continue the sweep in --session")
     p.add_argument("--acc", nargs="+", choices=("f32", "f16"), default=None, help="accumulators (default: f32)")
     p.add_argument("--baseline", default="cublaslt_autotune", help="speedup baseline (default: cublaslt_autotune)")
+    p.add_argument("--libraries", metavar="LIST", default=None,
+                   help="also time these libraries on every track (comma separated: cublas, cublaslt_heuristic, "
+                        "cublaslt_autotune, torch, or all), so the session holds them for l2tui export's routes")
     p.add_argument("--steps", type=int, default=None, help="refinement steps per track after the seed (default 3)")
     p.add_argument("--width", type=int, default=None, help="proposals evaluated per step (default 3)")
     p.add_argument("--seeds", type=int, default=None,
@@ -186,9 +189,16 @@ def _run(args: argparse.Namespace) -> int:
                         + (f"({saved.get('cost_model')}, sha256 {str(saved.get('cost_model_sha256'))[:12]})"
                            if saved.get("cost_model_sha256") else "(the committed ones)")
                         + "; resume with the same, or start a new session")
+    from harness.baselines import parse_baselines
+
+    if args.baseline not in parse_baselines("all"):
+        raise UserError(f"--baseline {args.baseline!r} is not a library: choose from {', '.join(parse_baselines('all'))}")
+    libs = parse_baselines(args.libraries) if args.libraries else list(saved.get("libraries") or [])
+    args.sweep_libraries = tuple(lab for lab in libs if lab != args.baseline)
     incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
     args.incumbent_files = incumbent_files
-    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, steps=args.steps, width=args.width,
+    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
+                      steps=args.steps, width=args.width,
                       seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
                       pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
                       families=args.families or saved.get("families") or None,
@@ -268,7 +278,9 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
 
         path = Path(session_dir) if session_dir else sessions_root() / time.strftime("sweep-%Y%m%d-%H%M%S")
         session = create_session(path, writer="sweep", config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
-                                                         "baseline": args.baseline, "steps": args.steps,
+                                                         "baseline": args.baseline,
+                                                         "libraries": list(args.sweep_libraries),
+                                                         "steps": args.steps,
                                                          "width": args.width, "seeds": args.seeds, "seed": args.seed,
                                                          "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
                                                          "families": list(cfg.families or []),
@@ -331,7 +343,7 @@ def _executor(args: argparse.Namespace, arch: str):
 
         if args.recorded:
             compose.recorded_evaluator(args.recorded, arch=arch)   # the one-line error for a bad file, before Ray starts
-        return RayExecutor(address=args.ray_address, arch=arch, baselines=(args.baseline,), gpus=args.gpus,
+        return RayExecutor(address=args.ray_address, arch=arch, baselines=(args.baseline, *args.sweep_libraries), gpus=args.gpus,
                            recorded=args.recorded, simulate=args.gpus or 1)
     if args.gpus not in (None, 1):
         raise UserError("--executor local times on one GPU; use --executor ray for several")
@@ -342,4 +354,4 @@ def _executor(args: argparse.Namespace, arch: str):
     from harness.gpuinfo import require_gpu
 
     require_gpu()   # the one-line "no NVIDIA GPU found" before a worker is started for nothing
-    return LocalExecutor(compose.gpu_evaluator(arch=arch, baselines=(args.baseline,)), jobs=args.jobs, gpu={})
+    return LocalExecutor(compose.gpu_evaluator(arch=arch, baselines=(args.baseline, *args.sweep_libraries)), jobs=args.jobs, gpu={})
