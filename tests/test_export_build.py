@@ -267,3 +267,21 @@ def test_bench_uses_a_library_with_the_fallback(built):
 
     keep: list = []
     assert _library(built.out, built.manifest, "sm_90a", keep) == built.library.resolve() and not keep
+
+
+def test_the_bench_hands_the_worker_a_copy_it_can_see(tmp_path, monkeypatch):
+    """The sandboxed worker sees the build cache, not the folder an export was written to: the
+    export bench dlopens a content-addressed copy under ``builds/libraries/``."""
+    from harness.paths import build_cache_dir
+    from l2tui.export.bench import visible_to_worker
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    so = tmp_path / "home" / "exp" / "lib" / "libl2hgemm.so"
+    so.parent.mkdir(parents=True)
+    so.write_bytes(b"\x7fELF not really")
+    got = visible_to_worker(so)
+    assert build_cache_dir() in got.parents and got.name == so.name
+    assert got.read_bytes() == so.read_bytes()
+    assert visible_to_worker(so) == got          # the same bytes: the same copy
+    so.write_bytes(b"\x7fELF another build")
+    assert visible_to_worker(so) != got

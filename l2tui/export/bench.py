@@ -67,6 +67,29 @@ def _library(root: Path, manifest: dict, arch: str, keep: list[Path]) -> Path:
     return build_library(copy, manifest, arch=arch).so_path.resolve()
 
 
+def visible_to_worker(so: Path) -> Path:
+    """A copy of the library where the sandboxed GPU worker can read it.
+
+    The worker sees the build cache read-only and not, say, the user's home folder, where an
+    export usually lives; the forwarder's ``dlopen`` would fail there and every shape would read
+    "unsupported". The copy is content-addressed (``builds/libraries/<sha256>/``), so re-running
+    the bench reuses it.
+    """
+    import hashlib
+
+    from harness.paths import build_cache_dir
+
+    data = so.read_bytes()
+    dest = build_cache_dir() / "libraries" / hashlib.sha256(data).hexdigest() / so.name
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, dest)
+    return dest
+
+
 def path_of(manifest: dict, s: tuple[int, int, int]) -> str:
     """Which path of the library serves ``s``: "kernel", or "fallback" (a marker, or no kernel exported)."""
     for e in manifest["kernels"]:
@@ -104,7 +127,7 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
 
     from l2tui.export.cdispatch import render_bench_forwarder
 
-    source = render_bench_forwarder(so)
+    source = render_bench_forwarder(visible_to_worker(so))
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
     rows = []
     with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays, timing=timing) as ev:
