@@ -167,3 +167,22 @@ def test_sweep_refuses_an_unknown_library_in_one_line(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0 and len(err) == 1 and "mkl" in err[0]
     assert not (tmp_path / "s").exists()
+
+
+def test_a_resumed_sweep_keeps_its_libraries(capsys, tmp_path, monkeypatch):
+    """A resume without ``--libraries`` times what the sweep started with; another list is one line."""
+    from l2tui.cli import main
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    shapes = [Shape(64, 64, 64), Shape(4096, 4096, 4096)]
+    rec = recorded_file(tmp_path, shapes, ["sm80_mma"], libraries=["torch"])
+    sdir = tmp_path / "s"
+    assert main(["sweep", "--shapes", "64x64x64", "--recorded", str(rec), "--steps", "0", "--families", "sm80_mma",
+                 "--arch", "sm_80", "--seeds", "1", "--no-pick-kinds", "--libraries", "torch",
+                 "--session", str(sdir)]) == 0
+    capsys.readouterr()
+    rc = main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec), "--libraries", "cublas"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "--libraries" in err[0] and "torch" in err[0]
+    assert main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec)]) == 0
+    assert Session.open(sdir).config["sweep"]["libraries"] == ["torch"]

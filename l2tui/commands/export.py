@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported {len(ks)} shape(s) to {res.out} ({acc} accepted, {len(ks) - acc} best passed, "
           f"{fb} dispatched to the cuBLASLt fallback because a library was faster or within {pct:g} %)")
     if beaten:
-        print(f"note: on {beaten} shape(s) another library (e.g. autotuned cuBLASLt) beat the kernel; "
-              "the kernel stays because it beats cuBLAS, the dispatcher's fallback")
+        print(f"note: on {beaten} shape(s) a library outside the cuBLAS family beat the kernel; the kernel "
+              "stays because the dispatcher's cuBLASLt fallback could not match that library")
     for e in ks:
         m, n, k = e["shape"]
         sp = e["speedup"].get(e.get("baseline") or "", None)

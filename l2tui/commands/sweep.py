@@ -194,6 +194,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.baseline not in parse_baselines("all"):
         raise UserError(f"--baseline {args.baseline!r} is not a library: choose from {', '.join(parse_baselines('all'))}")
     libs = parse_baselines(args.libraries) if args.libraries else list(saved.get("libraries") or [])
+    if resume and args.libraries and sorted(libs) != sorted(saved.get("libraries") or []):
+        raise UserError(f"--libraries: this sweep started with {','.join(saved.get('libraries') or []) or 'none'}; "
+                        "resume with the same, or start a new session")
     args.sweep_libraries = tuple(lab for lab in libs if lab != args.baseline)
     incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
     args.incumbent_files = incumbent_files
