@@ -33,6 +33,14 @@ PER_CALL_PREFIX = "(per call) "
 # --------------------------------------------------------------------------- cuBLASLt autotune
 
 
+def _lt_version(shim: Any) -> int | None:
+    """cuBLASLt's version: an export pins an autotuned index only for the library that listed it."""
+    try:
+        return int(shim.l2_lt_version())
+    except (AttributeError, TypeError, ValueError):   # a shim built before the entry existed
+        return None
+
+
 def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
              timing_mode: str, separator: tuple[Callable[[], int], Callable[[], int]],
              budget_s: float) -> tuple[int, dict[str, Any]]:
@@ -48,7 +56,8 @@ def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, 
     key = (m, n, k, acc, timing_mode)
     if key in g.autotune:
         shim.l2_lt_select(m, n, k, f16, 1, g.autotune[key])
-        return g.autotune[key], {"cached": True}
+        return g.autotune[key], {"cached": True, "available": count, "best_index": g.autotune[key],
+                                 "requested": bl.AUTOTUNE_MAX_CANDIDATES, "cublaslt_version": _lt_version(shim)}
     cp, s = g.cp, g.stream
     per_call = timing_mode != "chained"
     est = None
@@ -87,6 +96,7 @@ def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, 
     shim.l2_lt_select(m, n, k, f16, 1, best)
     g.autotune[key] = best
     return best, {"screened": len(results), "tried": tried, "available": count, "best_index": best,
+                  "requested": bl.AUTOTUNE_MAX_CANDIDATES, "cublaslt_version": _lt_version(shim),
                   "method": timing.MODE_LABELS["isolated" if per_call else "chained"],
                   "seconds": round(time.monotonic() - t0, 3)}
 

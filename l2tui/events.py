@@ -254,6 +254,9 @@ class Timed(StepEvent):
     speedup: float | None = None
     gpu: Any = None
     timing: Any = None
+    # the harness's cuBLASLt autotune of this request (best_index, available, requested,
+    # cublaslt_version): an export pins that algorithm in its fallback
+    autotune: dict | None = None
 
 
 @dataclass(kw_only=True)
@@ -437,6 +440,19 @@ def check_shape(value: Any, where: str) -> Any:
         return Shape(*value)
     raise SessionError(f"{where}: shape must be [M, N, K], three integers between 1 and {MAX_DIM}; "
                        "the session file is damaged")
+
+
+#: the integer fields of the harness's autotune record a ``timed`` event keeps
+AUTOTUNE_FIELDS = ("best_index", "available", "requested", "cublaslt_version")
+
+
+def autotune_record(raw: Any) -> dict | None:
+    """What a ``timed`` event keeps of an evaluation's cuBLASLt autotune (its ``extra["autotune"]``):
+    the integer fields an export needs to pin the same algorithm, or None when there is none."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("best_index"), int):
+        return None
+    return {k: raw[k] for k in AUTOTUNE_FIELDS
+            if isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool)}
 
 
 def parse(obj: Any, *, where: str = "events.jsonl", writing: bool = False) -> Event:

@@ -44,7 +44,7 @@ from typing import Any, Iterator
 
 from harness.errors import HarnessError
 from l2tui.errors import UserError
-from l2tui.export.cdispatch import FALLBACK_SYMBOL, fallback_mode
+from l2tui.export.cdispatch import FALLBACK_SYMBOL, PINNED_FALLBACK_SYMBOL, fallback_mode
 from l2tui.export.manifest import load as load_manifest
 
 PAD_POLICIES = (None, "nearest-larger")
@@ -469,6 +469,8 @@ class ExportedLibrary:
     def _load_fallback(self, arch: str) -> Any:
         """From the prebuilt library when it has one, else a fallback-only library from the same generated C."""
         pre = self._load_prebuilt(arch)
+        if pre is not None and hasattr(pre, PINNED_FALLBACK_SYMBOL):  # with the export's measured choice per shape
+            return _argtypes(getattr(pre, PINNED_FALLBACK_SYMBOL))
         if pre is not None and hasattr(pre, FALLBACK_SYMBOL):  # libraries built before the fallback lack it
             return _argtypes(getattr(pre, FALLBACK_SYMBOL))
         from harness.build import build

@@ -33,9 +33,10 @@ def timed_names() -> set[str]:
 
 
 def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[str] | None = None,
-                  libraries: Sequence[str] = ()) -> Path:
+                  libraries: Sequence[str] = (), autotune: dict | None = None) -> Path:
     """``libraries``: other libraries the fixture timed on the shape (e.g. ``torch``), recorded beside
-    the baseline as a sweep with ``--libraries`` would time them."""
+    the baseline as a sweep with ``--libraries`` would time them; ``autotune``: the harness's
+    cuBLASLt autotune record every evaluation carries (as a GPU worker reports it)."""
     rows = fixture_times()
     data = json.loads(TIMINGS.read_text())
     recs = {}
@@ -52,7 +53,8 @@ def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[st
                 "times_ms": {"candidate": t, "cublaslt_autotune": base,
                              **{lab: times[lab] for lab in libraries if times.get(lab)}},
                 "spread": {}, "roofline_ms": None,
-                "message": f"ok: {t:.4g} ms", "extra": {"mode": "offline"}}
+                "message": f"ok: {t:.4g} ms",
+                "extra": {"mode": "offline", **({"autotune": autotune} if autotune else {})}}
     p = tmp_path / "recorded.json"
     gpu = {"name": data["env"]["gpu"], "uuid": H200_UUID, "arch": "sm_90a"}
     p.write_text(json.dumps({"meta": {"gpu": gpu, "arch": "sm_90a", "provisional": False}, "records": recs}))

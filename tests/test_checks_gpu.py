@@ -129,6 +129,10 @@ def test_baselines_agree_with_reference_and_time():
             assert res["checks"][b]["rel_err"] <= res["checks"][b]["bound"]
             assert res["times_ms"][b] > 0
         assert res["cublas_variant"] in ("nn", "tn")
+        # the autotune's record names the heuristic list it indexed (an export pins from it)
+        tune = res["autotune"]
+        assert 0 <= tune["best_index"] < tune["available"] <= tune["requested"] == 100
+        assert tune["cublaslt_version"] > 0
 
 
 def test_f16_accumulate_mode_runs():

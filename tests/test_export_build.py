@@ -38,7 +38,8 @@ def test_library_builds_and_exports_every_kernel(built):
         if e["fallback"]:
             assert e["symbol"] not in syms  # a shape cuBLAS wins is not even compiled in
     api = {"l2hgemm", "l2hgemm_fallback", "l2hgemm_fallback_mode", "l2hgemm_fallback_tuned", "l2hgemm_cublas",
-           "l2hgemm_has_kernel", "l2hgemm_num_shapes", "l2hgemm_shape"}
+           "l2hgemm_has_kernel", "l2hgemm_num_shapes", "l2hgemm_shape", "l2hgemm_fallback_choice",
+           "l2hgemm_fallback_pinned"}
     assert api <= syms
     # nothing else leaks out: not the kernels' own helpers, not the static CUDA runtime
     assert syms == api | {e["symbol"] for e in kernels}
@@ -75,6 +76,9 @@ def test_the_built_table_answers_like_the_manifest(built):
         assert lib.l2hgemm_has_kernel(*e["shape"]) == (0 if e["fallback"] else 1)
     assert lib.l2hgemm_has_kernel(96, 80, 48) == 0
     assert lib.l2hgemm_shape(n, None, None, None, None) == 1
+    # nothing chosen yet (and no GPU asked): 0, index -1
+    index = ctypes.c_int(7)
+    assert lib.l2hgemm_fallback_choice(64, 64, 64, ctypes.byref(index)) == 0 and index.value == -1
 
 
 def test_same_named_kernels_stay_separate(built):
@@ -171,7 +175,7 @@ def test_generated_fallback_source(built):
     assert "int l2hgemm_fallback(const void* A, const void* B, void* C, int M, int N, int K, void* stream);" in header
     assert "L2HGEMM_FALLBACK" in header
     # shapes without a kernel and kernels returning non-zero go to the fallback, the fallback to cuBLAS last
-    assert "return l2hgemm_fallback(A, B, C, M, N, K, stream);" in src
+    assert "return l2fb::fallback_call(e != nullptr ? &e->pin : nullptr, A, B, C, M, N, K, stream);" in src
     assert "return l2hgemm_cublas(A, B, C, M, N, K, stream);" in src
     # cuBLASLt, fp32 compute, NN on the swapped operands, heuristic candidates with a workspace
     for needle in ("cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)",
@@ -183,7 +187,11 @@ def test_generated_fallback_source(built):
         assert needle in src, needle
     # the capture guard: no timing while the stream is captured into a graph
     assert "cudaStreamIsCapturing" in src
-    assert "!capturing(c.s)" in src.split("bool choose(", 1)[1].split("\n}\n", 1)[0]
+    choose = src.split("bool choose(", 1)[1].split("\n}\n", 1)[0]
+    assert "(pinned || !capturing(c.s))" in choose and "else if (!capturing(c.s))" in choose
+    # a pin is applied only while this cuBLASLt lists the same algorithms
+    pin = src.split("bool apply_pin(", 1)[1].split("\n}\n", 1)[0]
+    assert "cublasLtGetVersion()) != pin.version" in pin and "!= pin.count" in pin and "align != 256" in pin
     # the environment variable and its three values, read once
     assert 'std::getenv("L2HGEMM_FALLBACK")' in src and "static const int m = parse_mode(" in src
     for value in ("cublaslt-autotune", "cublaslt-heuristic", "cublas"):

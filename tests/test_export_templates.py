@@ -27,9 +27,12 @@ MANIFESTS = {
                    "--use_fast_math"],
          "fallback": False},
         {"shape": [128, 256, 64], "name": "128_256_64", "symbol": "l2_hgemm_128_256_64",
-         "file": "kernels/128_256_64.cu", "sha256": "cd" * 32, "flags": [], "fallback": False},
+         "file": "kernels/128_256_64.cu", "sha256": "cd" * 32, "flags": [], "fallback": False,
+         "fallback_pin": {"library": "cublas", "measured": "cublas"}},
         {"shape": [512, 512, 8192], "name": "512_512_8192", "symbol": "l2_hgemm_512_512_8192",
-         "file": "kernels/512_512_8192.cu", "sha256": "ef" * 32, "flags": [], "fallback": True},
+         "file": "kernels/512_512_8192.cu", "sha256": "ef" * 32, "flags": [], "fallback": True,
+         "fallback_pin": {"library": "cublaslt", "measured": "cublaslt_autotune", "index": 3, "count": 17,
+                          "requested": 100, "cublaslt_version": 130200}},
     ]},
     "empty": {"arch": "sm_80", "kernels": []},
 }
@@ -43,19 +46,19 @@ DIGESTS = {
     "full": {
         **SAME_IN_BOTH,
         "build.sh": "42b6a7c3bec04cbc4713564a7e79946e6d4f89e11b144c6186c7dfdf3b2fe8ee",
-        "include/l2hgemm.h": "b91f0cf6809a0775b4236f0687acca1dcb9502b9bfc2c32f30cdc60560f1b870",
+        "include/l2hgemm.h": "0490596b5ee269cff8c9456b82b29babe1f540e0cb6c27b409c432ca3366c46a",
         "l2hgemm.cmake": "112b1931741eb87389bd72b59e29ec8658872d475a473f26f75a70d56264e76f",
-        "src/l2hgemm_dispatch.cu": "eaddc9d2ee09332885888060533998a45fd7bbd7bad46c7065e4d7b9372d2d0b",
+        "src/l2hgemm_dispatch.cu": "e06b2bffe5918346bd0f203f4e1ec60f0de7a2b3bb38e826390c898ea57e15b3",
     },
     "empty": {
         **SAME_IN_BOTH,
         "build.sh": "a36619ba95211d2ddbea68a2be288e42a4b9688551cb4927e7ea6fd6972cada0",
-        "include/l2hgemm.h": "43e8072b8387a82d158931ddce04ff607fac941ba9e866de8b2416a1e8a0ba7d",
+        "include/l2hgemm.h": "6ad2295e24e2992a48b7ddc0eab942ce7fe9d8a71fe69bba603c92827f83a38c",
         "l2hgemm.cmake": "234f6fede2a7e7ff7e2fa7ba560c67a32c1a360170e826dee2e224591f99591c",
-        "src/l2hgemm_dispatch.cu": "b38331beb7ca8cbdf8a66b6943b25515d707ed5c7cc7424e596918f31dc83725",
+        "src/l2hgemm_dispatch.cu": "658b1fbaf62f003a50d69af846a7874708b79214432b217f664826f7ec1794e6",
     },
 }
-FALLBACK_LIBRARY_DIGEST = "2a6bace5a171f7c96fe220fd7104c25aa99cdab6a79cf2b2fdbced536224382b"
+FALLBACK_LIBRARY_DIGEST = "a96e3900783527733791fc15b963c2fd923468497a3e3376243678ed4c03ee68"
 
 
 def _sha(data: bytes) -> str:
@@ -80,6 +83,10 @@ def test_the_dispatcher_holds_the_table_it_was_given(tmp_path):
     src = cdispatch.render_dispatch(MANIFESTS["full"])
     assert cdispatch.parse_table(src) == [(128, 256, 64, "l2_hgemm_128_256_64"), (512, 512, 8192, None),
                                           (4096, 4096, 4096, "l2_hgemm_4096_4096_4096")]
+    # the pins as l2fb::Pin initialisers: kind (1 cuBLASLt index, 2 cublasGemmEx), index, count,
+    # requested, version; a shape without one is all zeros (the fallback tunes it)
+    assert cdispatch.parse_pins(src) == {(128, 256, 64): (2, 0, 0, 0, 0), (512, 512, 8192): (1, 3, 17, 100, 130200),
+                                         (4096, 4096, 4096): (0, 0, 0, 0, 0)}
     assert not re.search(r"@[A-Z_]+@", src)
 
 

@@ -103,7 +103,8 @@ def test_prebuilt_library_is_used_when_its_arch_matches(tmp_path_factory):
     lib = runtime.load(out)
     fn = lib.kernel((128, 128, 128), "sm_90a")
     assert lib._prebuilt is not None and fn.__name__ == "l2_hgemm_128_128_128"
-    assert lib.fallback_fn("sm_90a") is lib._prebuilt.l2hgemm_fallback  # the fallback comes from it too
+    # the fallback comes from it too, with the export's pins (what l2hgemm runs on fallback routes)
+    assert lib.fallback_fn("sm_90a") is lib._prebuilt.l2hgemm_fallback_pinned
     # another arch: not the prebuilt one (it would be built lazily instead)
     assert lib._load_prebuilt("sm_80") is None
 

@@ -198,6 +198,8 @@ extern "C" int l2_lt_select(int M, int N, int K, int f16, int slot, int index) {
   p->slot[slot] = index;
   return 0;
 }
+// cuBLASLt's version (e.g. 130200): an export pins a heuristic index only for the library that listed it.
+extern "C" int l2_lt_version() { return static_cast<int>(cublasLtGetVersion()); }
 extern "C" int l2_hgemm_lt_heur(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   return lt_run(0, A, B, C, M, N, K, stream, 0);
 }

@@ -136,7 +136,8 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
             # trusted: the forwarder dlopens the library, which the source policy refuses in candidates
             r = ev.evaluate(source, Shape(*s), e["acc"] if e else "f32", label="library", trusted=True)
             row = ratio_row(s, path_of(manifest, s), e is not None, r.times_ms)
-            row.update(status=r.status, message=r.message, rel_err=(r.check or {}).get("rel_err"))
+            row.update(status=r.status, message=r.message, rel_err=(r.check or {}).get("rel_err"),
+                       fallback_pin=e.get("fallback_pin") if e else None)
             rows.append(row)
             _print_ratio_row(row)
     return rows
@@ -229,6 +230,45 @@ def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: 
     return rows
 
 
+#: ``l2hgemm_fallback_choice``'s return codes
+CHOICES = {0: "not called", 1: "cublaslt pinned", 2: "cublaslt tuned", 3: "cublas pinned", 4: "cublas tuned",
+           5: "cublaslt heuristic", -1: "cublaslt failed"}
+
+
+def fallback_choices(so: Path, rows: list[dict]) -> None:
+    """Adds ``fallback_choice`` to every fallback row: how the library's fallback chose its algorithm.
+
+    Asked in this process after one ``l2hgemm`` call per shape (the timing ran in the harness's
+    worker, whose state is not reachable): a pinned choice is the same in every process; a tuned
+    one is this process's tuning, which may differ from the worker's."""
+    import cupy as cp
+
+    from l2tui import runtime
+
+    cdll = ctypes.CDLL(str(so))
+    if not hasattr(cdll, "l2hgemm_fallback_choice"):
+        return
+    disp = runtime._argtypes(cdll.l2hgemm)
+    choice = cdll.l2hgemm_fallback_choice
+    choice.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    stream = cp.cuda.Stream(non_blocking=True)
+    for row in rows:
+        if row["path"] != "fallback":
+            continue
+        m, n, k = row["shape"]
+        with stream:
+            a = cp.ones((m, k), dtype=cp.float16)
+            b = cp.ones((k, n), dtype=cp.float16)
+            c = cp.empty((m, n), dtype=cp.float16)
+            rc = disp(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, stream.ptr)
+            stream.synchronize()
+        index = ctypes.c_int(-1)
+        how = choice(m, n, k, ctypes.byref(index)) if rc == 0 else None
+        row["fallback_choice"] = {"how": CHOICES.get(how, f"code {how}") if how is not None else f"call failed ({rc})",
+                                  "index": index.value if index.value >= 0 else None}
+        del a, b, c
+
+
 def manifest_symbol(manifest: dict, s: tuple[int, int, int]) -> str:
     for e in manifest["kernels"]:
         if tuple(e["shape"]) == s:
@@ -295,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["offline"] = library_vs_best(so, manifest, shapes, arch=gpu.arch, baselines=args.baselines,
                                              replays=args.replays, missing=missing_all, timing=args.timing)
             doc.update(summarize(doc["offline"]))
+            fallback_choices(so, doc["offline"])
         print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
         doc["overhead"] = dispatch_overhead(root, so, manifest, kernel_shapes[: args.overhead_shapes],
                                             qps=args.qps, calls=args.calls, missing=missing)

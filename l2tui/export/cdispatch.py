@@ -52,7 +52,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness.errors import HarnessError, ToolMissing
 
-from .manifest import kernel_name, safe_label, symbol_name
+from .manifest import check_pin, kernel_name, safe_label, symbol_name
 from .values import sh_word
 
 LIB_FILE = "lib/libl2hgemm.so"
@@ -65,6 +65,8 @@ BUILD_SCRIPT = "build.sh"
 TABLE_BEGIN = "// l2hgemm-table begin"
 TABLE_END = "// l2hgemm-table end"
 FALLBACK_SYMBOL = "l2hgemm_fallback"
+#: the fallback with the export's measured choice per shape (what l2hgemm runs on its fallback routes)
+PINNED_FALLBACK_SYMBOL = "l2hgemm_fallback_pinned"
 #: environment variable the generated C reads once per process (and l2tui.runtime mirrors)
 FALLBACK_ENV = "L2HGEMM_FALLBACK"
 #: its values, in the order of ``l2hgemm_fallback_mode()``'s return codes; the first is the default
@@ -121,6 +123,10 @@ def check_flags(flags: Sequence[str], where: str) -> list[str]:
     return out
 
 
+#: the C fallback's pin kinds (``l2fb::kPinNone``, ``kPinLt``, ``kPinGemmEx``)
+PIN_KINDS = {None: 0, "cublaslt": 1, "cublas": 2}
+
+
 @dataclass
 class TableEntry:
     m: int
@@ -128,16 +134,28 @@ class TableEntry:
     k: int
     symbol: str | None  # None: the fallback runs this shape
     note: str
+    pin: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # l2fb::Pin: kind, index, count, requested, version
+
+
+def pin_values(pin: dict | None, where: str) -> tuple[int, int, int, int, int]:
+    """A manifest's ``fallback_pin`` as the C initialiser's integers (checked again: they go into C)."""
+    check_pin(pin, where)
+    if pin is None:
+        return (0, 0, 0, 0, 0)
+    if pin["library"] == "cublas":
+        return (PIN_KINDS["cublas"], 0, 0, 0, 0)
+    return (PIN_KINDS["cublaslt"], pin["index"], pin["count"], pin["requested"], pin["cublaslt_version"])
 
 
 def entries_from_manifest(manifest: dict) -> list[TableEntry]:
     out = []
     for e in manifest["kernels"]:
         m, n, k = e["shape"]
+        pin = pin_values(e.get("fallback_pin"), f"export entry {kernel_name(m, n, k)}")
         if e.get("fallback"):
-            out.append(TableEntry(m, n, k, None, "fallback: a library was measured faster than the kernel"))
+            out.append(TableEntry(m, n, k, None, "fallback: a library was measured faster than the kernel", pin))
         else:
-            out.append(TableEntry(m, n, k, e["symbol"], f"{e['file']} sha256={e['sha256'][:16]}"))
+            out.append(TableEntry(m, n, k, e["symbol"], f"{e['file']} sha256={e['sha256'][:16]}", pin))
     out.sort(key=lambda t: (t.m, t.n, t.k))
     return out
 
@@ -193,11 +211,12 @@ def render_header(manifest: dict) -> str:
 def render_dispatch(manifest: dict) -> str:
     ents = entries_from_manifest(manifest)
     rows = [
-        f"    {{{e.m}, {e.n}, {e.k}, {'&' + e.symbol if e.symbol else 'nullptr'}}},  // {e.note}"
+        f"    {{{e.m}, {e.n}, {e.k}, {'&' + e.symbol if e.symbol else 'nullptr'}, "
+        f"{{{', '.join(map(str, e.pin))}}}}},  // {e.note}"
         for e in ents
     ]
     if not rows:
-        rows = ["    {0, 0, 0, nullptr},  // (empty export: never matches real shapes)"]
+        rows = ["    {0, 0, 0, nullptr, {0, 0, 0, 0, 0}},  // (empty export: never matches real shapes)"]
     return _fill(_template("l2hgemm_dispatch.cu.in"), FALLBACK=_template("fallback.cu"), BEGIN=TABLE_BEGIN,
                  END=TABLE_END, ROWS="\n".join(rows), COUNT=str(len(ents)))
 
@@ -224,10 +243,19 @@ def render_bench_forwarder(library: Path) -> str:
 
 def parse_table(dispatch_source: str) -> list[tuple[int, int, int, str | None]]:
     """Read the dispatch table back from generated source (what the tests check against the manifest)."""
+    return [row[:4] for row in _table_rows(dispatch_source)]
+
+
+def parse_pins(dispatch_source: str) -> dict[tuple[int, int, int], tuple[int, ...]]:
+    """The fallback pins of generated source, by shape (kind, index, count, requested, version)."""
+    return {row[:3]: row[4] for row in _table_rows(dispatch_source)}
+
+
+def _table_rows(dispatch_source: str) -> list[tuple]:
     body = dispatch_source.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
-    rows = re.findall(r"\{(\d+), (\d+), (\d+), (&l2_hgemm_\d+_\d+_\d+|nullptr)\}", body)
-    return [(int(m), int(n), int(k), None if fn == "nullptr" else fn[1:]) for m, n, k, fn in rows
-            if (m, n, k) != ("0", "0", "0")]
+    rows = re.findall(r"\{(\d+), (\d+), (\d+), (&l2_hgemm_\d+_\d+_\d+|nullptr), \{([\d, ]+)\}\}", body)
+    return [(int(m), int(n), int(k), None if fn == "nullptr" else fn[1:], tuple(int(x) for x in pin.split(",")))
+            for m, n, k, fn, pin in rows if (m, n, k) != ("0", "0", "0")]
 
 
 def _checked_name(e: dict) -> tuple[str, str]:

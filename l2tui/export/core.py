@@ -22,8 +22,8 @@ from harness.shapes import Shape
 from l2tui.errors import UserError
 
 from . import cdispatch
-from .manifest import (ABI, DEFAULT_FALLBACK_MARGIN, MANIFEST_NAME, SCHEMA, check_margin, fallback_for, kernel_name,
-                       speedups, symbol_name, validate)
+from .manifest import (ABI, DEFAULT_FALLBACK_MARGIN, MANIFEST_NAME, SCHEMA, check_margin, fallback_for, fallback_pin,
+                       kernel_name, speedups, symbol_name, validate)
 from .select import Choice, select_kernels
 from .sessionio import SessionView, open_session
 from .values import check_arch, check_out_path, gencode, inside
@@ -128,6 +128,7 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
         "fastest_baseline": fastest,
         "slower_than": slower_than,
         "fallback": fallback,
+        "fallback_pin": fallback_pin(times, tm.autotune if tm else None, c.acc),
     }
 
 

@@ -31,7 +31,10 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "speedup": {baseline label: baseline_ms / kernel_ms},
       "fastest_baseline": label | null,
       "slower_than": [labels of baselines that were faster than the kernel],
-      "fallback": null | "cublaslt" | "cublas"
+      "fallback": null | "cublaslt" | "cublas",
+      "fallback_pin": null | {"library": "cublas", "measured": label}   # optional (older exports: absent)
+                    | {"library": "cublaslt", "measured": label, "index": i, "count": n,
+                       "requested": r, "cublaslt_version": v}
     }
 
 ``fallback`` non-null means a library was faster than the kernel on this shape, or
@@ -40,6 +43,14 @@ one session's timing of a shape moves by a few per cent in the next run), so bot
 dispatchers send it to their fallback (autotuned cuBLASLt) instead.  Exports
 write ``"cublaslt"``; ``"cublas"`` is what exports wrote while the fallback was
 plain cuBLAS, and is read with the same meaning.
+
+``fallback_pin`` is what the fallback runs on this shape instead of tuning at its first
+call: the fastest library the session measured here, timed by the harness (graph replays,
+the session's timing mode) beside the kernel.  ``cublas`` is cublasGemmEx; ``cublaslt`` is
+the algorithm at ``index`` in cuBLASLt's heuristic list, valid only while that cuBLASLt
+(``cublaslt_version``) lists ``count`` algorithms when asked for ``requested`` (the C fallback
+checks both and tunes when they differ).  ``measured`` names the library whose time chose it
+(``torch``'s time is not reproducible by the fallback, so it never chooses).
 """
 
 from __future__ import annotations
@@ -133,6 +144,60 @@ def fallback_for(times_ms: dict[str, float], kernel_ms: float | None,
     return (FALLBACK_MARKER if refs and min(refs) < kernel_ms * (1.0 + margin) else None), faster
 
 
+#: the libraries a pin can reproduce, and how: cublasGemmEx, or a cuBLASLt heuristic index
+PIN_LABELS = ("cublaslt_autotune", "cublaslt_heuristic", "cublas")
+#: the most heuristic algorithms a pin may ask cuBLASLt for (the C fallback's kMaxPinRequest)
+MAX_PIN_REQUEST = 256
+
+
+def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str) -> dict | None:
+    """The library the fallback should run on this shape, from the session's own measurement.
+
+    The fastest of the libraries it can reproduce (PIN_LABELS) on the times the kernel was
+    timed with, and only where the session timed autotuned cuBLASLt: a pin replaces the
+    fallback's own tuning, so the session must have measured what that tuning would find.
+    cuBLASLt's two subjects become a heuristic index (0 for the heuristic, the autotune's pick
+    for the autotuned one), which needs the autotune's record of the list it indexed
+    (``autotune``: best_index, available, requested, cublaslt_version); without it, or for f16
+    accumulation (the fallback computes in fp32), there is no pin and the fallback tunes.
+    """
+    if acc != "f32":
+        return None
+    timed = {lab: times_ms[lab] for lab in PIN_LABELS
+             if isinstance(times_ms.get(lab), (int, float)) and times_ms[lab] > 0}
+    if "cublaslt_autotune" not in timed:
+        return None
+    lab = min(timed, key=timed.get)
+    if lab == "cublas":
+        return {"library": "cublas", "measured": lab}
+    rec = autotune if isinstance(autotune, dict) else {}
+    fields = {k: rec.get(k) for k in ("best_index", "available", "requested", "cublaslt_version")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
+        return None
+    index = fields["best_index"] if lab == "cublaslt_autotune" else 0
+    if not 0 <= index < fields["available"] <= fields["requested"] <= MAX_PIN_REQUEST:
+        return None
+    return {"library": "cublaslt", "measured": lab, "index": index, "count": fields["available"],
+            "requested": fields["requested"], "cublaslt_version": fields["cublaslt_version"]}
+
+
+def check_pin(pin: Any, where: str) -> None:
+    """A manifest's ``fallback_pin``: null or one of the two forms, integers in range (it goes into C)."""
+    if pin is None:
+        return
+    bad = ManifestError(f"{where}: fallback_pin is malformed; re-run l2tui export")
+    if not isinstance(pin, dict) or pin.get("library") not in ("cublas", "cublaslt"):
+        raise bad
+    if pin["library"] == "cublas":
+        return
+    vals = [pin.get(k) for k in ("index", "count", "requested", "cublaslt_version")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        raise bad
+    index, count, requested, version = vals
+    if not (0 <= index < count <= requested <= MAX_PIN_REQUEST and 0 < version < 2**31):
+        raise bad
+
+
 def check_margin(margin: float, what: str = "--margin") -> float:
     """A fallback margin must be a fraction in [0, 1); anything else is one clear error."""
     if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0.0 <= float(margin) < 1.0:
@@ -201,6 +266,7 @@ def validate(doc: Any, root: Path | None = None) -> dict:
         _req(e, "nondeterministic", (bool,), w)
         if e.get("fallback") not in (None, *FALLBACK_MARKERS):
             raise ManifestError(f"{w}: fallback must be null, \"cublaslt\" or \"cublas\"")
+        check_pin(e.get("fallback_pin"), w)
         if root is not None and not (root / e["file"]).is_file():
             raise ManifestError(f"{w}: {e['file']} is missing from {root}; re-run l2tui export")
     return doc

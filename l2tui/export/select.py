@@ -35,6 +35,7 @@ class Timing:
     baseline: str | None
     speedup: float | None
     roofline_ms: float | None = None
+    autotune: dict | None = None  # the harness's cuBLASLt autotune record of the same request
 
 
 @dataclass
@@ -180,6 +181,7 @@ def _timing(t: _Track, sha: str) -> Timing | None:
         ev.get("baseline"),
         float(sp) if isinstance(sp, (int, float)) else None,
         float(rl) if isinstance(rl, (int, float)) else None,
+        ev_schema.autotune_record(ev.get("autotune")),
     )
 
 

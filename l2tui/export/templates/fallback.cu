@@ -9,6 +9,13 @@
 // that only wins by overlapping its neighbour back to back is not picked.  It is also the last
 // resort when cuBLASLt cannot run a call.  L2HGEMM_FALLBACK (read once) picks the path:
 // cublaslt-autotune (default), cublaslt-heuristic (heuristic #1, never timed) or cublas.
+//
+// An exported shape may come with a pin: the library the exporting session measured fastest
+// there, timed by the harness (graph replays, per call) on the GPU it ran on -- cublasGemmEx, or
+// cuBLASLt's heuristic algorithm number `index`.  The pin is used in place of the first call's
+// tuning when it still names the same algorithm: the same cuBLASLt version, and its heuristic
+// listing the same number of algorithms for the same request (256-byte aligned pointers, the
+// full workspace).  Otherwise the shape is tuned as any other.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -22,6 +29,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
 
@@ -38,6 +46,21 @@ constexpr float kTuneBudgetMs = 1000.f;  // GPU time after which no further cand
 constexpr int kMinTimed = 4;             // ...once this many were
 
 enum Mode { kAutotune = 0, kHeuristic = 1, kCublas = 2 };
+
+// What the exporting session measured fastest on one shape (the manifest's fallback_pin).
+struct Pin {
+  int kind;       // kPinNone, kPinLt or kPinGemmEx
+  int index;      // kPinLt: the algorithm's place in cuBLASLt's heuristic list...
+  int count;      // ...which held this many algorithms...
+  int requested;  // ...when this many were asked for...
+  int version;    // ...from this cuBLASLt (cublasLtGetVersion())
+};
+enum : int { kPinNone = 0, kPinLt = 1, kPinGemmEx = 2 };
+constexpr int kMaxPinRequest = 256;
+
+// How a plan's algorithm was chosen (l2hgemm_fallback_choice reports it).
+enum : int { kChoseNothing = 0, kChosePinnedLt = 1, kChoseTunedLt = 2, kChosePinnedGemmEx = 3,
+             kChoseTunedGemmEx = 4, kChoseHeuristic = 5 };
 
 int parse_mode(const char* s) {
   if (s == nullptr || *s == '\0' || std::strcmp(s, "cublaslt-autotune") == 0) return kAutotune;
@@ -67,6 +90,8 @@ struct Plan {
   size_t heur_ws = 0, best_ws = 0;
   int timed = 0;  // algorithms the autotune timed (cublasGemmEx included)
   bool best_gemmex = false;  // cublasGemmEx beat every cuBLASLt candidate on this shape
+  int chose = kChoseNothing;  // how `best` was chosen (published with kTuned)
+  int index = -1;             // best's place in the heuristic list it was chosen from
 };
 
 using Key = std::array<int, 4>;  // M, N, K, pointer alignment
@@ -344,6 +369,28 @@ bool autotune(const Device& d, Plan& p, int align, const Call& c) {
   p.best_ws = cand[best].workspaceSize;
   p.best_gemmex = gemmex;
   p.timed = timed;
+  p.chose = gemmex ? kChoseTunedGemmEx : kChoseTunedLt;
+  p.index = gemmex ? -1 : best;
+  return true;
+}
+
+// Applies a pin when it still names the algorithm the session measured (see the top of this
+// file); false when it does not, and the shape is then tuned.  The caller holds p.mu.
+bool apply_pin(const Device& d, Plan& p, int align, const Call& c, const Pin& pin) {
+  if (pin.kind == kPinGemmEx) {
+    p.best_gemmex = true;
+    p.chose = kChosePinnedGemmEx;
+    return true;
+  }
+  if (pin.kind != kPinLt || align != 256 || pin.index < 0 || pin.index >= pin.count || pin.requested < 1 ||
+      pin.requested > kMaxPinRequest || static_cast<long long>(cublasLtGetVersion()) != pin.version)
+    return false;
+  std::vector<cublasLtMatmulHeuristicResult_t> cand(static_cast<size_t>(pin.requested));
+  if (candidates(d, p, align, c.ws_size, cand.data(), pin.requested) != pin.count) return false;
+  p.best = cand[static_cast<size_t>(pin.index)].algo;
+  p.best_ws = cand[static_cast<size_t>(pin.index)].workspaceSize;
+  p.chose = kChosePinnedLt;
+  p.index = pin.index;
   return true;
 }
 
@@ -375,11 +422,12 @@ bool heuristic(const Device& d, Plan& p, int align, const Call& c, cublasLtMatmu
   return true;
 }
 
-// The algorithm for this call: the autotuned one (tuning now on first use, never during a graph
-// capture, where events and synchronization are illegal), else heuristic #1.  *gemmex is set
-// when the tuning found cublasGemmEx faster than every cuBLASLt algorithm.
-bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtMatmulAlgo_t* out,
-            bool* gemmex) {
+// The algorithm for this call: the pinned one (applied on first use, also inside a graph capture:
+// it asks the heuristic only), else the autotuned one (tuning on first use, never during a
+// capture, where events and synchronization are illegal), else heuristic #1.  *gemmex is set when
+// the pin or the tuning chose cublasGemmEx over every cuBLASLt algorithm.
+bool choose(const Device& d, Plan& p, int align, const Call& c, int m, const Pin* pin,
+            cublasLtMatmulAlgo_t* out, bool* gemmex) {
   *gemmex = false;
   if (m == kAutotune) {
     int st = p.state.load(std::memory_order_acquire);
@@ -391,12 +439,15 @@ bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtM
       *out = p.best;
       return true;
     }
-    if (!(st & (kTuned | kTuneFailed)) && c.ws_size == kWorkspaceBytes && !capturing(c.s)) {
+    const bool pinned = pin != nullptr && pin->kind != kPinNone;
+    if (!(st & (kTuned | kTuneFailed)) && c.ws_size == kWorkspaceBytes && (pinned || !capturing(c.s))) {
       std::lock_guard<std::mutex> g(p.mu);
       st = p.state.load(std::memory_order_acquire);
       if (!(st & (kTuned | kTuneFailed))) {
-        const int bit = autotune(d, p, align, c) ? kTuned : kTuneFailed;
-        st = p.state.fetch_or(bit, std::memory_order_release) | bit;
+        int bit = 0;
+        if (pinned && apply_pin(d, p, align, c, *pin)) bit = kTuned;
+        else if (!capturing(c.s)) bit = autotune(d, p, align, c) ? kTuned : kTuneFailed;
+        if (bit) st = p.state.fetch_or(bit, std::memory_order_release) | bit;
       }
       if ((st & kTuned) && p.best_gemmex) {
         *gemmex = true;
@@ -412,7 +463,7 @@ bool choose(const Device& d, Plan& p, int align, const Call& c, int m, cublasLtM
 }
 
 // C = A B through cuBLASLt; non-zero when cuBLASLt cannot (the caller then uses cublasGemmEx).
-int lt_gemm(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t s, int m) {
+int lt_gemm(const void* A, const void* B, void* C, int M, int N, int K, cudaStream_t s, int m, const Pin* pin) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();
@@ -428,7 +479,7 @@ int lt_gemm(const void* A, const void* B, void* C, int M, int N, int K, cudaStre
   c.ws_size = workspace_for(d, s, &c.ws);
   cublasLtMatmulAlgo_t algo;
   bool gemmex = false;
-  if (!choose(d, *p, align, c, m, &algo, &gemmex)) return 33;
+  if (!choose(d, *p, align, c, m, pin, &algo, &gemmex)) return 33;
   if (gemmex) return 35;  // the caller runs cublasGemmEx, the tuned winner
   if (run(d, *p, algo, c) != CUBLAS_STATUS_SUCCESS) {  // after tuning: the winner runs last
     cudaGetLastError();
@@ -458,15 +509,21 @@ extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int 
   return st == CUBLAS_STATUS_SUCCESS ? 0 : 6;
 }
 
-extern "C" int l2hgemm_fallback(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+namespace l2fb {
+// The fallback for one call; `pin` (may be null) is the exported shape's measured choice.
+int fallback_call(const Pin* pin, const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   if (M < 0 || N < 0 || K < 0) return 1;
   if (M == 0 || N == 0) return 0;
-  const int m = l2fb::mode();
+  const int m = mode();
   // K == 0 (C = 0) is cublasGemmEx's: cuBLASLt layouts need a positive leading dimension.
-  if (m != l2fb::kCublas && K > 0 &&
-      l2fb::lt_gemm(A, B, C, M, N, K, static_cast<cudaStream_t>(stream), m) == 0)
+  if (m != kCublas && K > 0 && lt_gemm(A, B, C, M, N, K, static_cast<cudaStream_t>(stream), m, pin) == 0)
     return 0;
   return l2hgemm_cublas(A, B, C, M, N, K, stream);
+}
+}  // namespace l2fb
+
+extern "C" int l2hgemm_fallback(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  return l2fb::fallback_call(nullptr, A, B, C, M, N, K, stream);
 }
 
 extern "C" int l2hgemm_fallback_mode(void) { return l2fb::mode(); }
@@ -485,4 +542,34 @@ extern "C" int l2hgemm_fallback_tuned(int M, int N, int K) {
   const int st = it->second->state.load(std::memory_order_acquire);
   if (st & l2fb::kTuned) return it->second->timed;
   return (st & (l2fb::kTuneFailed | l2fb::kLtFailed)) ? -1 : 0;
+}
+
+// How the fallback chose its algorithm for (M, N, K) on this device (256-byte aligned calls):
+// 0 not yet called, 1 cuBLASLt pinned by the export, 2 cuBLASLt tuned here, 3 cublasGemmEx
+// pinned, 4 cublasGemmEx tuned here, 5 heuristic #1 (not tuned), -1 cuBLASLt failed.  *index
+// (may be null) gets the algorithm's place in the heuristic list it came from, else -1.
+extern "C" int l2hgemm_fallback_choice(int M, int N, int K, int* index) {
+  if (index) *index = -1;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (dev < 0 || dev >= l2fb::kMaxDevices) return 0;
+  l2fb::Device& d = l2fb::device(dev);
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.plans.find(l2fb::Key{M, N, K, 256});
+  if (it == d.plans.end()) return 0;
+  const l2fb::Plan& p = *it->second;
+  const int st = p.state.load(std::memory_order_acquire);
+  if (st & l2fb::kTuned) {
+    if (index) *index = p.index;
+    return p.chose;
+  }
+  if (st & l2fb::kLtFailed) return -1;
+  if (st & l2fb::kHeurReady) {
+    if (index) *index = 0;
+    return l2fb::kChoseHeuristic;
+  }
+  return 0;
 }
