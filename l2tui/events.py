@@ -257,6 +257,9 @@ class Timed(StepEvent):
     # the harness's cuBLASLt autotune of this request (best_index, available, requested,
     # cublaslt_version): an export pins that algorithm in its fallback
     autotune: dict | None = None
+    # the layout of the ``cublas`` time ("nn", or "tn" on a transposed copy of B): an export pins
+    # cublasGemmEx only for "nn", the call its fallback makes
+    cublas_variant: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -444,6 +447,20 @@ def check_shape(value: Any, where: str) -> Any:
 
 #: the integer fields of the harness's autotune record a ``timed`` event keeps
 AUTOTUNE_FIELDS = ("best_index", "available", "requested", "cublaslt_version")
+
+
+def library_fields(extra: Any) -> dict:
+    """The fields of an evaluation's ``extra`` a ``timed`` event keeps about the libraries timed
+    beside the kernel (what an export needs to pin one): ``autotune`` and ``cublas_variant``,
+    each only when present."""
+    extra = extra if isinstance(extra, dict) else {}
+    out: dict[str, Any] = {}
+    rec = autotune_record(extra.get("autotune"))
+    if rec:
+        out["autotune"] = rec
+    if extra.get("cublas_variant") in ("nn", "tn"):
+        out["cublas_variant"] = extra["cublas_variant"]
+    return out
 
 
 def autotune_record(raw: Any) -> dict | None:

@@ -33,10 +33,10 @@ def timed_names() -> set[str]:
 
 
 def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[str] | None = None,
-                  libraries: Sequence[str] = (), autotune: dict | None = None) -> Path:
+                  libraries: Sequence[str] = (), extra: dict | None = None) -> Path:
     """``libraries``: other libraries the fixture timed on the shape (e.g. ``torch``), recorded beside
-    the baseline as a sweep with ``--libraries`` would time them; ``autotune``: the harness's
-    cuBLASLt autotune record every evaluation carries (as a GPU worker reports it)."""
+    the baseline as a sweep with ``--libraries`` would time them; ``extra``: what every evaluation
+    reports besides (as a GPU worker does: the cuBLASLt autotune record, the cuBLAS layout)."""
     rows = fixture_times()
     data = json.loads(TIMINGS.read_text())
     recs = {}
@@ -54,7 +54,7 @@ def recorded_file(tmp_path: Path, shapes: Sequence[Shape], families: Sequence[st
                              **{lab: times[lab] for lab in libraries if times.get(lab)}},
                 "spread": {}, "roofline_ms": None,
                 "message": f"ok: {t:.4g} ms",
-                "extra": {"mode": "offline", **({"autotune": autotune} if autotune else {})}}
+                "extra": {"mode": "offline", **(extra or {})}}
     p = tmp_path / "recorded.json"
     gpu = {"name": data["env"]["gpu"], "uuid": H200_UUID, "arch": "sm_90a"}
     p.write_text(json.dumps({"meta": {"gpu": gpu, "arch": "sm_90a", "provisional": False}, "records": recs}))

@@ -32,8 +32,11 @@ def test_the_pin_is_the_fastest_library_the_fallback_can_reproduce():
     # the heuristic is index 0 of the same list
     pin = fallback_pin(dict(times, cublaslt_heuristic=1.15), TUNE, "f32")
     assert pin["measured"] == "cublaslt_heuristic" and pin["index"] == 0 and pin["count"] == 17
-    # cublasGemmEx needs no list
-    assert fallback_pin(dict(times, cublas=1.05), None, "f32") == {"library": "cublas", "measured": "cublas"}
+    # cublasGemmEx needs no list, and runs the layout the harness calls nn
+    assert fallback_pin(dict(times, cublas=1.05), None, "f32", "nn") == {"library": "cublas", "measured": "cublas"}
+    # the harness's tn layout multiplies a transposed copy of B: not what the fallback can call
+    assert fallback_pin(dict(times, cublas=1.05), TUNE, "f32", "tn")["measured"] == "cublaslt_autotune"
+    assert fallback_pin(dict(times, cublas=1.05), TUNE, "f32", None)["measured"] == "cublaslt_autotune"
 
 
 @pytest.mark.parametrize("times,tune,acc", [
@@ -66,6 +69,9 @@ def test_the_timed_event_keeps_the_autotune_record():
     raw = {**TUNE, "screened": 8, "method": "per call", "seconds": 0.07, "cached": True}
     assert E.autotune_record(raw) == TUNE
     assert E.autotune_record({"cached": True}) is None and E.autotune_record(None) is None
+    assert E.library_fields({"autotune": raw, "cublas_variant": "nn", "p90_ms": {}}) == {
+        "autotune": TUNE, "cublas_variant": "nn"}
+    assert E.library_fields({"cublas_variant": "xx"}) == {} and E.library_fields(None) == {}
     ev = E.parse({"seq": 3, "type": "timed", "track": "t", "sha": "a" * 64, "autotune": TUNE})
     assert ev.autotune == TUNE
     with pytest.raises(SessionError, match="autotune"):
@@ -81,7 +87,7 @@ def test_a_sweep_pins_the_autotuned_algorithm_into_the_export(capsys, tmp_path, 
 
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
     rec = recorded_file(tmp_path, [Shape(64, 64, 64)], ["sm80_mma"], libraries=libraries,
-                        autotune={**TUNE, "screened": 8, "method": "per call"})
+                        extra={"autotune": {**TUNE, "screened": 8, "method": "per call"}, "cublas_variant": "nn"})
     data = json.loads(rec.read_text())
     if libraries:   # the fixture has no cuBLAS time for this shape: faster than autotuned cuBLASLt
         for r in data["records"].values():
@@ -92,7 +98,7 @@ def test_a_sweep_pins_the_autotuned_algorithm_into_the_export(capsys, tmp_path, 
                  "--arch", "sm_80", "--seeds", "1", "--no-pick-kinds", "--session", str(sdir)]
                 + (["--libraries", ",".join(libraries)] if libraries else [])) == 0
     timed = [e for e in Session.open(sdir).events if e["type"] == "timed"]
-    assert timed and all(e["autotune"] == TUNE for e in timed)
+    assert timed and all(e["autotune"] == TUNE and e["cublas_variant"] == "nn" for e in timed)
     res = export_session(sdir, tmp_path / "exp")
     (entry,) = res.manifest["kernels"]
     validate(res.manifest, res.out)

@@ -715,7 +715,7 @@ class AgentLoop:
         sp = _speedup(times, t.baseline)
         self._emit(ev_schema.TIMED, track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
                    times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp,
-                   **_autotune_field(ev))
+                   **ev_schema.library_fields(ev.get("extra")))
         self._stage(t, step, "time", "end")
         return "ok", ev
 
@@ -1174,9 +1174,3 @@ def make_loop(session: Session, cfg: Any, *, policy: Policy, evaluator: "Evaluat
 
 
 __all__ = ["AgentLoop", "LoopConfig", "Track", "track_id", "make_loop", "sha256_text"]
-
-
-def _autotune_field(ev: dict) -> dict:
-    """``{"autotune": record}`` when the evaluation autotuned cuBLASLt (an export pins its pick), else {}."""
-    rec = ev_schema.autotune_record((ev.get("extra") or {}).get("autotune"))
-    return {"autotune": rec} if rec else {}

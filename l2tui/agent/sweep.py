@@ -355,7 +355,7 @@ class Sweep:
         res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu or getattr(slot, "name", None),
                           gpu_uuid=slot.uuid)
         base_ms: dict[str, float] = {}
-        base_tune: dict | None = None   # the autotune that timed base_ms's cublaslt_autotune
+        base_tune: dict = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
         best_src: str | None = None
         best_ms = math.inf
 
@@ -376,7 +376,7 @@ class Sweep:
             times = dict(_get(ev, "times_ms") or {})
             if not base_ms:
                 base_ms = {k: v for k, v in times.items() if k != "candidate" and v}
-                base_tune = ev_schema.autotune_record((_get(ev, "extra") or {}).get("autotune"))
+                base_tune = ev_schema.library_fields(_get(ev, "extra"))
             t = times.get("candidate")
             status = _get(ev, "status")
             ref = base_ms.get(cfg.baseline)
@@ -385,7 +385,7 @@ class Sweep:
                 s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
                          roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=sp,
                          gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"),
-                         **({"autotune": base_tune} if base_tune else {}))
+                         **base_tune)
             reward, parts = self._reward(status, sp, _get(ev, "check"))
             s.append(ev_schema.REWARD, track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
             s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,

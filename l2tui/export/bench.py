@@ -125,6 +125,7 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
     from harness.evaluate import Evaluator
     from harness.shapes import Shape
 
+    from l2tui.events import library_fields
     from l2tui.export.cdispatch import render_bench_forwarder
 
     source = render_bench_forwarder(visible_to_worker(so))
@@ -136,8 +137,9 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
             # trusted: the forwarder dlopens the library, which the source policy refuses in candidates
             r = ev.evaluate(source, Shape(*s), e["acc"] if e else "f32", label="library", trusted=True)
             row = ratio_row(s, path_of(manifest, s), e is not None, r.times_ms)
+            # how this run's libraries ran (its autotune's pick, cuBLAS's layout), beside the pin
             row.update(status=r.status, message=r.message, rel_err=(r.check or {}).get("rel_err"),
-                       fallback_pin=e.get("fallback_pin") if e else None)
+                       fallback_pin=e.get("fallback_pin") if e else None, **library_fields(r.extra))
             rows.append(row)
             _print_ratio_row(row)
     return rows

@@ -128,7 +128,8 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
         "fastest_baseline": fastest,
         "slower_than": slower_than,
         "fallback": fallback,
-        "fallback_pin": fallback_pin(times, tm.autotune if tm else None, c.acc),
+        "fallback_pin": fallback_pin(times, tm.autotune if tm else None, c.acc,
+                                     tm.cublas_variant if tm else None),
     }
 
 

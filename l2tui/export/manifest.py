@@ -150,7 +150,8 @@ PIN_LABELS = ("cublaslt_autotune", "cublaslt_heuristic", "cublas")
 MAX_PIN_REQUEST = 256
 
 
-def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str) -> dict | None:
+def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str,
+                 cublas_variant: str | None = None) -> dict | None:
     """The library the fallback should run on this shape, from the session's own measurement.
 
     The fastest of the libraries it can reproduce (PIN_LABELS) on the times the kernel was
@@ -160,6 +161,8 @@ def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str) ->
     for the autotuned one), which needs the autotune's record of the list it indexed
     (``autotune``: best_index, available, requested, cublaslt_version); without it, or for f16
     accumulation (the fallback computes in fp32), there is no pin and the fallback tunes.
+    cuBLAS's time counts only when it was the ``nn`` layout (``cublas_variant``): the harness
+    also times cuBLAS on a transposed copy of B, a call the fallback does not make.
     """
     if acc != "f32":
         return None
@@ -167,6 +170,8 @@ def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str) ->
              if isinstance(times_ms.get(lab), (int, float)) and times_ms[lab] > 0}
     if "cublaslt_autotune" not in timed:
         return None
+    if cublas_variant != "nn":
+        timed.pop("cublas", None)
     lab = min(timed, key=timed.get)
     if lab == "cublas":
         return {"library": "cublas", "measured": lab}

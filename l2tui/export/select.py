@@ -36,6 +36,7 @@ class Timing:
     speedup: float | None
     roofline_ms: float | None = None
     autotune: dict | None = None  # the harness's cuBLASLt autotune record of the same request
+    cublas_variant: str | None = None  # the layout of the cublas time: "nn" or "tn"
 
 
 @dataclass
@@ -182,6 +183,7 @@ def _timing(t: _Track, sha: str) -> Timing | None:
         float(sp) if isinstance(sp, (int, float)) else None,
         float(rl) if isinstance(rl, (int, float)) else None,
         ev_schema.autotune_record(ev.get("autotune")),
+        ev.get("cublas_variant") if ev.get("cublas_variant") in ("nn", "tn") else None,
     )
 
 

@@ -498,7 +498,16 @@ extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int 
   // One handle per thread and device: a handle's workspace must not be shared by
   // streams running concurrently.  Handles live until the process ends.
   thread_local cublasHandle_t handles[l2fb::kMaxDevices] = {};
-  if (handles[dev] == nullptr && cublasCreate(&handles[dev]) != CUBLAS_STATUS_SUCCESS) return 4;
+  if (handles[dev] == nullptr) {
+    if (cublasCreate(&handles[dev]) != CUBLAS_STATUS_SUCCESS) {
+      handles[dev] = nullptr;
+      return 4;
+    }
+    // split-K partial sums in fp32 only (by default cuBLAS may add them up in fp16, the output
+    // type, which would break the fp32-compute contract); the harness's cuBLAS subject is the same
+    cublasSetMathMode(handles[dev], static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  }
   cublasHandle_t h = handles[dev];
   if (cublasSetStream(h, static_cast<cudaStream_t>(stream)) != CUBLAS_STATUS_SUCCESS) return 5;
   const float alpha = 1.0f, beta = 0.0f;
