@@ -87,6 +87,22 @@ def _operands(cp, m, n, k, seed):
     return a, b
 
 
+def _run_pinned(cp, lib, shape, seed, stream=None):
+    """One ``l2hgemm_fallback_pinned`` call on random operands: (a, b, c), synchronised."""
+    m, n, k = shape
+    a, b = _operands(cp, m, n, k, seed)
+    s = stream or cp.cuda.get_current_stream()
+    c = cp.full((m, n), cp.nan, dtype=cp.float16)
+    assert _fn(lib, "l2hgemm_fallback_pinned")(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr) == 0
+    s.synchronize()
+    return a, b, c
+
+
+def _rel_err(cp, a, b, c) -> float:
+    ref = cp.matmul(a, b).astype(cp.float32)
+    return float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+
+
 def _choice(lib, shape) -> tuple[int, int]:
     index = ctypes.c_int(-7)
     how = lib.l2hgemm_fallback_choice(*shape, ctypes.byref(index))
@@ -96,14 +112,11 @@ def _choice(lib, shape) -> tuple[int, int]:
 def test_a_pin_runs_the_harness_algorithm_bit_for_bit(pinned, shim):
     cp = pytest.importorskip("cupy")
     lib, pins, which = pinned
-    shape = which["idx"]
-    m, n, k = shape
-    a, b = _operands(cp, m, n, k, 1)
-    s = cp.cuda.get_current_stream()
+    m, n, k = shape = which["idx"]
     assert _choice(lib, shape) == (0, -1)   # not called yet
-    mine = cp.full((m, n), cp.nan, dtype=cp.float16)
-    assert _fn(lib, "l2hgemm_fallback_pinned")(a.data.ptr, b.data.ptr, mine.data.ptr, m, n, k, s.ptr) == 0
+    a, b, mine = _run_pinned(cp, lib, shape, 1)
     # the shim's autotune slot running the same heuristic index
+    s = cp.cuda.get_current_stream()
     assert shim.l2_lt_select(m, n, k, 0, 1, pins[shape]["index"]) == 0
     theirs = cp.full((m, n), cp.nan, dtype=cp.float16)
     assert _fn(shim, "l2_hgemm_lt_auto")(a.data.ptr, b.data.ptr, theirs.data.ptr, m, n, k, s.ptr) == 0
@@ -111,18 +124,16 @@ def test_a_pin_runs_the_harness_algorithm_bit_for_bit(pinned, shim):
     assert _choice(lib, shape) == (PINNED_LT, pins[shape]["index"])
     assert lib.l2hgemm_fallback_tuned(m, n, k) == 0   # nothing was timed
     assert bool(cp.array_equal(mine, theirs))
-    ref = cp.matmul(a, b).astype(cp.float32)
-    assert float(cp.linalg.norm(mine.astype(cp.float32) - ref) / cp.linalg.norm(ref)) < 5e-3
+    assert _rel_err(cp, a, b, mine) < 5e-3
 
 
 def test_a_gemmex_pin_runs_cublas(pinned):
     cp = pytest.importorskip("cupy")
     lib, _pins, which = pinned
     m, n, k = shape = which["gemmex"]
-    a, b = _operands(cp, m, n, k, 2)
+    a, b, mine = _run_pinned(cp, lib, shape, 2)
     s = cp.cuda.get_current_stream()
-    mine, cublas = (cp.full((m, n), cp.nan, dtype=cp.float16) for _ in range(2))
-    assert _fn(lib, "l2hgemm_fallback_pinned")(a.data.ptr, b.data.ptr, mine.data.ptr, m, n, k, s.ptr) == 0
+    cublas = cp.full((m, n), cp.nan, dtype=cp.float16)
     assert _fn(lib, "l2hgemm_cublas")(a.data.ptr, b.data.ptr, cublas.data.ptr, m, n, k, s.ptr) == 0
     s.synchronize()
     assert _choice(lib, shape) == (PINNED_GEMMEX, -1)
@@ -133,17 +144,12 @@ def test_a_gemmex_pin_runs_cublas(pinned):
 def test_a_stale_pin_is_tuned_instead(pinned, stale):
     cp = pytest.importorskip("cupy")
     lib, _pins, which = pinned
-    m, n, k = shape = which[stale]
-    a, b = _operands(cp, m, n, k, 3)
-    s = cp.cuda.get_current_stream()
-    c = cp.full((m, n), cp.nan, dtype=cp.float16)
-    assert _fn(lib, "l2hgemm_fallback_pinned")(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, s.ptr) == 0
-    s.synchronize()
+    shape = which[stale]
+    a, b, c = _run_pinned(cp, lib, shape, 3)
     how, _ = _choice(lib, shape)
     assert how in (TUNED_LT, TUNED_GEMMEX), how
-    assert lib.l2hgemm_fallback_tuned(m, n, k) > 0
-    ref = cp.matmul(a, b).astype(cp.float32)
-    assert float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref)) < 5e-3
+    assert lib.l2hgemm_fallback_tuned(*shape) > 0
+    assert _rel_err(cp, a, b, c) < 5e-3
 
 
 def test_a_pin_applies_inside_a_graph_capture(pinned):
@@ -168,5 +174,4 @@ def test_a_pin_applies_inside_a_graph_capture(pinned):
     assert _choice(lib, shape) == (PINNED_LT, pins[shape]["index"])
     graph.launch(s)
     s.synchronize()
-    ref = cp.matmul(a, b).astype(cp.float32)
-    assert float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref)) < 5e-3
+    assert _rel_err(cp, a, b, c) < 5e-3

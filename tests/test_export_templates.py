@@ -48,17 +48,17 @@ DIGESTS = {
         "build.sh": "42b6a7c3bec04cbc4713564a7e79946e6d4f89e11b144c6186c7dfdf3b2fe8ee",
         "include/l2hgemm.h": "0490596b5ee269cff8c9456b82b29babe1f540e0cb6c27b409c432ca3366c46a",
         "l2hgemm.cmake": "112b1931741eb87389bd72b59e29ec8658872d475a473f26f75a70d56264e76f",
-        "src/l2hgemm_dispatch.cu": "94caed912b4ef105f1a683755518b5d71cb10acd6d72f34fbbdfc294be81d096",
+        "src/l2hgemm_dispatch.cu": "781c3f561ca4b4bd70a936ff9394d9104c02e9e91ac164c33b9c22c7fb7714b8",
     },
     "empty": {
         **SAME_IN_BOTH,
         "build.sh": "a36619ba95211d2ddbea68a2be288e42a4b9688551cb4927e7ea6fd6972cada0",
         "include/l2hgemm.h": "6ad2295e24e2992a48b7ddc0eab942ce7fe9d8a71fe69bba603c92827f83a38c",
         "l2hgemm.cmake": "234f6fede2a7e7ff7e2fa7ba560c67a32c1a360170e826dee2e224591f99591c",
-        "src/l2hgemm_dispatch.cu": "a890811ff88132d3420bcb814dc84693d51d0be50b4e5196f32f6b53c125a960",
+        "src/l2hgemm_dispatch.cu": "d37a01f1d381e901cfe9c964aab62d352f7e7ad3d3a94fab51a85e51fad048e3",
     },
 }
-FALLBACK_LIBRARY_DIGEST = "b0d85767e2d232c242b30ef4c426d157c54bcc5054d85fbfbcb3727b2cfefbcb"
+FALLBACK_LIBRARY_DIGEST = "61b3227714b934b66305c6ab6309a81ebfbc3de163960a7b20cc16e2398b7ccd"
 
 
 def _sha(data: bytes) -> str:

@@ -537,19 +537,27 @@ extern "C" int l2hgemm_fallback(const void* A, const void* B, void* C, int M, in
 
 extern "C" int l2hgemm_fallback_mode(void) { return l2fb::mode(); }
 
-extern "C" int l2hgemm_fallback_tuned(int M, int N, int K) {
+namespace l2fb {
+// The current device's plan for (M, N, K) with 256-byte aligned pointers, or null (never made).
+const Plan* aligned_plan(int M, int N, int K) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return nullptr;
   }
-  if (dev < 0 || dev >= l2fb::kMaxDevices) return 0;
-  l2fb::Device& d = l2fb::device(dev);
+  if (dev < 0 || dev >= kMaxDevices) return nullptr;
+  Device& d = device(dev);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.plans.find(l2fb::Key{M, N, K, 256});
-  if (it == d.plans.end()) return 0;
-  const int st = it->second->state.load(std::memory_order_acquire);
-  if (st & l2fb::kTuned) return it->second->timed;
+  auto it = d.plans.find(Key{M, N, K, 256});
+  return it == d.plans.end() ? nullptr : it->second;  // plans are never freed
+}
+}  // namespace l2fb
+
+extern "C" int l2hgemm_fallback_tuned(int M, int N, int K) {
+  const l2fb::Plan* p = l2fb::aligned_plan(M, N, K);
+  if (p == nullptr) return 0;
+  const int st = p->state.load(std::memory_order_acquire);
+  if (st & l2fb::kTuned) return p->timed;
   return (st & (l2fb::kTuneFailed | l2fb::kLtFailed)) ? -1 : 0;
 }
 
@@ -559,21 +567,12 @@ extern "C" int l2hgemm_fallback_tuned(int M, int N, int K) {
 // (may be null) gets the algorithm's place in the heuristic list it came from, else -1.
 extern "C" int l2hgemm_fallback_choice(int M, int N, int K, int* index) {
   if (index) *index = -1;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (dev < 0 || dev >= l2fb::kMaxDevices) return 0;
-  l2fb::Device& d = l2fb::device(dev);
-  std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.plans.find(l2fb::Key{M, N, K, 256});
-  if (it == d.plans.end()) return 0;
-  const l2fb::Plan& p = *it->second;
-  const int st = p.state.load(std::memory_order_acquire);
+  const l2fb::Plan* p = l2fb::aligned_plan(M, N, K);
+  if (p == nullptr) return 0;
+  const int st = p->state.load(std::memory_order_acquire);
   if (st & l2fb::kTuned) {
-    if (index) *index = p.index;
-    return p.chose;
+    if (index) *index = p->index;
+    return p->chose;
   }
   if (st & l2fb::kLtFailed) return -1;
   if (st & l2fb::kHeurReady) {
