@@ -257,6 +257,19 @@ def test_bench_reports_path_and_every_ratio():
     assert verdict["all_ok"] and ratio_row((1, 1, 1), "kernel", True, {"library": None})["ratio_vs_best"] is None
 
 
+def test_bench_repeats_report_each_subjects_median(tmp_path, capsys):
+    from l2tui.export.bench import main, median_times
+
+    runs = [{"library": 1.0, "cublas": 2.0, "torch": 9.0}, {"library": 3.0, "cublas": 1.0},
+            {"library": 2.0, "cublas": 1.5}]
+    # a subject missing from one run (it failed there) is left out rather than judged on fewer runs
+    assert median_times(runs) == {"cublas": 1.5, "library": 2.0}
+    assert median_times([]) == {}
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--repeats", "0"])
+    assert "--repeats must be 1 or more" in capsys.readouterr().err
+
+
 def test_bench_fallback_option_sets_the_environment(tmp_path, monkeypatch, capsys):
     from l2tui.export.bench import main
 

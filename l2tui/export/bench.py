@@ -118,10 +118,22 @@ def _print_ratio_row(row: dict) -> None:
           f"vs best ({row['best_library']}) {'%.3fx' % ratio if ratio else '-'}  [{each}]", file=sys.stderr)
 
 
+def median_times(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per subject, the median of its times over repeated evaluations (subjects timed in every one)."""
+    import statistics
+
+    labels = set.intersection(*(set(r) for r in runs)) if runs else set()
+    return {lab: statistics.median(r[lab] for r in runs) for lab in sorted(labels)}
+
+
 def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]], *, arch: str,
                     baselines: str, replays: int, missing: Sequence[tuple[int, int, int]] = (),
-                    timing: str = "isolated") -> list[dict]:
-    """Offline ratios of the library against every baseline, exported shapes first, then ``missing`` ones."""
+                    timing: str = "isolated", repeats: int = 1) -> list[dict]:
+    """Offline ratios of the library against every baseline, exported shapes first, then ``missing`` ones.
+
+    ``repeats`` > 1 times every shape that many times, in rounds over all shapes (minutes apart
+    on the GPU's clocks and temperature, the same for every shape and subject), and reports each
+    subject's median time: one run's per-shape ratio moves by a few per cent between runs."""
     from harness.evaluate import Evaluator
     from harness.shapes import Shape
 
@@ -130,18 +142,29 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
 
     source = render_bench_forwarder(visible_to_worker(so))
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
-    rows = []
+    todo = list(shapes) + [m for m in missing if m not in entries]
+    results: dict[tuple[int, int, int], list[Any]] = {s: [] for s in todo}
     with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays, timing=timing) as ev:
-        for s in list(shapes) + [m for m in missing if m not in entries]:
-            e = entries.get(s)
-            # trusted: the forwarder dlopens the library, which the source policy refuses in candidates
-            r = ev.evaluate(source, Shape(*s), e["acc"] if e else "f32", label="library", trusted=True)
-            row = ratio_row(s, path_of(manifest, s), e is not None, r.times_ms)
-            # how this run's libraries ran (its autotune's pick, cuBLAS's layout), beside the pin
-            row.update(status=r.status, message=r.message, rel_err=(r.check or {}).get("rel_err"),
-                       fallback_pin=e.get("fallback_pin") if e else None, **library_fields(r.extra))
-            rows.append(row)
-            _print_ratio_row(row)
+        for _ in range(repeats):
+            for s in todo:
+                e = entries.get(s)
+                # trusted: the forwarder dlopens the library, which the source policy refuses in candidates
+                results[s].append(ev.evaluate(source, Shape(*s), e["acc"] if e else "f32", label="library",
+                                              trusted=True))
+    rows = []
+    for s in todo:
+        e, runs = entries.get(s), results[s]
+        worst = next((r for r in runs if r.status != "ok"), runs[-1])
+        ok_times = [r.times_ms for r in runs if r.status == "ok"]
+        row = ratio_row(s, path_of(manifest, s), e is not None, median_times(ok_times) if ok_times else {})
+        # how this run's libraries ran (its autotune's pick, cuBLAS's layout), beside the pin
+        row.update(status=worst.status, message=worst.message, rel_err=(worst.check or {}).get("rel_err"),
+                   fallback_pin=e.get("fallback_pin") if e else None, **library_fields(runs[-1].extra))
+        if len(runs) > 1:
+            row["repeats_ms"] = {lab: [r.times_ms.get(lab) for r in runs] for lab in row["baselines_ms"]}
+            row["repeats_ms"]["library"] = [r.times_ms.get("library") for r in runs]
+        rows.append(row)
+        _print_ratio_row(row)
     return rows
 
 
@@ -286,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here")
     p.add_argument("--baselines", default="cublas,cublaslt_heuristic,cublaslt_autotune,torch")
     p.add_argument("--replays", type=int, default=7, help="offline replays per subject (default 7)")
+    p.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="time every shape N times, in rounds over all shapes, and report each subject's "
+                        "median (default 1)")
     p.add_argument("--timing", choices=("isolated", "chained"), default="isolated",
                    help="offline timing: isolated = per call, each call after an unrelated kernel (default, "
                         "the headline); chained = back to back")
@@ -301,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-offline", action="store_true", help="only the overhead measurement")
     p.add_argument("--shapes", action="append", metavar="SPEC", help="only these exported shapes (MxNxK, a set, a file)")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be 1 or more")
     if args.fallback:  # before anything loads the library or starts the harness worker: both read it once
         os.environ[FALLBACK_ENV] = args.fallback
 
@@ -335,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_offline:
             print(f"library vs best baseline ({MODE_LABELS[args.timing]}, graph replay, checked):", file=sys.stderr)
             doc["offline"] = library_vs_best(so, manifest, shapes, arch=gpu.arch, baselines=args.baselines,
-                                             replays=args.replays, missing=missing_all, timing=args.timing)
+                                             replays=args.replays, missing=missing_all, timing=args.timing,
+                                             repeats=args.repeats)
+            doc["repeats"] = args.repeats
             doc.update(summarize(doc["offline"]))
             fallback_choices(so, doc["offline"])
         print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
