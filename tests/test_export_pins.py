@@ -110,6 +110,12 @@ def test_a_sweep_pins_the_autotuned_algorithm_into_the_export(capsys, tmp_path, 
         assert entry["fallback_pin"] == {"library": "cublaslt", "measured": "cublaslt_autotune", **{
             "index": 3, "count": 17, "requested": 100, "cublaslt_version": 130200}}
         assert cdispatch.parse_pins(src) == {(64, 64, 64): (1, 3, 17, 100, 130200)}
+    # the command says what the fallback runs (a 50 % margin sends the shape there)
+    capsys.readouterr()
+    assert main(["export", str(sdir), "--out", str(tmp_path / "exp2"), "--margin", "50"]) == 0
+    out = capsys.readouterr().out
+    assert ("fallback: cublasGemmEx (measured fastest)" if libraries else
+            "fallback: cuBLASLt heuristic algorithm 3 (measured fastest: cublaslt_autotune)") in out
 
 
 def test_an_export_refuses_a_hand_edited_pin_before_writing_c(tmp_path):
@@ -120,3 +126,13 @@ def test_an_export_refuses_a_hand_edited_pin_before_writing_c(tmp_path):
                           "cublaslt_version": 1}}]}
     with pytest.raises(ManifestError, match="fallback_pin is malformed"):
         cdispatch.render_dispatch(man)
+
+
+def test_the_export_command_names_each_fallback():
+    from l2tui.commands.export import _fallback_text
+
+    assert _fallback_text(None) == "cuBLASLt, tuned at the first call"
+    assert _fallback_text({"library": "cublas", "measured": "cublas"}) == "cublasGemmEx (measured fastest)"
+    assert _fallback_text({"library": "cublaslt", "measured": "cublaslt_heuristic", "index": 0, "count": 9,
+                           "requested": 100, "cublaslt_version": 1}) == \
+        "cuBLASLt heuristic algorithm 0 (measured fastest: cublaslt_heuristic)"

@@ -59,8 +59,17 @@ def run(args: argparse.Namespace) -> int:
         m, n, k = e["shape"]
         sp = e["speedup"].get(e.get("baseline") or "", None)
         sp_s = f"{sp:.2f}x {e['baseline']}" if sp else "untimed"
-        route = "cuBLASLt (fallback)" if e.get("fallback") else e["file"]
+        route = f"fallback: {_fallback_text(e.get('fallback_pin'))}" if e.get("fallback") else e["file"]
         print(f"  {m}x{n}x{k} {e['acc']}: {route}  [{e['selected_by']}, {sp_s}]")
     if res.library:
         print(f"library: {res.library}  header: {res.out / 'include' / 'l2hgemm.h'}  cmake: {res.out / 'l2hgemm.cmake'}")
     return 0
+
+
+def _fallback_text(pin: dict | None) -> str:
+    """What the fallback runs on a shape: the session's measured library (its pin), else tuning."""
+    if not pin:
+        return "cuBLASLt, tuned at the first call"
+    if pin["library"] == "cublas":
+        return "cublasGemmEx (measured fastest)"
+    return f"cuBLASLt heuristic algorithm {pin['index']} (measured fastest: {pin.get('measured', 'cublaslt')})"
