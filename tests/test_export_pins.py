@@ -58,6 +58,7 @@ def test_no_pin_where_the_session_did_not_measure_what_tuning_would_find(times, 
     {"library": "cublaslt", "index": 0, "count": 17, "requested": 1000, "cublaslt_version": 1},
     {"library": "cublaslt", "index": 0, "count": 17, "requested": 100, "cublaslt_version": 2**31},
     {"library": "cublaslt", "index": True, "count": 17, "requested": 100, "cublaslt_version": 1},
+    {"library": "cublas", "measured": "cublas\x1b[2J"},
 ])
 def test_a_malformed_pin_is_one_line(pin):
     with pytest.raises(ManifestError, match="fallback_pin is malformed; re-run l2tui export") as ei:

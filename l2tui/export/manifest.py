@@ -193,6 +193,8 @@ def check_pin(pin: Any, where: str) -> None:
     bad = ManifestError(f"{where}: fallback_pin is malformed; re-run l2tui export")
     if not isinstance(pin, dict) or pin.get("library") not in ("cublas", "cublaslt"):
         raise bad
+    if pin.get("measured") not in (None, *PIN_LABELS):   # printed by l2tui export: a known label only
+        raise bad
     if pin["library"] == "cublas":
         return
     vals = [pin.get(k) for k in ("index", "count", "requested", "cublaslt_version")]
