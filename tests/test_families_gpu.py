@@ -42,7 +42,7 @@ def representative(acc: str, arch: str) -> list[F.Config]:
 
 
 def assert_catalog_configs_pass(evaluator, names, shapes) -> None:
-    """Every named f32 sm90_cutlass catalog configuration passes every check on every shape."""
+    """Every named f32 catalog configuration passes every check on every shape (sm_90 runs them)."""
     ev, arch = evaluator
     if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_cutlass needs sm_90")
@@ -444,3 +444,21 @@ def test_no_pdl_twins_pass_every_check(evaluator):
     """The launches without PDL that a per-call search picks from: every output exact on
     non-multiples of their tiles, a K shorter than one k-tile and a long K included."""
     assert_catalog_configs_pass(evaluator, NO_PDL_TWINS, SHORT_PIPELINE_SHAPES)
+
+
+#: BASIC with a deeper ring (6, 8 or as many stages as fit, and 128-wide k-tiles), BASIC 128x128
+#: with two stages, and sm90_ksplit's one-wave tiles with two stages (issue 28, seventh round)
+DEEP_RING_AND_ONE_WAVE = ("sm90-64x64x64-c1x1-ws-p-st6-noc-nopdl", "sm90-64x64x64-c1x1-ws-p-st8-noc-nopdl",
+                          "sm90-64x64x64-c1x1-ws-p-st0-noc-nopdl", "sm90-64x64x128-c1x1-ws-p-st4-noc-nopdl",
+                          "sm90-64x128x64-c1x1-ws-p-st6-noc-nopdl", "sm90-64x128x64-c1x1-ws-p-st0-noc-nopdl",
+                          "sm90-128x64x64-c1x1-ws-p-st6-noc-nopdl", "sm90-128x64x64-c1x1-ws-p-st0-noc-nopdl",
+                          "sm90-128x128x64-c1x1-ws-p-st2-noc-e64-nopdl", "ksp-128x256x64-s2-ck1-nopdl",
+                          "ksp-128x128x64-s2-ck1-nopdl", "ksp-64x256x64-s2-ck1-nopdl")
+
+
+def test_deep_ring_and_one_wave_configurations_pass_every_check(evaluator):
+    """The seventh round's catalog entries: every output exact on non-multiples of their tiles, a
+    K shorter than one k-tile, a ring deeper than K (8 stages, 2 k-tiles), a long K through a
+    2-stage ring, and the many-tile one-k-tile shape the two-stage tiles are for."""
+    assert_catalog_configs_pass(evaluator, DEEP_RING_AND_ONE_WAVE,
+                                SHORT_PIPELINE_SHAPES + [Shape(2048, 2048, 64), Shape(520, 264, 2056)])

@@ -57,7 +57,7 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
     basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
-    assert len(basic) == 12   # six entries and their no-PDL twins
+    assert len(basic) == 30   # fifteen entries and their no-PDL twins
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
                           (Shape(4096, 4096, 4096), False)):
@@ -241,6 +241,62 @@ def test_the_command_reads_incumbents_from_a_winners_file_and_refuses_a_bad_one(
                "--session", str(tmp_path / "s")])
     err = capsys.readouterr().err
     assert rc != 0 and "--incumbents" in err and "not JSON" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
+def test_also_times_named_configurations_in_every_pick_where_they_run(tmp_path, monkeypatch):
+    """``--also``: named catalog configurations are timed on every track beside the pick (here one
+    the model ranks last, with no seeds at all), win when fastest, and are left out of shapes
+    their family cannot run (K not a multiple of 8 for TMA)."""
+    import l2tui.agent.policies.search as search
+
+    timed = timed_names()
+    full = search.catalog
+    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    shape = Shape(4096, 4096, 4096)
+    ranked = [c for c in ranked_for(shape) if c.name in timed]
+    outsider = next(c for c in reversed(ranked) if c.family == "sm90_cutlass")
+    rec = recorded_file(tmp_path, [shape])
+    doc = json.loads(rec.read_text())
+    doc["records"][record_key(outsider.source(), shape, "f32")]["times_ms"]["candidate"] = 1e-6
+    rec.write_text(json.dumps(doc))
+    s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={}, versions={})
+    cfg = SweepConfig(shapes=[shape], steps=0, seeds=0, arch="sm_90a", build_batches=False, pick_kinds=False,
+                      also={"f32": (outsider,)})
+    (res,) = Sweep(cfg, RecordedEvaluator(rec, arch="sm_90a", build=False), session=s, out_dir=s.path,
+                   progress=lambda line: None).run()
+    names = [Config.from_source(s.get_kernel(e["sha"])).name for e in s.events if e["type"] == "candidate"]
+    assert outsider.name in names and res.best_name == outsider.name
+    assert any(outsider.name in e["text"] for e in s.events if e["type"] == "plan")
+    # the proposal says why it is timed; a shape the family cannot run does not get it
+    sw = Sweep(SweepConfig(shapes=[Shape(64, 64, 100)], steps=0, seeds=0, arch="sm_90a", build_batches=False,
+                           pick_kinds=False, also={"f32": (outsider,)}),
+               RecordedEvaluator(rec, arch="sm_90a", build=False), session=Session.create(
+                   tmp_path / "s2", config={"sweep": {}}, gpu={}, versions={}), out_dir=tmp_path / "s2",
+               progress=lambda line: None)
+    def plans(sh: Shape) -> list[str]:
+        return [p.plan for p in sw._pick_proposals(TrackContext(track="t", shape=sh, acc="f32",
+                                                                baseline="cublaslt_autotune", step=0, arch="sm_90a"))]
+
+    assert any(outsider.name in p and "named by --also" in p for p in plans(shape))
+    assert all(outsider.name not in p for p in plans(Shape(64, 64, 100)))
+
+
+def test_also_resolves_catalog_names_and_refuses_an_unknown_one_in_one_line(tmp_path, capsys):
+    from l2tui.cli import main
+    from l2tui.commands.sweep import resolve_also
+    from l2tui.errors import UserError
+
+    name = "sm90-64x64x64-c1x1-ws-p-st8-noc-nopdl"
+    got = resolve_also([name, name], ("f32",), "sm_90a")
+    assert [c.name for c in got["f32"]] == [name]
+    with pytest.raises(UserError, match="does not run on sm_80"):
+        resolve_also([name], ("f32",), "sm_80")
+    rc = main(["sweep", "--shapes", "64x64x64", "--also", "sm90-64x64x64-c1x1-ws-p-st9-noc-nopdl",
+               "--recorded", str(tmp_path / "none.json"), "--session", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and "--also sm90-64x64x64-c1x1-ws-p-st9-noc-nopdl" in err and "closest" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from harness.families import Config, build_arch_for, catalog, no_pdl_twin, validate
+from harness.families import Config, applicable, build_arch_for, catalog, no_pdl_twin, validate
 from harness.shapes import Shape
 from harness.stats import geomean, speedup
 
@@ -106,6 +106,9 @@ class SweepConfig:
     # (shape, acc) -> the configuration that holds the shape now (a winners file): timed in the pick
     # beside the chosen ones, so a re-pick keeps it unless something beats it in the same request
     incumbents: dict[tuple[Shape, str], Config] | None = None
+    # acc -> catalog configurations timed on every track beside the pick where they run on its shape
+    # (--also: a new entry tried on chosen shapes); prebuild() then builds only these
+    also: dict[str, tuple[Config, ...]] | None = None
     max_seconds: float | None = None   # from the sweep's start: no build or track started after it (--resume continues)
     cost_params: Any = None            # the cost model's constants (costmodel.Params); None: the committed ones
 
@@ -258,7 +261,10 @@ class Sweep:
         """Compile the catalog for every accumulator once, in parallel (one progress bar)."""
         arch = self.cfg.arch or "sm_90a"
         fams = set(self.cfg.families) if self.cfg.families else None
-        configs = [c for acc in self.cfg.accs for c in catalog(acc, arch) if fams is None or c.family in fams]
+        if self.cfg.also:
+            configs = [c for acc in self.cfg.accs for c in self.cfg.also.get(acc, ())]
+        else:
+            configs = [c for acc in self.cfg.accs for c in catalog(acc, arch) if fams is None or c.family in fams]
         prog = self.build_progress("catalog") if self.build_progress else None
         if prog is None:
             t0 = time.monotonic()
@@ -510,12 +516,17 @@ class Sweep:
         held_twin = Config.of(held.family, twin_knobs) if twin_knobs and not validate(held.family, twin_knobs) else None
         if held_twin is not None and held_twin not in chosen:
             chosen.append(held_twin)
+        also = [c for c in (cfg.also or {}).get(acc, ()) if applicable(c.family, shape, cfg.arch or "sm_90a")]
+        for c in also:
+            if c not in chosen:
+                chosen.append(c)
         for c in chosen:
             src = c.source()
             if any(p.source == src for p in seeds):
                 continue
             why = ("the incumbent (it holds this shape now)" if c == held else
-                   "the incumbent's launch without PDL" if c == held_twin else pol.cost.estimate(c, shape).rationale())
+                   "the incumbent's launch without PDL" if c == held_twin else
+                   "named by --also" if c in also else pol.cost.estimate(c, shape).rationale())
             seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
                                   family=c.family, origin="seed",
                                   role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))

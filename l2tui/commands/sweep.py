@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--incumbents", nargs="+", metavar="WINNERS", default=None,
                    help="winners files (e.g. results/h200/winners-f32.json): each shape's configuration there is "
                         "timed in the pick beside the chosen ones, so a re-pick keeps it unless beaten")
+    p.add_argument("--also", nargs="+", metavar="CONFIG", default=None,
+                   help="catalog configurations (by name, e.g. sm90-64x64x64-c1x1-ws-p-st8-noc-nopdl) timed on every "
+                        "track beside the pick where they run on its shape: a new catalog entry tried on a chosen "
+                        "set of shapes; with --prebuild-only, build just these")
     p.add_argument("--max-seconds", type=float, default=None, metavar="S",
                    help="start no catalog build and no track after S seconds from the start (the running ones "
                         "finish); --resume continues")
@@ -114,6 +118,31 @@ def load_incumbents(paths: list[str], arch: str) -> dict:
             if applicable(win.config.family, shape, arch):
                 out[(shape, w.acc)] = win.config
     return out
+
+
+def resolve_also(names: list[str], accs: tuple[str, ...], arch: str) -> dict[str, tuple]:
+    """acc -> the catalog configurations ``--also`` names for it; one line for a name no catalog of
+    ``accs`` holds (with the closest names), or that does not run on ``arch``."""
+    import difflib
+
+    from harness.families import catalog
+
+    from ..errors import UserError
+
+    by_acc: dict[str, tuple] = {}
+    everywhere = {c.name for acc in accs for c in catalog(acc, None)}
+    for acc in accs:
+        here = {c.name: c for c in catalog(acc, arch)}
+        by_acc[acc] = tuple(here[n] for n in dict.fromkeys(names) if n in here)
+    for n in names:
+        if any(c.name == n for cs in by_acc.values() for c in cs):
+            continue
+        if n in everywhere:
+            raise UserError(f"--also {n}: that configuration does not run on {arch}")
+        close = difflib.get_close_matches(n, sorted(everywhere), n=3)
+        raise UserError(f"--also {n}: no such catalog configuration for {'/'.join(accs)}"
+                        + (f" (closest: {', '.join(close)})" if close else ""))
+    return by_acc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,13 +229,15 @@ def _run(args: argparse.Namespace) -> int:
     args.sweep_libraries = tuple(lab for lab in libs if lab != args.baseline)
     incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
     args.incumbent_files = incumbent_files
+    args.also_names = [str(n) for n in (getattr(args, "also", None) or saved.get("also") or [])]
     cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
                       steps=args.steps, width=args.width,
                       seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
                       pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
                       families=args.families or saved.get("families") or None,
                       incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
-                      max_seconds=args.max_seconds, cost_params=cost_params)
+                      max_seconds=args.max_seconds, cost_params=cost_params,
+                      also=resolve_also(args.also_names, accs, arch) if args.also_names else None)
     from ..executors.progress import BuildProgress
 
     def say(line: str) -> None:
@@ -288,6 +319,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
                                                          "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
                                                          "families": list(cfg.families or []),
                                                          "incumbents": args.incumbent_files,
+                                                         **({"also": args.also_names} if args.also_names else {}),
                                                          **({"cost_model": args.cost_file,
                                                              "cost_model_sha256": _file_sha256(args.cost_file)}
                                                             if args.cost_file else {})},
