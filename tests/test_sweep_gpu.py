@@ -85,3 +85,28 @@ def test_sweep_search_resume_and_bench_on_the_gpu(tmp_path):
     assert len(rows) == len(SHAPES)
     for r in rows:
         assert r["status"]["candidate"] == "ok" and r["times_ms"]["candidate"] > 0, r["status"]
+
+
+def test_also_times_a_named_catalog_configuration_on_the_gpu(tmp_path):
+    """``--also``: the named configuration is built (or found in the cache), checked and timed on
+    the track beside the pick's seed, per call, and the sweep's result says which of them won."""
+    from harness.gpuinfo import gpu_present
+
+    if not gpu_present():
+        pytest.skip("no GPU")
+    from harness.families import Config
+    from l2tui.session import Session
+
+    name = "sm90-64x64x64-c1x1-ws-p-st8-noc-nopdl"
+    sdir = tmp_path / "also"
+    p = _l2tui("sweep", "--shapes", "520x264x2056", "--session", str(sdir), "--steps", "0", "--seeds", "0",
+               "--no-pick-kinds", "--families", "tiny_mma", "--also", name, timeout=600)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    print(p.stdout[-1500:])
+    s = Session.open(sdir)
+    shas = {Config.from_source(s.get_kernel(e["sha"])).name: e["sha"] for e in s.events if e["type"] == "candidate"}
+    assert name in shas and any(n.startswith("tiny-") for n in shas)
+    timed = {e["sha"]: e["times_ms"] for e in s.events if e["type"] == "timed"}
+    assert shas[name] in timed and timed[shas[name]].get("candidate", 0) > 0
+    (track,) = json.loads((sdir / "sweep.json").read_text())["tracks"].values()
+    assert track["best_name"] in shas and track["best_ms"] > 0
