@@ -22,7 +22,7 @@ def test_rows_carry_what_explains_the_big_shape_gap():
     assert set(found) == {"128x128x16384", "1024x1024x8192", "8192x8192x4096"}
     ours = ncu_compare.kernel_rows(found["8192x8192x4096"]["l2"])
     lib = ncu_compare.kernel_rows(found["8192x8192x4096"]["cublaslt"])
-    assert [r["kernel"] for r in ours] == ["CUTLASS 128x192x64 Pingpong Persistent"]
+    assert [r["kernel"] for r in ours] == ["CUTLASS 128x192x64 Pingpong Persistent 5 stages"]
     assert lib[0]["kernel"].startswith("nvjet_sm90_hsh_256x96")
     assert ours[0]["dram_mb"] > 2 * lib[0]["dram_mb"]
     assert ours[0]["sm_mhz"] < lib[0]["sm_mhz"]
@@ -50,6 +50,13 @@ def test_render_orders_shapes_by_size_and_matches_the_committed_summary(tmp_path
 
 
 def test_short_names():
+    # CUTLASS's plain warp-specialized kernel runs a CTA per tile: BASIC, whatever scheduler tag it carries
+    basic = ("void device_kernel<GemmUniversal<tuple<int, int, int, int>, CollectiveMma<MainloopSm90TmaGmmaWarpSpecialized"
+             "<6, tuple<C<1>, C<1>, C<1>>, KernelTmaWarpSpecialized>, tuple<C<64>, C<64>, C<64>>, half_t>, "
+             "PersistentScheduler>>(Params)")
+    assert ncu_compare.short_name(basic) == "CUTLASS 64x64x64 BASIC 6 stages"
+    pp = basic.replace("KernelTmaWarpSpecialized>", "KernelTmaWarpSpecializedPingpong>").replace("<6,", "<13,")
+    assert ncu_compare.short_name(pp) == "CUTLASS 64x64x64 Pingpong Persistent 13 stages"
     assert ncu_compare.short_name("void l2::splitk_reduce(const float4 *, uint2 *, long long)") == "l2::splitk_reduce"
     assert ncu_compare.short_name("nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_NNT") == "nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_NNT"
     assert len(ncu_compare.short_name("void " + "x" * 200 + "(int)")) == 60

@@ -39,9 +39,14 @@ def short_name(name: str) -> str:
         c = r"(?:cute::)?C<(\d+)>"  # the CTA tile follows the kernel schedule's name
         tile = re.search(rf"WarpSpecialized\w*>,\s*(?:cute::)?tuple<{c},\s*{c},\s*{c}>", name)
         sched = next((s for s in ("Pingpong", "Cooperative") if s in name), "")
-        kind = "StreamK" if "StreamK" in name else ("Persistent" if "PersistentScheduler" in name else "")
+        # the plain warp-specialized kernel is not persistent (a CTA per tile) whatever scheduler
+        # tag its template carries
+        basic = not sched and re.search(r"KernelTmaWarpSpecialized>", name) is not None
+        kind = "StreamK" if "StreamK" in name else (
+            "BASIC" if basic else "Persistent" if "PersistentScheduler" in name else "")
+        stages = re.search(r"MainloopSm90TmaGmmaWarpSpecialized\w*<(\d+),", name)
         dims = "x".join(tile.groups()) if tile else "?"
-        return " ".join(x for x in ("CUTLASS", dims, sched, kind) if x)
+        return " ".join(x for x in ("CUTLASS", dims, sched, kind, f"{stages.group(1)} stages" if stages else "") if x)
     base = re.sub(r"^void\s+", "", name)
     base = re.sub(r"\(.*$", "", base)
     return base if len(base) <= 60 else base[:57] + "..."
