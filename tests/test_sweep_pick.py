@@ -15,7 +15,7 @@ import pytest
 from harness.families import Config, catalog, epilogue_siblings, per_call_pool, sans_epilogue
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import CostModel
-from l2tui.agent.policies.pick import always_time, choose, time_every
+from l2tui.agent.policies.pick import always_time, choose, deep_ring, time_every
 from l2tui.agent.policies.base import TrackContext
 from l2tui.agent.recorded import RecordedEvaluator, record_key
 from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig
@@ -65,6 +65,22 @@ def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere
         assert bool(time_every(shape)) == inside, shape
         if inside:
             assert basic <= chosen, (shape, basic - chosen)
+
+
+def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the_sms():
+    """Past K = 1,024 the pick times every BASIC configuration with a deep ring where 32-264
+    64x64 tiles (64-264 past K = 2,048) make at most one wave that fills the SMs; not on a grid
+    too small to fill them (split-K's shapes) nor on more than one wave."""
+    deep = {c.name for c in catalog("f32", "sm_90a") if deep_ring(c)}
+    assert len(deep) == 18 and all("-ws-" in n for n in deep)
+    for shape, inside in ((Shape(1024, 512, 2048), True), (Shape(512, 1024, 16384), True),
+                          (Shape(256, 512, 2048), True), (Shape(256, 512, 4096), False),
+                          (Shape(64, 64, 2048), False), (Shape(2048, 2048, 2048), False)):
+        kinds = time_every(shape)
+        assert (kinds == [deep_ring]) == inside, shape
+        if inside:
+            chosen = {c.name for c in choose(ranked_for(shape), shape, 4)}
+            assert deep <= chosen, (shape, deep - chosen)
 
 
 @pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")

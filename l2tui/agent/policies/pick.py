@@ -75,11 +75,34 @@ def time_every(shape: Shape) -> list[Kind]:
     as any persistent kernel, and no one of its tiles is best there: measured per call against the
     incumbents on the 129 small shapes CUTLASS had won, it was faster on 82 of the 98 inside that
     window and on none outside it (a longer K has no split, more tiles favour the persistent
-    kernels)."""
+    kernels). Past that K, BASIC with a deep ring (:func:`deep_ring`) where at most one wave of
+    tiles is enough to fill the SMs."""
     tiles = -(-shape.m // 64) * -(-shape.n // 64)
     if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
         return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
+    if shape.k > BASIC_MAX_K and (DEEP_RING_MIN_TILES if shape.k <= DEEP_RING_SHORT_K else DEEP_RING_MIN_TILES_LONG_K) \
+            <= tiles <= DEEP_RING_MAX_TILES:
+        return [deep_ring]
     return []
+
+
+#: where BASIC with a deep ring wins past BASIC_MAX_K: at most one wave of 64x64 tiles at two CTAs
+#: per SM, and enough tiles that no split-K kernel is needed to fill the SMs (measured per call in
+#: the seventh round, results/h200/sweep-deep-ring: past K = 1,024 it won 73 target shapes, all in
+#: this window, K 2,048 to 16,384 and 32 to 256 tiles; 43 others in the window kept another kernel)
+DEEP_RING_MAX_TILES = 2 * 132
+DEEP_RING_SHORT_K = 2048
+DEEP_RING_MIN_TILES = 32
+DEEP_RING_MIN_TILES_LONG_K = 64
+
+
+def deep_ring(c: Config) -> bool:
+    """CUTLASS BASIC with a ring of six stages or more (or as many as fit, or 128-wide k-tiles): one
+    or two CTAs per SM, each with 96-128 KB of loads in flight, for a grid of at most one wave with
+    a long K, where a CTA's loads in flight, not the tensor cores, set its speed. The model prices
+    stages by latency hiding only and ranks these with the shallow rings."""
+    k = c.knob_dict
+    return k.get("SCHEDULE") == "BASIC" and (k.get("STAGES") in ("0", "6", "7", "8") or k.get("TILE_K") == "128")
 
 
 def choose(ranked: Sequence[Config], shape: Shape, top: int, *, kinds: bool = True,
