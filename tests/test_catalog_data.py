@@ -17,8 +17,8 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "5d6a3e0433e8f4c945bc87267c7a67b718813b07ccc9a469b88579dd3bb9f341"
-SIZES = {("f32", "sm_90a"): 436, ("f32", "sm_80"): 82, ("f32", None): 436,
+CATALOG_FINGERPRINT = "2d5d86f6db0ed72315a0b4eae80a119a85c7edde18b180adf2546eabc35700f8"
+SIZES = {("f32", "sm_90a"): 430, ("f32", "sm_80"): 82, ("f32", None): 430,
          ("f16", "sm_90a"): 31, ("f16", "sm_80"): 12, ("f16", None): 31}
 
 

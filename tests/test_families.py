@@ -229,6 +229,20 @@ def test_basic_schedule_builds_the_non_persistent_kernel(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_basic_schedule_builds_a_deep_ring(tmp_path, monkeypatch):
+    """SCHEDULE BASIC with STAGES 8 (the seventh round's deep ring): the non-persistent kernel with
+    an eight-stage mainloop ring, 128 KB of 64x64 k-tiles, within one SM's shared memory."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    knobs = F._sm90(64, 64, sched="BASIC", stages=8, epi="EPI_TMA_NOC")
+    res = _build(F.render("sm90_cutlass", knobs), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    assert "KernelTmaWarpSpecializedE" in res.log
+    assert "MainloopSm90TmaGmmaWarpSpecializedILi8E" in res.log, res.log[-2000:]
+    assert F.geometry("sm90_cutlass", {**F.SM90.defaults(), **knobs}).smem_bytes <= 227 * 1024
+
+
+@pytest.mark.slow
 def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
     """EPI_TMA_NOC: C is void, so CUTLASS's epilogue delays each TMA store by one subtile."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))

@@ -446,14 +446,13 @@ def test_no_pdl_twins_pass_every_check(evaluator):
     assert_catalog_configs_pass(evaluator, NO_PDL_TWINS, SHORT_PIPELINE_SHAPES)
 
 
-#: BASIC with a deeper ring (6, 8 or as many stages as fit, and 128-wide k-tiles), BASIC 128x128
-#: with two stages, and sm90_ksplit's one-wave tiles with two stages (issue 28, seventh round)
+#: BASIC with a deeper ring (6, 8 or as many stages as fit, and 128-wide k-tiles) and BASIC
+#: 128x128 with two stages (issue 28, seventh round)
 DEEP_RING_AND_ONE_WAVE = ("sm90-64x64x64-c1x1-ws-p-st6-noc-nopdl", "sm90-64x64x64-c1x1-ws-p-st8-noc-nopdl",
                           "sm90-64x64x64-c1x1-ws-p-st0-noc-nopdl", "sm90-64x64x128-c1x1-ws-p-st4-noc-nopdl",
                           "sm90-64x128x64-c1x1-ws-p-st6-noc-nopdl", "sm90-64x128x64-c1x1-ws-p-st0-noc-nopdl",
                           "sm90-128x64x64-c1x1-ws-p-st6-noc-nopdl", "sm90-128x64x64-c1x1-ws-p-st0-noc-nopdl",
-                          "sm90-128x128x64-c1x1-ws-p-st2-noc-e64-nopdl", "ksp-128x256x64-s2-ck1-nopdl",
-                          "ksp-128x128x64-s2-ck1-nopdl", "ksp-64x256x64-s2-ck1-nopdl")
+                          "sm90-128x128x64-c1x1-ws-p-st2-noc-e64-nopdl")
 
 
 def test_deep_ring_and_one_wave_configurations_pass_every_check(evaluator):
