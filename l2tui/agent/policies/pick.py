@@ -66,6 +66,15 @@ def always_time(shape: Shape) -> list[Kind]:
 BASIC_MAX_TILES = 4 * 132
 BASIC_MAX_K = 1024
 
+#: where BASIC with a deep ring wins past BASIC_MAX_K: at most one wave of 64x64 tiles at two CTAs
+#: per SM, and enough tiles that no split-K kernel is needed to fill the SMs (measured per call in
+#: the seventh round, results/h200/sweep-deep-ring: past K = 1,024 it won 73 target shapes, all in
+#: this window, K 2,048 to 16,384 and 32 to 256 tiles; 43 others in the window kept another kernel)
+DEEP_RING_MAX_TILES = 2 * 132
+DEEP_RING_SHORT_K = 2048
+DEEP_RING_MIN_TILES = 32
+DEEP_RING_MIN_TILES_LONG_K = 64
+
 
 def time_every(shape: Shape) -> list[Kind]:
     """Kinds of which the pick times every configuration on ``shape``, not only the model's best.
@@ -80,20 +89,11 @@ def time_every(shape: Shape) -> list[Kind]:
     tiles = -(-shape.m // 64) * -(-shape.n // 64)
     if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
         return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
-    if shape.k > BASIC_MAX_K and (DEEP_RING_MIN_TILES if shape.k <= DEEP_RING_SHORT_K else DEEP_RING_MIN_TILES_LONG_K) \
-            <= tiles <= DEEP_RING_MAX_TILES:
-        return [deep_ring]
+    if shape.k > BASIC_MAX_K:
+        least = DEEP_RING_MIN_TILES if shape.k <= DEEP_RING_SHORT_K else DEEP_RING_MIN_TILES_LONG_K
+        if least <= tiles <= DEEP_RING_MAX_TILES:
+            return [deep_ring]
     return []
-
-
-#: where BASIC with a deep ring wins past BASIC_MAX_K: at most one wave of 64x64 tiles at two CTAs
-#: per SM, and enough tiles that no split-K kernel is needed to fill the SMs (measured per call in
-#: the seventh round, results/h200/sweep-deep-ring: past K = 1,024 it won 73 target shapes, all in
-#: this window, K 2,048 to 16,384 and 32 to 256 tiles; 43 others in the window kept another kernel)
-DEEP_RING_MAX_TILES = 2 * 132
-DEEP_RING_SHORT_K = 2048
-DEEP_RING_MIN_TILES = 32
-DEEP_RING_MIN_TILES_LONG_K = 64
 
 
 def deep_ring(c: Config) -> bool:
