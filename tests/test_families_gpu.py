@@ -461,3 +461,17 @@ def test_deep_ring_and_one_wave_configurations_pass_every_check(evaluator):
     2-stage ring, and the many-tile one-k-tile shape the two-stage tiles are for."""
     assert_catalog_configs_pass(evaluator, DEEP_RING_AND_ONE_WAVE,
                                 SHORT_PIPELINE_SHAPES + [Shape(2048, 2048, 64), Shape(520, 264, 2056)])
+
+
+MULTICAST_PAIRS = ("sm90-64x64x64-c1x2-ws-p-st6-noc-nopdl", "sm90-64x64x64-c2x1-ws-p-st6-noc-nopdl",
+                   "sm90-64x128x64-c2x1-ws-p-st6-noc-nopdl", "sm90-128x64x64-c1x2-ws-p-st6-noc-nopdl",
+                   "sm90-128x128x64-c1x2-ws-p-st4-noc-e64-nopdl", "sm90-128x128x64-c1x2-pp-p-st0-noc-e64-nopdl")
+
+
+def test_multicast_pairs_pass_every_check(evaluator):
+    """The eighth round's cluster pairs (BASIC and ping-pong with TMA multicast): every output exact
+    where the tile count along the cluster's axis is odd (the grid is rounded up to whole clusters,
+    the spare CTA's tile lies past the matrix), on non-multiples of the tiles, and with a K shorter
+    than one k-tile."""
+    assert_catalog_configs_pass(evaluator, MULTICAST_PAIRS,
+                                SHORT_PIPELINE_SHAPES + [Shape(136, 1000, 1032), Shape(328, 136, 2056)])

@@ -55,8 +55,10 @@ __global__ void probe_smem(int* out) {
   if (s[0] < 0) out[1] = 1;
 }
 
+// every thread of a CTA reads the same parameter byte: a read that differs between a warp's threads
+// is serialized by the constant cache and would be timed as launch cost
 __global__ void probe_params(__grid_constant__ const Params1K p, int* out) {
-  if (p.bytes[threadIdx.x & 1023] == 0xff) out[1] = 1;
+  if (p.bytes[blockIdx.x & 1023] == 0xff) out[1] = 1;
 }
 
 __global__ void probe_smem_params(__grid_constant__ const Params1K p, int* out) {
@@ -71,9 +73,26 @@ struct Variant {
   int kind;        // 0 plain, 1 smem, 2 params, 3 smem + params
   int ctas, threads, smem;
   bool sep_smem;   // the separator allocates the same dynamic shared memory
+  int cluster = 1; // CTAs per cluster (a cluster launch, as CUTLASS's kernels with multicast)
 };
 
 static void launch(const Variant& v, int* flag, const Params1K& p, cudaStream_t s) {
+  if (v.cluster > 1) {  // the smem + params probe, launched in clusters
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(v.ctas);
+    cfg.blockDim = dim3(v.threads);
+    cfg.dynamicSmemBytes = v.smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = v.cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, probe_smem_params, p, flag));
+    return;
+  }
   switch (v.kind) {
     case 0: probe_plain<<<v.ctas, v.threads, 0, s>>>(flag); break;
     case 1: probe_smem<<<v.ctas, v.threads, v.smem, s>>>(flag); break;
@@ -132,6 +151,8 @@ int main(int argc, char** argv) {
       {"empty, 128 CTAs x 384", 0, 128, 384, 0, false},
       {"128 CTAs x 384, 200 KB + 1 KB parameters", 3, 128, 384, big, false},
       {"128 CTAs x 384, 200 KB + 1 KB, separator with 200 KB", 3, 128, 384, big, true},
+      {"128 CTAs x 384, 200 KB + 1 KB, clusters of 2", 3, 128, 384, big, false, 2},
+      {"128 CTAs x 384, 200 KB + 1 KB, clusters of 4", 3, 128, 384, big, false, 4},
   };
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -163,9 +184,9 @@ int main(int argc, char** argv) {
     std::sort(per_call.begin(), per_call.end());
     const float med = per_call[per_call.size() / 2];
     std::printf("  {\"name\": \"%s\", \"ctas\": %d, \"threads\": %d, \"smem_bytes\": %d, \"params_bytes\": %d, "
-                "\"separator_smem\": %s, \"per_call_us\": %.4f, \"p10_us\": %.4f, \"p90_us\": %.4f}%s\n",
+                "\"separator_smem\": %s, \"cluster\": %d, \"per_call_us\": %.4f, \"p10_us\": %.4f, \"p90_us\": %.4f}%s\n",
                 v.name.c_str(), v.ctas, v.threads, v.smem, (v.kind >= 2) ? 1024 : 8, v.sep_smem ? "true" : "false",
-                med, per_call[per_call.size() / 10], per_call[(per_call.size() * 9) / 10],
+                v.cluster, med, per_call[per_call.size() / 10], per_call[(per_call.size() * 9) / 10],
                 i + 1 < vs.size() ? "," : "");
     CK(cudaGraphExecDestroy(with));
     CK(cudaGraphExecDestroy(base));
