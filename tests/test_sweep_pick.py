@@ -548,3 +548,15 @@ def test_the_search_policy_times_no_pdl_twins_per_call_and_both_launches_back_to
     assert make_policy("search", L2Config()).launch == "per_call"
     assert make_policy("search", L2Config().with_overrides({"harness.timing": "both"})).launch == "per_call"
     assert make_policy("search", L2Config().with_overrides({"harness.timing": "chained"})).launch == "both"
+
+
+def test_the_models_best_cluster_pair_is_timed_on_every_shape():
+    """The model has no multicast term, so its best pair of CTAs sharing an operand (other than
+    the 64x64 pairs, a kind of their own) is timed whatever its rank."""
+    for shape in (Shape(2048, 2048, 64), Shape(128, 12288, 1024), Shape(4096, 4096, 4096)):
+        ranked = ranked_for(shape)
+        pairs = [c for c in ranked if c.family == "sm90_cutlass" and c.geometry().cluster == 2
+                 and (c.knob_dict["TILE_M"], c.knob_dict["TILE_N"]) != ("64", "64")]
+        assert pairs, shape
+        chosen = choose(ranked, shape, 4, siblings=False)
+        assert pairs[0] in chosen, (shape, pairs[0].name)

@@ -43,8 +43,10 @@ def always_time(shape: Shape) -> list[Kind]:
     where it would split, SPLITK_REDUCE in a cluster (multicast again); the best of
     sm90_ksplit (its constants come from its development benches only); CUTLASS with a short fixed
     pipeline (the model prices stages by latency hiding only, not by the set-up of a deep ring
-    that a per-call launch pays on a short K); and tiny_mma's 128-row tiles (the fitted constants
-    predate them)."""
+    that a per-call launch pays on a short K); tiny_mma's 128-row tiles (the fitted constants
+    predate them); and a pair of CTAs sharing an operand by multicast with any other tile (no
+    multicast term again: timed per call on the 199 grid shapes where we were slowest, pairs won
+    69, results/h200/sweep-multicast.json)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
@@ -59,6 +61,8 @@ def always_time(shape: Shape) -> list[Kind]:
         lambda c: c.family == "sm90_ksplit",
         lambda c: c.family == "sm90_cutlass" and c.knob_dict["STAGES"] in ("2", "3", "4"),
         lambda c: c.family == "tiny_mma" and c.knob_dict["BM"] == "128",
+        lambda c: c.family == "sm90_cutlass" and c.geometry().cluster == 2
+        and (c.knob_dict["TILE_M"], c.knob_dict["TILE_N"]) != ("64", "64"),
     ]
 
 
