@@ -115,7 +115,9 @@ SM90 = Family(
     summary="CUTLASS 3.x TMA + WGMMA warp-specialized GEMM (Hopper): big and mid shapes",
     knobs=(
         Knob("TILE_M", _V(64, 128, 192, 256), "CTA tile rows (COOPERATIVE needs >= 128, a multiple of 128)"),
-        Knob("TILE_N", _V(64, 96, 128, 160, 192, 256), "CTA tile columns"),
+        Knob("TILE_N", _V(32, 48, 64, 96, 128, 160, 192, 256),
+             "CTA tile columns (32 and 48: narrow tiles that give a long-K grid of few 128-row tiles "
+             "enough CTAs to fill the SMs)"),
         Knob("TILE_K", _V(32, 64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
         Knob("CLUSTER_N", _V(1, 2, 4), "CTAs per cluster along N (at most 8 CTAs in all)"),

@@ -270,6 +270,25 @@ def test_ninety_six_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
     assert "MMA_64x96x16_F32F16F16_SS" in res.log, res.log[-2000:]
 
 
+@pytest.mark.slow
+def test_forty_eight_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
+    """TILE_N 48 (BASIC, eight stages): 48 columns of the N-major B tile are 96 bytes, a multiple of
+    the 32-byte swizzle atom only, so CUTLASS's builder issues 64x16x16 wgmmas (three per k-step
+    and row block); the build must still not serialize the wgmma pipeline, and the ring must fit."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    knobs = F._sm90(128, 48, sched="BASIC", stages=8, epi="EPI_TMA_NOC")
+    full = {**F.SM90.defaults(), **knobs}
+    assert F.validate("sm90_cutlass", full) == []
+    assert F.Config.of("sm90_cutlass", knobs).name == "sm90-128x48x64-c1x1-ws-p-st8-noc"
+    assert F.geometry("sm90_cutlass", full).smem_bytes <= 227 * 1024
+    assert any("not a multiple of EPI_TILE_N" in p for p in F.validate("sm90_cutlass", {**full, "EPI_TILE_N": "64"}))
+    res = _build(F.render("sm90_cutlass", knobs), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    assert "KernelTmaWarpSpecializedE" in res.log
+    assert "MainloopSm90TmaGmmaWarpSpecializedILi8E" in res.log and "MMA_64x16x16_F32F16F16_SS" in res.log, res.log[-2000:]
+
+
 def test_clusters_of_up_to_eight_ctas_are_legal():
     ok = {**F.SM90.defaults(), **F._sm90(128, 256, cm=4, cn=2)}
     assert F.validate("sm90_cutlass", ok) == []

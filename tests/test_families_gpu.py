@@ -475,3 +475,16 @@ def test_multicast_pairs_pass_every_check(evaluator):
     than one k-tile."""
     assert_catalog_configs_pass(evaluator, MULTICAST_PAIRS,
                                 SHORT_PIPELINE_SHAPES + [Shape(136, 1000, 1032), Shape(328, 136, 2056)])
+
+
+NARROW_N = ("sm90-128x48x64-c1x1-ws-p-st8-noc-nopdl", "sm90-128x48x64-c1x1-ws-p-st0-noc-nopdl",
+            "sm90-128x32x64-c1x1-ws-p-st8-noc-nopdl", "sm90-64x48x64-c1x1-ws-p-st8-noc-nopdl",
+            "sm90-128x48x64-c1x1-ws-p-st8-noc")
+
+
+def test_narrow_n_tiles_pass_every_check(evaluator):
+    """BASIC with 32- and 48-column tiles (48 is not a multiple of CUTLASS's default 32-column
+    epilogue subtile): every output exact on N that is not a multiple of the tile (1000 = 20 x 48
+    + 40), on a K shorter than one k-tile and on rings deeper than K."""
+    assert_catalog_configs_pass(evaluator, NARROW_N,
+                                SHORT_PIPELINE_SHAPES + [Shape(136, 1000, 1032), Shape(1024, 520, 2056)])
