@@ -115,3 +115,20 @@ def test_a_5mb_reply_becomes_a_bounded_number_of_events(scripted_server, tmp_pat
         assert props[0].error and "characters" in props[0].error       # far past max_tokens: not a reply
     else:
         assert props[0].plan == big                                     # the whole reply still comes back
+
+
+def test_the_llm_policy_without_the_openai_package_is_one_line_before_any_step(tmp_path, monkeypatch, capsys):
+    """Without the SDK every call would fail alike and each step would log a no_patch reward the
+    model never earned: the run refuses at the start instead, in one line, and writes no session."""
+    from l2tui.cli import main as cli_main
+
+    demo = ROOT / "sessions" / "demo-h200"
+    monkeypatch.setitem(__import__("sys").modules, "openai", None)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+    sess = tmp_path / "s"
+    rc = cli_main(["run", "--headless", "--recorded", str(demo / "evaluations.json"), "--shapes", "64x64x64",
+                   "--policy", "llm", "--session", str(sess)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err
+    assert "openai package" in err and "pip install openai" in err and "sk-test" not in err
+    assert not sess.exists()

@@ -16,6 +16,12 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
     from l2tui.errors import UserError
 
     if name == "llm":
+        import importlib.util
+
+        # the SDK is imported at the first call; without it every step would fail the same way
+        if importlib.util.find_spec("openai") is None:
+            raise UserError("the llm policy calls its endpoint through the openai package, which is not "
+                            "installed: pip install openai (or use --policy search or human)")
         from .llm import LLMPolicy
 
         return LLMPolicy.from_config(config, **kwargs)
