@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -138,6 +138,31 @@ SM90 = Family(
     ),
 )
 
+SM90T = Family(
+    name="sm90_cutlass_t",
+    file="fam_sm90_cutlass_t.cu",
+    min_cc=90,
+    max_cc=90,
+    build_arch="sm_90a",
+    summary="CUTLASS 3.x on Hopper, the transposed product: tiles of 48-256 rows of C (mid shapes)",
+    knobs=(
+        Knob("TILE_M", _V(48, 64, 80, 96, 112, 128, 160, 192, 256),
+             "CTA tile rows of C (the WGMMA's N in this order: any multiple of 16 up to 256)"),
+        Knob("TILE_N", _V(64, 128, 256), "CTA tile columns of C (the WGMMA's M: 64 per consumer warpgroup)"),
+        Knob("TILE_K", _V(64, 128), "K slice per pipeline stage"),
+        Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
+        Knob("CLUSTER_N", _V(1, 2, 4), "CTAs per cluster along N (at most 8 CTAs in all)"),
+        Knob("SCHEDULE", ("BASIC", "PINGPONG", "COOPERATIVE"),
+             "BASIC: a CTA per tile, one consumer warpgroup; persistent: consumer warpgroups "
+             "alternate tiles / share a tile"),
+        Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
+        Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
+        Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
+        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
+        Knob("PDL", ("0", "1"), "programmatic dependent launch"),
+    ),
+)
+
 # knobs the three mma.sync families share (same names, values and meaning)
 _WARPS_MN = (
     Knob("WARPS_M", _V(1, 2, 4), "warps along M"),
@@ -235,7 +260,7 @@ KSPLIT = Family(
     ),
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL, TINY, KSPLIT)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL, TINY, KSPLIT, SM90T)}
 
 
 def families() -> list[Family]:
@@ -415,7 +440,7 @@ class Geometry:
         s = self.split_k
         if self.family == "sm90_ksplit":  # CLUSTER_K slices per cluster, GROUPS clusters per tile
             return min(s * self.groups_for(shape, sm_count), ktiles)
-        if self.family == "sm90_cutlass":
+        if self.family in ("sm90_cutlass", "sm90_cutlass_t"):
             if s == 0:  # SPLITS 0: one wave of (tile, split) units, >= 4 k-tiles per split
                 s = max(1, min(sm_count // max(tiles, 1), ktiles // 4))
             if self.separate_reduce:  # equal slices: a multiple of TILE_K long, else of 8
@@ -470,6 +495,11 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     fam = get_family(family) if isinstance(family, str) else family
     acc = "f16" if knobs.get("ACC") == "ACC_F16" else "f32"
     accb = 2 if acc == "f16" else 4
+    if fam.name == "sm90_cutlass_t":
+        # the same machinery and shared memory as sm90_cutlass (A and B staged alike, a delayed-
+        # store epilogue), persistent scheduler only; tiles counted in C's orientation
+        return replace(geometry(SM90, {**knobs, "SCHEDULER": "PERSISTENT", "SPLITS": "1",
+                                       "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "0"}), family=fam.name)
     if fam.name == "sm90_cutlass":
         tm, tn, tk = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K")
         pingpong = knobs["SCHEDULE"] == "PINGPONG"
@@ -590,6 +620,21 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
         if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
             problems.append("TILE_K 128 only with tiles up to 128x128")
+    elif fam.name == "sm90_cutlass_t":
+        sched = knobs["SCHEDULE"]
+        if sched in ("BASIC", "PINGPONG") and g.tile_n not in (64, 128):
+            problems.append(f"{sched} needs TILE_N 64 or 128 (one consumer warpgroup holds the tile's columns), "
+                            f"not {g.tile_n}")
+        if sched == "COOPERATIVE" and g.tile_n % 128:
+            problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
+        if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
+            problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
+        if g.regs_per_thread > 232:
+            problems.append(f"accumulators need about {g.regs_per_thread} registers per thread: use a smaller tile")
+        if g.cluster > 8:
+            problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
+        if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
+            problems.append("TILE_K 128 only with tiles up to 128x128")
     elif fam.name == "sm90_ksplit":
         if g.smem_bytes > SMEM_PER_SM:
             problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
@@ -672,7 +717,7 @@ def build_arch_for(family: Family | str, arch: str | int | None) -> str:
     if arch is None:
         return fam.build_arch
     cc = cc_of(arch)
-    if fam.name in ("sm90_cutlass", "sm90_ksplit"):
+    if fam.name in ("sm90_cutlass", "sm90_ksplit", "sm90_cutlass_t"):
         return "sm_90a"
     return "sm_90a" if cc == 90 else f"sm_{cc}"
 
@@ -701,6 +746,11 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
             extra += f"-e{k['EPI_TILE_N']}"
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-{sched}-st{k['STAGES']}{extra}{acc}")
+    if fam.name == "sm90_cutlass_t":
+        extra = ("-r" + k["RASTER"][-1].lower() if k["RASTER"] != "RASTER_HEURISTIC" else "")
+        extra += f"-sw{k['SWIZZLE']}" if k["SWIZZLE"] != "1" else ""
+        return (f"sm90t-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
+                f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_ksplit":
         extra = ("-rn" if k["RASTER"] == "RASTER_ALONG_N" else "") + ("-d0" if k["MMA_DEPTH"] == "0" else "")
         if k.get("GROUPS", "1") != "1":

@@ -272,9 +272,11 @@ def test_ninety_six_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_forty_eight_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
-    """TILE_N 48 (BASIC, eight stages): 48 columns of the N-major B tile are 96 bytes, a multiple of
-    the 32-byte swizzle atom only, so CUTLASS's builder issues 64x16x16 wgmmas (three per k-step
-    and row block); the build must still not serialize the wgmma pipeline, and the ring must fit."""
+    """TILE_N 48 (BASIC, eight stages): without CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (which this
+    template does not define: defining it would change every build key), CuTe's atom selector
+    takes the largest of 256, 192, 128, 96, 64, 32, 16 that divides the tile, so 48 columns run as
+    three 64x16x16 wgmmas per k-step and row block; the build must still not serialize the wgmma
+    pipeline, and the ring must fit."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     knobs = F._sm90(128, 48, sched="BASIC", stages=8, epi="EPI_TMA_NOC")
     full = {**F.SM90.defaults(), **knobs}
@@ -460,3 +462,45 @@ def test_ksplit_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypa
     assert res.ok, res.error_text()
     assert "0 bytes spill stores" in res.log
     assert "C7510" not in res.log      # wgmma not serialized
+
+
+def test_transposed_family_takes_rows_of_c_as_the_wgmma_n():
+    """sm90_cutlass_t: tiles in C's orientation (TILE_M rows of C, any multiple of 16 the WGMMA's N
+    allows; TILE_N columns, 64 per consumer warpgroup), sm90_cutlass's shared-memory arithmetic, its
+    own names and rules."""
+    base = {**F.SM90T.defaults(), "TILE_M": "80", "TILE_N": "64", "CLUSTER_M": "2", "CLUSTER_N": "4",
+            "SCHEDULE": "PINGPONG"}
+    assert F.validate("sm90_cutlass_t", base) == []
+    cfg = F.Config.of("sm90_cutlass_t", base)
+    assert cfg.name == "sm90t-80x64x64-c2x4-pp-st0-nopdl"
+    g = cfg.geometry()
+    assert (g.tile_m, g.tile_n, g.cluster, g.cluster_mn) == (80, 64, 8, (2, 4))
+    assert g.stages == 12 and g.smem_bytes <= F.SMEM_PER_SM and g.persistent and g.pingpong
+    # the tile grid counts C's tiles: 1024 rows in 80-row tiles, 512 columns in 64-column tiles,
+    # each side rounded up to whole clusters
+    assert g.tile_grid(Shape(1024, 512, 2048)) == (14, 8)
+    assert g.splits_for(Shape(1024, 512, 2048)) == 1
+    assert F.build_arch_for("sm90_cutlass_t", "sm_90a") == "sm_90a"
+    assert not F.get_family("sm90_cutlass_t").runs_on(80)
+    bad = F.validate("sm90_cutlass_t", {**base, "TILE_N": "256"})
+    assert any("PINGPONG needs TILE_N 64 or 128" in p for p in bad)
+    assert any("COOPERATIVE needs TILE_N 128 or 256" in p
+               for p in F.validate("sm90_cutlass_t", {**base, "SCHEDULE": "COOPERATIVE"}))
+    assert any("at most 8" in p for p in F.validate("sm90_cutlass_t", {**base, "CLUSTER_M": "4"}))
+    assert any("not legal" in p for p in F.validate("sm90_cutlass_t", {**base, "TILE_M": "72"}))
+    basic = F.Config.of("sm90_cutlass_t", {**base, "SCHEDULE": "BASIC", "TILE_M": "48", "CLUSTER_M": "1",
+                                            "CLUSTER_N": "1"})
+    assert basic.name == "sm90t-48x64x64-c1x1-ws-st0-nopdl" and not basic.geometry().persistent
+
+
+@pytest.mark.slow
+def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
+    """The template's default (80x64 tiles, ping-pong, clusters of 2x4): CuTe's extended WGMMA
+    shapes are on, so the 80 rows of C are one 64x80x16 wgmma per k-step, not five 64x16x16; the
+    ring takes twelve stages and the pipeline is not serialized."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    res = _build(F.SM90T.template(), "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log
+    assert "MMA_64x80x16_F32F16F16_SS" in res.log and "MainloopSm90TmaGmmaWarpSpecializedILi12E" in res.log, \
+        res.log[-2000:]

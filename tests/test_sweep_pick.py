@@ -57,7 +57,7 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
     basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
-    assert len(basic) == 48   # twenty-four entries and their no-PDL twins
+    assert len(basic) == 44   # twenty sm90_cutlass entries and their no-PDL twins, four sm90_cutlass_t
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
                           (Shape(4096, 4096, 4096), False)):
@@ -72,7 +72,7 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
     64x64 tiles (64-264 past K = 2,048) make at most one wave that fills the SMs; not on a grid
     too small to fill them (split-K's shapes) nor on more than one wave."""
     deep = {c.name for c in catalog("f32", "sm_90a") if deep_ring(c)}
-    assert len(deep) == 34 and all("-ws-" in n for n in deep)
+    assert len(deep) == 30 and all("-ws-" in n for n in deep)
     for shape, inside in ((Shape(1024, 512, 2048), True), (Shape(512, 1024, 16384), True),
                           (Shape(256, 512, 2048), True), (Shape(256, 512, 4096), False),
                           (Shape(64, 64, 2048), False), (Shape(2048, 2048, 2048), False)):

@@ -90,6 +90,9 @@ class Params:
 DEFAULT_PARAMS = Params(
     families={
         "sm90_cutlass": FamilyParams(fixed_us=3.0, peak_tflops=760.0, fill_ktiles=2.0, ktile_latency_us=0.35),
+        # sm90_cutlass_t: sm90_cutlass's machinery in the transposed order; its constants until a
+        # pick has timed it
+        "sm90_cutlass_t": FamilyParams(fixed_us=3.0, peak_tflops=760.0, fill_ktiles=2.0, ktile_latency_us=0.35),
         "sm80_mma": FamilyParams(fixed_us=2.0, peak_tflops=480.0, fill_ktiles=2.0, ktile_latency_us=0.5),
         "small_splitk": FamilyParams(fixed_us=1.8, peak_tflops=420.0, fill_ktiles=2.0, ktile_latency_us=0.5),
         # tiny_mma: a 64x64x64 call took 0.91 us graph-replayed with PDL and 1.38 us without
@@ -103,6 +106,17 @@ DEFAULT_PARAMS = Params(
 )
 
 CALIBRATED_FILE = Path(__file__).with_name("costmodel_h200.json")
+
+#: a family no calibration has timed yet ranks with the fitted constants of the family whose
+#: machinery it shares (sm90_cutlass_t is sm90_cutlass's kernel in the transposed order), so that
+#: a fit of one does not leave the other on unfitted defaults beside it
+SIBLING = {"sm90_cutlass_t": "sm90_cutlass"}
+
+
+def family_params(p: "Params", family: str) -> FamilyParams:
+    """``family``'s constants in ``p``: its own fit, else its sibling's, else the defaults."""
+    return (p.families.get(family) or p.families.get(SIBLING.get(family, ""))
+            or DEFAULT_PARAMS.families[family])
 
 
 def read_params(path: str | Path) -> Params:
@@ -167,7 +181,7 @@ class CostModel:
 
     def estimate(self, cfg: Config, shape: Shape) -> Estimate:
         g = cfg.geometry()
-        p = self.params.families.get(cfg.family) or DEFAULT_PARAMS.families[cfg.family]
+        p = family_params(self.params, cfg.family)
         return self._estimate(g, p, shape)
 
     def predict(self, cfg: Config, shape: Shape) -> float:
@@ -428,7 +442,7 @@ def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None
         m = CostModel(p)
         for i in idx:
             c, s, _ = records[i]
-            fp = p.families.get(c.family) or DEFAULT_PARAMS.families[c.family]
+            fp = family_params(p, c.family)
             preds[i] = m._estimate(geoms[c], fp, s).seconds
 
     def score(preds, grp, idx) -> float:

@@ -47,7 +47,8 @@ def always_time(shape: Shape) -> list[Kind]:
     predate them); and a pair of CTAs sharing an operand by multicast with any other tile (no
     multicast term again: timed per call on the 199 grid shapes where we were slowest, pairs won
     69, results/h200/sweep-multicast.json)."""
-    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma")]
+    fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma",
+                                                      "sm90_cutlass_t")]
     return fams + [
         lambda c: c.knob_dict.get("SCHEDULER") == "STREAMK",
         lambda c: c.knob_dict.get("SCHEDULE") == "PINGPONG",

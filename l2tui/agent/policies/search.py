@@ -352,6 +352,12 @@ class SearchPolicy:
             if cur["SCHEDULER"] == "SPLITK_REDUCE":
                 add({"SCHEDULER": "PERSISTENT", "SPLITS": "1"}, "back to one persistent GEMM (no split)")
             add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
+        elif fam.name == "sm90_cutlass_t":
+            if cur["SCHEDULE"] == "BASIC":
+                add({"SCHEDULE": "PINGPONG"}, "persistent ping-pong (the epilogue overlaps the next tile's mainloop)")
+            else:
+                add({"SCHEDULE": "BASIC"}, "a CTA per tile, one consumer warpgroup (no tile loop)")
+            add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
         elif fam.name == "sm90_ksplit":
             add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"]}, "transpose the CTA tile")
             ck = int(cur["CLUSTER_K"])
