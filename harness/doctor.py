@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 
 @dataclass
@@ -157,8 +158,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 
-def main(args: argparse.Namespace) -> int:
-    checks = run_checks()
+def main(args: argparse.Namespace, extra: Sequence[Check] = ()) -> int:
+    """Print the checks (and ``extra``, what a tool on top of the harness needs besides)."""
+    checks = run_checks() + list(extra)
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=1))
     else:

@@ -33,3 +33,12 @@ def test_doctor_cli_without_gpu_exits_zero_and_says_no_gpu():
     js = subprocess.run([sys.executable, "-m", "harness", "doctor", "--json"], capture_output=True, text=True, timeout=120)
     rows = json.loads(js.stdout)
     assert {r["name"] for r in rows} >= {"GPU", "nvcc"}
+
+
+def test_l2tui_doctor_also_checks_the_llm_client():
+    """The harness's checks plus the openai package the llm policy calls its endpoint through."""
+    out = subprocess.run([sys.executable, "-m", "l2tui", "doctor", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    assert rows["openai"]["ok"] and rows["nvcc"]["ok"] and "torch" in rows

@@ -1,4 +1,5 @@
-"""``l2tui doctor``: GPU, driver, nvcc, CUTLASS, the sandbox (bubblewrap), ncu, NVML, cupy, torch."""
+"""``l2tui doctor``: GPU, driver, nvcc, CUTLASS, the sandbox (bubblewrap), ncu, NVML, cupy, torch, and
+the ``openai`` client the llm policy needs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.doctor import main
+    from harness.doctor import check_package, main
 
-    return main(args)
+    return main(args, extra=[check_package("openai", "openai", ("openai",),
+                                           "pip install openai: the llm policy's client (search and human need none)")])
