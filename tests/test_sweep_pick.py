@@ -14,7 +14,7 @@ import pytest
 
 from harness.families import Config, catalog, epilogue_siblings, per_call_pool, sans_epilogue
 from harness.shapes import Shape
-from l2tui.agent.policies.costmodel import CostModel
+from l2tui.agent.policies.costmodel import SIBLING, CostModel
 from l2tui.agent.policies.pick import always_time, choose, deep_ring, time_every
 from l2tui.agent.policies.base import TrackContext
 from l2tui.agent.recorded import RecordedEvaluator, record_key
@@ -33,10 +33,11 @@ def ranked_for(shape: Shape) -> list[Config]:
 def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(shape):
     ranked = ranked_for(shape)
     chosen = choose(ranked, shape, 4)
-    # the first four: the model's best four configurations, epilogue variants counted once
+    # the first four: the model's best four configurations, epilogue variants counted once, of
+    # the families a pick has timed (one ranked with a sibling's constants is timed as a kind)
     distinct = []
     for c in ranked:
-        if sans_epilogue(c) not in {sans_epilogue(d) for d in distinct}:
+        if c.family not in SIBLING and sans_epilogue(c) not in {sans_epilogue(d) for d in distinct}:
             distinct.append(c)
     assert chosen[:4] == distinct[:4]
     assert len(set(chosen)) == len(chosen)
@@ -560,3 +561,17 @@ def test_the_models_best_cluster_pair_is_timed_on_every_shape():
         assert pairs, shape
         chosen = choose(ranked, shape, 4, siblings=False)
         assert pairs[0] in chosen, (shape, pairs[0].name)
+
+
+def test_a_family_no_pick_has_timed_is_a_kind_not_a_top_rank():
+    """sm90_cutlass_t ranks with sm90_cutlass's constants until timed: where the model puts one of
+    its configurations first, the pick still times the model's top proven configurations and adds
+    the new family's best beside them."""
+    shape = Shape(128, 2048, 4096)
+    ranked = ranked_for(shape)
+    assert ranked[0].family == "sm90_cutlass_t" and "sm90_cutlass_t" in SIBLING
+    chosen = choose(ranked, shape, 4, siblings=False)
+    top = [c for c in chosen[:4]]
+    assert all(c.family != "sm90_cutlass_t" for c in top)
+    assert ranked[0] in chosen[4:]
+    assert choose(ranked, shape, 4, kinds=False, siblings=False) == top

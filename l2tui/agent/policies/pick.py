@@ -11,7 +11,9 @@ time only.
 What is timed (:func:`choose`), from the catalog ranked best-first by the cost model:
 
 * the model's top ``top`` distinct configurations (epilogue variants count as one: the model
-  cannot tell them apart);
+  cannot tell them apart), from the families a pick has timed: a family ranked with a sibling's
+  constants (``costmodel.SIBLING``) is an unmeasured guess and must not take a proven
+  configuration's place; it is timed as a kind instead, its model-best on every shape;
 * with ``kinds``, the model's best of each kind it is least sure of (:func:`always_time`), so a
   wrong term in the model cannot hide a whole kind of kernel, and every configuration of a kind
   the model cannot order at all where it can win (:func:`time_every`);
@@ -27,6 +29,8 @@ from typing import Callable, Sequence
 
 from harness.families import Config, epilogue_siblings, launch_twins, sans_epilogue
 from harness.shapes import Shape
+
+from .costmodel import SIBLING
 
 #: a predicate on a configuration: "of a kind the model is least sure of"
 Kind = Callable[[Config], bool]
@@ -119,6 +123,8 @@ def choose(ranked: Sequence[Config], shape: Shape, top: int, *, kinds: bool = Tr
     for c in ranked:
         if len(chosen) >= top:
             break
+        if c.family in SIBLING:
+            continue
         if sans_epilogue(c) not in keys:
             keys.add(sans_epilogue(c))
             chosen.append(c)
