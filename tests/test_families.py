@@ -504,3 +504,19 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
     assert "C7510" not in res.log
     assert "MMA_64x80x16_F32F16F16_SS" in res.log and "MainloopSm90TmaGmmaWarpSpecializedILi12E" in res.log, \
         res.log[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knobs,atom", [
+    ({"TILE_M": "80", "TILE_N": "128", "SCHEDULE": "COOPERATIVE", "CLUSTER_M": "1", "CLUSTER_N": "1"},
+     "MMA_64x80x16_F32F16F16_SS"),
+    ({"ACC": "ACC_F16", "PDL": "1"}, "MMA_64x80x16_F16F16F16_SS"),
+], ids=["cooperative-80x128", "f16-pdl"])
+def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
+    """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16
+    accumulator and the PDL launch take other code paths: each builds, with the tile's own atom."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.render("sm90_cutlass_t", knobs)
+    res = _build(src, "sm_90a")
+    assert res.ok, res.error_text()
+    assert "C7510" not in res.log and atom in res.log, res.log[-2000:]
