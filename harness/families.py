@@ -569,6 +569,21 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
                     False, False, ck, False, acc, knobs.get("PDL", "1") == "1", epilogue="SMEM")
 
 
+def _cutlass_resource_problems(g: Geometry) -> list[str]:
+    """The limits both CUTLASS families share: the ring and the epilogue in shared memory, the
+    accumulators in registers, the portable cluster size, 128-deep k-tiles on small tiles only."""
+    problems = []
+    if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
+        problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
+    if g.regs_per_thread > 232:
+        problems.append(f"accumulators need about {g.regs_per_thread} registers per thread: use a smaller tile")
+    if g.cluster > 8:
+        problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
+    if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
+        problems.append("TILE_K 128 only with tiles up to 128x128")
+    return problems
+
+
 UNSAFE_SCHEDULERS = frozenset({"SPLITK"})
 
 
@@ -607,19 +622,12 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
         if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
             problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
                             "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see the unsafe list of catalog.toml)")
-        if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
-            problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
-        if g.regs_per_thread > 232:
-            problems.append(f"accumulators need about {g.regs_per_thread} registers per thread: use a smaller tile")
         epi_n = _i(knobs, "EPI_TILE_N")
         if epi_n and knobs["EPILOGUE"] == "EPI_NOSMEM":
             problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
         if epi_n and g.tile_n % epi_n:
             problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
-        if g.cluster > 8:
-            problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
-        if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
-            problems.append("TILE_K 128 only with tiles up to 128x128")
+        problems += _cutlass_resource_problems(g)
     elif fam.name == "sm90_cutlass_t":
         sched = knobs["SCHEDULE"]
         if sched in ("BASIC", "PINGPONG") and g.tile_n not in (64, 128):
@@ -627,14 +635,7 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
                             f"not {g.tile_n}")
         if sched == "COOPERATIVE" and g.tile_n % 128:
             problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
-        if g.stages < 2 or g.smem_bytes > SMEM_PER_SM:
-            problems.append(f"shared memory does not fit: {g.stages} stages of {g.tile_m}x{g.tile_n}x{g.tile_k}")
-        if g.regs_per_thread > 232:
-            problems.append(f"accumulators need about {g.regs_per_thread} registers per thread: use a smaller tile")
-        if g.cluster > 8:
-            problems.append(f"a cluster of {g.cluster} CTAs: at most 8 (the portable cluster size)")
-        if g.tile_k == 128 and g.tile_m * g.tile_n > 128 * 128:
-            problems.append("TILE_K 128 only with tiles up to 128x128")
+        problems += _cutlass_resource_problems(g)
     elif fam.name == "sm90_ksplit":
         if g.smem_bytes > SMEM_PER_SM:
             problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
