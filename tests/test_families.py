@@ -511,12 +511,17 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
     ({"TILE_M": "80", "TILE_N": "128", "SCHEDULE": "COOPERATIVE", "CLUSTER_M": "1", "CLUSTER_N": "1"},
      "MMA_64x80x16_F32F16F16_SS"),
     ({"ACC": "ACC_F16", "PDL": "1"}, "MMA_64x80x16_F16F16F16_SS"),
-], ids=["cooperative-80x128", "f16-pdl"])
+    ({"TILE_M": "160", "TILE_N": "128", "SCHEDULE": "PINGPONG", "CLUSTER_M": "1", "CLUSTER_N": "2"},
+     "MMA_64x160x16_F32F16F16_SS"),
+], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs"])
 def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
     """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16
-    accumulator and the PDL launch take other code paths: each builds, with the tile's own atom."""
+    accumulator and the PDL launch take other code paths, and the big entries' 160-row tiles hold
+    160 fp32 accumulators a thread in ping-pong: each builds with the tile's own atom and without
+    spilling (a spill would put local-memory traffic in the mainloop)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     src = F.render("sm90_cutlass_t", knobs)
     res = _build(src, "sm_90a")
     assert res.ok, res.error_text()
     assert "C7510" not in res.log and atom in res.log, res.log[-2000:]
+    assert res.ptxas is not None and res.ptxas.spill_store_bytes == 0, res.log[-2000:]
