@@ -8,6 +8,7 @@ cases print the texts recorded from ncu 2025.3.1 on the H200 (fixtures/ncu/error
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 import time
@@ -105,6 +106,27 @@ def test_timeout_stops_the_process_group(monkeypatch, tmp_path, so):
     with pytest.raises(ProfileTimeout, match="longer than 1 s"):
         profile_kernel(so, "64x64x64", timeout_s=1)
     assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize("flags, want", [([], "all"), (["--warm-caches"], "none")])
+def test_warm_caches_reaches_ncu(monkeypatch, tmp_path, so, capsys, flags, want):
+    """`l2tui profile` flushes the caches before each pass unless --warm-caches asks ncu to keep
+    them (the per-call bench runs with A and B still in L2); the flag is on ncu's own command line."""
+    from l2tui.cli import main
+
+    argv_file = tmp_path / "argv.json"
+    tool = tmp_path / "ncu"
+    tool.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                    "if '--version' in sys.argv: print('Version 2025.3.1.0'); sys.exit(0)\n"
+                    "if '--list-sections' in sys.argv: sys.exit(0)\n"
+                    f"open({str(argv_file)!r}, 'w').write(json.dumps(sys.argv))\n"
+                    f"sys.stdout.write({(FIX / 'errors' / 'no_kernel.txt').read_text()!r})\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("L2TUI_NCU", str(tool))
+    assert main(["profile", "--shape", "64x64x64", "--kernel", so, *flags]) == 2
+    assert "captured no kernel" in capsys.readouterr().err
+    argv = json.loads(argv_file.read_text())
+    assert argv[argv.index("--cache-control") + 1] == want and argv[argv.index("--clock-control") + 1] == "none"
 
 
 def test_bad_inputs():

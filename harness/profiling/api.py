@@ -152,16 +152,19 @@ def baseline_request(name: str, shape: Shape, acc: str = "f32", arch: str | None
 
 def profile_many(requests: Sequence[Request], *, timeout_s: float = 120.0, classifier: Classifier | None = None,
                  ncu: str | None = None, sections: Sequence[str] | None = None, nvtx: str = "cupy",
-                 retry_profiler: bool = True) -> list[Profile | HarnessError]:
-    """Profile several calls in one ncu process; one Profile (or the error for that call) per request."""
+                 retry_profiler: bool = True, warm_caches: bool = False) -> list[Profile | HarnessError]:
+    """Profile several calls in one ncu process; one Profile (or the error for that call) per request.
+    ``warm_caches``: ncu keeps the caches between passes instead of flushing them (:mod:`.ncu`)."""
     names = [f"l2p_{os.getpid()}_{next(_SEQ)}" for _ in requests]
     items = [r.item(n) for r, n in zip(requests, names)]
     what = requests[0].label + f" on {requests[0].shape}" if len(requests) == 1 else f"{len(requests)} calls"
-    run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx=nvtx, what=what)
+    run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx=nvtx, what=what,
+                  warm_caches=warm_caches)
     groups = groups_of(run, names)
     if retry_profiler and nvtx != "profiler" and len(requests) == 1 and not groups[names[0]]:
         # NVTX unavailable in this cupy build: bracket the call with cudaProfilerStart/Stop instead
-        run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx="profiler", what=what)
+        run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx="profiler", what=what,
+                      warm_caches=warm_caches)
         groups = {names[0]: merge(parse_raw(run.raw_csv), parse_details(run.details_csv))}
     status = {i.get("range"): i for i in run.items}
     out: list[Profile | HarnessError] = []
@@ -172,7 +175,8 @@ def profile_many(requests: Sequence[Request], *, timeout_s: float = 120.0, class
             detail = st.get("message") or ("the call launched no kernel" if st.get("status") == "ok" else "")
             out.append(NoKernelProfiled(f"{req.label or 'the kernel'} on {req.shape}", detail))
             continue
-        meta = {"ncu": run.ncu_version, "nvtx": run.nvtx, "seconds": round(run.seconds, 2)}
+        meta = {"ncu": run.ncu_version, "nvtx": run.nvtx, "seconds": round(run.seconds, 2),
+                "caches": "warm" if warm_caches else "flushed"}
         out.append(Profile.from_kernels(req.label or "kernel", req.shape, req.acc, ks, classifier, meta))
     return out
 
@@ -192,8 +196,9 @@ def _label_of(kernel: str | os.PathLike[str]) -> str:
 def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, acc: str = "f32", *,
                    baseline: str | None = None, timeout_s: float = 120.0, arch: str | None = None,
                    flags: Sequence[str] = (), label: str | None = None,
-                   classifier: Classifier | None = None) -> Profile:
-    """Profile one call of a kernel (``.so`` path, ``.cu`` path or source text) or a baseline.
+                   classifier: Classifier | None = None, warm_caches: bool = False) -> Profile:
+    """Profile one call of a kernel (``.so`` path, ``.cu`` path or source text) or a baseline;
+    ``warm_caches`` profiles it with the caches as the calls before it left them.
 
     Raises HarnessError subclasses: NcuMissing, CountersRefused, ProfileTimeout,
     NoKernelProfiled, ProfileFailed, KernelSourceError; ProfileRefused for a kernel while the
@@ -215,7 +220,7 @@ def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, ac
         req = Request(shp, acc, so_path=resolve_kernel(kernel, arch, flags), label=_label_of(kernel))
     if label:
         req.label = label
-    res = profile_many([req], timeout_s=timeout_s, classifier=classifier)[0]
+    res = profile_many([req], timeout_s=timeout_s, classifier=classifier, warm_caches=warm_caches)[0]
     if isinstance(res, HarnessError):
         raise res
     return res

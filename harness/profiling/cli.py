@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", help="write the profile as JSON")
     p.add_argument("--arch", help="nvcc target when building a .cu (default: the GPU's)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="time limit for ncu (default 120 s)")
+    p.add_argument("--warm-caches", action="store_true",
+                   help="keep L2 and L1 as the calls before left them (default: flushed before each pass)")
 
 
 def render(profile, all_: bool = False, out: TextIO | None = None) -> None:
@@ -70,7 +72,8 @@ def main(args: argparse.Namespace) -> int:
 
     shape = parse_shape(args.shape)
     acc = parse_accumulator(args.acc)
-    prof = profile_kernel(args.kernel, shape, acc, baseline=args.baseline, timeout_s=args.timeout, arch=args.arch)
+    prof = profile_kernel(args.kernel, shape, acc, baseline=args.baseline, timeout_s=args.timeout, arch=args.arch,
+                          warm_caches=args.warm_caches)
     render(prof, all_=args.all)
     if args.out:
         Path(args.out).write_text(json.dumps(prof.to_dict(), indent=1))

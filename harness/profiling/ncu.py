@@ -7,7 +7,11 @@ gives clean CSV, free of the profiled program's own output.
 
 Always ``--clock-control none``: ncu would otherwise lock the SM clock to base,
 and the agent wants the kernel as it runs in production (and a shared GPU's
-clocks are not ours to lock).  Kernel replay (ncu's default) re-runs each kernel
+clocks are not ours to lock). Caches are flushed before each pass by default
+(``--cache-control all``: every subject starts cold, comparable between runs);
+``warm_caches`` keeps them (``--cache-control none``), as in the bench's per-call
+timing, where A and B are still in L2 from the call before: a kernel that ties
+cold and loses warm spends its time where the cache no longer hides it.  Kernel replay (ncu's default) re-runs each kernel
 once per counter pass with memory saved and restored, so a call's kernels are
 measured one by one.
 """
@@ -89,9 +93,11 @@ def choose_sections(ncu: str, wanted: Sequence[str] = SECTIONS) -> list[str]:
 
 
 def profile_command(ncu: str, report: Path, spec_path: Path, result_path: Path, ranges: Sequence[str],
-                    sections: Sequence[str], nvtx: str = "cupy", python: str | None = None) -> list[str]:
+                    sections: Sequence[str], nvtx: str = "cupy", python: str | None = None,
+                    warm_caches: bool = False) -> list[str]:
     """The ncu command line for one driver run (exposed for tests and ``--dry-run``)."""
-    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-f", "-o", str(report)]
+    cmd = [ncu, "--clock-control", "none", "--cache-control", "none" if warm_caches else "all",
+           "--target-processes", "all", "-f", "-o", str(report)]
     for s in sections:
         cmd += ["--section", s]
     if nvtx == "profiler":
@@ -142,7 +148,7 @@ def _run(cmd: list[str], timeout_s: float, env: dict[str, str], what: str) -> tu
 
 def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: str | None = None,
             sections: Sequence[str] | None = None, nvtx: str = "cupy", workdir: str | Path | None = None,
-            what: str = "the kernel", keep_report: bool = False) -> NcuRun:
+            what: str = "the kernel", keep_report: bool = False, warm_caches: bool = False) -> NcuRun:
     """Profile ``items`` (driver spec items, see :mod:`.launch`) in one ncu process.
 
     Raises NcuMissing, CountersRefused, ProfileTimeout, ProfileFailed; returns
@@ -157,7 +163,8 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = profile_command(ncu, report, spec_path, result_path, [i["range"] for i in items], secs, nvtx)
+    cmd = profile_command(ncu, report, spec_path, result_path, [i["range"] for i in items], secs, nvtx,
+                          warm_caches=warm_caches)
     t0 = time.monotonic()
     try:
         rc, log = _run(cmd, timeout_s, env, what)
