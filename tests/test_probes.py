@@ -42,3 +42,46 @@ def test_launch_cost_probe_builds_and_says_in_one_line_when_there_is_no_gpu(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and not out.exists()
     assert len(err) == 1 and err[0].startswith("launch_cost: ") and "nvcc build failed" not in err[0]
+
+
+def test_handover_probe_splits_a_trace_into_kernel_time_and_the_gaps_around_it():
+    """tools/probes/handover.py: from CUPTI kernel records (chrome-trace events, microseconds), the
+    GEMM's duration and the gaps from the separator's end to its start and from its end to the next
+    separator; events of other categories and the separator itself are not counted."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("handover", ROOT / "tools" / "probes" / "handover.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sep, gemm = "void at::native::vectorized_elementwise_kernel<neg>", "cutlass::device_kernel<Gemm>"
+    events, t = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0.0, "dur": 50.0}], 10.0
+    for gap_before, dur, gap_after in ((1.0, 6.0, 2.0), (1.5, 6.5, 2.5), (1.0, 6.0, 2.0)):
+        events.append({"ph": "X", "cat": "kernel", "name": sep, "ts": t, "dur": 1.0})
+        t += 1.0 + gap_before
+        events.append({"ph": "X", "cat": "kernel", "name": gemm, "ts": t, "dur": dur})
+        t += dur + gap_after
+    events.append({"ph": "X", "cat": "kernel", "name": sep, "ts": t, "dur": 1.0})
+    kern = mod._kernels({"traceEvents": list(reversed(events))})
+    assert [e["name"] for e in kern][:2] == [sep, gemm]
+    r = mod._split(kern, sep)
+    assert r["samples"] == 3 and r["kernel_us"] == 6.0 and r["gap_before_us"] == 1.0 and r["gap_after_us"] == 2.0
+    assert r["step_us"] == 10.0 and r["kernels"] == [gemm]
+
+
+def test_handover_probe_says_in_one_line_what_it_needs(tmp_path, capsys):
+    """Without PyTorch or without a GPU the probe says so in one line and writes nothing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("handover", ROOT / "tools" / "probes" / "handover.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "h.json"
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        pytest.skip("a GPU is present: this test is about a machine without one")
+    assert mod.main(["--shape", "64x64x64", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("handover: ") and not out.exists()
