@@ -26,7 +26,6 @@ import argparse
 import ctypes
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -36,16 +35,6 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-
-
-def _git_rev() -> str:
-    if os.environ.get("L2TUI_GIT_REV"):
-        return os.environ["L2TUI_GIT_REV"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _so_for(kernel: str, arch: str) -> str:
@@ -127,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print("handover: no CUDA GPU visible to PyTorch", file=sys.stderr)
         return 1
 
+    from harness.bench import _git_rev as git_rev
     from harness.shapes import parse_shape
 
     shp = parse_shape(args.shape)
@@ -178,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     name, driver, uuid = (smi[0].split(", ") + ["", "", ""])[:3] if smi else ("", "", "")
     doc = {"meta": {"gpu": name, "driver": driver, "gpu_uuid": uuid, "torch": torch.__version__,
                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    "git_rev": _git_rev(),
+                    "git_rev": git_rev(),
                     "command": "python tools/probes/handover.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                     "shape": f"{m}x{n}x{k}", "reps": args.reps, "replays": args.replays,
                     "method": "CUPTI kernel timestamps (torch.profiler) of [separator, call] x reps in a CUDA graph "
