@@ -287,3 +287,35 @@ def test_new_builds_limits_the_proposals_the_prebuilt_catalog_lacks(limit):
 
     assert max(run(None)) > limit
     assert max(run(limit)) <= limit
+
+
+def _step_families(pol: SearchPolicy, ctx: TrackContext) -> list[str]:
+    fams = []
+    for p in pol.propose(ctx):
+        new = apply_patch(ctx.source, p.patch, allow_rewrite=False).source if p.patch else p.source
+        fams.append(F.Config.from_source(new).family)
+    return fams
+
+
+def test_a_switch_into_a_family_ranked_with_its_siblings_constants_comes_after_the_fitted_moves():
+    """sm90_cutlass_t ranks with sm90_cutlass's fitted constants until a calibration times it
+    (costmodel.SIBLING): from a CUTLASS kernel on a big shape, where the model's guess for its
+    160-row tiles looks good, a step proposes it only after the moves the model has grounds for;
+    once the family has constants of its own, the switch is ranked by its prediction like any
+    other move."""
+    from dataclasses import replace
+
+    from l2tui.agent.policies.costmodel import CostModel, load_params
+
+    shape = Shape(16384, 16384, 256)
+    ctx = ctx_for(shape)
+    ctx.source = F.render("sm90_cutlass", F._sm90(128, 128, sched="PINGPONG"))
+    ctx.step = 1
+    fams = _step_families(SearchPolicy(width=40, explore=False), ctx)
+    assert "sm90_cutlass_t" in fams
+    first = fams.index("sm90_cutlass_t")
+    assert first >= 3 and all(f != "sm90_cutlass_t" for f in fams[:first])
+    params = load_params()
+    fitted = replace(params, families={**params.families, "sm90_cutlass_t": params.families["sm90_cutlass"]})
+    fams_fitted = _step_families(SearchPolicy(width=40, explore=False, cost_model=CostModel(fitted)), ctx)
+    assert fams_fitted.index("sm90_cutlass_t") < first

@@ -113,6 +113,12 @@ CALIBRATED_FILE = Path(__file__).with_name("costmodel_h200.json")
 SIBLING = {"sm90_cutlass_t": "sm90_cutlass"}
 
 
+def unfitted_sibling(p: "Params", family: str) -> bool:
+    """Whether ``family`` ranks with its sibling's constants (no calibration has timed it yet): its
+    predictions are a guess, which the pick and the search never let push out a fitted one."""
+    return family in SIBLING and family not in p.families
+
+
 def family_params(p: "Params", family: str) -> FamilyParams:
     """``family``'s constants in ``p``: its own fit, else its sibling's, else the defaults."""
     return (p.families.get(family) or p.families.get(SIBLING.get(family, ""))

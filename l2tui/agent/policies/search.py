@@ -50,7 +50,7 @@ from harness.shapes import Shape
 
 from ... import events as ev_schema
 from .base import Failure, Proposal, TrackContext
-from .costmodel import CostModel
+from .costmodel import CostModel, unfitted_sibling
 
 SYSTEM = (
     "You are the search policy of l2tui. You tune HGEMM seed kernels by editing the knob block "
@@ -449,7 +449,12 @@ class SearchPolicy:
             scored.append((t, len(scored), mv, new_src, text, sha, raw))
         if not scored:
             return []
-        scored.sort(key=lambda t: (t[0], t[1]))
+        # a switch into a family ranked with its sibling's constants (costmodel.unfitted_sibling) goes
+        # after every move the model has measured grounds for, as in the pick: it is tried when the
+        # step has width to spare, or once the current source is of that family
+        guess = {row[1] for row in scored if row[2].config.family != (cfg.family if cfg else None)
+                 and unfitted_sibling(self.cost.params, row[2].config.family)}
+        scored.sort(key=lambda t: (t[1] in guess, t[0], t[1]))
         ordered = _distinct_first(scored)
         if self.new_builds is not None:
             ordered = _limit_new_builds(ordered, catalog_set, self.new_builds)
