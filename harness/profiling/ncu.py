@@ -10,10 +10,11 @@ and the agent wants the kernel as it runs in production (and a shared GPU's
 clocks are not ours to lock). Caches are flushed before each pass by default
 (``--cache-control all``: every subject starts cold, comparable between runs);
 ``warm_caches`` keeps them (``--cache-control none``), as in the bench's per-call
-timing, where A and B are still in L2 from the call before: a kernel that ties
-cold and loses warm spends its time where the cache no longer hides it.  Kernel replay (ncu's default) re-runs each kernel
-once per counter pass with memory saved and restored, so a call's kernels are
-measured one by one.
+timing, where A and B are still in L2 from the call before. Kernel replay (ncu's
+default) re-runs each kernel once per counter pass with memory saved and restored,
+so a call's kernels are measured one by one; a kernel of a few microseconds runs
+25-40 % longer that way than in a program, so ncu says where its time goes, and
+tools/probes/handover.py (CUPTI timestamps in a CUDA graph) how much there is.
 """
 
 from __future__ import annotations

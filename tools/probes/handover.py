@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     "git_rev": git_rev(),
                     "command": "python tools/probes/handover.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                     "shape": f"{m}x{n}x{k}", "reps": args.reps, "replays": args.replays,
+                    "mode_label": "in the kernel, per call in a CUDA graph (CUPTI timestamps)",
                     "method": "CUPTI kernel timestamps (torch.profiler) of [separator, call] x reps in a CUDA graph "
                               "(and eagerly with --eager); medians over the steps; the separator is a one-block "
                               "elementwise kernel changing one element of A"},
