@@ -249,7 +249,7 @@ KSPLIT = Family(
         Knob("TILE_M", _V(64, 128), "CTA tile rows (one consumer warpgroup per 64)"),
         Knob("TILE_N", _V(64, 128, 256), "CTA tile columns (the wgmma N)"),
         Knob("TILE_K", _V(64), "K per pipeline stage (one 128-byte swizzle row)"),
-        Knob("STAGES", _V(2, 3, 4, 5, 6, 7, 8), "k-tiles in flight (TMA ring in shared memory)"),
+        Knob("STAGES", _V(2, 3, 4, 5, 6, 7, 8, 10, 12), "k-tiles in flight (TMA ring in shared memory)"),
         Knob("CLUSTER_K", _V(1, 2, 4, 8), "CTAs of one cluster sharing a tile's K (1: no cluster, direct stores)"),
         Knob("GROUPS", _V(0, 1, 2, 4, 8, 16, 32, 64),
              "clusters sharing a tile's K, their sums added through a global workspace (0: as many as stay resident)"),
@@ -257,6 +257,7 @@ KSPLIT = Family(
         Knob("ACC", ("ACC_F32",), "accumulator type (fp32 only)"),
         Knob("PDL", ("0", "1"), "programmatic dependent launch"),
         Knob("MMA_DEPTH", ("0", "1"), "wgmma batches kept in flight past the one just issued"),
+        Knob("WG_K", _V(1, 2), "sets of consumer warpgroups sharing a tile's K inside the CTA (2: two wgmma chains)"),
     ),
 )
 
@@ -531,7 +532,7 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         tm, tn, tk, st = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K"), _i(knobs, "STAGES")
         ck = _i(knobs, "CLUSTER_K")
         smem = max(st * (tm + tn) * tk * 2, tm * (tn + 8) * 4) + 16 * st + 1024
-        threads = tm // 64 * 128 + 32
+        threads = tm // 64 * 128 * int(knobs.get("WG_K", "1")) + 32
         regs = 40 + tm * tn // (tm // 64 * 128)
         cps = max(1, min(SMEM_PER_SM // smem, REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads))
         return Geometry(fam.name, tm, tn, tk, threads, smem, regs, cps, st, ck, False, False, ck, False, acc,
@@ -641,6 +642,9 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
         if g.tile_m % g.split_k:
             problems.append("each CTA of the cluster reduces TILE_M / CLUSTER_K rows: CLUSTER_K must divide TILE_M")
+        if g.stages <= int(knobs.get("WG_K", "1")):
+            problems.append(f"WG_K {knobs['WG_K']} sets of consumers need STAGES > WG_K (each holds a stage while "
+                            "it waits for its next)")
     elif fam.name == "tiny_mma":
         wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
         if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
@@ -754,6 +758,7 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
                 f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_ksplit":
         extra = ("-rn" if k["RASTER"] == "RASTER_ALONG_N" else "") + ("-d0" if k["MMA_DEPTH"] == "0" else "")
+        extra += f"-wk{k['WG_K']}" if k.get("WG_K", "1") != "1" else ""
         if k.get("GROUPS", "1") != "1":
             extra = ("-ga" if k["GROUPS"] == "0" else f"-g{k['GROUPS']}") + extra
         return f"ksp-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-s{k['STAGES']}-ck{k['CLUSTER_K']}{extra}{acc}"
@@ -790,11 +795,13 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1) -> dict[str, str]:
+def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=1) -> dict[str, str]:
     k = {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": "64", "STAGES": str(st), "CLUSTER_K": str(ck),
          "RASTER": raster, "PDL": str(pdl), "MMA_DEPTH": str(depth)}
     if groups != 1:
         k["GROUPS"] = str(groups)
+    if wgk != 1:
+        k["WG_K"] = str(wgk)
     return k
 
 

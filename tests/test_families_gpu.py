@@ -370,6 +370,35 @@ def test_ksplit_configurations_pass_every_check(evaluator):
     assert not failures, "\n".join(failures)
 
 
+#: WG_K 2: one k-tile (the second set of consumers adds zeros), two, an odd count (the first set
+#: runs one more), partial tiles, a cluster whose ranks get odd slices, and a long K
+KSPLIT_WGK_SHAPES = [Shape(64, 64, 8), Shape(200, 136, 72), Shape(1030, 1000, 4104), Shape(1024, 512, 2048),
+                     Shape(520, 264, 8200)]
+
+
+def test_ksplit_two_consumer_sets_pass_every_check(evaluator):
+    """sm90_ksplit with WG_K 2 (two sets of consumer warpgroups take alternate k-tiles of each tile
+    and meet in shared memory): every catalog entry, and the shallowest legal ring (STAGES 3, where
+    each set holds a stage while it waits for its next) with and without MMA_DEPTH, pass every
+    check: exact to bound, bit-identical repeats, graph replays fresh."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_ksplit needs sm_90")
+    cfgs = [c for c in F.catalog("f32", arch) if c.family == "sm90_ksplit" and c.knob_dict.get("WG_K") == "2"]
+    assert len(cfgs) >= 10
+    runs = [(c.name, c.source()) for c in cfgs]
+    for depth in ("0", "1"):
+        knobs = F._ksp(64, 64, 3, 1, depth=int(depth), wgk=2)
+        runs.append((F.config_name("sm90_ksplit", knobs), F.render("sm90_ksplit", knobs)))
+    failures = []
+    for name, src in runs:
+        for shape in KSPLIT_WGK_SHAPES:
+            e = ev.evaluate(src, shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
+
+
 #: GROUPS > 1: one tile with a K that is no multiple of 64, partial tiles with a long K, a mid K,
 #: and a K so short that the auto rule is held back by the two-k-tiles-per-CTA floor
 KSPLIT_GROUP_SHAPES = [Shape(64, 64, 12296), Shape(136, 200, 16392), Shape(264, 128, 4104), Shape(128, 128, 520)]

@@ -14,8 +14,9 @@
 // cost more than they save on these shapes).
 //
 // Structure: TILE_M / 64 consumer warpgroups (each 64 rows x TILE_N, wgmma m64nTILE_Nk16 with A
-// K-major and B N-major straight from 128-byte-swizzled shared memory); thread 0 also issues the
-// TMA loads STAGES k-tiles ahead (full barriers count the bytes, empty barriers the consumers).
+// K-major and B N-major straight from 128-byte-swizzled shared memory), WG_K times over; one
+// producer thread issues the TMA loads STAGES k-tiles ahead (full barriers count the bytes, empty
+// barriers the consumers of a stage).
 // M, N and K are runtime arguments; TMA zero-fills partial tiles; stores are predicated. Needs K
 // and N multiples of 8 and 16-byte aligned pointers (TMA), otherwise l2_hgemm returns 2.
 // A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0).
@@ -24,7 +25,7 @@
 //   TILE_M     64, 128                  CTA tile rows (one consumer warpgroup per 64)
 //   TILE_N     64, 128, 256             CTA tile columns (the wgmma N)
 //   TILE_K     64                       K per pipeline stage (one 128-byte swizzle row of fp16)
-//   STAGES     2 .. 8                   k-tiles in flight (shared memory: STAGES x (TILE_M +
+//   STAGES     2 .. 12                  k-tiles in flight (shared memory: STAGES x (TILE_M +
 //                                       TILE_N) x TILE_K x 2 bytes, at most 227 KB)
 //   CLUSTER_K  1, 2, 4, 8               CTAs of one cluster that share a tile's K
 //   GROUPS     0 (auto), 1, 2, 4 .. 64  clusters that share a tile's K (a second level of split-K
@@ -43,6 +44,14 @@
 //   MMA_DEPTH  0, 1                     wgmma batches in flight past the one just issued (1: a
 //                                       stage is released one k-tile later, the tensor cores never
 //                                       wait for the release)
+//   WG_K       1, 2                     sets of consumer warpgroups that share a tile's K inside the
+//                                       CTA: with 2, each runs every second k-tile into its own
+//                                       accumulators and the second set's are added to the first's
+//                                       through shared memory before the epilogue (two wgmma chains
+//                                       per tile, so one chain's waits on its stages and on the
+//                                       tensor cores overlap the other's work: cuBLASLt's nvjet
+//                                       kernels run a 64-row tile with two consumer warpgroups on
+//                                       the mid shapes). Needs STAGES > WG_K
 //   PDL        0, 1                     programmatic dependent launch: griddepcontrol.wait before
 //                                       the first global access, launch_dependents after the
 //                                       mainloop
@@ -75,6 +84,7 @@
 #define ACC ACC_F32
 #define PDL 1
 #define MMA_DEPTH 1
+#define WG_K 1
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
@@ -99,9 +109,11 @@ static_assert(ACC == ACC_F32, "sm90_ksplit accumulates in fp32 only");
 static_assert(TILE_M == 64 || TILE_M == 128, "TILE_M is 64 or 128");
 static_assert(TILE_N == 64 || TILE_N == 128 || TILE_N == 256, "TILE_N is 64, 128 or 256");
 static_assert(TILE_K == 64, "TILE_K is 64 (one 128-byte swizzle row)");
-static_assert(STAGES >= 2 && STAGES <= 8, "STAGES is 2 .. 8");
+static_assert(STAGES >= 2 && STAGES <= 12, "STAGES is 2 .. 12");
 static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
 static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M / CLUSTER_K rows");
+static_assert(WG_K == 1 || WG_K == 2, "WG_K is 1 or 2");
+static_assert(STAGES > WG_K, "every set of consumers needs a stage beyond the one it holds: STAGES > WG_K");
 static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16 ||
               GROUPS == 32 || GROUPS == 64, "GROUPS is 0 (auto), 1, 2, 4, 8, 16, 32 or 64");
 constexpr int kMaxGroups = 64;
@@ -110,8 +122,9 @@ constexpr int kMaxGroups = 64;
 constexpr int kAutoGroups = 16;
 
 using T = cutlass::half_t;
-constexpr int kWarpgroups = TILE_M / 64;
-constexpr int kThreads = 128 * kWarpgroups;  // consumers; one producer warp more
+constexpr int kWarpgroups = TILE_M / 64;        // of one tiled MMA: one per 64 rows
+constexpr int kMmaThreads = 128 * kWarpgroups;  // one set of consumers (one k-group)
+constexpr int kThreads = kMmaThreads * WG_K;    // all consumers; one producer warp more
 constexpr int kLdC = TILE_N + 8;  // fp32 row of the partial tile: float4-aligned, and the float2 stores of
                                   // 4 rows x 8 columns per warp hit 32 distinct banks
 
@@ -190,7 +203,7 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
     cute::prefetch_tma_descriptor(tma_b.get_tma_descriptor());
     for (int s = 0; s < STAGES; ++s) {
       FullBarrier::init(&ss.full[s], 1);
-      EmptyBarrier::init(&ss.empty[s], kThreads);
+      EmptyBarrier::init(&ss.empty[s], kMmaThreads);  // one k-group consumes a stage
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -213,7 +226,10 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
   }
 
   TiledMma mma;
-  ThrMMA thr = mma.get_slice(tid < kThreads ? tid : 0);
+  // k-group kg runs k-tiles kg, kg + WG_K, ...; its threads hold the same elements of the tile as
+  // the same threads of every other k-group
+  const int kg = WG_K > 1 ? tid / kMmaThreads : 0;
+  ThrMMA thr = mma.get_slice(tid < kThreads ? (WG_K > 1 ? tid % kMmaThreads : tid) : 0);
   Tensor acc = partition_fragment_C(mma, Shape<TileM, TileN>{});
   clear(acc);
   if (tid < kThreads) {  // the consumer warpgroups
@@ -221,7 +237,7 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
     Tensor tCsB = thr.partition_B(sB);
     Tensor tCrA = thr.make_fragment_A(tCsA);
     Tensor tCrB = thr.make_fragment_B(tCsB);
-    for (int i = 0; i < n_k; ++i) {
+    for (int i = kg; i < n_k; i += WG_K) {
       const int s = i % STAGES;
       FullBarrier::wait(&ss.full[s], (i / STAGES) & 1);
       warpgroup_fence_operand(acc);
@@ -231,7 +247,7 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
 #if MMA_DEPTH == 1
       warpgroup_wait<1>();  // the previous k-tile's wgmma is done: release its stage
       warpgroup_fence_operand(acc);
-      if (i > 0) EmptyBarrier::arrive(&ss.empty[(i - 1) % STAGES]);
+      if (i >= WG_K) EmptyBarrier::arrive(&ss.empty[(i - WG_K) % STAGES]);  // this k-group's previous
 #else
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc);
@@ -241,13 +257,35 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
   }
+  if constexpr (WG_K > 1) {  // the other k-groups' sums into the first's, in k-group order
+    if (tid < kThreads) {
+      float* part = reinterpret_cast<float*>(ss.data);
+      Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
+      cutlass::arch::NamedBarrier::arrive_and_wait(kThreads, 0);  // every k-group's wgmma reads of the stages are done
+      if (kg == 1) {
+        CUTE_UNROLL
+        for (int e = 0; e < size(acc); e += 2) {
+          *reinterpret_cast<float2*>(part + get<0>(tCcC(e)) * kLdC + get<1>(tCcC(e))) = make_float2(acc(e), acc(e + 1));
+        }
+      }
+      cutlass::arch::NamedBarrier::arrive_and_wait(kThreads, 0);
+      if (kg == 0) {
+        CUTE_UNROLL
+        for (int e = 0; e < size(acc); e += 2) {
+          const float2 o = *reinterpret_cast<const float2*>(part + get<0>(tCcC(e)) * kLdC + get<1>(tCcC(e)));
+          acc(e) += o.x;
+          acc(e + 1) += o.y;
+        }
+      }
+    }
+  }
 
 #if PDL
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
   if (CLUSTER_K == 1 && groups == 1) {  // the whole K here: fp16 straight from the accumulators
-    if (tid < kThreads) {
+    if (tid < kMmaThreads) {
       Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
       const int r0 = tm * TILE_M, c0 = tn * TILE_N;
       CUTE_UNROLL
@@ -261,9 +299,9 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
     return;
   }
   // the fp32 partial tile, row-major with padded rows, over the (now idle) pipeline buffers
-  __syncthreads();  // every warpgroup's wgmma reads of the stages are done
+  __syncthreads();  // every warpgroup's wgmma reads of the stages (and the k-groups' exchange) are done
   float* part = reinterpret_cast<float*>(ss.data);
-  if (tid < kThreads) {  // adjacent column pairs as float2
+  if (tid < kMmaThreads) {  // adjacent column pairs as float2
     Tensor tCcC = thr.partition_C(make_identity_tensor(Shape<TileM, TileN>{}));
     CUTE_UNROLL
     for (int e = 0; e < size(acc); e += 2) {
