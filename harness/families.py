@@ -642,9 +642,10 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
         if g.tile_m % g.split_k:
             problems.append("each CTA of the cluster reduces TILE_M / CLUSTER_K rows: CLUSTER_K must divide TILE_M")
-        if g.stages <= int(knobs.get("WG_K", "1")):
-            problems.append(f"WG_K {knobs['WG_K']} sets of consumers need STAGES > WG_K (each holds a stage while "
-                            "it waits for its next)")
+        wgk = int(knobs.get("WG_K", "1"))
+        if g.stages <= wgk or g.stages % wgk:
+            problems.append(f"WG_K {wgk} sets of consumers need STAGES > WG_K (each holds a stage while it waits for "
+                            "its next) and a multiple of WG_K (each stage serves one set)")
     elif fam.name == "tiny_mma":
         wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
         if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):

@@ -421,6 +421,23 @@ def test_ksplit_family_rules_names_and_catalog():
     assert (g.cluster, g.split_k, g.threads) == (2, 2, 160)
 
 
+def test_ksplit_two_consumer_sets_rules_names_and_threads():
+    """WG_K 2: twice the consumer warpgroups (one producer warp more), a ring of more stages than
+    sets and a multiple of them (each stage serves one set), its own name tag."""
+    base = {**F.KSPLIT.defaults(), "TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "1", "WG_K": "2"}
+    assert F.validate("sm90_ksplit", base) == []
+    assert F.config_name("sm90_ksplit", base) == "ksp-64x64x64-s8-ck1-wk2"
+    assert F.config_name("sm90_ksplit", {**base, "WG_K": "1"}) == "ksp-64x64x64-s8-ck1"
+    assert F.geometry("sm90_ksplit", base).threads == 288
+    assert F.geometry("sm90_ksplit", {**base, "TILE_M": "128", "STAGES": "6"}).threads == 544
+    for stages in ("2", "3", "5", "7"):
+        assert any("multiple of WG_K" in p for p in F.validate("sm90_ksplit", {**base, "STAGES": stages})), stages
+    assert F.validate("sm90_ksplit", {**base, "STAGES": "12"}) == []
+    assert F.validate("sm90_ksplit", {**base, "WG_K": "1", "STAGES": "3"}) == []
+    wk = [c for c in F.catalog("f32", "sm_90a") if c.family == "sm90_ksplit" and c.knob_dict["WG_K"] == "2"]
+    assert len(wk) == 12 and all(c.knob_dict["PDL"] == "0" for c in wk)
+
+
 def test_ksplit_groups_geometry_mirrors_the_host_rule():
     """GROUPS 0: the largest power of two up to 16 that keeps every cluster resident (66 clusters
     of 2, 30 of 4 on the H200) and two k-tiles per CTA; GROUPS 1 keeps one cluster per tile, an
@@ -453,10 +470,15 @@ def test_ksplit_groups_geometry_mirrors_the_host_rule():
                                    {"TILE_M": "128", "TILE_N": "128", "STAGES": "4", "CLUSTER_K": "2",
                                     "GROUPS": "0"},
                                    {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "1",
-                                    "GROUPS": "16"}])
+                                    "GROUPS": "16"},
+                                   {"TILE_M": "64", "TILE_N": "64", "STAGES": "12", "CLUSTER_K": "1", "WG_K": "2"},
+                                   {"TILE_M": "128", "TILE_N": "128", "STAGES": "4", "CLUSTER_K": "1", "WG_K": "2"},
+                                   {"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "2", "WG_K": "2",
+                                    "GROUPS": "0"}])
 def test_ksplit_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     """The WGMMA mainloop, the TMA descriptors and the cluster reduction compile for sm_90a with
-    no register spills (a 64x256 tile keeps 128 fp32 accumulators per thread)."""
+    no register spills (a 64x256 tile keeps 128 fp32 accumulators per thread; with WG_K 2 a 128x128
+    tile runs four consumer warpgroups)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     res = _build(F.render("sm90_ksplit", knobs), "sm_90a")
     assert res.ok, res.error_text()

@@ -378,9 +378,9 @@ KSPLIT_WGK_SHAPES = [Shape(64, 64, 8), Shape(200, 136, 72), Shape(1030, 1000, 41
 
 def test_ksplit_two_consumer_sets_pass_every_check(evaluator):
     """sm90_ksplit with WG_K 2 (two sets of consumer warpgroups take alternate k-tiles of each tile
-    and meet in shared memory): every catalog entry, and the shallowest legal ring (STAGES 3, where
-    each set holds a stage while it waits for its next) with and without MMA_DEPTH, pass every
-    check: exact to bound, bit-identical repeats, graph replays fresh."""
+    and meet in shared memory): every catalog entry, and the shallowest legal ring (STAGES 4, two
+    stages a set) with and without MMA_DEPTH, pass every check: exact to bound, bit-identical
+    repeats, graph replays fresh."""
     ev, arch = evaluator
     if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_ksplit needs sm_90")
@@ -388,7 +388,7 @@ def test_ksplit_two_consumer_sets_pass_every_check(evaluator):
     assert len(cfgs) >= 10
     runs = [(c.name, c.source()) for c in cfgs]
     for depth in ("0", "1"):
-        knobs = F._ksp(64, 64, 3, 1, depth=int(depth), wgk=2)
+        knobs = F._ksp(64, 64, 4, 1, depth=int(depth), wgk=2)
         runs.append((F.config_name("sm90_ksplit", knobs), F.render("sm90_ksplit", knobs)))
     failures = []
     for name, src in runs:

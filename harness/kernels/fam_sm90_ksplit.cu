@@ -51,7 +51,11 @@
 //                                       per tile, so one chain's waits on its stages and on the
 //                                       tensor cores overlap the other's work: cuBLASLt's nvjet
 //                                       kernels run a 64-row tile with two consumer warpgroups on
-//                                       the mid shapes). Needs STAGES > WG_K
+//                                       the mid shapes). Needs STAGES > WG_K and a multiple of
+//                                       WG_K: every stage then serves one set, in order (with an odd
+//                                       ring, a set could wait on a stage's full barrier while the
+//                                       other set's earlier load there is still landing, and see an
+//                                       older phase of the same parity as complete)
 //   PDL        0, 1                     programmatic dependent launch: griddepcontrol.wait before
 //                                       the first global access, launch_dependents after the
 //                                       mainloop
@@ -113,7 +117,10 @@ static_assert(STAGES >= 2 && STAGES <= 12, "STAGES is 2 .. 12");
 static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "CLUSTER_K is 1, 2, 4 or 8");
 static_assert(TILE_M % CLUSTER_K == 0, "each CTA of the cluster reduces TILE_M / CLUSTER_K rows");
 static_assert(WG_K == 1 || WG_K == 2, "WG_K is 1 or 2");
-static_assert(STAGES > WG_K, "every set of consumers needs a stage beyond the one it holds: STAGES > WG_K");
+static_assert(STAGES > WG_K && STAGES % WG_K == 0,
+              "STAGES > WG_K (a set of consumers holds a stage while it waits for its next) and a multiple of "
+              "WG_K (each stage then serves one set, whose waits on its full barrier never alias a phase "
+              "an earlier load of the other set's has yet to complete)");
 static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16 ||
               GROUPS == 32 || GROUPS == 64, "GROUPS is 0 (auto), 1, 2, 4, 8, 16, 32 or 64");
 constexpr int kMaxGroups = 64;
