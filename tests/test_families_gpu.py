@@ -376,27 +376,36 @@ KSPLIT_WGK_SHAPES = [Shape(64, 64, 8), Shape(200, 136, 72), Shape(1030, 1000, 41
                      Shape(520, 264, 8200)]
 
 
-def test_ksplit_two_consumer_sets_pass_every_check(evaluator):
-    """sm90_ksplit with WG_K 2 (two sets of consumer warpgroups take alternate k-tiles of each tile
-    and meet in shared memory): every catalog entry, and the shallowest legal ring (STAGES 4, two
-    stages a set) with and without MMA_DEPTH, pass every check: exact to bound, bit-identical
-    repeats, graph replays fresh."""
+def _assert_ksplit_runs_pass(evaluator, runs: list[tuple[str, str]], shapes: list[Shape]) -> None:
     ev, arch = evaluator
     if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_ksplit needs sm_90")
-    cfgs = [c for c in F.catalog("f32", arch) if c.family == "sm90_ksplit" and c.knob_dict.get("WG_K") == "2"]
-    assert len(cfgs) >= 10
-    runs = [(c.name, c.source()) for c in cfgs]
-    for depth in ("0", "1"):
-        knobs = F._ksp(64, 64, 4, 1, depth=int(depth), wgk=2)
-        runs.append((F.config_name("sm90_ksplit", knobs), F.render("sm90_ksplit", knobs)))
     failures = []
     for name, src in runs:
-        for shape in KSPLIT_WGK_SHAPES:
+        for shape in shapes:
             e = ev.evaluate(src, shape, "f32", time_baselines=False)
             if e.status != "ok":
                 failures.append(f"{name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
+
+
+def test_ksplit_two_consumer_sets_pass_every_check(evaluator):
+    """sm90_ksplit with WG_K 2 (two sets of consumer warpgroups take alternate k-tiles of each tile
+    and meet in shared memory): every catalog entry passes every check: exact to bound,
+    bit-identical repeats, graph replays fresh."""
+    cfgs = [c for c in F.catalog("f32", "sm_90a") if c.family == "sm90_ksplit" and c.knob_dict.get("WG_K") == "2"]
+    assert len(cfgs) >= 10
+    _assert_ksplit_runs_pass(evaluator, [(c.name, c.source()) for c in cfgs], KSPLIT_WGK_SHAPES)
+
+
+def test_ksplit_two_consumer_sets_shallowest_ring_passes_every_check(evaluator):
+    """WG_K 2 on the shallowest legal ring (STAGES 4: two stages a set, each set holding one while
+    it waits for its next), releasing a stage at once (MMA_DEPTH 0) or one k-tile later."""
+    runs = []
+    for depth in (0, 1):
+        knobs = F._ksp(64, 64, 4, 1, depth=depth, wgk=2)
+        runs.append((F.config_name("sm90_ksplit", knobs), F.render("sm90_ksplit", knobs)))
+    _assert_ksplit_runs_pass(evaluator, runs, KSPLIT_WGK_SHAPES)
 
 
 #: GROUPS > 1: one tile with a K that is no multiple of 64, partial tiles with a long K, a mid K,
