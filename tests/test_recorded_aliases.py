@@ -1,4 +1,5 @@
-"""A recording outlives a template text change that keeps the code: aliases, checked by nvcc -E.
+"""A recording outlives a template text change that keeps the code: aliases, checked by nvcc -E
+or, where the translation units differ, by the device code nvcc emits.
 
 The recording and its session are made here from a real catalog configuration; the translation
 units come from the real nvcc (``tiny_mma``: no CUTLASS headers, under a second each).
@@ -70,6 +71,22 @@ def test_the_tool_aliases_the_same_translation_unit_only_and_drops_copied_record
     # a second run finds nothing new to do and leaves the file as it is
     before = rec.read_text()
     assert alias_recording.main([str(session)]) == 0 and rec.read_text() == before
+
+
+def test_the_tool_aliases_another_translation_unit_with_the_same_machine_code(tmp_path):
+    """A line the preprocessor keeps but the compiler drops (as a new knob whose default keeps the
+    old code paths): other translation unit, the same device code, so the alias is made."""
+    now = today()
+    asserted = now + '\nstatic_assert(sizeof(int) == 4, "a check the template no longer has");\n'
+    assert translation_unit(asserted, "sm_90a") != translation_unit(now, "sm_90a")
+    session = tmp_path / "session"
+    (session / "kernels").mkdir(parents=True)
+    (session / "kernels" / "a.cu").write_text(asserted)
+    rec = session / "evaluations.json"
+    rec.write_text(json.dumps({"meta": {"arch": "sm_90a"}, "records": {record_key(asserted, SHAPE, "f32"): record(0.03)}}))
+    assert alias_recording.main([str(session)]) == 0
+    assert json.loads(rec.read_text())["aliases"] == {sha(now): sha(asserted)}
+    assert RecordedEvaluator(rec, arch="sm_90a", build=False).evaluate(now, SHAPE).times_ms["candidate"] == 0.03
 
 
 def test_every_configuration_of_the_bundled_demo_is_recorded_under_todays_render():

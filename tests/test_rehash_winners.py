@@ -1,5 +1,6 @@
-"""``tools/rehash_winners.py``: a winners file outlives a template edit only where nvcc emits the
-same machine code for every configuration it re-hashes (real nvcc, cubins compared by section)."""
+"""``harness.machinecode`` and ``tools/rehash_winners.py``: a winners file outlives a template edit
+only where nvcc emits the same device code for every configuration it re-hashes (real nvcc,
+cubins compared section by section)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 
 from harness import families as F
 from harness import winners as W
+from harness.errors import HarnessError
+from harness.machinecode import elf_sections, same_code
 from harness.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,10 +33,10 @@ def _winners_of(knobs: dict[str, str], source: str) -> W.Winners:
 
 def test_elf_sections_reads_a_section_table():
     """The cubin reader finds named sections of an ordinary ELF file (this interpreter's)."""
-    secs = R.elf_sections(Path(sys.executable).resolve().read_bytes())
+    secs = elf_sections(Path(sys.executable).resolve().read_bytes())
     assert ".text" in secs or ".interp" in secs
-    with pytest.raises(SystemExit):
-        R.elf_sections(b"not an elf file at all, long enough to read a header from" * 2)
+    with pytest.raises(HarnessError):
+        elf_sections(b"not an elf file at all, long enough to read a header from" * 2)
 
 
 @pytest.mark.slow
@@ -42,11 +45,13 @@ def test_same_code_tells_a_comment_from_a_code_change(tmp_path, monkeypatch):
     machine code as it was; a knob that changes the kernel does not."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     src = F.render("sm90_ksplit", KNOBS)
-    ok, why = R.same_code(src, "// a comment moves every line\n" + src, "sm_90a")
+    ok, why = same_code(src, "// a comment moves every line\n" + src, "sm_90a")
     assert ok, why
     other = F.render("sm90_ksplit", {**KNOBS, "STAGES": "6"})
-    ok, why = R.same_code(src, other, "sm_90a")
+    ok, why = same_code(src, other, "sm_90a")
     assert not ok and "differs" in why
+    ok, why = same_code(src, src + "\n__device__ int l2_other_symbol;\n", "sm_90a")   # a global, no instruction
+    assert not ok
 
 
 @pytest.mark.slow

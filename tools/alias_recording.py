@@ -10,11 +10,13 @@ and today's render of a recorded configuration gets another sha256: a replay of 
 finds nothing recorded for it and compiles it for real (20-60 s for CUTLASS), although the kernel
 is the same. For each kernel of the session (``SESSION/kernels/*.cu``, the sources the recording
 holds) that is a family configuration, this renders the same knobs with today's template and, when
-``nvcc -E`` gives both the same translation unit (:func:`harness.build.translation_unit`), adds the
-alias ``today's sha -> recorded sha`` to the recording's ``aliases``. Records an earlier re-keying
+``nvcc -E`` gives both the same translation unit (:func:`harness.build.translation_unit`), or, failing
+that, both compile to the same machine code for every kernel (:func:`harness.machinecode.same_code`:
+a knob added with a default that keeps the old code paths), adds the alias ``today's sha ->
+recorded sha`` to the recording's ``aliases``. Records an earlier re-keying
 copied under today's sha (the same evaluation twice) are dropped in favour of the alias. A render
-whose translation unit differs is a different kernel: it is reported and gets no alias (record it
-again on a GPU).
+whose translation unit and machine code differ is a different kernel: it is reported and gets no
+alias (record it again on a GPU).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def alias(doc: dict, sources: dict[str, str], arch: str, say=print) -> dict[str,
     in place; counts of what happened."""
     from harness.build import translation_unit
     from harness.errors import HarnessError
+    from harness.machinecode import same_code
 
     records, profiles = doc.setdefault("records", {}), doc.setdefault("profiles", {})
     aliases: dict[str, str] = doc.setdefault("aliases", {})
@@ -75,9 +78,17 @@ def alias(doc: dict, sources: dict[str, str], arch: str, say=print) -> dict[str,
         except HarnessError as e:
             say(f"{old_sha[:12]}: cannot preprocess: {e}")
             same = False
+        if not same:  # a new knob whose default keeps the old code: other text, the same instructions
+            try:
+                same, why = same_code(src, now, arch)
+            except HarnessError as e:
+                same, why = False, str(e)
+            if same:
+                say(f"{old_sha[:12]}: other translation unit, {why}: aliased")
         if not same:
             n["differs"] += 1
-            say(f"{old_sha[:12]}: today's render is a different kernel (translation units differ): record it again")
+            say(f"{old_sha[:12]}: today's render is a different kernel (translation units and machine code "
+                "differ): record it again")
             continue
         aliases[new_sha] = old_sha
         n["aliased"] += 1

@@ -8,27 +8,27 @@ Why: a winners file records, per configuration, the sha256 of the source that wa
 ``harness winners render`` refuses a template whose render no longer matches (a template edit must
 not silently change what a committed figure stands for). Adding a knob to a family (``WG_K`` to
 ``sm90_ksplit``) changes every render's text, yet for the old knob values nvcc may emit exactly the
-same library. For each configuration whose render changed, this renders the knobs with the
-template of git revision ``--against`` (whose render must hash to the recorded sha256: that is
-the source that was measured) and with today's, builds both with the project's nvcc recipe and
-compares the device code (the ``.nv_fatbin`` section: the SASS and PTX the GPU runs) and the host
-code (``.text``: the launch). Only where both are byte-identical does ``--write`` record today's
-sha256; any other configuration is reported and keeps its hash (re-measure it on a GPU).
+same device code. For each configuration whose render changed, this renders the knobs with the
+template of git revision ``--against`` (whose render must hash to the recorded sha256: that is the
+source that was measured) and with today's, compiles both to cubins with the project's nvcc
+command and compares their device code (:mod:`harness.machinecode`: every section but the debug
+ones: instructions, resources, constants, symbols). Only where it is byte-identical does
+``--write`` record today's sha256; any other configuration is reported and keeps its hash
+(re-measure it on a GPU). The host side (grid, block and shared-memory sizes) follows from the
+same knobs; an edit that changes the launch code must not be carried over this way.
 """
 
 from __future__ import annotations
 
 import argparse
-import struct
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import build as B  # noqa: E402
 from harness import families as F  # noqa: E402
+from harness.machinecode import same_code  # noqa: E402
 from harness import winners as W  # noqa: E402
 
 
@@ -42,50 +42,6 @@ def template_at(rev: str, fam: F.Family) -> str:
     if r.returncode != 0:
         raise SystemExit(f"git show {rev}:{path}: {r.stderr.strip()}")
     return r.stdout
-
-
-def sass(source: str, arch: str) -> dict[str, bytes]:
-    """The machine code of every kernel ``source`` builds, by ELF section (``.text.<kernel>``):
-    the build's own nvcc command, writing a cubin instead of a library. The line table and the
-    module's id change with any edit of the text; the instructions do not unless the code does."""
-    with tempfile.TemporaryDirectory(prefix="l2tui-rehash-") as d:
-        src, cubin = Path(d) / B.SOURCE_NAME, Path(d) / "kernel.cubin"
-        src.write_text(source)
-        cmd = B.nvcc_command(B.nvcc_path(), arch, [], src, cubin, source)
-        cmd = [c for c in cmd[:cmd.index("-o")] if c not in ("-shared", "-Xptxas=-v")]
-        r = subprocess.run([*cmd, "-cubin", "-o", str(cubin), str(src)], capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise SystemExit(f"nvcc -cubin failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-        return {name: data for name, data in elf_sections(cubin.read_bytes()).items() if name.startswith(".text.")}
-
-
-def elf_sections(elf: bytes) -> dict[str, bytes]:
-    """Every named section of a 64-bit little-endian ELF file (a cubin), read from its header table."""
-    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
-        raise SystemExit("not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-    names_at = heads[shstrndx][4]
-    out = {}
-    for name_off, kind, _flags, _addr, offset, size in heads:
-        end = elf.index(b"\0", names_at + name_off)
-        name = elf[names_at + name_off:end].decode()
-        out[name] = b"" if kind == 8 else elf[offset:offset + size]  # SHT_NOBITS holds no bytes
-    return out
-
-
-def same_code(old: str, new: str, arch: str) -> tuple[bool, str]:
-    """Whether two sources build to the same kernels, instruction for instruction; why not."""
-    a, b = sass(old, arch), sass(new, arch)
-    if not a:
-        return False, "no kernel code found"
-    if a.keys() != b.keys():
-        return False, "other kernels"
-    for name in a:
-        if a[name] != b[name]:
-            return False, f"{name[:60]} differs"
-    return True, f"the same machine code ({len(a)} kernel{'s' if len(a) != 1 else ''})"
 
 
 def main(argv: list[str] | None = None) -> int:
