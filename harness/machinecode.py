@@ -22,7 +22,7 @@ from . import build as B
 from .errors import HarnessError, KernelSourceError
 
 
-def sass(source: str, arch: str) -> dict[str, bytes]:
+def device_sections(source: str, arch: str) -> dict[str, bytes]:
     """Every section of the cubin ``source`` builds but its debug sections, by name: the kernels'
     instructions (``.text.<kernel>``), their resources and launch facts (``.nv.info.*``), constant
     banks, globals and the symbol table. The build's own nvcc command, writing a cubin instead of a
@@ -82,7 +82,7 @@ def elf_sections(elf: bytes) -> dict[str, bytes]:
 def same_code(old: str, new: str, arch: str) -> tuple[bool, str]:
     """Whether two sources build to the same device code, byte for byte outside the debug
     sections; why not, in a few words."""
-    a, b = sass(old, arch), sass(new, arch)
+    a, b = device_sections(old, arch), device_sections(new, arch)
     kernels = [n for n in a if n.startswith(".text.")]
     if not kernels:
         return False, "no kernel code found"

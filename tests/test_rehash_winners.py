@@ -72,3 +72,11 @@ def test_write_rehashes_only_what_builds_the_same(tmp_path, monkeypatch):
     before = stranger.read_text()
     assert R.main([str(stranger), "--against", head.stdout.strip(), "--write"]) == 1
     assert stranger.read_text() == before
+
+
+def test_an_unreadable_winners_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "w.json"
+    bad.write_text("{not json")
+    assert R.main([str(bad), "--against", "HEAD"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rehash_winners: ") and "\n" not in err

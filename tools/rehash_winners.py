@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import families as F  # noqa: E402
+from harness.errors import HarnessError  # noqa: E402
 from harness.machinecode import same_code  # noqa: E402
 from harness import winners as W  # noqa: E402
 
@@ -44,6 +45,22 @@ def template_at(rev: str, fam: F.Family) -> str:
     return r.stdout
 
 
+def carried_over(win: W.Winner, now: str, rev: str, arch: str) -> tuple[bool, str]:
+    """Whether today's render ``now`` of ``win`` is the code that was measured; why, in a few words."""
+    fam = F.get_family(win.config.family)
+    old_template = template_at(rev, fam)
+    knobs = win.config.knob_dict
+    # a knob the old template lacks is one added since: it must hold its default (the old code)
+    block = F.parse_knobs(old_template)
+    added = {k: v for k, v in knobs.items() if k not in block}
+    if any(fam.defaults().get(k) != v for k, v in added.items()):
+        return False, f"sets {', '.join(added)}, which the {rev} template lacks"
+    old = F.set_knobs(old_template, {k: v for k, v in knobs.items() if k in block})
+    if W.sha256(old) != win.sha256:
+        return False, f"the {rev} template does not render the measured source either"
+    return same_code(old, now, arch)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("winners", type=Path)
@@ -51,32 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--write", action="store_true", help="record today's sha256 where the code is identical")
     args = ap.parse_args(argv)
-    w = W.load(args.winners)
-    today = W.render_sources(w, allow_changed=True)
-    changed, kept = 0, 0
+    try:
+        w = W.load(args.winners)
+    except HarnessError as e:
+        print(f"rehash_winners: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     configs = dict(w.configs)
+    changed, kept = 0, 0
     for name, win in sorted(w.configs.items()):
-        if W.sha256(today[name]) == win.sha256:
-            continue
-        fam = F.get_family(win.config.family)
-        old_template = template_at(args.against, fam)
-        knobs = win.config.knob_dict
-        # a knob the old template lacks is one added since: it must hold its default (the old code)
-        block = F.parse_knobs(old_template)
-        added = {k: v for k, v in knobs.items() if k not in block}
-        if any(fam.defaults().get(k) != v for k, v in added.items()):
-            print(f"{name}: sets {', '.join(added)}, which the {args.against} template lacks: kept")
-            kept += 1
-            continue
-        old = F.set_knobs(old_template, {k: v for k, v in knobs.items() if k in block})
-        if W.sha256(old) != win.sha256:
-            print(f"{name}: the {args.against} template does not render the measured source either: kept")
-            kept += 1
-            continue
-        ok, why = same_code(old, today[name], args.arch)
+        try:
+            now = W.render_sources(W.Winners(w.acc, w.about, {name: win}, {}), allow_changed=True)[name]
+            if W.sha256(now) == win.sha256:
+                continue
+            ok, why = carried_over(win, now, args.against, args.arch)
+        except HarnessError as e:
+            ok, why = False, f"cannot check: {str(e).splitlines()[0]}"
         print(f"{name}: {why}{'' if ok else ': kept (re-measure it)'}")
         if ok:
-            configs[name] = W.Winner(win.name, win.config, W.sha256(today[name]))
+            configs[name] = W.Winner(win.name, win.config, W.sha256(now))
             changed += 1
         else:
             kept += 1
