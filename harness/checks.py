@@ -33,7 +33,14 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   than the timed graph replayed in the same rounds (each time right after an
                   untimed replay of itself, so on unchanged inputs as when it was timed): catches
                   a kernel that hashes all of A and B and copies a cached C whenever they did not
-                  change, as in every timed replay
+                  change, as in every timed replay;
+                  (3) every mode: calls that each follow a dense change of A (the signs of a fresh
+                  random half of its elements flipped, :class:`SignFlipper`) must not be much
+                  slower per call than calls that each follow a one-element change, timed in the
+                  same rounds, every call of both verified: catches a kernel that keeps a copy of
+                  its last inputs and product and only updates the rows a change touched, which is
+                  right on every verified call but as cheap as a diff while one element changes
+                  at a time (``harness/kernels/testbad_delta.cu``)
 
 Bounds (see the README, "Checking and timing kernels"):
   f32:  max(2 * e32, 1e-6)             e32 = the cuBLAS shim's own error (CUBLAS_COMPUTE_32F)
@@ -99,6 +106,10 @@ VERIFY_ROW_FACTOR = 8.0
 VERIFY_ROW_FLOOR = 0.02
 
 PERTURB_SOURCE = _check_kernel("perturb.cu")
+
+FLIP_SOURCE = _check_kernel("flip.cu")
+FLIP_THREADS = 256
+FLIP_MAX_BLOCKS = 1056   # eight blocks of 256 per SM of an H200: enough to stream A at full bandwidth
 
 VERIFY_SOURCE = _check_kernel("verify.cu")
 
@@ -324,6 +335,41 @@ class Perturber:
         return 0
 
 
+class SignFlipper:
+    """Launches ``l2_flip_signs`` (kernels/checks/flip.cu) on ``stream``: every launch flips the
+    signs of a fresh pseudo-random half of ``a``'s elements (the mask drawn from a launch counter
+    and ``salt``); ``row`` (device) holds a row drawn with it, which the verification after the call
+    takes first (every row changed).
+
+    Why: per call every timed call follows a change of one element of A, so a kernel that keeps a
+    copy of its last inputs and product can diff A and update the one row that changed: right on
+    every verified call, and as cheap as reading A. After a dense change there is nothing to
+    update from; part (3) of ``fresh`` compares the two (:func:`dense_verdict`)."""
+
+    _kernels: dict[int, Any] = {}
+
+    def __init__(self, cp: Any, a: Any, stream: Any, salt: int) -> None:
+        self.cp, self.a, self.stream = cp, a, stream
+        key = id(cp)
+        if key not in SignFlipper._kernels:
+            SignFlipper._kernels[key] = cp.RawKernel(FLIP_SOURCE, "l2_flip_signs")
+        self.kernel = SignFlipper._kernels[key]
+        self.n = int(a.size)
+        self.m = int(a.shape[0])
+        self.salt = int(salt) & 0xFFFFFFFF
+        self.blocks = max(1, min(FLIP_MAX_BLOCKS, (self.n // 2 + FLIP_THREADS - 1) // FLIP_THREADS))
+        self.counter = cp.zeros(1, dtype=cp.uint32)
+        self.arrived = cp.zeros(1, dtype=cp.uint32)
+        self.row = cp.zeros(1, dtype=cp.uint32)
+
+    def step(self) -> int:
+        cp = self.cp
+        with self.stream:  # (inside a capture of that stream too)
+            self.kernel((self.blocks,), (FLIP_THREADS,), (self.a, cp.uint64(self.n), self.counter, self.arrived,
+                                                          cp.uint32(self.salt), cp.uint32(self.m), self.row))
+        return 0
+
+
 class Verifier:
     """Checks rows of C = A B after a call, on the GPU and inside a graph (Freivalds' test).
 
@@ -416,6 +462,20 @@ def sparse_change(cp: Any, a: Any, rng: Any, count: int = FRESH_SPARSE, value: f
     vals = [value if rng.random() < 0.5 else -value for _ in idx]
     flat[cp.asarray(idx, dtype=cp.int64)] = cp.asarray(vals, dtype=a.dtype)
     return len(idx)
+
+
+def dense_verdict(one_ms: float, dense_ms: float, ratio: float = FRESH_RATIO,
+                  slack_ms: float = FRESH_SLACK_MS) -> tuple[bool, str]:
+    """Part (3) of ``fresh``: is a call right after a dense change of A (``dense_ms``) within reach
+    of a call right after a one-element change (``one_ms``), both timed in the same rounds?"""
+    if not (math.isfinite(one_ms) and math.isfinite(dense_ms)) or one_ms <= 0:
+        return False, f"dense-change timing unusable (one-element {one_ms!r} ms, dense {dense_ms!r} ms)"
+    if dense_ms <= ratio * one_ms + slack_ms:
+        return True, ""
+    return False, (f"a call right after every element of A could have changed took {dense_ms * 1e3:.1f} us against "
+                   f"{one_ms * 1e3:.1f} us right after a one-element change (> {ratio:g}x + {slack_ms * 1e3:g} us): "
+                   "the calls update their last product where the inputs changed instead of computing it "
+                   "(memoized by content?)")
 
 
 def fresh_verdict(timed_ms: float, fresh_ms: float, ratio: float = FRESH_RATIO,

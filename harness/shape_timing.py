@@ -3,9 +3,10 @@
 Offline: the back-to-back graphs (harness.timing.make_graph) and the per-call graphs
 (:class:`PerCallGraphs`) replayed in the same interleaved rounds; then ``graph_replay`` (each
 timed graph once more on poisoned C), ``timed_calls`` (per call: every timed call was verified by
-its separator) and ``fresh`` (back to back: :func:`check_fresh`). Server: Poisson-spaced calls,
-each verified (:class:`ServerVerification`). Also the cuBLASLt autotune, screened with the
-headline's method before the autotuned baseline is checked.
+its separator) and ``fresh`` (back to back: :func:`check_fresh`; every mode: :func:`check_dense`).
+Server: Poisson-spaced calls, each verified (:class:`ServerVerification`), then :func:`check_dense`.
+Also the cuBLASLt autotune, screened with the headline's method before the autotuned baseline is
+checked.
 
 Every function takes the shape's harness.shape_eval.ShapeChecks, whose records the failures
 are charged to; the order of GPU work is the order of the calls here.
@@ -196,6 +197,86 @@ def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr:
     return ok, det, fields
 
 
+def check_dense(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, bound: float,
+                rng: random.Random) -> tuple[bool, str, dict[str, Any]]:
+    """Part (3) of ``fresh`` (every timing mode): calls right after a dense change of A against
+    calls right after a one-element change, both graphs timed in the same rounds with their
+    perturbing and verifying kernels subtracted, every call of both verified. A is restored after.
+
+    Why: the per-call headline, the server mode and part (2) change one element of A before a
+    call, so a kernel that diffs A against a copy and updates only the changed row of a kept
+    product is right on every verified call; only a change it cannot update from shows its cost."""
+    A = ctx.A
+    with s:
+        a0 = A.data.copy()
+    try:
+        return _dense_timed(cp, s, ctx, call, label, bound, rng)
+    finally:
+        with s:
+            A.data[...] = a0
+        s.synchronize()
+
+
+def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, bound: float,
+                 rng: random.Random) -> tuple[bool, str, dict[str, Any]]:
+    A, B, C = ctx.A, ctx.B, ctx.C
+    reps = min(timing.reps_for(timing.estimate_ms(cp, s, call)), ck.FRESH_MAX_REPS)
+    steps = reps * (ck.FRESH_REPLAYS + 1)          # the warm-up replay and the timed ones
+    seed = rng.randrange(1 << 30)
+    with s:
+        one = ck.Perturber(cp, A.data, s)
+        flip = ck.SignFlipper(cp, A.data, s, salt=rng.randrange(1 << 32))
+        vers = {kind: tuple(ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps,
+                                        changed_row=p.row) for _ in range(2))
+                for kind, p in (("one", one), ("dense", flip))}
+    limit = ck.verify_limit(bound)
+    # compiles and loads the kernels now, never inside a stream capture; a call right after
+    # each kind of change must verify (else the check itself is broken on this shape)
+    for kind, p in (("one", one), ("dense", flip)):
+        p.step()
+        call()
+        vers[kind][0].step()
+    s.synchronize()
+    for kind in vers:
+        first = vers[kind][0].results()
+        if not first or not first[0] <= limit:
+            return False, f"the {kind}-change verification fails on a plain call (row error {first}): check broken?", {}
+        vers[kind][0].reset()
+    g1, g1p = timing.fresh_graphs(cp, s, f"{label}:one", call, one.step, reps, verify=vers["one"][0].step,
+                                  verify_base=vers["one"][1].step)
+    gd, gdp = timing.fresh_graphs(cp, s, f"{label}:dense", call, flip.step, reps, verify=vers["dense"][0].step,
+                                  verify_base=vers["dense"][1].step)
+    t = timing.offline(cp, s, [g1, g1p, gd, gdp], replays=ck.FRESH_REPLAYS, rng=rng)
+    one_ms = t[g1.label]["median_ms"] - t[g1p.label]["median_ms"]
+    dense_ms = t[gd.label]["median_ms"] - t[gdp.label]["median_ms"]
+    worst = {kind: vers[kind][0].results() for kind in vers}
+    fields = {"dense_ms": dense_ms, "one_ms": one_ms, "flip_ms": t[gdp.label]["median_ms"], "dense_reps": reps,
+              "dense_verified_calls": len(worst["dense"]),
+              "dense_verify_worst": max(worst["dense"]) if worst["dense"] else None}
+    if not all(v[0].b_unchanged() for v in vers.values()):
+        return False, "B changed while the dense-change graphs ran (B x differs from before them)", fields
+    for kind in ("dense", "one"):
+        ok, det = ck.verify_verdict(worst[kind], steps, limit)
+        if not ok:
+            return False, f"after a {'dense' if kind == 'dense' else 'one-element'} change of A: {det}", fields
+    ok, det = ck.dense_verdict(one_ms, dense_ms)
+    return ok, det, fields
+
+
+def dense_checks(sc: ShapeChecks, labels: list[str], bound: float, rng: random.Random,
+                 fields: dict[str, dict[str, Any]] | None = None) -> None:
+    """Part (3) of ``fresh`` for every candidate of ``labels`` still ``ok``, charged as ``fresh``
+    (with ``fields[label]``, what parts (1) and (2) recorded, when given)."""
+    for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
+        try:
+            ok, det, got = check_dense(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, label, bound, rng)
+        except Exception as e:
+            if is_sticky(e):
+                raise Sticky(f"{label}: {e}", label) from e
+            ok, det, got = False, f"dense-change check failed: {type(e).__name__}: {str(e)[:200]}", {}
+        sc.charge(label, "fresh", ok, det, **{**(fields or {}).get(label, {}), **got})
+
+
 # --------------------------------------------------------------------------- per call
 
 
@@ -364,26 +445,32 @@ def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: 
     """Memoization by content. Per call, every timed call followed a change of A and was
     verified (``timed_calls``); back to back, the timed calls repeat the same inputs, so the
     fresh check compares them with calls that each follow a change."""
+    passed: dict[str, dict[str, Any]] = {}
     for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
         if timing_mode == "both":
             if label in chained and label in timed:
                 ok, det = ck.fresh_verdict(chained[label]["median_ms"], timed[label]["median_ms"])
-                sc.charge(label, "fresh", ok, det, fresh_ms=timed[label]["median_ms"],
-                          same_ms=chained[label]["median_ms"])
-            continue
-        if timing_mode != "chained":
-            continue
-        gr = next((x for x in graphs if x.label == label), None)
-        if gr is None:
-            continue
-        try:
-            ok, det, fields = check_fresh(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, gr,
-                                          timed[label]["median_ms"], bound, rng, sc.nan)
-        except Exception as e:
-            if is_sticky(e):
-                raise Sticky(f"{label}: {e}", label) from e
-            ok, det, fields = False, f"fresh-input check failed: {type(e).__name__}: {str(e)[:200]}", {}
-        sc.charge(label, "fresh", ok, det, **fields)
+                fields = {"fresh_ms": timed[label]["median_ms"], "same_ms": chained[label]["median_ms"]}
+            else:
+                continue
+        elif timing_mode == "chained":
+            gr = next((x for x in graphs if x.label == label), None)
+            if gr is None:
+                continue
+            try:
+                ok, det, fields = check_fresh(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, gr,
+                                              timed[label]["median_ms"], bound, rng, sc.nan)
+            except Exception as e:
+                if is_sticky(e):
+                    raise Sticky(f"{label}: {e}", label) from e
+                ok, det, fields = False, f"fresh-input check failed: {type(e).__name__}: {str(e)[:200]}", {}
+        else:
+            ok, det, fields = True, "", {}
+        if ok:
+            passed[label] = fields
+        else:
+            sc.charge(label, "fresh", ok, det, **fields)
+    dense_checks(sc, list(passed), bound, rng, passed)
 
 
 def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, replays: int, rng: random.Random,
@@ -467,8 +554,10 @@ class ServerVerification:
 
 
 def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_calls: int, rng: random.Random,
-                limit: float) -> dict[str, dict[str, Any]]:
-    """Server-mode timing of ``labels`` with every timed call verified (``timed_calls``)."""
+                limit: float, bound: float | None = None) -> dict[str, dict[str, Any]]:
+    """Server-mode timing of ``labels`` with every timed call verified (``timed_calls``), then part
+    (3) of ``fresh`` for the candidates (given the accuracy ``bound``): every server call follows a
+    change of one element of A, as every per-call one does."""
     calls = {lb: sc.subjects[lb].call for lb in labels}
     if not calls:
         return {}
@@ -477,4 +566,6 @@ def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_c
                           before=srv.before, after=srv.after)
     for label, (ok, det, fields) in srv.verdicts(limit).items():
         sc.charge(label, "timed_calls", ok, det, **fields)
+    if bound is not None:
+        dense_checks(sc, labels, bound, rng)
     return timed

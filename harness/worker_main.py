@@ -421,7 +421,7 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     if mode == "offline":
         timed, chained = time_offline(g, sc, labels, timing_mode, replays, rng, seeded, limit, subs.errors)
     else:
-        timed = time_server(g, sc, labels, qps, server_calls, rng, limit)
+        timed = time_server(g, sc, labels, qps, server_calls, rng, limit, seeded.bound)
     clocks_after = g.nvml.clocks()
     phases["timing"] = round(time.monotonic() - t_phase, 4)
 

@@ -41,8 +41,9 @@ def test_correct_kernel_passes_every_check(ev, name):
     for c in ("runs", "written", "guards", "inputs", "accuracy", "exact", "deterministic", "graph_replay", "fresh"):
         assert checks[c]["ok"], (c, checks[c])
     assert checks["fresh"]["fresh_ms"] > 0 and checks["fresh"]["timed_ms"] > 0
-    # every call of the fresh-input graph was verified, each within the limit
+    # every call of the fresh-input graphs was verified, each within the limit
     assert checks["fresh"]["verified_calls"] >= checks["fresh"]["reps"]
+    assert checks["fresh"]["dense_verified_calls"] >= checks["fresh"]["dense_reps"]
     assert checks["fresh"]["verify_worst"] <= checks["fresh"]["verify_limit"]
     assert r.check["rel_err"] <= r.check["bound"]
     assert r.times_ms["candidate"] > 0 and r.times_ms["cublas"] > 0
@@ -79,6 +80,20 @@ def test_memoizing_kernel_rejected_by_fresh(ev, samples, part):
     for c in ("written", "guards", "stale", "accuracy", "exact", "deterministic", "graph_replay"):
         assert checks[c]["ok"], (c, checks[c])
     assert part in checks["fresh"]["detail"]
+
+
+def test_kernel_updating_its_last_product_rejected_by_fresh_back_to_back(ev):
+    """testbad_delta passes parts (1) and (2) of `fresh` back to back (after a sparse or a
+    one-element change it updates the changed rows, right and cheap) and fails part (3)."""
+    r = ev.evaluate(src("testbad_delta"), Shape(512, 512, 2048))
+    assert r.status == "wrong", r.message
+    assert r.check["failed"] == "fresh", r.check
+    checks = r.check["checks"]
+    for c in ("written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "graph_replay"):
+        assert checks[c]["ok"], (c, checks[c])
+    fresh = checks["fresh"]
+    assert "update their last product" in fresh["detail"], fresh     # part (3) runs only after (1) and (2) pass
+    assert fresh["dense_verified_calls"] >= fresh["dense_reps"], fresh
 
 
 @pytest.mark.parametrize("gate_ns, gate_calls", [("20000", "0"), ("3000", "0"), ("20000", "64")])

@@ -60,7 +60,7 @@ def test_main_errors_on_unreadable_or_empty(tmp_path, capsys):
     p = tmp_path / "empty.json"
     p.write_text(json.dumps({"meta": {}, "rows": []}))
     assert fc.main([str(p)]) == 1
-    assert "no fresh-input timings" in capsys.readouterr().err
+    assert "no 'same' fresh-input timings" in capsys.readouterr().err
 
 
 def test_the_same_rounds_reference_is_preferred_when_recorded():
@@ -68,3 +68,17 @@ def test_the_same_rounds_reference_is_preferred_when_recorded():
     row["checks"]["l2"]["checks"]["fresh"]["same_ms"] = 0.0025
     r = fc.samples({"rows": [row]})[0]
     assert r["timed_ms"] == 0.0025 and r["ratio"] == pytest.approx(1.2)
+
+
+def test_the_dense_part_is_read_from_its_own_fields(tmp_path, capsys):
+    """--part dense: part (3)'s call after a dense change against the call after a one-element change."""
+    row = _row(64, 2.0, 3.0)
+    row["checks"]["l2"]["checks"]["fresh"].update(one_ms=0.004, dense_ms=0.005)
+    other = _row(128, 2.0, 3.0)                      # recorded before part (3) existed: not a sample of it
+    r = fc.samples({"rows": [row, other]}, part="dense")
+    assert [x["m"] for x in r] == [64]
+    assert r[0]["timed_ms"] == 0.004 and r[0]["fresh_ms"] == 0.005 and r[0]["ratio"] == pytest.approx(1.25)
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps({"meta": {}, "rows": [row, other]}))
+    assert fc.main([str(p), "--part", "dense"]) == 0
+    assert "1 shapes" in capsys.readouterr().out

@@ -71,6 +71,33 @@ def test_memo_adversary_builds_in_both_kinds(samples):
     assert res.ok, res.errors
 
 
+def test_delta_adversary_builds():
+    """It builds (no source rule can tell a kept product from a workspace: part (3) of the run-time
+    `fresh` check has to catch it, tests/test_checks_gpu.py and tests/test_timing_gpu.py)."""
+    res = build(kernel_source("testbad_delta"), arch="sm_90a")
+    assert res.ok, res.errors
+
+
+@pytest.mark.parametrize("one, dense, ok", [
+    (0.010, 0.0125, True),      # a dense change costs an honest kernel some L2 traffic: allowed
+    (0.002, 0.0049, True),      # a small call: the slack
+    (0.010, 0.030, False),      # a diff and a row update against a whole GEMM
+    (0.002, 0.0060, False),
+])
+def test_dense_verdict_allows_cache_effects_and_rejects_updates(one, dense, ok):
+    got, det = ck.dense_verdict(one, dense)
+    assert got is ok
+    assert (det == "") is ok
+    if not ok:
+        assert "update their last product" in det and f"{dense * 1e3:.1f} us" in det
+
+
+def test_dense_verdict_refuses_unusable_timings():
+    for one, dense in ((0.0, 0.01), (float("nan"), 0.01), (0.01, float("inf"))):
+        ok, det = ck.dense_verdict(one, dense)
+        assert not ok and "unusable" in det
+
+
 def test_marker_adversary_builds():
     res = build(kernel_source("testbad_marker"), arch="sm_90a")
     assert res.ok, res.errors
@@ -128,7 +155,7 @@ def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k)
     assert caught >= 10                                 # (a |B[j] x| near 0 can hide one step)
 
 
-@pytest.mark.parametrize("name", ["VERIFY_SOURCE", "PERTURB_SOURCE", "SEPARATE_SOURCE"])
+@pytest.mark.parametrize("name", ["VERIFY_SOURCE", "PERTURB_SOURCE", "SEPARATE_SOURCE", "FLIP_SOURCE"])
 def test_runtime_kernels_compile_with_nvrtc_as_cupy_does(name):
     """cupy builds these with NVRTC at run time (no nvcc, no extra include path): compile them the same way."""
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")

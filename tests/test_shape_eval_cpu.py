@@ -165,3 +165,45 @@ def test_an_unchanged_output_after_new_inputs_is_stale_and_a_late_failure_makes_
     assert ok_sc.status["c"] == "ok" and ok_sc.timeable("c")
     ok_sc.charge("c", "graph_replay", False, "after the timed graph: rel. error 1 > bound 0.1")
     assert ok_sc.status["c"] == "wrong" and ok_sc.recs["c"].failed() == "graph_replay"
+
+
+@pytest.mark.parametrize("mode", ["isolated", "both", "chained"])
+def test_every_timing_mode_runs_the_dense_part_of_fresh_after_the_others_pass(monkeypatch, mode):
+    """Part (3) of `fresh` runs for every candidate still ok in every mode, after parts (1)/(2)
+    (back to back) or the per-call/back-to-back comparison (both) passed, and its failure is
+    charged as `fresh` with what the earlier parts recorded; a baseline never gets it; a candidate
+    that failed an earlier part is not checked again."""
+    from harness import shape_timing as st
+
+    calls: list[str] = []
+
+    def fake_dense(cp, s, ctx, call, label, bound, rng):
+        calls.append(label)
+        return (label == "honest"), ("" if label == "honest" else "updates its last product"), {"dense_ms": 9.0}
+
+    def fake_fresh(cp, s, ctx, call, gr, timed_ms, bound, rng, nan):
+        return (gr.label != "memo"), ("" if gr.label != "memo" else "memoized by content"), {"fresh_ms": 1.0}
+
+    monkeypatch.setattr(st, "check_dense", fake_dense)
+    monkeypatch.setattr(st, "check_fresh", fake_fresh)
+    subjects = {lb: _subject(lb, lambda: 0) for lb in ("honest", "delta", "memo")}
+    subjects["cublas"] = bl.Subject("cublas", lambda: 0, kind="baseline")
+    sc, _ = _checks(subjects)
+    for lb in subjects:
+        sc.recs[lb] = CheckRecord()
+    sc.set_statuses()
+    labels = list(subjects)
+    timed = {lb: {"median_ms": 1.0 if lb != "memo" else 5.0} for lb in labels}
+    chained = {lb: {"median_ms": 1.0} for lb in labels} if mode != "isolated" else {}
+    graphs = [SimpleNamespace(label=lb) for lb in labels] if mode == "chained" else []
+    st._fresh_checks(sc, labels, mode, graphs, timed, chained, 1e-3, None)
+    memo_caught = mode != "isolated"     # per call only, memo's 5x is no earlier part's business
+    assert calls == ["honest", "delta"] + ([] if memo_caught else ["memo"])
+    assert sc.status["honest"] == "ok" and sc.recs["honest"].results["fresh"]["ok"]
+    assert sc.status["delta"] == "wrong" and sc.recs["delta"].failed() == "fresh"
+    assert sc.recs["delta"].results["fresh"]["dense_ms"] == 9.0
+    if mode != "isolated":   # the earlier part's numbers stay beside part (3)'s
+        assert "fresh_ms" in sc.recs["delta"].results["fresh"]
+    assert sc.status["cublas"] == "ok" and "fresh" not in sc.recs["cublas"].results
+    if memo_caught:
+        assert sc.status["memo"] == "wrong" and sc.recs["memo"].results["fresh"]["ok"] is False

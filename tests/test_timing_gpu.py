@@ -5,6 +5,8 @@
   overlap to lose);
 - every timed call is verified: a kernel that computes only when C is poisoned is rejected in
   server mode and per call;
+- a kernel that updates its last product where A changed (right on every call) is rejected by
+  part (3) of ``fresh`` per call, with both timings and in server mode; an honest one passes it;
 - one subject's failure is its own: an illegal-address candidate, a hanging one and one that
   writes past C, evaluated beside an honest one, each fail with their own cause and the honest
   one passes.
@@ -77,6 +79,33 @@ def test_kernel_that_computes_only_on_poisoned_c_is_rejected_in_every_mode(mode)
         assert good.status == "ok", good.message
         tc = good.check["checks"]["timed_calls"]
         assert tc["ok"] and tc["verified_calls"] >= (10 if mode == "server" else 1)
+
+
+@pytest.mark.parametrize("mode, timing", [("offline", "isolated"), ("offline", "both"), ("server", None)])
+def test_kernel_that_updates_its_last_product_is_rejected_in_every_mode(mode, timing):
+    """testbad_delta is right on every call (it diffs A and B against copies and updates the rows a
+    change touched, or multiplies in full), so every verification passes; only part (3) of `fresh`,
+    a call after a dense change of A against one after a one-element change, shows that its timed
+    calls cost a diff, not a GEMM. An honest kernel passes the same part."""
+    kw = {"server_calls": 10} if mode == "server" else {"timing": timing}
+    shape = Shape(512, 512, 2048)       # its naive multiply (~1 GFLOP) dwarfs a diff of A and B (4 MB)
+    with Evaluator(baselines=("cublas",), mode=mode, timeout_s=180, **kw) as ev:
+        bad = ev.evaluate(src("testbad_delta"), shape)
+        assert bad.status == "wrong", bad.message
+        assert bad.check["failed"] == "fresh", bad.check
+        checks = bad.check["checks"]
+        passed = ("written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic", "timed_calls")
+        for c in passed + (("graph_replay",) if mode == "offline" else ()):
+            assert checks[c]["ok"], (c, checks[c])
+        fresh = checks["fresh"]
+        assert "update their last product" in fresh["detail"], fresh
+        good = ev.evaluate(src("testgood_simple"), shape)
+        assert good.status == "ok", good.message
+        f = good.check["checks"]["fresh"]
+        assert f["ok"] and f["dense_ms"] > 0 and f["one_ms"] > 0, f
+        assert f["dense_verified_calls"] >= f["dense_reps"], f
+        print(f"{mode}/{timing}: delta one {fresh['one_ms'] * 1e3:.1f} us, dense {fresh['dense_ms'] * 1e3:.1f} us; "
+              f"honest one {f['one_ms'] * 1e3:.1f} us, dense {f['dense_ms'] * 1e3:.1f} us")
 
 
 def test_each_failure_is_charged_to_its_own_subject():

@@ -1,6 +1,6 @@
 """How close the honest kernels of a grid bench came to the ``fresh`` check's memoization bound.
 
-    python tools/fresh_calibration.py BENCH [--label l2] [--csv OUT.csv]
+    python tools/fresh_calibration.py BENCH [--label l2] [--part same|dense] [--csv OUT.csv]
 
 Why: the check's timing part (harness/checks.py, ``fresh_verdict``) fails a candidate whose calls
 right after an input change cost more than FRESH_RATIO x the timed call + FRESH_SLACK_MS. Too
@@ -9,6 +9,8 @@ that hashes its inputs and replays a cached C gains up to about FRESH_RATIO x. E
 ``fresh_ms`` and ``timed_ms`` are kept in the bench file, so this prints, per band of timed call
 time, the spread of fresh / timed and the largest extra microseconds, plus the headroom each
 honest kernel left under the current bound (the smallest is the margin against noise).
+``--part dense`` does the same for part (3), which holds calls after a dense change of A
+(``dense_ms``) to the same bound against calls after a one-element change (``one_ms``).
 """
 
 from __future__ import annotations
@@ -28,14 +30,22 @@ from jsonio import read_json  # noqa: E402
 BANDS_US = (0, 3, 6, 12, 25, 50, 200, 1000, float("inf"))
 
 
-def samples(bench: dict, label: str = "l2") -> list[dict]:
-    """One row per shape whose candidate recorded the fresh-input timing."""
+#: per part of the check: (the reference call's field, the checked call's field)
+PARTS = {"same": ("timed_ms", "fresh_ms"), "dense": ("one_ms", "dense_ms")}
+
+
+def samples(bench: dict, label: str = "l2", part: str = "same") -> list[dict]:
+    """One row per shape whose candidate recorded the fresh-input timing (``part`` "same": part (2),
+    a call after a change against a timed one; "dense": part (3)). ``timed_ms`` is the reference
+    call, ``fresh_ms`` the checked one."""
+    ref_key, key = PARTS[part]
     out = []
     for r in bench.get("rows", []):
         f = r.get("checks", {}).get(label, {}).get("checks", {}).get("fresh", {})
-        if "fresh_ms" not in f or not f.get("timed_ms"):
+        if key not in f or not f.get(ref_key):
             continue
-        t, fr = f.get("same_ms") or f["timed_ms"], f["fresh_ms"]  # the same rounds' reference when recorded
+        fr = f[key]
+        t = (f.get("same_ms") or f["timed_ms"]) if part == "same" else f[ref_key]  # same rounds' reference
         allowed = ck.FRESH_RATIO * t + ck.FRESH_SLACK_MS
         out.append({"m": r["m"], "n": r["n"], "k": r["k"], "timed_ms": t, "fresh_ms": fr,
                     "perturb_ms": f.get("perturb_ms"), "ratio": fr / t, "extra_us": (fr - t) * 1e3,
@@ -61,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bench")
     ap.add_argument("--label", default="l2")
+    ap.add_argument("--part", choices=sorted(PARTS), default="same",
+                    help="same: part (2), after a change against a timed call; dense: part (3)")
     ap.add_argument("--csv", help="write the per-shape numbers here")
     args = ap.parse_args(argv)
     try:
@@ -68,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"fresh_calibration: cannot read {args.bench}: {e}", file=sys.stderr)
         return 2
-    rows = samples(bench, args.label)
+    rows = samples(bench, args.label, args.part)
     if not rows:
-        print(f"fresh_calibration: no fresh-input timings for label {args.label!r} in {args.bench}", file=sys.stderr)
+        print(f"fresh_calibration: no {args.part!r} fresh-input timings for label {args.label!r} in {args.bench}",
+              file=sys.stderr)
         return 1
     meta = bench.get("meta", {})
     print(f"{len(rows)} shapes · {meta.get('gpu', '?')} · git {meta.get('git_rev', '?')} · bound "
