@@ -37,7 +37,8 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   (3) every mode: calls that each follow a dense change of A (the signs of a fresh
                   random half of its elements flipped, :class:`SignFlipper`) must not be much
                   slower per call than calls that each follow a one-element change, timed in the
-                  same rounds, every call of both verified: catches a kernel that keeps a copy of
+                  same rounds (per call: the headline's own rounds and per-call time), every call
+                  of both verified: catches a kernel that keeps a copy of
                   its last inputs and product and only updates the rows a change touched, which is
                   right on every verified call but as cheap as a diff while one element changes
                   at a time (``harness/kernels/testbad_delta.cu``)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
 
 SEPARATOR_LABEL = "(separator)"
 PER_CALL_PREFIX = "(per call) "
+DENSE_PREFIX = "(dense) "
+DENSE_SEPARATOR_LABEL = "(separator, dense)"
 
 
 # --------------------------------------------------------------------------- cuBLASLt autotune
@@ -286,15 +288,25 @@ class PerCallGraphs:
     A for the one after) and one for the base graph, and the checks that read them.
 
     Why one step count for all: every graph then leaves A changed the same way, so the reference
-    of the replay check is computed once per shape, not once per subject."""
+    of the replay check is computed once per shape, not once per subject.
+
+    Each subject of ``dense`` (the candidates) gets a second graph in the same rounds, part (3)
+    of ``fresh``: the same steps with a dense change of A after the separator (harness.checks.
+    SignFlipper), against a base graph of separator and flip. Inside the rounds, in random order
+    with the timed graphs, and built like them: a kernel cannot tell the timed calls from the
+    ones it is compared with, except by the dense change itself."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, calls: dict[str, Callable[[], int]], replays: int,
-                 rng: random.Random, failed: Callable[[str, Exception], None]) -> None:
+                 rng: random.Random, failed: Callable[[str, Exception], None],
+                 dense: frozenset[str] | set[str] = frozenset()) -> None:
         self.g, self.ctx, self.calls = g, ctx, dict(calls)
         cp, s = g.cp, g.stream
         A, B, C = ctx.A, ctx.B, ctx.C
         self.graphs: list[Any] = []
         self.base: Any = None
+        self.dense_graphs: list[Any] = []
+        self.dense_base: Any = None
+        self.dense_seps: dict[str, Any] = {}
         est: dict[str, float] = {}
         for label, call in list(self.calls.items()):
             try:
@@ -309,15 +321,27 @@ class PerCallGraphs:
         capacity = self.reps * (replays + 3)
         self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps) for lb in self.calls}
         self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
+        dense_labels = [lb for lb in self.calls if lb in dense]
+        if dense_labels:
+            self.flip = ck.SignFlipper(cp, A.data, s, salt=rng.randrange(1 << 32))
+            self.dense_seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
+                               for lb in dense_labels}
+            self.dense_sep_base = ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
         # compiles and loads every kernel now, never inside a stream capture
         for label, call in self.calls.items():
             self.seps[label].step()
             call()
             self.seps[label].tail()
         self.sep_base.step()
+        for label, sep in self.dense_seps.items():
+            sep.step()
+            self.flip.step()
+            self.calls[label]()
+            sep.tail()
         s.synchronize()
         self._capture(failed)
-        for sp in (*self.seps.values(), self.sep_base):
+        for sp in (*self.seps.values(), self.sep_base, *self.dense_seps.values(),
+                   *((self.dense_sep_base,) if self.dense_seps else ())):
             sp.reset()
         s.synchronize()
 
@@ -338,9 +362,63 @@ class PerCallGraphs:
                 self.calls.pop(label, None)
         _, self.base = timing.isolated_graphs(cp, s, {}, {}, (self.sep_base.step, self.sep_base.tail), self.reps,
                                               base_label=SEPARATOR_LABEL)
+        for label, sep in list(self.dense_seps.items()):
+            if label not in self.calls:
+                self.dense_seps.pop(label)
+                continue
+
+            def step(sep: Any = sep) -> int:
+                sep.step()
+                return self.flip.step()
+
+            try:
+                (gr,), _ = timing.isolated_graphs(cp, s, {DENSE_PREFIX + label: self.calls[label]},
+                                                  {DENSE_PREFIX + label: (step, sep.tail)}, None, self.reps)
+                gr.subject = label
+                self.dense_graphs.append(gr)
+            except Exception as e:
+                failed(label, e)
+                self.dense_seps.pop(label)
+        if self.dense_graphs:
+            def base_step() -> int:
+                self.dense_sep_base.step()
+                return self.flip.step()
+
+            _, self.dense_base = timing.isolated_graphs(cp, s, {}, {}, (base_step, self.dense_sep_base.tail),
+                                                        self.reps, base_label=DENSE_SEPARATOR_LABEL)
 
     def all_graphs(self) -> list[Any]:
-        return [*self.graphs, self.base] if self.graphs else []
+        if not self.graphs:
+            return []
+        dense = [*self.dense_graphs, self.dense_base] if self.dense_graphs else []
+        return [*self.graphs, self.base, *dense]
+
+    def dense_verdicts(self, raw: dict[str, dict[str, Any]], per: dict[str, dict[str, Any]], replays: int,
+                       limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        """Part (3) of ``fresh`` for every subject with a dense graph and a per-call time: every
+        call of its dense graph verified, and per call (its base subtracted, as for the timed
+        graph) within :func:`harness.checks.dense_verdict` of the timed per-call time."""
+        if not self.dense_graphs:
+            return {}
+        self.g.stream.synchronize()
+        dense = timing.per_call(raw, [gr.label for gr in self.dense_graphs], self.dense_base.label)
+        expected = self.reps * (replays + 1)
+        out = {}
+        for gr in self.dense_graphs:
+            if gr.subject not in per:
+                continue
+            one_ms, d = per[gr.subject]["median_ms"], dense[gr.label]
+            worst = self.dense_seps[gr.subject].results()
+            fields = {"one_ms": one_ms, "dense_ms": d["median_ms"], "flip_ms": d["separator_ms"],
+                      "dense_reps": self.reps, "dense_verified_calls": len(worst),
+                      "dense_verify_worst": max(worst) if worst else None, "dense_spread": d["spread"]}
+            ok, det = ck.verify_verdict(worst, expected, limit)
+            if not ok:
+                out[gr.subject] = (False, f"after a dense change of A: {det}", fields)
+                continue
+            ok, det = ck.dense_verdict(one_ms, d["median_ms"])
+            out[gr.subject] = (ok, det, fields)
+        return out
 
     def per_call(self, raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         per = timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
@@ -397,6 +475,9 @@ class PerCallGraphs:
         self.graphs.clear()
         self.base = None
         self.seps = {}
+        self.dense_graphs.clear()
+        self.dense_base = None
+        self.dense_seps = {}
 
 
 # --------------------------------------------------------------------------- offline
@@ -441,10 +522,13 @@ def _per_call_checks(sc: ShapeChecks, iso: PerCallGraphs, raw: dict[str, dict[st
 
 def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[Any],
                   timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
-                  rng: random.Random) -> None:
+                  rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None = None) -> None:
     """Memoization by content. Per call, every timed call followed a change of A and was
     verified (``timed_calls``); back to back, the timed calls repeat the same inputs, so the
-    fresh check compares them with calls that each follow a change."""
+    fresh check compares them with calls that each follow a change. Part (3) for every candidate
+    that passed the rest: from ``dense`` (the per-call rounds' own dense graphs) where it has the
+    candidate, else :func:`check_dense` now."""
+    dense = dense or {}
     passed: dict[str, dict[str, Any]] = {}
     for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
         if timing_mode == "both":
@@ -466,10 +550,13 @@ def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: 
                 ok, det, fields = False, f"fresh-input check failed: {type(e).__name__}: {str(e)[:200]}", {}
         else:
             ok, det, fields = True, "", {}
-        if ok:
-            passed[label] = fields
-        else:
+        if not ok:
             sc.charge(label, "fresh", ok, det, **fields)
+        elif label in dense:
+            ok, det, got = dense[label]
+            sc.charge(label, "fresh", ok, det, **{**fields, **got})
+        else:
+            passed[label] = fields
     dense_checks(sc, list(passed), bound, rng, passed)
 
 
@@ -488,7 +575,8 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
     iso = None
     if timing_mode in ("isolated", "both"):
         iso = PerCallGraphs(g, sc.ctx, {lb: sc.subjects[lb].call for lb in labels},
-                            replays, rng, sc.timing_failed)
+                            replays, rng, sc.timing_failed,
+                            dense={lb for lb in labels if sc.subjects[lb].kind == "candidate"})
     raw = timing.offline(cp, s, graphs + (iso.all_graphs() if iso else []), replays=replays, rng=rng) \
         if graphs or (iso and iso.graphs) else {}
     chained = {gr.label: raw[gr.label] for gr in graphs}
@@ -497,10 +585,11 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
     _replay_chained(sc, graphs, seeds)
     if iso is not None and iso.graphs:
         timed = _per_call_checks(sc, iso, raw, replays, limit, a0, seeds.bound, errors)
+        dense = iso.dense_verdicts(raw, timed, replays, limit)
         iso.close()
     else:
-        timed = chained
-    _fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng)
+        timed, dense = chained, {}
+    _fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng, dense)
     del graphs
     return timed, chained
 

@@ -1,0 +1,293 @@
+"""A simulated GPU for CPU tests of the timing-and-checks flow of harness.shape_timing.
+
+numpy arrays stand for device arrays, the check kernels (separator, perturb, verify, flip, gemv)
+are redone in Python, a stream runs a launch at once or records it into a graph while it
+captures, and one clock, read by the CUDA events, advances by each launch's modelled cost.
+
+Why: which graphs are built, which are timed in which rounds and which verdict is charged to
+whom is decided in Python from GPU timings and verifications; a machine without a GPU can run
+that bookkeeping end to end with subjects whose cost and output the test chooses (an honest one,
+one that updates its last product). What real kernels do and cost is for ``pytest -m gpu``.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from harness import checks as ck
+
+#: modelled cost of one launch of each check kernel (ms); flips add a term per element
+KERNEL_MS = {"l2_separate": 0.003, "l2_perturb": 0.0015, "l2_verify_rows": 0.002, "l2_gemv": 0.002,
+             "l2_flip_signs": 0.002}
+FLIP_MS_PER_ELEMENT = 1e-9
+
+
+class SimArray(np.ndarray):
+    """A numpy array with cupy's ``get()`` (a host copy)."""
+
+    def get(self) -> np.ndarray:
+        return np.array(self)
+
+
+def _sim(a: Any) -> SimArray:
+    return np.asarray(a).view(SimArray)
+
+
+def _mix(x: int) -> int:
+    x = (x * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 29
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 32)
+
+
+def _hashed_row(seed: int, m: int) -> int:
+    return _mix(seed) % m
+
+
+def _residual(a: Any, c: Any, x: Any, y: Any, r: int) -> float:
+    """|C[r] x - A[r] y| / |C[r]|, NaN as infinity (l2_row_residual)."""
+    cr = np.asarray(c[r], dtype=np.float32)
+    with np.errstate(all="ignore"):
+        w = float(cr @ np.asarray(x)), float(np.sqrt(np.sum(cr * cr)))
+        z = float(np.asarray(a[r], dtype=np.float32) @ np.asarray(y))
+        d = abs(w[0] - z) / max(w[1], 1e-20)
+    return d if d == d else math.inf
+
+
+class SimGpu:
+    """The clock, the streams' capture state and the current stream of ``with stream:``."""
+
+    def __init__(self) -> None:
+        self.clock_ms = 0.0
+        self.current: list[SimStream] = []
+        self.stream = SimStream(self)
+        self.cp = SimCupy(self)
+
+    def on(self) -> SimStream:
+        return self.current[-1] if self.current else self.stream
+
+    def run(self, op: Callable[[], float]) -> None:
+        self.clock_ms += op()
+
+
+class SimStream:
+    def __init__(self, gpu: SimGpu) -> None:
+        self.gpu = gpu
+        self.ptr = id(self)
+        self.captured: list[Callable[[], float]] | None = None
+
+    def __enter__(self) -> SimStream:
+        self.gpu.current.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.gpu.current.pop()
+
+    def launch(self, op: Callable[[], float]) -> None:
+        """``op`` does the launch's work when it runs and returns its cost in ms."""
+        if self.captured is not None:
+            self.captured.append(op)
+        else:
+            self.gpu.run(op)
+
+    def begin_capture(self) -> None:
+        self.captured = []
+
+    def end_capture(self) -> SimGraph:
+        ops, self.captured = self.captured or [], None
+        return SimGraph(self.gpu, ops)
+
+    def synchronize(self) -> None:
+        """Every launch ran when it was made."""
+
+
+class SimGraph:
+    def __init__(self, gpu: SimGpu, ops: list[Callable[[], float]]) -> None:
+        self.gpu, self.ops = gpu, ops
+
+    def upload(self, stream: SimStream) -> None:
+        """Nothing to upload."""
+
+    def launch(self, stream: SimStream) -> None:
+        for op in self.ops:
+            stream.launch(op)
+
+
+class SimEvent:
+    def __init__(self, gpu: SimGpu) -> None:
+        self.gpu, self.t = gpu, 0.0
+
+    def record(self, stream: SimStream) -> None:
+        self.t = self.gpu.clock_ms
+
+    def synchronize(self) -> None:
+        """Recorded when made."""
+
+
+class SimKernel:
+    """A check kernel by name: ``kernel(grid, block, args)`` launches its Python twin."""
+
+    def __init__(self, gpu: SimGpu, name: str) -> None:
+        self.gpu, self.name = gpu, name
+        self.body = getattr(self, "_" + name)
+
+    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
+        cost = KERNEL_MS[self.name]
+        if self.name == "l2_flip_signs":
+            cost += int(args[1]) * FLIP_MS_PER_ELEMENT
+
+        def op() -> float:
+            self.body(grid[0], *args)
+            return cost
+
+        self.gpu.on().launch(op)
+
+    @staticmethod
+    def _l2_gemv(blocks: int, m: Any, x: Any, out: Any, norms: Any, rows: Any, cols: Any) -> None:
+        out[: int(rows)] = np.asarray(m, dtype=np.float32).reshape(int(rows), int(cols)) @ np.asarray(x)
+
+    @staticmethod
+    def _l2_verify_rows(blocks: int, a: Any, c: Any, x: Any, y: Any, m: Any, n: Any, k: Any, changed_row: Any,
+                        counter: Any, worst: Any, capacity: Any) -> None:
+        for b in range(blocks):
+            slot = int(counter[0])
+            counter[0] += 1
+            r = int(changed_row[0]) if b == 0 else _hashed_row(slot + 1, int(m))
+            if slot < int(capacity):
+                worst[slot] = _residual(a, c, x, y, r if r < int(m) else 0)
+
+    @staticmethod
+    def _l2_perturb(blocks: int, a: Any, n: Any, counter: Any, values: Any, nvalues: Any, cols: Any,
+                    row: Any) -> None:
+        t = int(counter[0])
+        counter[0] += 1
+        pos = _mix(t + 1) % int(n)
+        a.view(np.uint16).reshape(-1)[pos] = values[t % int(nvalues)]
+        row[0] = pos // int(cols)
+
+    @staticmethod
+    def _l2_separate(blocks: int, a: Any, c: Any, x: Any, y: Any, m: Any, n: Any, k: Any, counter: Any, row: Any,
+                     worst: Any, capacity: Any, values: Any, nvalues: Any, steps: Any, perturb: Any) -> None:
+        t, m, k = int(counter[0]), int(m), int(k)
+        if t > 0 and (not int(perturb) or t % int(steps) != 0):
+            rows = [int(row[0])] + [_hashed_row(t * 4 + i, m) for i in range(1, ck.SEPARATE_ROWS)]
+            w = max(_residual(a, c, x, y, r if r < m else 0) for r in rows)
+            if t - 1 < int(capacity):
+                worst[t - 1] = w
+        if int(perturb):
+            pos = _mix(t + 1) % (m * k)
+            a.view(np.uint16).reshape(-1)[pos] = values[t % int(nvalues)]
+            row[0] = pos // k
+            counter[0] = t + 1
+
+    @staticmethod
+    def _l2_flip_signs(blocks: int, a: Any, n: Any, counter: Any, arrived: Any, salt: Any, m: Any,
+                       row: Any) -> None:
+        t = int(counter[0])
+        mask = np.random.default_rng([int(salt), t]).integers(0, 2, int(n), dtype=np.uint16) << 15
+        a.view(np.uint16).reshape(-1)[...] ^= mask
+        row[0] = _mix(t + int(salt)) % int(m)
+        counter[0] = t + 1
+
+
+class SimCupy:
+    """The part of cupy that harness.checks, timing and shape_timing use."""
+
+    float16, float32, float64 = np.float16, np.float32, np.float64
+    uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+    int32, int64, bool_, nan = np.int32, np.int64, np.bool_, np.nan
+    dtype = staticmethod(np.dtype)
+    sum = staticmethod(np.sum)
+    sqrt = staticmethod(np.sqrt)
+    square = staticmethod(np.square)
+    count_nonzero = staticmethod(np.count_nonzero)
+    isfinite = staticmethod(np.isfinite)
+    array_equal = staticmethod(np.array_equal)
+
+    def __init__(self, gpu: SimGpu) -> None:
+        self.gpu = gpu
+        self.cuda = SimpleNamespace(Event=lambda: SimEvent(gpu),
+                                    get_elapsed_time=lambda e0, e1: e1.t - e0.t,
+                                    runtime=SimpleNamespace(getLastError=lambda: 0))
+
+    def zeros(self, shape: Any, dtype: Any = np.float64) -> SimArray:
+        return _sim(np.zeros(shape, dtype=dtype))
+
+    def full(self, shape: Any, value: Any, dtype: Any = None) -> SimArray:
+        return _sim(np.full(shape, value, dtype=dtype))
+
+    def empty(self, shape: Any, dtype: Any = np.float64) -> SimArray:
+        return _sim(np.empty(shape, dtype=dtype))
+
+    def asarray(self, a: Any, dtype: Any = None) -> SimArray:
+        return _sim(np.asarray(a, dtype=dtype))
+
+    def matmul(self, a: Any, b: Any) -> SimArray:
+        return _sim(np.matmul(a, b))
+
+    def RawKernel(self, source: str, name: str) -> SimKernel:  # noqa: N802 (cupy's name)
+        return SimKernel(self.gpu, name)
+
+    def RawModule(self, code: str) -> Any:  # noqa: N802
+        return SimpleNamespace(get_function=lambda name: SimKernel(self.gpu, name))
+
+
+def context(gpu: SimGpu, m: int, n: int, k: int, seed: int = 0) -> SimpleNamespace:
+    """A shape's buffers (no guard regions: the guards are not what these tests are about)."""
+    rng = np.random.default_rng(seed)
+    buf = lambda a: SimpleNamespace(data=_sim(a))  # noqa: E731
+    ctx = SimpleNamespace(key=(m, n, k), A=buf(rng.standard_normal((m, k)).astype(np.float16)),
+                          B=buf(rng.standard_normal((k, n)).astype(np.float16)),
+                          C=buf(np.zeros((m, n), np.float16)))
+    ctx.reset_guards = lambda: None
+    ctx.bad_guards = lambda: 0
+    return ctx
+
+
+def honest(gpu: SimGpu, ctx: SimpleNamespace, cost_ms: float) -> Callable[[], int]:
+    """A subject that multiplies on every call at ``cost_ms``."""
+
+    def op() -> float:
+        prod = np.asarray(ctx.A.data, np.float32) @ np.asarray(ctx.B.data, np.float32)
+        ctx.C.data[...] = prod.astype(np.float16)
+        return cost_ms
+
+    def call() -> int:
+        gpu.stream.launch(op)
+        return 0
+
+    return call
+
+
+def delta(gpu: SimGpu, ctx: SimpleNamespace, gemm_ms: float, diff_ms: float, cap: int = 1024) -> Callable[[], int]:
+    """testbad_delta's strategy: diff A and B against copies (``diff_ms``), add each changed
+    element's contribution to its row of a kept fp32 product while at most ``cap`` changed and B
+    did not, else multiply in full (``gemm_ms`` more); all of C written from the kept product."""
+    kept: dict[str, Any] = {}
+
+    def op() -> float:
+        a, b = np.array(ctx.A.data), np.array(ctx.B.data)
+        cost = diff_ms
+        if "a" in kept and np.array_equal(b.view(np.uint16), kept["b"].view(np.uint16)):
+            rows, cols = np.nonzero(a.view(np.uint16) != kept["a"].view(np.uint16))
+        else:
+            rows = cols = None
+        if rows is not None and len(rows) <= cap:
+            for r, j in zip(rows, cols):
+                kept["c"][r] += (np.float32(a[r, j]) - np.float32(kept["a"][r, j])) * np.asarray(b[j], np.float32)
+        else:
+            kept["c"] = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
+            cost += gemm_ms
+        kept["a"], kept["b"] = a, b
+        ctx.C.data[...] = kept["c"].astype(np.float16)
+        return cost
+
+    def call() -> int:
+        gpu.stream.launch(op)
+        return 0
+
+    return call

@@ -1,0 +1,137 @@
+"""The timing-and-checks flow of one shape (harness.shape_timing) end to end on a simulated GPU
+(tests/gpusim.py): graphs, rounds, verifications and verdicts as the worker runs them, with
+subjects whose output and cost the test chooses.
+
+Why: part (3) of ``fresh`` decides from timings and verifications made in several places (the
+per-call rounds' own dense graphs, a check after the back-to-back timing, one after the server
+calls); a slip in that bookkeeping (a graph left out of the rounds, a verdict charged to the wrong
+subject, a field lost) shows here without a GPU. The real kernels and their costs are tested by
+tests/test_timing_gpu.py and tests/test_checks_gpu.py (``pytest -m gpu``)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from harness import baselines as bl
+from harness import checks as ck
+from harness import shape_timing as st
+from harness.shape_eval import SeedChecks, ShapeChecks
+
+import gpusim
+
+SHAPE = (64, 48, 96)
+BOUND = 1e-3
+
+
+def _setup(subjects: dict[str, tuple[str, object]]):
+    gpu = gpusim.SimGpu()
+    ctx = gpusim.context(gpu, *SHAPE)
+    made = {}
+    for label, (kind, make) in subjects.items():
+        made[label] = bl.Subject(label, make(gpu, ctx), kind=kind)
+    status: dict[str, str] = {}
+    sc = ShapeChecks(gpu.cp, gpu.stream, ctx, made, status)
+    sc.set_statuses()
+    sc.keep_inputs()
+    ref = ck.reference(gpu.cp, ctx.A.data, ctx.B.data)
+    seeds = SeedChecks(ref=ref, norm=ck.ref_norm(gpu.cp, ref), bound=BOUND)
+    return gpu, ctx, sc, seeds
+
+
+SUBJECTS = {
+    "honest": ("candidate", lambda gpu, ctx: gpusim.honest(gpu, ctx, 0.050)),
+    "delta": ("candidate", lambda gpu, ctx: gpusim.delta(gpu, ctx, gemm_ms=0.050, diff_ms=0.008)),
+    "cublas": ("baseline", lambda gpu, ctx: gpusim.honest(gpu, ctx, 0.045)),
+}
+
+
+@pytest.mark.parametrize("mode", ["isolated", "both", "chained"])
+def test_offline_timing_rejects_the_delta_subject_by_part_three_only(mode):
+    gpu, ctx, sc, seeds = _setup(SUBJECTS)
+    a0 = np.array(ctx.A.data)
+    errors: dict[str, str] = {}
+    timed, chained = st.time_offline(gpu, sc, list(SUBJECTS), mode, 3, random.Random(1), seeds,
+                                     ck.verify_limit(BOUND), errors)
+    assert errors == {}
+    assert sc.status == {"honest": "ok", "delta": "wrong", "cublas": "ok"}, {lb: sc.recs[lb].results for lb in sc.recs}
+    bad = sc.recs["delta"]
+    assert bad.failed() == "fresh"
+    fresh = bad.results["fresh"]
+    assert "update their last product" in fresh["detail"], fresh
+    # per call a replay's first call may follow another graph's flips and multiply in full
+    assert fresh["dense_ms"] == pytest.approx(0.058) and fresh["one_ms"] < 0.010
+    for name in ("graph_replay",) + (("timed_calls",) if mode != "chained" else ()):
+        assert bad.results[name]["ok"], (name, bad.results[name])   # right on every call: nothing else sees it
+    good = sc.recs["honest"].results["fresh"]
+    assert good["ok"] and good["dense_ms"] == pytest.approx(0.050) and good["one_ms"] == pytest.approx(0.050)
+    assert good["dense_verified_calls"] >= good["dense_reps"]
+    assert "fresh" not in sc.recs["cublas"].results                 # baselines are not its business
+    headline = timed["honest"]["median_ms"]
+    assert headline == pytest.approx(0.050)                         # the flips stay out of the headline
+    if mode != "chained":
+        assert timed["delta"]["median_ms"] < 0.010                   # what it would have claimed per call
+    if mode != "chained":   # (back to back, parts (1) and (2) leave their changes of A, as they always have)
+        np.testing.assert_array_equal(ctx.A.data.view(np.uint16), a0.view(np.uint16))   # A as the checks left it
+
+
+def test_per_call_rounds_hold_the_dense_graphs_and_no_separate_check_runs(monkeypatch):
+    """Per call, part (3) comes from dense graphs timed in the headline's own rounds."""
+    ran: list[str] = []
+    monkeypatch.setattr(st, "check_dense", lambda *a, **k: ran.append(a[4]) or (True, "", {}))
+    seen: list[list[str]] = []
+    offline = st.timing.offline
+    monkeypatch.setattr(st.timing, "offline",
+                        lambda cp, s, graphs, **kw: seen.append([g.label for g in graphs]) or offline(cp, s, graphs, **kw))
+    gpu, ctx, sc, seeds = _setup(SUBJECTS)
+    st.time_offline(gpu, sc, list(SUBJECTS), "isolated", 3, random.Random(2), seeds, ck.verify_limit(BOUND), {})
+    assert ran == []
+    (labels,) = seen
+    assert {st.DENSE_PREFIX + "honest", st.DENSE_PREFIX + "delta", st.DENSE_SEPARATOR_LABEL} <= set(labels)
+    assert st.DENSE_PREFIX + "cublas" not in labels and st.PER_CALL_PREFIX + "cublas" in labels
+
+
+def test_server_mode_runs_part_three_after_the_verified_calls():
+    gpu, ctx, sc, seeds = _setup(SUBJECTS)
+    st.time_server(gpu, sc, list(SUBJECTS), 1e6, 6, random.Random(3), ck.verify_limit(BOUND), seeds.bound)
+    assert sc.status == {"honest": "ok", "delta": "wrong", "cublas": "ok"}
+    assert sc.recs["delta"].failed() == "fresh" and sc.recs["delta"].results["timed_calls"]["ok"]
+    assert sc.recs["honest"].results["fresh"]["ok"]
+
+
+def test_a_subject_stale_after_a_dense_change_is_caught_in_the_per_call_rounds():
+    """A kernel that updates small changes and otherwise leaves its kept product (right while one
+    element changes at a time, stale after a flip) is caught by the timed graphs' own verification:
+    their replays share the rounds with the dense graphs, so a replay's first calls follow flips."""
+
+    def lazy(gpu, ctx):
+        kept: dict[str, np.ndarray] = {}
+
+        def op() -> float:
+            a = np.array(ctx.A.data)
+            if "a" not in kept:
+                kept["c"] = np.asarray(a, np.float32) @ np.asarray(ctx.B.data, np.float32)
+            else:
+                rows, cols = np.nonzero(a.view(np.uint16) != kept["a"].view(np.uint16))
+                if len(rows) <= 16:
+                    for r, j in zip(rows, cols):
+                        kept["c"][r] += (np.float32(a[r, j]) - np.float32(kept["a"][r, j])) * \
+                            np.asarray(ctx.B.data[j], np.float32)
+            kept["a"] = a
+            ctx.C.data[...] = kept["c"].astype(np.float16)
+            return 0.050
+
+        def call() -> int:
+            gpu.stream.launch(op)
+            return 0
+
+        return call
+
+    subjects = {"ok": SUBJECTS["honest"], "lazy": ("candidate", lazy)}
+    gpu, ctx, sc, seeds = _setup(subjects)
+    st.time_offline(gpu, sc, list(subjects), "isolated", 3, random.Random(4), seeds, ck.verify_limit(BOUND), {})
+    assert sc.status == {"ok": "ok", "lazy": "wrong"}, sc.recs["lazy"].results
+    assert sc.recs["lazy"].failed() == "timed_calls"
+    assert "left C wrong" in sc.recs["lazy"].results["timed_calls"]["detail"]
