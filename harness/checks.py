@@ -3,7 +3,9 @@
 Every subject (candidate or baseline) writes the same guarded buffers, so the
 checks are identical for all.  Named checks, in the order a failure is reported:
 
-``runs``          the call returned 0 and raised nothing (non-zero -> status ``unsupported``)
+``runs``          the call returned 0 and raised nothing (non-zero -> status ``unsupported``), and
+                  left nothing running on the GPU off the caller's stream (harness.shape_eval.
+                  device_busy_ms: probed after every check call and before timed calls)
 ``written``       C is poisoned with NaN before every run; every element must be overwritten
 ``guards``        64 KiB sentinel regions before and after A, B, Bt and C must stay untouched
 ``inputs``        A and B must be bit for bit what they were before the call (a kernel that marks its

@@ -9,6 +9,7 @@ subjects that passed and harness.shape_result assembles the answer. Nothing here
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,6 +22,30 @@ if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
 
 
 # --------------------------------------------------------------------------- buffers
+
+
+#: how long the GPU may stay busy once the caller's stream has finished before a candidate's call
+#: counts as having left work of its own running (an idle device answers in microseconds)
+FOREIGN_WORK_MS = 20.0
+
+
+def device_busy_ms(cp: Any, s: Any) -> float:
+    """Milliseconds the device stays busy after ``s`` has finished (a device-wide synchronise).
+
+    Why: a candidate's host code can launch a kernel on a stream other than the caller's (the
+    legacy default one needs no name) that keeps running, to load the GPU while the libraries are
+    timed in the rounds that follow; no check of C sees it. Whatever runs at the start of the
+    timed rounds has to be running at this probe too, and makes it wait; one that never ends
+    makes it hang, and the worker's timeout charges the candidate."""
+    s.synchronize()
+    t0 = time.perf_counter()
+    cp.cuda.runtime.deviceSynchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def foreign_work_detail(busy_ms: float, where: str) -> str:
+    return (f"left work running on the GPU outside the caller's stream: the device stayed busy {busy_ms:.0f} ms "
+            f"after the stream had finished ({where}); a GEMM call enqueues all its work on `stream`")
 
 
 class ShapeContext:
@@ -174,10 +199,15 @@ class ShapeChecks:
         try:
             rc = subj.call()
             s.synchronize()
+            busy = device_busy_ms(self.cp, s) if subj.kind == "candidate" else 0.0
         except Exception as e:
             if is_sticky(e):
                 raise Sticky(f"{subj.label}: {e}", subj.label) from e
             recs[subj.label].put("runs", False, f"raised {type(e).__name__}: {str(e)[:200]}")
+            self.alive.pop(subj.label, None)
+            return None
+        if busy > FOREIGN_WORK_MS:
+            recs[subj.label].put("runs", False, foreign_work_detail(busy, "after one of its calls"))
             self.alive.pop(subj.label, None)
             return None
         if rc:
@@ -240,6 +270,36 @@ class ShapeChecks:
         if label not in self.alive:
             return False
         return self.status[label] == "ok" if subj.kind == "candidate" else True
+
+    def idle_before_timing(self, labels: list[str], where: str) -> None:
+        """The device probe of :func:`device_busy_ms` once more right before timed calls (after
+        every untimed call and graph capture of ``labels``; what it waits for cannot run into
+        them). If the device was busy, each candidate of ``labels`` is called once more alone and
+        probed: those that leave work again fail ``runs``; if none does, all of them fail it
+        (an honest call leaves nothing)."""
+        busy = device_busy_ms(self.cp, self.s)
+        if busy <= FOREIGN_WORK_MS:
+            return
+        candidates = [lb for lb in labels if self.subjects[lb].kind == "candidate"]
+        caught = self.leave_work(candidates)
+        for label in caught or candidates:
+            self.charge(label, "runs", False, foreign_work_detail(caught.get(label, busy), where))
+
+    def leave_work(self, labels: list[str]) -> dict[str, float]:
+        """Each of ``labels`` called once more alone and the device probed after it: the ones
+        that leave work running off the stream, with how long the device stayed busy."""
+        caught: dict[str, float] = {}
+        for label in labels:
+            try:
+                self.subjects[label].call()
+                again = device_busy_ms(self.cp, self.s)
+            except Exception as e:
+                if is_sticky(e):
+                    raise Sticky(f"{label}: {e}", label) from e
+                continue
+            if again > FOREIGN_WORK_MS:
+                caught[label] = again
+        return caught
 
     def charge(self, label: str, name: str, ok: bool, det: str, **fields: Any) -> None:
         """Record a check made during or after the timing; a failure makes an ``ok`` subject ``wrong``."""

@@ -22,7 +22,8 @@ from . import baselines as bl
 from . import checks as ck
 from . import timing
 from .cuda_errors import Sticky, is_sticky
-from .shape_eval import SeedChecks, ShapeChecks, ShapeContext, Subjects
+from .shape_eval import FOREIGN_WORK_MS, SeedChecks, ShapeChecks, ShapeContext, Subjects, device_busy_ms, \
+    foreign_work_detail
 
 if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
     from .worker_main import Gpu
@@ -181,6 +182,9 @@ def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr:
         return False, f"the fresh-input verification fails on a plain call (row error {first}): check broken?", {}
     ver.reset()
     gf, gp = timing.fresh_graphs(cp, s, gr.label, call, pert.step, reps, verify=ver.step, verify_base=ver_base.step)
+    busy = device_busy_ms(cp, s)
+    if busy > FOREIGN_WORK_MS:
+        return False, foreign_work_detail(busy, "before the fresh-input rounds"), {}
     # the timed graph again, in the same rounds (same clocks and temperature as the fresh one);
     # primed, so its timed calls follow calls on unchanged inputs as in the bench's timing
     t = timing.offline(cp, s, [gr, gf, gp], replays=ck.FRESH_REPLAYS, rng=rng, primed={gr.label})
@@ -248,6 +252,9 @@ def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], la
                                   verify_base=vers["one"][1].step)
     gd, gdp = timing.fresh_graphs(cp, s, f"{label}:dense", call, flip.step, reps, verify=vers["dense"][0].step,
                                   verify_base=vers["dense"][1].step)
+    busy = device_busy_ms(cp, s)
+    if busy > FOREIGN_WORK_MS:
+        return False, foreign_work_detail(busy, "before the dense-change rounds"), {}
     t = timing.offline(cp, s, [g1, g1p, gd, gdp], replays=ck.FRESH_REPLAYS, rng=rng)
     one_ms = t[g1.label]["median_ms"] - t[g1p.label]["median_ms"]
     dense_ms = t[gd.label]["median_ms"] - t[gdp.label]["median_ms"]
@@ -577,6 +584,7 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
         iso = PerCallGraphs(g, sc.ctx, {lb: sc.subjects[lb].call for lb in labels},
                             replays, rng, sc.timing_failed,
                             dense={lb for lb in labels if sc.subjects[lb].kind == "candidate"})
+    sc.idle_before_timing(labels, "before the timed rounds")
     raw = timing.offline(cp, s, graphs + (iso.all_graphs() if iso else []), replays=replays, rng=rng) \
         if graphs or (iso and iso.graphs) else {}
     chained = {gr.label: raw[gr.label] for gr in graphs}
@@ -604,10 +612,15 @@ class ServerVerification:
     computes only when C is poisoned, or memoizes by content, fails its own subject."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
-                 rng: random.Random, nan: Any) -> None:
+                 rng: random.Random, nan: Any, candidates: frozenset[str] | set[str] = frozenset(),
+                 leave_work: Callable[[list[str]], dict[str, float]] | None = None) -> None:
         cp, s = g.cp, g.stream
         self.cp, self.s, self.C, self.nan = cp, s, ctx.C, nan
         self.calls_per_subject = calls_per_subject
+        self.candidates = set(candidates)
+        self.last: str | None = None
+        self.foreign: dict[str, float] = {}
+        self.leave_work = leave_work
         seed = rng.randrange(1 << 30)
         with s:
             self.pert = ck.Perturber(cp, ctx.A.data, s)
@@ -621,6 +634,18 @@ class ServerVerification:
             v.reset()
 
     def before(self, label: str, poison: bool) -> None:
+        # every call starts on an idle device: work a candidate's call left running on another
+        # stream is waited for here, untimed, and charged to that candidate (after the warm-up
+        # calls, to the candidates that leave work again when called alone)
+        busy = device_busy_ms(self.cp, self.s)
+        if busy > FOREIGN_WORK_MS:
+            if self.last is not None:
+                blamed = {self.last: busy} if self.last in self.candidates else {}
+            else:
+                found = self.leave_work(sorted(self.candidates)) if self.leave_work else {}
+                blamed = found or {lb: busy for lb in self.candidates}
+            for lb, ms in blamed.items():
+                self.foreign[lb] = max(ms, self.foreign.get(lb, 0.0))
         self.pert.step()
         if poison:
             with self.s:
@@ -628,6 +653,7 @@ class ServerVerification:
 
     def after(self, label: str) -> None:
         self.vers[label].step()
+        self.last = label
 
     def verdicts(self, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
         self.s.synchronize()
@@ -650,9 +676,14 @@ def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_c
     calls = {lb: sc.subjects[lb].call for lb in labels}
     if not calls:
         return {}
-    srv = ServerVerification(g, sc.ctx, list(calls), server_calls, rng, sc.nan)
+    srv = ServerVerification(g, sc.ctx, list(calls), server_calls, rng, sc.nan,
+                             candidates={lb for lb in labels if sc.subjects[lb].kind == "candidate"},
+                             leave_work=sc.leave_work)
+    sc.idle_before_timing(labels, "before the server calls")
     timed = timing.server(g.cp, g.stream, calls, qps=qps, calls_per_subject=server_calls, rng=rng,
                           before=srv.before, after=srv.after)
+    for label, busy in srv.foreign.items():
+        sc.charge(label, "runs", False, foreign_work_detail(busy, "between server calls"))
     for label, (ok, det, fields) in srv.verdicts(limit).items():
         sc.charge(label, "timed_calls", ok, det, **fields)
     if bound is not None:

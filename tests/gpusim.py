@@ -13,6 +13,7 @@ one that updates its last product). What real kernels do and cost is for ``pytes
 from __future__ import annotations
 
 import math
+import time
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -63,6 +64,7 @@ class SimGpu:
 
     def __init__(self) -> None:
         self.clock_ms = 0.0
+        self.foreign_s = 0.0    # host seconds a device-wide synchronise waits for work off the stream
         self.current: list[SimStream] = []
         self.stream = SimStream(self)
         self.cp = SimCupy(self)
@@ -72,6 +74,11 @@ class SimGpu:
 
     def run(self, op: Callable[[], float]) -> None:
         self.clock_ms += op()
+
+    def device_synchronize(self) -> None:
+        """Waits (in host time) for the work a subject left running off the stream."""
+        time.sleep(self.foreign_s)
+        self.foreign_s = 0.0
 
 
 class SimStream:
@@ -212,7 +219,8 @@ class SimCupy:
         self.gpu = gpu
         self.cuda = SimpleNamespace(Event=lambda: SimEvent(gpu),
                                     get_elapsed_time=lambda e0, e1: e1.t - e0.t,
-                                    runtime=SimpleNamespace(getLastError=lambda: 0))
+                                    runtime=SimpleNamespace(getLastError=lambda: 0,
+                                                            deviceSynchronize=gpu.device_synchronize))
 
     def zeros(self, shape: Any, dtype: Any = np.float64) -> SimArray:
         return _sim(np.zeros(shape, dtype=dtype))
@@ -259,6 +267,18 @@ def honest(gpu: SimGpu, ctx: SimpleNamespace, cost_ms: float) -> Callable[[], in
     def call() -> int:
         gpu.stream.launch(op)
         return 0
+
+    return call
+
+
+def hog(gpu: SimGpu, ctx: SimpleNamespace, cost_ms: float, hog_s: float = 0.05) -> Callable[[], int]:
+    """An honest multiply whose host code also leaves a kernel of its own running for ``hog_s``
+    on another stream (to load the GPU while other subjects are timed)."""
+    inner = honest(gpu, ctx, cost_ms)
+
+    def call() -> int:
+        gpu.foreign_s = max(gpu.foreign_s, hog_s)
+        return inner()
 
     return call
 

@@ -96,6 +96,17 @@ def test_kernel_updating_its_last_product_rejected_by_fresh_back_to_back(ev):
     assert fresh["dense_verified_calls"] >= fresh["dense_reps"], fresh
 
 
+def test_kernel_leaving_work_on_the_gpu_fails_runs_and_the_next_one_is_unharmed(ev):
+    """testbad_hog's first call leaves a spinning kernel on the legacy default stream: the probe
+    after the call waits for it and names it; the next candidate starts on an idle device."""
+    r = ev.evaluate(src("testbad_hog"), SHAPE)
+    assert r.status == "wrong", r.message
+    assert r.check["failed"] == "runs", r.check
+    assert "left work running on the GPU outside the caller's stream" in r.check["detail"], r.check
+    good = ev.evaluate(src("testgood_simple"), SHAPE)
+    assert good.status == "ok", good.message
+
+
 @pytest.mark.parametrize("gate_ns, gate_calls", [("20000", "0"), ("3000", "0"), ("20000", "64")])
 def test_kernel_skipping_rapid_calls_rejected_by_fresh(ev, gate_ns, gate_calls):
     """testbad_timegate skips its work when called again within GATE_NS of its last call (the GPU's

@@ -98,6 +98,13 @@ def test_dense_verdict_refuses_unusable_timings():
         assert not ok and "unusable" in det
 
 
+def test_hog_adversary_passes_the_source_policy_and_builds():
+    """Its launch on the legacy default stream names nothing a rule could refuse: the run-time
+    probe of `runs` has to catch it (tests/test_checks_gpu.py, tests/test_shape_timing_sim.py)."""
+    res = build(kernel_source("testbad_hog"), arch="sm_90a")
+    assert res.ok, res.errors
+
+
 def test_marker_adversary_builds():
     res = build(kernel_source("testbad_marker"), arch="sm_90a")
     assert res.ok, res.errors

@@ -97,6 +97,15 @@ class _Stream:
         pass
 
 
+class _Cupy:
+    """numpy as cupy, with a device-wide synchronise that finds the device idle."""
+
+    cuda = SimpleNamespace(runtime=SimpleNamespace(deviceSynchronize=lambda: None))
+
+    def __getattr__(self, name: str):
+        return getattr(np, name)
+
+
 def _checks(subjects: dict[str, bl.Subject], m: int = 4, n: int = 3, k: int = 2):
     buf = lambda shape: SimpleNamespace(data=np.zeros(shape, np.float16))  # noqa: E731
     ctx = SimpleNamespace(key=(m, n, k), A=buf((m, k)), B=buf((k, n)), C=buf((m, n)), guards=0)
@@ -104,7 +113,7 @@ def _checks(subjects: dict[str, bl.Subject], m: int = 4, n: int = 3, k: int = 2)
     ctx.bad_guards = lambda: ctx.guards
     ctx.A.data[...] = np.arange(m * k).reshape(m, k)
     ctx.B.data[...] = 1
-    return ShapeChecks(np, _Stream(), ctx, subjects, {}), ctx
+    return ShapeChecks(_Cupy(), _Stream(), ctx, subjects, {}), ctx
 
 
 def _subject(label: str, body) -> bl.Subject:

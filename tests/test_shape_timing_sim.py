@@ -135,3 +135,33 @@ def test_a_subject_stale_after_a_dense_change_is_caught_in_the_per_call_rounds()
     assert sc.status == {"ok": "ok", "lazy": "wrong"}, sc.recs["lazy"].results
     assert sc.recs["lazy"].failed() == "timed_calls"
     assert "left C wrong" in sc.recs["lazy"].results["timed_calls"]["detail"]
+
+
+@pytest.mark.parametrize("mode", ["isolated", "chained", "server"])
+def test_a_candidate_leaving_work_on_the_gpu_fails_runs_and_is_drained_before_timed_calls(mode):
+    """A candidate whose host code leaves a kernel of its own running (here for 50 ms of host
+    time) is found by the device-wide probe before the timed calls, called once more alone to
+    tell it from the other candidates, and fails ``runs``; the honest candidate and the library
+    beside it are not charged."""
+    subjects = {"honest": SUBJECTS["honest"],
+                "hog": ("candidate", lambda gpu, ctx: gpusim.hog(gpu, ctx, 0.050)),
+                "cublas": SUBJECTS["cublas"]}
+    gpu, ctx, sc, seeds = _setup(subjects)
+    if mode == "server":
+        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(5), ck.verify_limit(BOUND), seeds.bound)
+    else:
+        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(5), seeds, ck.verify_limit(BOUND), {})
+    assert sc.status == {"honest": "ok", "hog": "wrong", "cublas": "ok"}, sc.recs["hog"].results
+    runs = sc.recs["hog"].results["runs"]
+    assert not runs["ok"] and "left work running on the GPU outside the caller's stream" in runs["detail"], runs
+
+
+def test_a_call_in_the_checks_that_leaves_work_fails_runs_at_once():
+    gpu = gpusim.SimGpu()
+    ctx = gpusim.context(gpu, *SHAPE)
+    subj = bl.Subject("hog", gpusim.hog(gpu, ctx, 0.050), kind="candidate")
+    lib = bl.Subject("cublas", gpusim.hog(gpu, ctx, 0.050, hog_s=0.0), kind="baseline")
+    sc = ShapeChecks(gpu.cp, gpu.stream, ctx, {"hog": subj, "cublas": lib}, {})
+    assert sc.run(subj) is None and "hog" not in sc.alive
+    assert "stayed busy" in sc.recs["hog"].results["runs"]["detail"]
+    assert sc.run(lib) == 0
