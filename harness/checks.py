@@ -98,15 +98,19 @@ PERTURB_VALUES = (16.0, 24.0, 32.0)
 # Every call of the fresh graph is verified on the GPU right after it (Freivalds on sampled rows:
 # C[r] x against A[r] (B x) for a random +-1 vector x, relative to |C[r]|), on VERIFY_ROWS rows:
 # the row the perturbing kernel just changed and rows drawn from a counter. A row may be off by
-# max(VERIFY_ROW_FACTOR x the accuracy bound, VERIFY_ROW_FLOOR); fp16 rounding of an honest C puts
-# rows at ~3e-4 (f32 accumulation) to ~1e-2 (f16, long K). B x is computed once (B does not change;
+# max(VERIFY_ROW_FACTOR x the accuracy bound, VERIFY_ROW_FLOOR[acc]); fp16 rounding of an honest C
+# puts rows at ~3e-4 (f32 accumulation) to ~1e-2 (f16, long K). With f32 accumulation the limit is
+# ~3.3e-3 (the bound is ~4.1e-4): the 1,000 committed winners' worst verified row was 9.6e-4
+# (2.3x the bound, kernels-offline.json), and a kernel that accumulates in fp16 on the timed calls
+# only (it can tell them by C not being poisoned) leaves rows at ~5e-3 from K ~ 512 up, ~1e-2 at
+# long K: a floor of 0.02 there let it through. B x is computed once (B does not change;
 # recomputed after the graph to be sure): verifying every row each step read all of A, B and C
 # between calls, evicted the operands from L2 and made honest calls on 32 MB operands look 2-3x
 # slower in the fresh graph (false rejections of honest kernels)
 VERIFY_ROWS = 8
 VERIFY_THREADS = 1024   # per verified row: a row of 16,384 fp16 is two 16-byte loads per thread
 VERIFY_ROW_FACTOR = 8.0
-VERIFY_ROW_FLOOR = 0.02
+VERIFY_ROW_FLOOR = {"f32": 2e-3, "f16": 0.02}
 
 PERTURB_SOURCE = _check_kernel("perturb.cu")
 
@@ -440,9 +444,10 @@ class Verifier:
         return [max((float(v) if v == v else math.inf) for v in row) for row in vals]
 
 
-def verify_limit(bound: float) -> float:
-    """How far one row of C may be off in the fresh graph's verification (see VERIFY_ROW_*)."""
-    return max(VERIFY_ROW_FACTOR * bound, VERIFY_ROW_FLOOR)
+def verify_limit(bound: float, acc: str = "f32") -> float:
+    """How far one row of C may be off in a timed call's verification (see VERIFY_ROW_*), with
+    ``acc`` the accumulation the shape is evaluated for."""
+    return max(VERIFY_ROW_FACTOR * bound, VERIFY_ROW_FLOOR[acc])
 
 
 def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[bool, str]:

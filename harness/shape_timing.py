@@ -156,7 +156,7 @@ def _fresh_replay(cp: Any, s: Any, ctx: ShapeContext, gr: Any, bound: float, rng
 
 
 def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr: Any, timed_ms: float,
-                bound: float, rng: random.Random, nan: Any) -> tuple[bool, str, dict[str, Any]]:
+                bound: float, rng: random.Random, nan: Any, limit: float) -> tuple[bool, str, dict[str, Any]]:
     """The ``fresh`` check of harness.checks for one candidate: (ok, detail, recorded numbers)."""
     A, B, C = ctx.A, ctx.B, ctx.C
     stale, err = _fresh_replay(cp, s, ctx, gr, bound, rng, nan)
@@ -177,7 +177,6 @@ def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr:
     ver.step()
     s.synchronize()
     first = ver.results()
-    limit = ck.verify_limit(bound)
     if not first or not first[0] <= limit:
         return False, f"the fresh-input verification fails on a plain call (row error {first}): check broken?", {}
     ver.reset()
@@ -203,7 +202,7 @@ def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr:
     return ok, det, fields
 
 
-def check_dense(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, bound: float,
+def check_dense(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, limit: float,
                 rng: random.Random) -> tuple[bool, str, dict[str, Any]]:
     """Part (3) of ``fresh`` (every timing mode): calls right after a dense change of A against
     calls right after a one-element change, both graphs timed in the same rounds with their
@@ -216,14 +215,14 @@ def check_dense(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], lab
     with s:
         a0 = A.data.copy()
     try:
-        return _dense_timed(cp, s, ctx, call, label, bound, rng)
+        return _dense_timed(cp, s, ctx, call, label, limit, rng)
     finally:
         with s:
             A.data[...] = a0
         s.synchronize()
 
 
-def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, bound: float,
+def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, limit: float,
                  rng: random.Random) -> tuple[bool, str, dict[str, Any]]:
     A, B, C = ctx.A, ctx.B, ctx.C
     reps = min(timing.reps_for(timing.estimate_ms(cp, s, call)), ck.FRESH_MAX_REPS)
@@ -235,7 +234,6 @@ def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], la
         vers = {kind: tuple(ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps,
                                         changed_row=p.row) for _ in range(2))
                 for kind, p in (("one", one), ("dense", flip))}
-    limit = ck.verify_limit(bound)
     # compiles and loads the kernels now, never inside a stream capture; a call right after
     # each kind of change must verify (else the check itself is broken on this shape)
     for kind, p in (("one", one), ("dense", flip)):
@@ -272,13 +270,13 @@ def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], la
     return ok, det, fields
 
 
-def dense_checks(sc: ShapeChecks, labels: list[str], bound: float, rng: random.Random,
+def dense_checks(sc: ShapeChecks, labels: list[str], limit: float, rng: random.Random,
                  fields: dict[str, dict[str, Any]] | None = None) -> None:
     """Part (3) of ``fresh`` for every candidate of ``labels`` still ``ok``, charged as ``fresh``
     (with ``fields[label]``, what parts (1) and (2) recorded, when given)."""
     for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
         try:
-            ok, det, got = check_dense(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, label, bound, rng)
+            ok, det, got = check_dense(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, label, limit, rng)
         except Exception as e:
             if is_sticky(e):
                 raise Sticky(f"{label}: {e}", label) from e
@@ -529,13 +527,15 @@ def _per_call_checks(sc: ShapeChecks, iso: PerCallGraphs, raw: dict[str, dict[st
 
 def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[Any],
                   timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
-                  rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None = None) -> None:
+                  rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None = None,
+                  limit: float | None = None) -> None:
     """Memoization by content. Per call, every timed call followed a change of A and was
     verified (``timed_calls``); back to back, the timed calls repeat the same inputs, so the
     fresh check compares them with calls that each follow a change. Part (3) for every candidate
     that passed the rest: from ``dense`` (the per-call rounds' own dense graphs) where it has the
     candidate, else :func:`check_dense` now."""
     dense = dense or {}
+    limit = ck.verify_limit(bound) if limit is None else limit
     passed: dict[str, dict[str, Any]] = {}
     for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
         if timing_mode == "both":
@@ -550,7 +550,7 @@ def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: 
                 continue
             try:
                 ok, det, fields = check_fresh(sc.cp, sc.s, sc.ctx, sc.subjects[label].call, gr,
-                                              timed[label]["median_ms"], bound, rng, sc.nan)
+                                              timed[label]["median_ms"], bound, rng, sc.nan, limit)
             except Exception as e:
                 if is_sticky(e):
                     raise Sticky(f"{label}: {e}", label) from e
@@ -564,7 +564,7 @@ def _fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: 
             sc.charge(label, "fresh", ok, det, **{**fields, **got})
         else:
             passed[label] = fields
-    dense_checks(sc, list(passed), bound, rng, passed)
+    dense_checks(sc, list(passed), limit, rng, passed)
 
 
 def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, replays: int, rng: random.Random,
@@ -597,7 +597,7 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
         iso.close()
     else:
         timed, dense = chained, {}
-    _fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng, dense)
+    _fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng, dense, limit)
     del graphs
     return timed, chained
 
@@ -669,10 +669,10 @@ class ServerVerification:
 
 
 def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_calls: int, rng: random.Random,
-                limit: float, bound: float | None = None) -> dict[str, dict[str, Any]]:
-    """Server-mode timing of ``labels`` with every timed call verified (``timed_calls``), then part
-    (3) of ``fresh`` for the candidates (given the accuracy ``bound``): every server call follows a
-    change of one element of A, as every per-call one does."""
+                limit: float) -> dict[str, dict[str, Any]]:
+    """Server-mode timing of ``labels`` with every timed call verified (``timed_calls``) within
+    ``limit``, then part (3) of ``fresh`` for the candidates: every server call follows a change of
+    one element of A, as every per-call one does."""
     calls = {lb: sc.subjects[lb].call for lb in labels}
     if not calls:
         return {}
@@ -686,6 +686,5 @@ def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_c
         sc.charge(label, "runs", False, foreign_work_detail(busy, "between server calls"))
     for label, (ok, det, fields) in srv.verdicts(limit).items():
         sc.charge(label, "timed_calls", ok, det, **fields)
-    if bound is not None:
-        dense_checks(sc, labels, bound, rng)
+    dense_checks(sc, labels, limit, rng)
     return timed

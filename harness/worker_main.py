@@ -417,11 +417,11 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     chained: dict[str, dict[str, Any]] = {}
     clocks_before = g.nvml.clocks()
     labels = [lb for lb in subjects if sc.timeable(lb)]
-    limit = ck.verify_limit(seeded.bound) if seeded.bound is not None else 0.0
+    limit = ck.verify_limit(seeded.bound, acc) if seeded.bound is not None else 0.0
     if mode == "offline":
         timed, chained = time_offline(g, sc, labels, timing_mode, replays, rng, seeded, limit, subs.errors)
     else:
-        timed = time_server(g, sc, labels, qps, server_calls, rng, limit, seeded.bound)
+        timed = time_server(g, sc, labels, qps, server_calls, rng, limit)
     clocks_after = g.nvml.clocks()
     phases["timing"] = round(time.monotonic() - t_phase, 4)
 

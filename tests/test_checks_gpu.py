@@ -96,6 +96,16 @@ def test_kernel_updating_its_last_product_rejected_by_fresh_back_to_back(ev):
     assert fresh["dense_verified_calls"] >= fresh["dense_reps"], fresh
 
 
+def test_kernel_accumulating_in_fp16_when_timed_fails_graph_replay_back_to_back(ev):
+    """Back to back no timed call is verified on its own: the replay of the timed graph on a
+    poisoned C computes its first call in fp32 and the others in fp16, and is off the bound."""
+    r = ev.evaluate(src("testbad_f16timed"), Shape(512, 512, 2048))
+    assert r.status == "wrong", r.message
+    assert r.check["failed"] == "graph_replay", r.check
+    for c in ("written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic"):
+        assert r.check["checks"][c]["ok"], (c, r.check["checks"][c])
+
+
 def test_kernel_leaving_work_on_the_gpu_fails_runs_and_the_next_one_is_unharmed(ev):
     """testbad_hog's first call leaves a spinning kernel on the legacy default stream: the probe
     after the call waits for it and names it; the next candidate starts on an idle device."""

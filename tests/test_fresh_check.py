@@ -105,6 +105,13 @@ def test_hog_adversary_passes_the_source_policy_and_builds():
     assert res.ok, res.errors
 
 
+def test_f16_when_timed_adversary_builds():
+    """It names nothing a rule could refuse (a look at C and hfma): the timed calls' verification
+    has to catch it (tests/test_timing_gpu.py, tests/test_checks_gpu.py)."""
+    res = build(kernel_source("testbad_f16timed"), arch="sm_90a")
+    assert res.ok, res.errors
+
+
 def test_marker_adversary_builds():
     res = build(kernel_source("testbad_marker"), arch="sm_90a")
     assert res.ok, res.errors
@@ -122,8 +129,10 @@ def test_timegate_adversary_builds(gate, calls):
 
 
 def test_verify_limit_and_verdict():
-    assert ck.verify_limit(1e-4) == ck.VERIFY_ROW_FLOOR
-    assert ck.verify_limit(1e-2) == pytest.approx(ck.VERIFY_ROW_FACTOR * 1e-2)
+    assert ck.verify_limit(1e-4) == ck.VERIFY_ROW_FLOOR["f32"] == ck.verify_limit(1e-4, "f32")
+    assert ck.verify_limit(1e-4, "f16") == ck.VERIFY_ROW_FLOOR["f16"]
+    assert ck.verify_limit(4.1e-4) == pytest.approx(ck.VERIFY_ROW_FACTOR * 4.1e-4)   # the f32 bound on the H200
+    assert ck.verify_limit(1e-2, "f16") == pytest.approx(ck.VERIFY_ROW_FACTOR * 1e-2)
     assert ck.verify_verdict([1e-4] * 12, 12, 0.02) == (True, "")
     ok, det = ck.verify_verdict([1e-4] * 5, 12, 0.02)
     assert not ok and "only 5 of 12" in det
@@ -155,7 +164,7 @@ def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k)
     caught = 0
     for step in range(12):
         honest = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
-        assert _freivalds_row_errors(a, b, honest, x).max() < limit / 10
+        assert _freivalds_row_errors(a, b, honest, x).max() < limit / 3
         i, j = rng.integers(m), rng.integers(k)         # the call after this change is skipped:
         a[i, j] = ck.PERTURB_VALUES[step % len(ck.PERTURB_VALUES)] * (1 if step % 2 else -1)
         caught += _freivalds_row_errors(a, b, honest, x)[i] > limit
@@ -174,3 +183,32 @@ def test_runtime_kernels_compile_with_nvrtc_as_cupy_does(name):
     log = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log)
     assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+
+
+def test_an_fp16_accumulated_c_fails_the_f32_verification_and_passes_the_f16_one():
+    """A kernel can tell a timed call from a checked one (C is poisoned before every checked call,
+    not before a timed one) and accumulate in fp16 only on the timed calls: its rows are then off
+    by ~5e-3 at K = 2048, over the f32 limit (8x the bound, ~3.3e-3) on most rows, while an
+    honest C stays far under it. The f16 limit (for kernels evaluated with fp16 accumulation)
+    admits them."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    m, n, k = 64, 64, 2048
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    x = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), n)
+    acc = np.zeros((m, n), np.float16)
+    for j in range(k):                                   # one fp16 rounding per multiply-add
+        acc = (acc.astype(np.float32) + a[:, j:j + 1].astype(np.float32) * b[j:j + 1].astype(np.float32)
+               ).astype(np.float16)
+    honest = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    f32_limit, f16_limit = ck.verify_limit(4.1e-4), ck.verify_limit(9.4e-3, "f16")
+    rows = _freivalds_row_errors(a, b, acc, x)
+    over = float((rows > f32_limit).mean())
+    assert over >= 0.25
+    # every timed call has SEPARATE_ROWS rows verified, and there are at least 8 (R >= 1 calls per
+    # replay, a warm-up replay and 7 rounds): none of them over the limit is hopeless
+    assert (1 - over) ** (ck.SEPARATE_ROWS * 8) < 1e-9
+    assert rows.max() < f16_limit
+    assert _freivalds_row_errors(a, b, honest, x).max() < f32_limit / 3

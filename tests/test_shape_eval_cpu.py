@@ -186,11 +186,11 @@ def test_every_timing_mode_runs_the_dense_part_of_fresh_after_the_others_pass(mo
 
     calls: list[str] = []
 
-    def fake_dense(cp, s, ctx, call, label, bound, rng):
+    def fake_dense(cp, s, ctx, call, label, limit, rng):
         calls.append(label)
         return (label == "honest"), ("" if label == "honest" else "updates its last product"), {"dense_ms": 9.0}
 
-    def fake_fresh(cp, s, ctx, call, gr, timed_ms, bound, rng, nan):
+    def fake_fresh(cp, s, ctx, call, gr, timed_ms, bound, rng, nan, limit):
         return (gr.label != "memo"), ("" if gr.label != "memo" else "memoized by content"), {"fresh_ms": 1.0}
 
     monkeypatch.setattr(st, "check_dense", fake_dense)

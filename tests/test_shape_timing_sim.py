@@ -95,7 +95,7 @@ def test_per_call_rounds_hold_the_dense_graphs_and_no_separate_check_runs(monkey
 
 def test_server_mode_runs_part_three_after_the_verified_calls():
     gpu, ctx, sc, seeds = _setup(SUBJECTS)
-    st.time_server(gpu, sc, list(SUBJECTS), 1e6, 6, random.Random(3), ck.verify_limit(BOUND), seeds.bound)
+    st.time_server(gpu, sc, list(SUBJECTS), 1e6, 6, random.Random(3), ck.verify_limit(BOUND))
     assert sc.status == {"honest": "ok", "delta": "wrong", "cublas": "ok"}
     assert sc.recs["delta"].failed() == "fresh" and sc.recs["delta"].results["timed_calls"]["ok"]
     assert sc.recs["honest"].results["fresh"]["ok"]
@@ -148,7 +148,7 @@ def test_a_candidate_leaving_work_on_the_gpu_fails_runs_and_is_drained_before_ti
                 "cublas": SUBJECTS["cublas"]}
     gpu, ctx, sc, seeds = _setup(subjects)
     if mode == "server":
-        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(5), ck.verify_limit(BOUND), seeds.bound)
+        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(5), ck.verify_limit(BOUND))
     else:
         st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(5), seeds, ck.verify_limit(BOUND), {})
     assert sc.status == {"honest": "ok", "hog": "wrong", "cublas": "ok"}, sc.recs["hog"].results

@@ -5,6 +5,8 @@
   overlap to lose);
 - every timed call is verified: a kernel that computes only when C is poisoned is rejected in
   server mode and per call;
+- a kernel that accumulates in fp16 only when C is not poisoned (the timed calls) is rejected by
+  the timed calls' verification, per call and in server mode;
 - a kernel that updates its last product where A changed (right on every call) is rejected by
   part (3) of ``fresh`` per call, with both timings and in server mode; an honest one passes it;
 - one subject's failure is its own: an illegal-address candidate, a hanging one and one that
@@ -79,6 +81,22 @@ def test_kernel_that_computes_only_on_poisoned_c_is_rejected_in_every_mode(mode)
         assert good.status == "ok", good.message
         tc = good.check["checks"]["timed_calls"]
         assert tc["ok"] and tc["verified_calls"] >= (10 if mode == "server" else 1)
+
+
+@pytest.mark.parametrize("mode", ["server", "offline"])
+def test_kernel_that_accumulates_in_fp16_only_when_timed_is_rejected(mode):
+    """testbad_f16timed accumulates in fp32 on a poisoned C (every checked call) and in fp16
+    otherwise (the timed calls): the verification of the timed calls, with the f32 limit, names it."""
+    kw = {"server_calls": 10} if mode == "server" else {}
+    with Evaluator(baselines=("cublas",), mode=mode, timeout_s=180, **kw) as ev:
+        bad = ev.evaluate(src("testbad_f16timed"), Shape(512, 512, 2048))
+        assert bad.status == "wrong", bad.message
+        assert bad.check["failed"] == "timed_calls", bad.check
+        checks = bad.check["checks"]
+        for c in ("written", "guards", "inputs", "stale", "accuracy", "exact", "deterministic"):
+            assert checks[c]["ok"], (c, checks[c])
+        tc = checks["timed_calls"]
+        assert tc["verify_worst"] > tc["verify_limit"], tc
 
 
 @pytest.mark.parametrize("mode, timing", [("offline", "isolated"), ("offline", "both"), ("server", None)])
