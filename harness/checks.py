@@ -18,8 +18,9 @@ checks are identical for all.  Named checks, in the order a failure is reported:
                   integers in fp16): output must match the exact reference bit for bit
 ``deterministic`` a second run on the same inputs agrees bit for bit (or, for a source marked
                   ``// l2: nondeterministic``, within the accuracy bound)
-``graph_replay``  after timing, C is poisoned and the timed CUDA graph replayed once; the output
-                  must again pass written/guards/accuracy
+``graph_replay``  after timing, C is poisoned and the timed CUDA graph replayed twice (the second
+                  replay's calls follow an unpoisoned C, as timed calls do); the output must again
+                  pass written/guards/inputs/accuracy
 ``timed_calls``   every timed call is verified (per call and server modes, every subject): it follows a
                   change of one element of A (server mode: and, on a random half of the calls, C
                   poisoned) and rows of its C are checked right after it on the GPU (Freivalds, see

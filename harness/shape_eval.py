@@ -24,6 +24,13 @@ if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
 # --------------------------------------------------------------------------- buffers
 
 
+#: launches of a timed graph in its ``graph_replay`` check. Two: C is poisoned before the first
+#: only, so the calls of the second follow an unpoisoned C as every timed call does. With one, a
+#: graph of one call (R = 1, calls of a millisecond or more) ran only on a poisoned C, and a kernel
+#: that behaves when C is poisoned (it writes its inputs, or accumulates in fp16, otherwise) was
+#: never replayed as it runs when timed
+GRAPH_REPLAYS = 2
+
 #: how long the GPU may stay busy once the caller's stream has finished before a candidate's call
 #: counts as having left work of its own running (an idle device answers in microseconds)
 FOREIGN_WORK_MS = 20.0
@@ -319,14 +326,16 @@ class ShapeChecks:
         self.status[label] = "wrong"
 
     def replay_graph(self, graph: Any, label: str, tag: str, ref: Any, norm: float) -> float:
-        """One more launch of a timed graph, alone, on poisoned C, with what it wrote and
-        overwrote charged to ``graph_replay``; returns C's relative error against ``ref``."""
+        """GRAPH_REPLAYS more launches of a timed graph, alone, C poisoned before the first, with
+        what they wrote and overwrote charged to ``graph_replay``; returns C's relative error
+        against ``ref`` (the reference for the inputs after that many launches)."""
         s = self.s
         self.ctx.reset_guards()   # whatever the interleaved rounds did is charged to nobody: each replay alone
         with s:
             self.ctx.C.data.fill(self.nan)
         try:
-            graph.launch(s)
+            for _ in range(GRAPH_REPLAYS):
+                graph.launch(s)
             s.synchronize()
         except Exception as e:
             if is_sticky(e):

@@ -22,8 +22,8 @@ from . import baselines as bl
 from . import checks as ck
 from . import timing
 from .cuda_errors import Sticky, is_sticky
-from .shape_eval import FOREIGN_WORK_MS, SeedChecks, ShapeChecks, ShapeContext, Subjects, device_busy_ms, \
-    foreign_work_detail
+from .shape_eval import FOREIGN_WORK_MS, GRAPH_REPLAYS, SeedChecks, ShapeChecks, ShapeContext, Subjects, \
+    device_busy_ms, foreign_work_detail
 
 if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
     from .worker_main import Gpu
@@ -448,13 +448,15 @@ class PerCallGraphs:
         sep.reset()
 
     def replay_checks(self, sc: ShapeChecks, a0: Any, bound: float) -> dict[str, tuple[bool, str]]:
-        """Each per-call graph replayed once more from the same start on poisoned C: C must be
-        fully written, the guards and inputs untouched, and C right for the inputs the graph's
-        last call saw (one reference for all: every graph changes A the same way)."""
+        """Each per-call graph replayed GRAPH_REPLAYS times more from the same start, C poisoned
+        before the first: C must be fully written, the guards and inputs untouched, and C right for
+        the inputs the graph's last call saw (one reference for all: every graph changes A the
+        same way)."""
         cp, s, A = self.g.cp, self.g.stream, self.ctx.A
         inputs = sc.inputs
         self._reset(a0, self.sep_base)
-        self.base.graph.launch(s)
+        for _ in range(GRAPH_REPLAYS):   # as many launches as sc.replay_graph makes of each graph
+            self.base.graph.launch(s)
         s.synchronize()
         with s:
             a_final = A.data.copy()
@@ -609,7 +611,12 @@ class ServerVerification:
     """What surrounds every timed server call: before it, one element of A changed and, on a
     random half of the calls, C poisoned (untimed, synchronised); after it, the changed row and
     others verified on the GPU. So a kernel that skips work when C holds its last result, or
-    computes only when C is poisoned, or memoizes by content, fails its own subject."""
+    computes only when C is poisoned, or memoizes by content, fails its own subject.
+
+    The verification reads A as it is after the call, so a call that wrote A (zeroed it, say, and
+    C with it) would verify; ``shadow`` is A as the calls were given it (the same one-element
+    changes, made by a second perturbing kernel on a copy), compared with A after the last call
+    (:meth:`inputs_kept`)."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
                  rng: random.Random, nan: Any, candidates: frozenset[str] | set[str] = frozenset(),
@@ -632,6 +639,11 @@ class ServerVerification:
         s.synchronize()
         for v in self.vers.values():
             v.reset()
+        self.A = ctx.A
+        with s:
+            self.shadow = ctx.A.data.copy()
+            self.shadow_pert = ck.Perturber(cp, self.shadow, s)
+            self.shadow_pert.counter[...] = self.pert.counter   # the same changes from here on
 
     def before(self, label: str, poison: bool) -> None:
         # every call starts on an idle device: work a candidate's call left running on another
@@ -647,6 +659,7 @@ class ServerVerification:
             for lb, ms in blamed.items():
                 self.foreign[lb] = max(ms, self.foreign.get(lb, 0.0))
         self.pert.step()
+        self.shadow_pert.step()
         if poison:
             with self.s:
                 self.C.data.fill(self.nan)
@@ -654,6 +667,16 @@ class ServerVerification:
     def after(self, label: str) -> None:
         self.vers[label].step()
         self.last = label
+
+    def inputs_kept(self) -> int:
+        """How many elements of A differ from what the calls were given (A is restored to it)."""
+        cp = self.cp
+        with self.s:
+            changed = int(cp.count_nonzero(self.A.data.view(cp.uint16) != self.shadow.view(cp.uint16)))
+            if changed:
+                self.A.data[...] = self.shadow
+        self.s.synchronize()
+        return changed
 
     def verdicts(self, limit: float) -> dict[str, tuple[bool, str, dict[str, Any]]]:
         self.s.synchronize()
@@ -684,6 +707,11 @@ def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_c
                           before=srv.before, after=srv.after)
     for label, busy in srv.foreign.items():
         sc.charge(label, "runs", False, foreign_work_detail(busy, "between server calls"))
+    moved = srv.inputs_kept()
+    if moved:   # which call wrote A is not known: every candidate (the libraries leave their inputs)
+        for label in srv.candidates:
+            sc.charge(label, "inputs", False, f"the server calls wrote their inputs: {moved} elements of A "
+                                              "differ from what they were given")
     for label, (ok, det, fields) in srv.verdicts(limit).items():
         sc.charge(label, "timed_calls", ok, det, **fields)
     dense_checks(sc, labels, limit, rng)

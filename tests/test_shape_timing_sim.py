@@ -165,3 +165,56 @@ def test_a_call_in_the_checks_that_leaves_work_fails_runs_at_once():
     assert sc.run(subj) is None and "hog" not in sc.alive
     assert "stayed busy" in sc.recs["hog"].results["runs"]["detail"]
     assert sc.run(lib) == 0
+
+
+def _zeroes_a_when_c_is_clean(gpu, ctx):
+    """Multiplies (2 ms) on a poisoned C (every checked call) and on inputs it saw last time (the
+    estimate of the call's time: so every graph holds one call); on a clean C after a change of A
+    (the timed calls) zeroes A and C, which the timed calls' own verification (C[r] x against
+    A[r] (B x) on A as it is now) cannot see."""
+    last: dict[str, np.ndarray] = {}
+
+    def op() -> float:
+        a = np.array(ctx.A.data)
+        same = "a" in last and np.array_equal(a.view(np.uint16), last["a"].view(np.uint16))
+        last["a"] = a
+        if np.isnan(float(ctx.C.data[0, 0])) or same:
+            ctx.C.data[...] = (np.asarray(a, np.float32) @ np.asarray(ctx.B.data, np.float32)).astype(np.float16)
+            return 2.0
+        ctx.A.data[...] = 0
+        ctx.C.data[...] = 0
+        last["a"] = np.array(ctx.A.data)
+        return 0.01
+
+    def call() -> int:
+        gpu.stream.launch(op)
+        return 0
+
+    return call
+
+
+@pytest.mark.parametrize("mode", ["isolated", "both"])
+def test_a_kernel_writing_its_inputs_on_unpoisoned_calls_fails_the_graph_replay_even_with_one_call(mode):
+    """Its estimate (2 ms) makes every per-call graph hold one call (R = 1): a single replay on a
+    poisoned C would never show what its timed calls do; the second replay does. (Back to back its
+    timed calls repeat their inputs, and it multiplies: nothing to catch there.)"""
+    subjects = {"zero": ("candidate", _zeroes_a_when_c_is_clean),
+                "cublas": ("baseline", lambda gpu, ctx: gpusim.honest(gpu, ctx, 2.0))}
+    gpu, ctx, sc, seeds = _setup(subjects)
+    st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(6), seeds, ck.verify_limit(BOUND), {})
+    rec = sc.recs["zero"]
+    assert sc.status["zero"] == "wrong" and rec.failed() == "inputs", rec.results
+    assert "graph replay" in rec.results["inputs"]["detail"], rec.results["inputs"]
+    assert sc.status["cublas"] == "ok", sc.recs["cublas"].results
+
+
+def test_server_calls_that_write_their_inputs_fail_inputs():
+    """In server mode every call is verified against A as it is after the call; the shadow copy of
+    A, changed as the calls were given it, shows a call that wrote A (and the libraries pass)."""
+    subjects = {"zero": ("candidate", _zeroes_a_when_c_is_clean),
+                "cublas": ("baseline", lambda gpu, ctx: gpusim.honest(gpu, ctx, 2.0))}
+    gpu, ctx, sc, seeds = _setup(subjects)
+    st.time_server(gpu, sc, list(subjects), 1e6, 8, random.Random(7), ck.verify_limit(BOUND))
+    rec = sc.recs["zero"]
+    assert sc.status == {"zero": "wrong", "cublas": "ok"}, rec.results
+    assert rec.failed() == "inputs" and "server calls wrote their inputs" in rec.results["inputs"]["detail"]
