@@ -182,7 +182,7 @@ def test_every_timing_mode_runs_the_dense_part_of_fresh_after_the_others_pass(mo
     (back to back) or the per-call/back-to-back comparison (both) passed, and its failure is
     charged as `fresh` with what the earlier parts recorded; a baseline never gets it; a candidate
     that failed an earlier part is not checked again."""
-    from harness import shape_timing as st
+    from harness import shape_fresh as sf
 
     calls: list[str] = []
 
@@ -193,8 +193,8 @@ def test_every_timing_mode_runs_the_dense_part_of_fresh_after_the_others_pass(mo
     def fake_fresh(cp, s, ctx, call, gr, timed_ms, bound, rng, nan, limit):
         return (gr.label != "memo"), ("" if gr.label != "memo" else "memoized by content"), {"fresh_ms": 1.0}
 
-    monkeypatch.setattr(st, "check_dense", fake_dense)
-    monkeypatch.setattr(st, "check_fresh", fake_fresh)
+    monkeypatch.setattr(sf, "check_dense", fake_dense)
+    monkeypatch.setattr(sf, "check_fresh", fake_fresh)
     subjects = {lb: _subject(lb, lambda: 0) for lb in ("honest", "delta", "memo")}
     subjects["cublas"] = bl.Subject("cublas", lambda: 0, kind="baseline")
     sc, _ = _checks(subjects)
@@ -208,7 +208,7 @@ def test_every_timing_mode_runs_the_dense_part_of_fresh_after_the_others_pass(mo
     # per call (isolated, both) part (3) comes from the timing rounds' own dense graphs where a
     # candidate has one; check_dense runs only for the others
     rounds = {"delta": (False, "updates its last product", {"dense_ms": 9.0})} if mode != "chained" else None
-    st._fresh_checks(sc, labels, mode, graphs, timed, chained, 1e-3, None, rounds)
+    sf.fresh_checks(sc, labels, mode, graphs, timed, chained, 1e-3, None, rounds)
     memo_caught = mode != "isolated"     # per call only, memo's 5x is no earlier part's business
     assert calls == ["honest"] + (["delta"] if rounds is None else []) + ([] if memo_caught else ["memo"])
     assert sc.status["honest"] == "ok" and sc.recs["honest"].results["fresh"]["ok"]

@@ -17,6 +17,7 @@ import pytest
 
 from harness import baselines as bl
 from harness import checks as ck
+from harness import shape_fresh as sf
 from harness import shape_timing as st
 from harness.shape_eval import SeedChecks, ShapeChecks
 
@@ -80,7 +81,7 @@ def test_offline_timing_rejects_the_delta_subject_by_part_three_only(mode):
 def test_per_call_rounds_hold_the_dense_graphs_and_no_separate_check_runs(monkeypatch):
     """Per call, part (3) comes from dense graphs timed in the headline's own rounds."""
     ran: list[str] = []
-    monkeypatch.setattr(st, "check_dense", lambda *a, **k: ran.append(a[4]) or (True, "", {}))
+    monkeypatch.setattr(sf, "check_dense", lambda *a, **k: ran.append(a[4]) or (True, "", {}))
     seen: list[list[str]] = []
     offline = st.timing.offline
     monkeypatch.setattr(st.timing, "offline",
