@@ -30,7 +30,9 @@ METHOD_ISOLATED = ("offline, per call: per subject a CUDA graph of R steps, each
                    "verification of its C; a base graph of R separator+verification steps replayed in the same "
                    "rounds is subtracted round by round (R the same for all subjects, so one replay >= 1 ms); one "
                    "warm-up replay, then {replays} rounds with graphs in random order, each replay timed with CUDA "
-                   "events; median per call; every timed call verified")
+                   "events; median per call; every timed call verified; each candidate's graph has a twin whose "
+                   "steps also flip the signs of a random half of A before the call (the fresh check's dense "
+                   "part), replayed in the same rounds and not part of any time")
 METHOD_CHAINED = ("offline, back to back: per subject a CUDA graph of R back-to-back calls (R so one replay >= 1 ms), "
                   "one warm-up replay, then {replays} rounds with subjects in random order, each replay timed "
                   "with CUDA events; median per call (call i+1 may overlap call i when launched with PDL: a "
