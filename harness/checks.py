@@ -473,27 +473,33 @@ def sparse_change(cp: Any, a: Any, rng: Any, count: int = FRESH_SPARSE, value: f
     return len(idx)
 
 
+def _cost_verdict(ref_ms: float, ms: float, ratio: float, slack_ms: float, unusable: str,
+                  over: str) -> tuple[bool, str]:
+    """``ms`` <= ``ratio`` x ``ref_ms`` + ``slack_ms``: (True, ""), else (False, ``over``); (False,
+    ``unusable``) when either time is not a positive finite number."""
+    if not (math.isfinite(ref_ms) and math.isfinite(ms)) or ref_ms <= 0:
+        return False, unusable
+    return (True, "") if ms <= ratio * ref_ms + slack_ms else (False, over)
+
+
 def dense_verdict(one_ms: float, dense_ms: float, ratio: float = FRESH_RATIO,
                   slack_ms: float = FRESH_SLACK_MS) -> tuple[bool, str]:
     """Part (3) of ``fresh``: is a call right after a dense change of A (``dense_ms``) within reach
     of a call right after a one-element change (``one_ms``), both timed in the same rounds?"""
-    if not (math.isfinite(one_ms) and math.isfinite(dense_ms)) or one_ms <= 0:
-        return False, f"dense-change timing unusable (one-element {one_ms!r} ms, dense {dense_ms!r} ms)"
-    if dense_ms <= ratio * one_ms + slack_ms:
-        return True, ""
-    return False, (f"a call right after every element of A could have changed took {dense_ms * 1e3:.1f} us against "
-                   f"{one_ms * 1e3:.1f} us right after a one-element change (> {ratio:g}x + {slack_ms * 1e3:g} us): "
-                   "the calls update their last product where the inputs changed instead of computing it "
-                   "(memoized by content?)")
+    return _cost_verdict(
+        one_ms, dense_ms, ratio, slack_ms,
+        f"dense-change timing unusable (one-element {one_ms!r} ms, dense {dense_ms!r} ms)",
+        f"a call right after every element of A could have changed took {dense_ms * 1e3:.1f} us against "
+        f"{one_ms * 1e3:.1f} us right after a one-element change (> {ratio:g}x + {slack_ms * 1e3:g} us): the calls "
+        "update their last product where the inputs changed instead of computing it (memoized by content?)")
 
 
 def fresh_verdict(timed_ms: float, fresh_ms: float, ratio: float = FRESH_RATIO,
                   slack_ms: float = FRESH_SLACK_MS) -> tuple[bool, str]:
     """Is a call right after an input change (``fresh_ms``) within reach of a timed call?"""
-    if not (math.isfinite(timed_ms) and math.isfinite(fresh_ms)) or timed_ms <= 0:
-        return False, f"fresh-input timing unusable (timed {timed_ms!r} ms, fresh {fresh_ms!r} ms)"
-    if fresh_ms <= ratio * timed_ms + slack_ms:
-        return True, ""
-    return False, (f"a call right after A changed took {fresh_ms * 1e3:.1f} us against {timed_ms * 1e3:.1f} us in "
-                   f"the timed graph (> {ratio:g}x + {slack_ms * 1e3:g} us): the timed calls skip work while the "
-                   "inputs stay the same (memoized by content?)")
+    return _cost_verdict(
+        timed_ms, fresh_ms, ratio, slack_ms,
+        f"fresh-input timing unusable (timed {timed_ms!r} ms, fresh {fresh_ms!r} ms)",
+        f"a call right after A changed took {fresh_ms * 1e3:.1f} us against {timed_ms * 1e3:.1f} us in the timed "
+        f"graph (> {ratio:g}x + {slack_ms * 1e3:g} us): the timed calls skip work while the inputs stay the same "
+        "(memoized by content?)")
