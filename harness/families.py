@@ -258,6 +258,8 @@ KSPLIT = Family(
         Knob("PDL", ("0", "1"), "programmatic dependent launch"),
         Knob("MMA_DEPTH", ("0", "1"), "wgmma batches kept in flight past the one just issued"),
         Knob("WG_K", _V(1, 2), "sets of consumer warpgroups sharing a tile's K inside the CTA (2: two wgmma chains)"),
+        Knob("RELEASE", ("RELEASE_BY_THREAD", "RELEASE_BY_WARP"),
+             "who frees a stage for the producer: every consumer thread, or lane 0 of each consumer warp"),
     ),
 )
 
@@ -760,6 +762,7 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
     if fam.name == "sm90_ksplit":
         extra = ("-rn" if k["RASTER"] == "RASTER_ALONG_N" else "") + ("-d0" if k["MMA_DEPTH"] == "0" else "")
         extra += f"-wk{k['WG_K']}" if k.get("WG_K", "1") != "1" else ""
+        extra += "-rw" if k.get("RELEASE", "RELEASE_BY_THREAD") == "RELEASE_BY_WARP" else ""
         if k.get("GROUPS", "1") != "1":
             extra = ("-ga" if k["GROUPS"] == "0" else f"-g{k['GROUPS']}") + extra
         return f"ksp-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-s{k['STAGES']}-ck{k['CLUSTER_K']}{extra}{acc}"
@@ -796,13 +799,16 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=1) -> dict[str, str]:
+def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=1,
+         release="RELEASE_BY_THREAD") -> dict[str, str]:
     k = {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": "64", "STAGES": str(st), "CLUSTER_K": str(ck),
          "RASTER": raster, "PDL": str(pdl), "MMA_DEPTH": str(depth)}
     if groups != 1:
         k["GROUPS"] = str(groups)
     if wgk != 1:
         k["WG_K"] = str(wgk)
+    if release != "RELEASE_BY_THREAD":
+        k["RELEASE"] = release
     return k
 
 

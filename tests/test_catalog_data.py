@@ -17,8 +17,8 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "4cb8f69247245d4ecaf0fa1529091dc03b58a3849b3f11aa3b3ca3a22a6b35f3"
-SIZES = {("f32", "sm_90a"): 463, ("f32", "sm_80"): 82, ("f32", None): 463,
+CATALOG_FINGERPRINT = "a7e11435608265b925fd0d8186c008d8055b383e56549a2b026fe228aa8a0046"
+SIZES = {("f32", "sm_90a"): 472, ("f32", "sm_80"): 82, ("f32", None): 472,
          ("f16", "sm_90a"): 31, ("f16", "sm_80"): 12, ("f16", None): 31}
 
 

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from harness import families as F
+from harness.paths import PACKAGE_DIR
 from harness.shapes import Shape
 
 
@@ -434,8 +435,34 @@ def test_ksplit_two_consumer_sets_rules_names_and_threads():
         assert any("multiple of WG_K" in p for p in F.validate("sm90_ksplit", {**base, "STAGES": stages})), stages
     assert F.validate("sm90_ksplit", {**base, "STAGES": "12"}) == []
     assert F.validate("sm90_ksplit", {**base, "WG_K": "1", "STAGES": "3"}) == []
-    wk = [c for c in F.catalog("f32", "sm_90a") if c.family == "sm90_ksplit" and c.knob_dict["WG_K"] == "2"]
+    wk = [c for c in F.catalog("f32", "sm_90a") if c.family == "sm90_ksplit" and c.knob_dict["WG_K"] == "2"
+          and c.knob_dict["RELEASE"] == "RELEASE_BY_THREAD"]
     assert len(wk) == 12 and all(c.knob_dict["PDL"] == "0" for c in wk)
+
+
+def _committed_configs() -> dict:
+    import json
+
+    return json.loads((PACKAGE_DIR.parent / "results" / "h200" / "winners-f32.json").read_text())["configs"]
+
+
+def test_ksplit_release_by_warp_names_defaults_and_catalog():
+    """RELEASE: every consumer thread frees a stage (the default, what every measured render ran)
+    or lane 0 of each consumer warp (tag -rw); the catalog holds the committed winners' sm90_ksplit
+    configurations with it, launched without PDL."""
+    base = {**F.KSPLIT.defaults(), "TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "2"}
+    assert base["RELEASE"] == "RELEASE_BY_THREAD"
+    by_warp = {**base, "RELEASE": "RELEASE_BY_WARP"}
+    assert F.validate("sm90_ksplit", by_warp) == []
+    assert F.config_name("sm90_ksplit", by_warp) == "ksp-64x64x64-s8-ck2-rw"
+    assert F.config_name("sm90_ksplit", base) == "ksp-64x64x64-s8-ck2"
+    assert F.geometry("sm90_ksplit", by_warp).threads == F.geometry("sm90_ksplit", base).threads
+    assert "#define RELEASE RELEASE_BY_WARP" in F.render("sm90_ksplit", by_warp)
+    assert any("RELEASE" in p for p in F.validate("sm90_ksplit", {**base, "RELEASE": "RELEASE_BY_CTA"}))
+    rw = {c.name for c in F.catalog("f32", "sm_90a")
+          if c.family == "sm90_ksplit" and c.knob_dict["RELEASE"] == "RELEASE_BY_WARP"}
+    committed = {n for n, c in _committed_configs().items() if c["family"] == "sm90_ksplit"}
+    assert {n.replace("-nopdl", "-rw-nopdl") for n in committed} <= rw and len(rw) == 9
 
 
 def test_ksplit_groups_geometry_mirrors_the_host_rule():
@@ -474,7 +501,11 @@ def test_ksplit_groups_geometry_mirrors_the_host_rule():
                                    {"TILE_M": "64", "TILE_N": "64", "STAGES": "12", "CLUSTER_K": "1", "WG_K": "2"},
                                    {"TILE_M": "128", "TILE_N": "128", "STAGES": "4", "CLUSTER_K": "1", "WG_K": "2"},
                                    {"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "2", "WG_K": "2",
-                                    "GROUPS": "0"}])
+                                    "GROUPS": "0"},
+                                   {"TILE_M": "64", "TILE_N": "64", "STAGES": "8", "CLUSTER_K": "1",
+                                    "WG_K": "2", "RELEASE": "RELEASE_BY_WARP"},
+                                   {"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "4",
+                                    "RELEASE": "RELEASE_BY_WARP", "MMA_DEPTH": "0"}])
 def test_ksplit_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     """The WGMMA mainloop, the TMA descriptors and the cluster reduction compile for sm_90a with
     no register spills (a 64x256 tile keeps 128 fp32 accumulators per thread; with WG_K 2 a 128x128

@@ -408,6 +408,20 @@ def test_ksplit_two_consumer_sets_shallowest_ring_passes_every_check(evaluator):
     _assert_ksplit_runs_pass(evaluator, runs, KSPLIT_WGK_SHAPES)
 
 
+def test_ksplit_release_by_warp_passes_every_check(evaluator):
+    """RELEASE_BY_WARP (lane 0 of each consumer warp frees a stage): every catalog entry passes
+    every check on the ksplit shapes, and the shallowest ring releasing at once (MMA_DEPTH 0,
+    4 stages, where a stage freed too early would be overwritten under a wgmma still reading it)."""
+    cfgs = [c for c in F.catalog("f32", "sm_90a")
+            if c.family == "sm90_ksplit" and c.knob_dict.get("RELEASE") == "RELEASE_BY_WARP"]
+    assert len(cfgs) >= 9
+    runs = [(c.name, c.source()) for c in cfgs]
+    for depth in (0, 1):
+        knobs = F._ksp(64, 64, 4, 1, depth=depth, release="RELEASE_BY_WARP")
+        runs.append((F.config_name("sm90_ksplit", knobs), F.render("sm90_ksplit", knobs)))
+    _assert_ksplit_runs_pass(evaluator, runs, KSPLIT_WGK_SHAPES)
+
+
 #: GROUPS > 1: one tile with a K that is no multiple of 64, partial tiles with a long K, a mid K,
 #: and a K so short that the auto rule is held back by the two-k-tiles-per-CTA floor
 KSPLIT_GROUP_SHAPES = [Shape(64, 64, 12296), Shape(136, 200, 16392), Shape(264, 128, 4104), Shape(128, 128, 520)]

@@ -56,6 +56,11 @@
 //                                       ring, a set could wait on a stage's full barrier while the
 //                                       other set's earlier load there is still landing, and see an
 //                                       older phase of the same parity as complete)
+//   RELEASE    RELEASE_BY_THREAD,       who tells the producer a stage is free: every consumer
+//              RELEASE_BY_WARP          thread arrives on the stage's empty barrier, or lane 0 of
+//                                       each consumer warp once its warp is past the wgmma wait
+//                                       (32x fewer shared-memory arrivals per k-tile; CUTLASS's
+//                                       pipelines arrive once per consumer warpgroup)
 //   PDL        0, 1                     programmatic dependent launch: griddepcontrol.wait before
 //                                       the first global access, launch_dependents after the
 //                                       mainloop
@@ -76,6 +81,8 @@
 #define RASTER_ALONG_M 1
 #define RASTER_ALONG_N 2
 #define ACC_F32 1
+#define RELEASE_BY_THREAD 1
+#define RELEASE_BY_WARP 2
 
 // l2: knobs begin
 #define TILE_M 64
@@ -89,6 +96,7 @@
 #define PDL 1
 #define MMA_DEPTH 1
 #define WG_K 1
+#define RELEASE RELEASE_BY_THREAD
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
@@ -121,6 +129,7 @@ static_assert(STAGES > WG_K && STAGES % WG_K == 0,
               "STAGES > WG_K (a set of consumers holds a stage while it waits for its next) and a multiple of "
               "WG_K (each stage then serves one set, whose waits on its full barrier never alias a phase "
               "an earlier load of the other set's has yet to complete)");
+static_assert(RELEASE == RELEASE_BY_THREAD || RELEASE == RELEASE_BY_WARP, "RELEASE is RELEASE_BY_THREAD or RELEASE_BY_WARP");
 static_assert(GROUPS == 0 || GROUPS == 1 || GROUPS == 2 || GROUPS == 4 || GROUPS == 8 || GROUPS == 16 ||
               GROUPS == 32 || GROUPS == 64, "GROUPS is 0 (auto), 1, 2, 4, 8, 16, 32 or 64");
 constexpr int kMaxGroups = 64;
@@ -132,6 +141,8 @@ using T = cutlass::half_t;
 constexpr int kWarpgroups = TILE_M / 64;        // of one tiled MMA: one per 64 rows
 constexpr int kMmaThreads = 128 * kWarpgroups;  // one set of consumers (one k-group)
 constexpr int kThreads = kMmaThreads * WG_K;    // all consumers; one producer warp more
+// arrivals that free a stage: its k-group's consumer threads, or their warps
+constexpr int kReleaseArrivals = RELEASE == RELEASE_BY_WARP ? kMmaThreads / 32 : kMmaThreads;
 constexpr int kLdC = TILE_N + 8;  // fp32 row of the partial tile: float4-aligned, and the float2 stores of
                                   // 4 rows x 8 columns per warp hit 32 distinct banks
 
@@ -210,7 +221,7 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
     cute::prefetch_tma_descriptor(tma_b.get_tma_descriptor());
     for (int s = 0; s < STAGES; ++s) {
       FullBarrier::init(&ss.full[s], 1);
-      EmptyBarrier::init(&ss.empty[s], kMmaThreads);  // one k-group consumes a stage
+      EmptyBarrier::init(&ss.empty[s], kReleaseArrivals);  // one k-group consumes a stage
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -231,6 +242,13 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
       }
     }
   }
+
+  // a consumer is done reading a stage (its warp is past the wgmma wait that covers it): tell the
+  // producer, once per thread or once per warp (wgmma.wait_group is warp-wide, so lane 0 speaks
+  // for its warp)
+  auto release = [&](int stage) {
+    if (RELEASE == RELEASE_BY_THREAD || (threadIdx.x & 31) == 0) EmptyBarrier::arrive(&ss.empty[stage]);
+  };
 
   TiledMma mma;
   // k-group kg runs k-tiles kg, kg + WG_K, ...; its threads hold the same elements of the tile as
@@ -254,11 +272,11 @@ ksplit_kernel(__grid_constant__ const TmaA tma_a, __grid_constant__ const TmaB t
 #if MMA_DEPTH == 1
       warpgroup_wait<1>();  // the previous k-tile's wgmma is done: release its stage
       warpgroup_fence_operand(acc);
-      if (i >= WG_K) EmptyBarrier::arrive(&ss.empty[(i - WG_K) % STAGES]);  // this k-group's previous
+      if (i >= WG_K) release((i - WG_K) % STAGES);  // this k-group's previous
 #else
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc);
-      EmptyBarrier::arrive(&ss.empty[s]);
+      release(s);
 #endif
     }
     warpgroup_wait<0>();
