@@ -18,6 +18,7 @@ from . import timing
 from .cuda_errors import Sticky, is_sticky
 from .shape_eval import FOREIGN_WORK_MS, ShapeChecks, ShapeContext, device_busy_ms, foreign_work_detail
 
+
 def _fresh_replay(cp: Any, s: Any, ctx: ShapeContext, gr: Any, bound: float, rng: random.Random,
                   nan: Any) -> tuple[str | None, float]:
     """Part (1) of ``fresh``: a few elements of A changed in place, the timed graph replayed on
@@ -171,9 +172,9 @@ def dense_checks(sc: ShapeChecks, labels: list[str], limit: float, rng: random.R
 
 
 def fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[Any],
-                  timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
-                  rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None = None,
-                  limit: float | None = None) -> None:
+                 timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
+                 rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None = None,
+                 limit: float | None = None) -> None:
     """Memoization by content. Per call, every timed call followed a change of A and was
     verified (``timed_calls``); back to back, the timed calls repeat the same inputs, so the
     fresh check compares them with calls that each follow a change. Part (3) for every candidate
