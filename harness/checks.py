@@ -366,9 +366,10 @@ class SignFlipper:
         self.m = int(a.shape[0])
         self.salt = int(salt) & 0xFFFFFFFF
         self.blocks = max(1, min(FLIP_MAX_BLOCKS, (self.n // 2 + FLIP_THREADS - 1) // FLIP_THREADS))
-        self.counter = cp.zeros(1, dtype=cp.uint32)
-        self.arrived = cp.zeros(1, dtype=cp.uint32)
-        self.row = cp.zeros(1, dtype=cp.uint32)
+        with stream:  # zeroed in stream order before the first launch (the stream does not wait for others)
+            self.counter = cp.zeros(1, dtype=cp.uint32)
+            self.arrived = cp.zeros(1, dtype=cp.uint32)
+            self.row = cp.zeros(1, dtype=cp.uint32)
 
     def step(self) -> int:
         cp = self.cp
