@@ -104,7 +104,7 @@ PERTURB_VALUES = (16.0, 24.0, 32.0)
 # ~3.3e-3 (the bound is ~4.1e-4): the 1,000 committed winners' worst verified row was 9.6e-4
 # (2.3x the bound, kernels-offline.json), and a kernel that accumulates in fp16 on the timed calls
 # only (it can tell them by C not being poisoned) leaves rows at ~5e-3 from K ~ 512 up, ~1e-2 at
-# long K: a floor of 0.02 there let it through. B x is computed once (B does not change;
+# long K: the fp16 floor of 0.02 would let it through. B x is computed once (B does not change;
 # recomputed after the graph to be sure): verifying every row each step read all of A, B and C
 # between calls, evicted the operands from L2 and made honest calls on 32 MB operands look 2-3x
 # slower in the fresh graph (false rejections of honest kernels)

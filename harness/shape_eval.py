@@ -26,9 +26,9 @@ if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
 
 #: launches of a timed graph in its ``graph_replay`` check. Two: C is poisoned before the first
 #: only, so the calls of the second follow an unpoisoned C as every timed call does. With one, a
-#: graph of one call (R = 1, calls of a millisecond or more) ran only on a poisoned C, and a kernel
-#: that behaves when C is poisoned (it writes its inputs, or accumulates in fp16, otherwise) was
-#: never replayed as it runs when timed
+#: graph of one call (R = 1, calls of a millisecond or more) would run only on a poisoned C, and a
+#: kernel that behaves when C is poisoned (and writes its inputs, or accumulates in fp16,
+#: otherwise) would never be replayed as it runs when timed
 GRAPH_REPLAYS = 2
 
 #: how long the GPU may stay busy once the caller's stream has finished before a candidate's call
