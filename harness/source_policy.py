@@ -4,7 +4,9 @@ Why: the checks and the timing run a kernel the way the benchmark will, and a ke
 tell when it is being captured into a CUDA graph, read the environment or a file,
 start host threads or streams of its own, read the GPU's global timer (how long ago it last ran
 tells back-to-back timed calls apart), or hand the GEMM to cuBLAS, can behave differently
-when measured than when used (or measure NVIDIA's library instead of itself). None of these has
+when measured than when used (or measure NVIDIA's library instead of itself); one that changes
+state outliving the call (an L2 access-policy window on the caller's stream, the device's L2
+set-aside or limits) acts on the libraries timed after it. None of these has
 a use in an HGEMM call under the kernel ABI (all work enqueued on the caller's stream, no waits),
 so the build refuses them with the line and the reason, like a compile error the debugger can
 fix.
@@ -61,6 +63,17 @@ RULES: tuple[Rule, ...] = (
        r"\bcudaStreamCreate\w*\b|\bcuStreamCreate\w*\b|\bcudaStreamPerThread\b|\bcudaStreamLegacy\b"
        r"|\bcudaLaunchHostFunc\b|\bcudaStreamAddCallback\b",
        "uses a stream or host callback of its own: work off the caller's `stream` escapes its timing"),
+    _r("lasting-state",
+       r"\bcuda(StreamSetAttribute|StreamCopyAttributes|CtxResetPersistingL2Cache|DeviceSetLimit"
+       r"|DeviceSetCacheConfig|DeviceSetSharedMemConfig|DeviceSetMemPool|DeviceSetGraphMemAttribute|SetDevice"
+       r"|SetDeviceFlags|DeviceReset)\b"
+       r"|\bcu(StreamSetAttribute|StreamCopyAttributes|CtxResetPersistingL2Cache|CtxSetLimit|CtxSetCacheConfig"
+       r"|CtxSetSharedMemConfig|DeviceSetMemPool|CtxSetCurrent|CtxPushCurrent|CtxPopCurrent|DevicePrimaryCtxReset"
+       r"|DevicePrimaryCtxSetFlags)\w*\b",
+       "changes state that outlives the call (the caller's stream attributes, such as an L2 access-policy "
+       "window, the device's limits, L2 set-aside or cache split, the current device or context): it would act on "
+       "whatever runs next, the libraries it is compared with included; per-launch attributes "
+       "(cudaLaunchKernelEx) and the kernel's own function attributes are the ways a GEMM sets what it needs"),
     _r("host-io",
        r"(?<![\w.>])(?:(?:secure_)?getenv|environ|__environ|setenv|putenv|unsetenv|clearenv"
        r"|f?open(?:64)?|openat2?|freopen|fdopen|creat|unlink(?:at)?|remove|rename(?:at2?)?|rmdir|mkdir|mkfifo"

@@ -28,6 +28,13 @@ def with_call(line: str) -> str:
     ("cudaStreamSynchronize((cudaStream_t)stream);", "host-sync"),
     ("cudaStream_t mine; cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking);", "own-stream"),
     ("stream = cudaStreamPerThread;", "own-stream"),
+    ("cudaStreamAttrValue v = {}; cudaStreamSetAttribute((cudaStream_t)stream, "
+     "cudaStreamAttributeAccessPolicyWindow, &v);", "lasting-state"),
+    ("cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);", "lasting-state"),
+    ("cudaCtxResetPersistingL2Cache();", "lasting-state"),
+    ("cudaDeviceSetCacheConfig(cudaFuncCachePreferL1);", "lasting-state"),
+    ("cudaSetDevice(1);", "lasting-state"),
+    ("cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0);", "lasting-state"),
     ("const char* e = getenv(\"L2TUI_CACHE_DIR\");", "host-io"),
     ("FILE* f = fopen(\"/tmp/answers.bin\", \"rb\");", "host-io"),
     ("system(\"true\");", "process"),
