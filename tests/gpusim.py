@@ -311,3 +311,25 @@ def delta(gpu: SimGpu, ctx: SimpleNamespace, gemm_ms: float, diff_ms: float, cap
         return 0
 
     return call
+
+
+def memo(gpu: SimGpu, ctx: SimpleNamespace, gemm_ms: float, hash_ms: float) -> Callable[[], int]:
+    """testbad_memo's strategy: hash all of A and B (``hash_ms``) and copy the cached C when they
+    are what the last multiply saw, else multiply in full (``gemm_ms`` more)."""
+    cache: dict[str, Any] = {}
+
+    def op() -> float:
+        key = (np.array(ctx.A.data).tobytes(), np.array(ctx.B.data).tobytes())
+        if cache.get("key") != key:
+            cache["key"] = key
+            cache["c"] = (np.asarray(ctx.A.data, np.float32) @ np.asarray(ctx.B.data, np.float32)).astype(np.float16)
+            ctx.C.data[...] = cache["c"]
+            return hash_ms + gemm_ms
+        ctx.C.data[...] = cache["c"]
+        return hash_ms
+
+    def call() -> int:
+        gpu.stream.launch(op)
+        return 0
+
+    return call

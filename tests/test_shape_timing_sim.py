@@ -219,3 +219,18 @@ def test_server_calls_that_write_their_inputs_fail_inputs():
     rec = sc.recs["zero"]
     assert sc.status == {"zero": "wrong", "cublas": "ok"}, rec.results
     assert rec.failed() == "inputs" and "server calls wrote their inputs" in rec.results["inputs"]["detail"]
+
+
+def test_back_to_back_a_content_memo_fails_part_two_and_part_three_is_not_reached():
+    """Back to back the timed calls repeat their inputs, so a kernel that hashes them and copies
+    its cached C times as a hash; part (2), calls after a one-element change, costs it a multiply
+    each: failed by its timing, with the numbers recorded, and part (3) never runs for it."""
+    subjects = {"memo": ("candidate", lambda gpu, ctx: gpusim.memo(gpu, ctx, gemm_ms=0.050, hash_ms=0.005)),
+                "honest": SUBJECTS["honest"], "cublas": SUBJECTS["cublas"]}
+    gpu, ctx, sc, seeds = _setup(subjects)
+    st.time_offline(gpu, sc, list(subjects), "chained", 3, random.Random(8), seeds, ck.verify_limit(BOUND), {})
+    assert sc.status == {"memo": "wrong", "honest": "ok", "cublas": "ok"}
+    fresh = sc.recs["memo"].results["fresh"]
+    assert "memoized by content" in fresh["detail"] and "dense_ms" not in fresh, fresh
+    assert fresh["fresh_ms"] == pytest.approx(0.055, rel=0.05) and fresh["same_ms"] == pytest.approx(0.005)
+    assert sc.recs["honest"].results["fresh"]["ok"] and "dense_ms" in sc.recs["honest"].results["fresh"]
