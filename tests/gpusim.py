@@ -82,6 +82,8 @@ class SimGpu:
 
 
 class SimStream:
+    """A stream: a launch runs at once, or is recorded while the stream captures a graph."""
+
     def __init__(self, gpu: SimGpu) -> None:
         self.gpu = gpu
         self.ptr = id(self)
@@ -113,6 +115,8 @@ class SimStream:
 
 
 class SimGraph:
+    """A captured graph: its launches, run again in order on every launch of the graph."""
+
     def __init__(self, gpu: SimGpu, ops: list[Callable[[], float]]) -> None:
         self.gpu, self.ops = gpu, ops
 
@@ -125,6 +129,8 @@ class SimGraph:
 
 
 class SimEvent:
+    """A CUDA event: the clock when it was recorded (every launch before it has run)."""
+
     def __init__(self, gpu: SimGpu) -> None:
         self.gpu, self.t = gpu, 0.0
 
