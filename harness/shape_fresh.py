@@ -173,15 +173,15 @@ def dense_checks(sc: ShapeChecks, labels: list[str], limit: float, rng: random.R
 
 def fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[Any],
                  timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
-                 rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None = None,
-                 limit: float | None = None) -> None:
+                 rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None,
+                 limit: float) -> None:
     """Memoization by content. Per call, every timed call followed a change of A and was
     verified (``timed_calls``); back to back, the timed calls repeat the same inputs, so the
-    fresh check compares them with calls that each follow a change. Part (3) for every candidate
-    that passed the rest: from ``dense`` (the per-call rounds' own dense graphs) where it has the
+    fresh check compares them with calls that each follow a change; ``limit`` is the timed calls'
+    verification limit (harness.checks.verify_limit of the bound and accumulator). Part (3) for
+    every candidate that passed the rest: from ``dense`` (the per-call rounds' own dense graphs) where it has the
     candidate, else :func:`check_dense` now."""
     dense = dense or {}
-    limit = ck.verify_limit(bound) if limit is None else limit
     passed: dict[str, dict[str, Any]] = {}
     for label in [lb for lb in labels if sc.subjects[lb].kind == "candidate" and sc.status[lb] == "ok"]:
         if timing_mode == "both":

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from harness import baselines as bl
+from harness import checks as ck
 from harness.checks import CheckRecord
 from harness.shape_eval import ShapeChecks
 from harness.shape_result import cublas_variant, shape_result
@@ -208,7 +209,7 @@ def test_every_timing_mode_runs_the_dense_part_of_fresh_after_the_others_pass(mo
     # per call (isolated, both) part (3) comes from the timing rounds' own dense graphs where a
     # candidate has one; check_dense runs only for the others
     rounds = {"delta": (False, "updates its last product", {"dense_ms": 9.0})} if mode != "chained" else None
-    sf.fresh_checks(sc, labels, mode, graphs, timed, chained, 1e-3, None, rounds)
+    sf.fresh_checks(sc, labels, mode, graphs, timed, chained, 1e-3, None, rounds, ck.verify_limit(1e-3))
     memo_caught = mode != "isolated"     # per call only, memo's 5x is no earlier part's business
     assert calls == ["honest"] + (["delta"] if rounds is None else []) + ([] if memo_caught else ["memo"])
     assert sc.status["honest"] == "ok" and sc.recs["honest"].results["fresh"]["ok"]
