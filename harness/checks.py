@@ -54,6 +54,7 @@ Bounds (see the README, "Checking and timing kernels"):
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,18 +123,36 @@ FLIP_MAX_BLOCKS = 1056   # eight blocks of 256 per SM of an H200: enough to stre
 VERIFY_SOURCE = _check_kernel("verify.cu")
 
 
+# What a kernel under test must not be able to predict: Freivalds' +-1 vector x (knowing it, C[r] =
+# (A[r] B x / N) x passes a row's test at the cost of a matrix-vector product), which rows are
+# verified (knowing them, after a change of all of A only those rows need computing) and the flip
+# masks. The worker's random.Random is seeded from the shape, so that a run's order of timing
+# rounds can be repeated; these come from the OS's entropy instead, per verifier, and reach the GPU
+# as kernel arguments or as x (the device arrays a kernel could read are x, y = B x and counters).
+def secret_signs(n: int) -> Any:
+    """``n`` float32 values of +-1, each sign from the OS's entropy."""
+    import numpy as np
+
+    return np.random.default_rng(secrets.randbits(128)).choice(np.array([-1.0, 1.0], dtype=np.float32), n)
+
+
+def secret_salt() -> int:
+    """A 32-bit salt from the OS's entropy (the verified rows' hash, the flip masks)."""
+    return secrets.randbits(32)
+
+
 SEPARATE_ROWS = 4        # rows of C the separator verifies after each per-call timed call
 SEPARATE_THREADS = 256
 
 # The per-call timing's separator (harness.timing): one ordinary kernel of one block between two
 # timed calls. It verifies the call before it on SEPARATE_ROWS rows of C (the row it changed before
-# that call and rows hashed from its step counter; Freivalds, as l2_verify_rows), then changes one
+# that call and rows drawn from its step counter and a secret salt; Freivalds, as l2_verify_rows), then changes one
 # element of A for the call after it, and counts the step. The first step of a graph replay has no
 # call before it in the graph (another subject may have written C since), so it only changes A; a
 # tail launch (perturb = 0) at the end of every graph verifies the graph's last call. Verifying
 # inside the separator means the timed calls are the verified ones: no call can tell a timed step
 # from a verified one by the time between calls. verify.cu comes first: the separator calls its
-# l2_hashed_row and l2_row_residual.
+# l2_salted_row and l2_row_residual.
 SEPARATE_SOURCE = VERIFY_SOURCE + _check_kernel("separate.cu")
 
 
@@ -145,7 +164,7 @@ class Separator:
 
     _kernels: dict[int, tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, seed: int, capacity: int, steps: int) -> None:
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int) -> None:
         import numpy as np
 
         self.cp, self.a, self.c, self.stream = cp, a, c, stream
@@ -157,7 +176,8 @@ class Separator:
         self.m, self.k = int(a.shape[0]), int(a.shape[1])
         self.n = int(b.shape[1])
         self.steps = int(steps)
-        signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0], dtype=np.float32), self.n)
+        self.salt = secret_salt()
+        signs = secret_signs(self.n)
         vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
         with stream:
             self.x = cp.asarray(signs)
@@ -175,7 +195,7 @@ class Separator:
             self.kernel((1,), (SEPARATE_THREADS,), (self.a, self.c, self.x, self.y, cp.int32(self.m), cp.int32(self.n),
                                                      cp.int32(self.k), self.counter, self.row, self.worst,
                                                      cp.uint32(self.capacity), self.values, cp.int32(self.values.size),
-                                                     cp.uint32(self.steps), cp.int32(perturb)))
+                                                     cp.uint32(self.steps), cp.int32(perturb), cp.uint32(self.salt)))
         return 0
 
     def step(self) -> int:
@@ -346,8 +366,8 @@ class Perturber:
 class SignFlipper:
     """Launches ``l2_flip_signs`` (kernels/checks/flip.cu) on ``stream``: every launch flips the
     signs of a fresh pseudo-random half of ``a``'s elements (the mask drawn from a launch counter
-    and ``salt``); ``row`` (device) holds a row drawn with it, which the verification after the call
-    takes first (every row changed).
+    and a secret salt, :func:`secret_salt`); ``row`` (device) holds a row drawn with it, which the
+    verification after the call takes first (every row changed).
 
     Why: per call every timed call follows a change of one element of A, so a kernel that keeps a
     copy of its last inputs and product can diff A and update the one row that changed: right on
@@ -356,7 +376,7 @@ class SignFlipper:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any, salt: int) -> None:
+    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
         self.cp, self.a, self.stream = cp, a, stream
         key = id(cp)
         if key not in SignFlipper._kernels:
@@ -364,7 +384,7 @@ class SignFlipper:
         self.kernel = SignFlipper._kernels[key]
         self.n = int(a.size)
         self.m = int(a.shape[0])
-        self.salt = int(salt) & 0xFFFFFFFF
+        self.salt = secret_salt()
         self.blocks = max(1, min(FLIP_MAX_BLOCKS, (self.n // 2 + FLIP_THREADS - 1) // FLIP_THREADS))
         with stream:  # zeroed in stream order before the first launch (the stream does not wait for others)
             self.counter = cp.zeros(1, dtype=cp.uint32)
@@ -392,10 +412,7 @@ class Verifier:
 
     _kernels: dict[int, tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, seed: int, capacity: int,
-                 changed_row: Any) -> None:
-        import numpy as np
-
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any) -> None:
         self.cp, self.a, self.b, self.c, self.stream = cp, a, b, c, stream
         key = id(cp)
         if key not in Verifier._kernels:
@@ -404,8 +421,8 @@ class Verifier:
         self.gemv, self.rows_kernel = Verifier._kernels[key]
         self.m, self.k = int(a.shape[0]), int(a.shape[1])
         self.n = int(b.shape[1])
-        signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0], dtype=np.float32), self.n)
-        self.x = cp.asarray(signs)
+        self.salt = secret_salt()
+        self.x = cp.asarray(secret_signs(self.n))
         self.changed_row = changed_row
         self.y = self._bx()
         self.capacity = int(capacity) * VERIFY_ROWS
@@ -431,7 +448,8 @@ class Verifier:
         with self.stream:  # (inside a capture of that stream too)
             self.rows_kernel((VERIFY_ROWS,), (VERIFY_THREADS,), (self.a, self.c, self.x, self.y, cp.int32(self.m),
                                                       cp.int32(self.n), cp.int32(self.k), self.changed_row,
-                                                      self.counter, self.worst, cp.uint32(self.capacity)))
+                                                      self.counter, self.worst, cp.uint32(self.capacity),
+                                                      cp.uint32(self.salt)))
         return 0
 
     def reset(self) -> None:

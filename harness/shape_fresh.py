@@ -53,10 +53,9 @@ def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr:
     steps = reps * (ck.FRESH_REPLAYS + 1)          # the warm-up replay and the timed ones
     with s:
         pert = ck.Perturber(cp, A.data, s)
-        seed = rng.randrange(1 << 30)
-        ver = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps, changed_row=pert.row)
+        ver = ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps, changed_row=pert.row)
         # the subtracted graph verifies too (the same work on a C the call did not write): ignored
-        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps, changed_row=pert.row)
+        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps, changed_row=pert.row)
     # compiles and loads the kernels now, never inside a stream capture; the verification of a
     # call made right after a change must pass (else the check itself is broken on this shape)
     pert.step()
@@ -114,11 +113,10 @@ def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], la
     A, B, C = ctx.A, ctx.B, ctx.C
     reps = min(timing.reps_for(timing.estimate_ms(cp, s, call)), ck.FRESH_MAX_REPS)
     steps = reps * (ck.FRESH_REPLAYS + 1)          # the warm-up replay and the timed ones
-    seed = rng.randrange(1 << 30)
     with s:
         one = ck.Perturber(cp, A.data, s)
-        flip = ck.SignFlipper(cp, A.data, s, salt=rng.randrange(1 << 32))
-        vers = {kind: tuple(ck.Verifier(cp, A.data, B.data, C.data, s, seed, capacity=steps + reps,
+        flip = ck.SignFlipper(cp, A.data, s)
+        vers = {kind: tuple(ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps,
                                         changed_row=p.row) for _ in range(2))
                 for kind, p in (("one", one), ("dense", flip))}
     # compiles and loads the kernels now, never inside a stream capture; a call right after

@@ -119,7 +119,7 @@ def autotune_baseline(g: Gpu, shim: Any, ctx: ShapeContext, subs: Subjects, acc:
     try:
         budget = bl.AUTOTUNE_SCREEN_BUDGET_S if budget_s is None else budget_s
         # screened per call behind the same separator as the timing (its verifications unread)
-        sep = ck.Separator(cp, A.data, B.data, C.data, s, 0, 1, 1 << 30)
+        sep = ck.Separator(cp, A.data, B.data, C.data, s, 1, 1 << 30)
         _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count,
                            timing_mode, (sep.step, sep.tail), budget)
         return info
@@ -149,7 +149,7 @@ class PerCallGraphs:
     ones it is compared with, except by the dense change itself."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, calls: dict[str, Callable[[], int]], replays: int,
-                 rng: random.Random, failed: Callable[[str, Exception], None],
+                 failed: Callable[[str, Exception], None],
                  dense: frozenset[str] | set[str] = frozenset()) -> None:
         self.g, self.ctx, self.calls = g, ctx, dict(calls)
         cp, s = g.cp, g.stream
@@ -169,16 +169,15 @@ class PerCallGraphs:
         if not self.calls:
             return
         self.reps = timing.reps_for(min(est.values()) + 0.003, cap=timing.MAX_ISOLATED_REPS)
-        seed = rng.randrange(1 << 30)
         capacity = self.reps * (replays + 3)
-        self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps) for lb in self.calls}
-        self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
+        self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps) for lb in self.calls}
+        self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps)
         dense_labels = [lb for lb in self.calls if lb in dense]
         if dense_labels:
-            self.flip = ck.SignFlipper(cp, A.data, s, salt=rng.randrange(1 << 32))
-            self.dense_seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
+            self.flip = ck.SignFlipper(cp, A.data, s)
+            self.dense_seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps)
                                for lb in dense_labels}
-            self.dense_sep_base = ck.Separator(cp, A.data, B.data, C.data, s, seed, capacity, self.reps)
+            self.dense_sep_base = ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps)
         # compiles and loads every kernel now, never inside a stream capture
         for label, call in self.calls.items():
             self.seps[label].step()
@@ -389,7 +388,7 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
     iso = None
     if timing_mode in ("isolated", "both"):
         iso = PerCallGraphs(g, sc.ctx, {lb: sc.subjects[lb].call for lb in labels},
-                            replays, rng, sc.timing_failed,
+                            replays, sc.timing_failed,
                             dense={lb for lb in labels if sc.subjects[lb].kind == "candidate"})
     sc.idle_before_timing(labels, "before the timed rounds")
     raw = timing.offline(cp, s, graphs + (iso.all_graphs() if iso else []), replays=replays, rng=rng) \
@@ -424,7 +423,7 @@ class ServerVerification:
     (:meth:`inputs_kept`)."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
-                 rng: random.Random, nan: Any, candidates: frozenset[str] | set[str] = frozenset(),
+                 nan: Any, candidates: frozenset[str] | set[str] = frozenset(),
                  leave_work: Callable[[list[str]], dict[str, float]] | None = None) -> None:
         cp, s = g.cp, g.stream
         self.cp, self.s, self.C, self.nan = cp, s, ctx.C, nan
@@ -433,10 +432,9 @@ class ServerVerification:
         self.last: str | None = None
         self.foreign: dict[str, float] = {}
         self.leave_work = leave_work
-        seed = rng.randrange(1 << 30)
         with s:
             self.pert = ck.Perturber(cp, ctx.A.data, s)
-            self.vers = {lb: ck.Verifier(cp, ctx.A.data, ctx.B.data, ctx.C.data, s, seed,
+            self.vers = {lb: ck.Verifier(cp, ctx.A.data, ctx.B.data, ctx.C.data, s,
                                          capacity=calls_per_subject + 2, changed_row=self.pert.row) for lb in labels}
         self.pert.step()
         for v in self.vers.values():
@@ -504,7 +502,7 @@ def time_server(g: Gpu, sc: ShapeChecks, labels: list[str], qps: float, server_c
     calls = {lb: sc.subjects[lb].call for lb in labels}
     if not calls:
         return {}
-    srv = ServerVerification(g, sc.ctx, list(calls), server_calls, rng, sc.nan,
+    srv = ServerVerification(g, sc.ctx, list(calls), server_calls, sc.nan,
                              candidates={lb for lb in labels if sc.subjects[lb].kind == "candidate"},
                              leave_work=sc.leave_work)
     sc.idle_before_timing(labels, "before the server calls")

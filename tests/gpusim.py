@@ -45,8 +45,13 @@ def _mix(x: int) -> int:
     return x ^ (x >> 32)
 
 
-def _hashed_row(seed: int, m: int) -> int:
-    return _mix(seed) % m
+def _salted_row(salt: int, i: int, m: int) -> int:
+    """l2_salted_row of verify.cu: the i-th verified row under ``salt``."""
+    h = ((((salt & 0xFFFFFFFF) << 32) | (i & 0xFFFFFFFF)) * 0xD1B54A32D192ED03) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 31
+    h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 29
+    return h % m
 
 
 def _residual(a: Any, c: Any, x: Any, y: Any, r: int) -> float:
@@ -65,6 +70,9 @@ class SimGpu:
     def __init__(self) -> None:
         self.clock_ms = 0.0
         self.foreign_s = 0.0    # host seconds a device-wide synchronise waits for work off the stream
+        # every check kernel that verifies or changes A launched so far (name, args), by its counter array: what an
+        # adversary that could read the harness's counters knows (see ``predictor``)
+        self.verifiers: dict[int, tuple[str, tuple[Any, ...]]] = {}
         self.current: list[SimStream] = []
         self.stream = SimStream(self)
         self.cp = SimCupy(self)
@@ -150,6 +158,9 @@ class SimKernel:
 
     def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
         cost = KERNEL_MS[self.name]
+        if self.name in ("l2_separate", "l2_verify_rows", "l2_flip_signs", "l2_perturb"):
+            self.gpu.verifiers[id(args[2] if self.name in ("l2_flip_signs", "l2_perturb") else
+                                  args[7] if self.name == "l2_separate" else args[8])] = (self.name, args)
         if self.name == "l2_flip_signs":
             cost += int(args[1]) * FLIP_MS_PER_ELEMENT
 
@@ -165,11 +176,11 @@ class SimKernel:
 
     @staticmethod
     def _l2_verify_rows(blocks: int, a: Any, c: Any, x: Any, y: Any, m: Any, n: Any, k: Any, changed_row: Any,
-                        counter: Any, worst: Any, capacity: Any) -> None:
+                        counter: Any, worst: Any, capacity: Any, salt: Any) -> None:
         for b in range(blocks):
             slot = int(counter[0])
             counter[0] += 1
-            r = int(changed_row[0]) if b == 0 else _hashed_row(slot + 1, int(m))
+            r = int(changed_row[0]) if b == 0 else _salted_row(int(salt), slot, int(m))
             if slot < int(capacity):
                 worst[slot] = _residual(a, c, x, y, r if r < int(m) else 0)
 
@@ -184,10 +195,11 @@ class SimKernel:
 
     @staticmethod
     def _l2_separate(blocks: int, a: Any, c: Any, x: Any, y: Any, m: Any, n: Any, k: Any, counter: Any, row: Any,
-                     worst: Any, capacity: Any, values: Any, nvalues: Any, steps: Any, perturb: Any) -> None:
+                     worst: Any, capacity: Any, values: Any, nvalues: Any, steps: Any, perturb: Any,
+                     salt: Any) -> None:
         t, m, k = int(counter[0]), int(m), int(k)
         if t > 0 and (not int(perturb) or t % int(steps) != 0):
-            rows = [int(row[0])] + [_hashed_row(t * 4 + i, m) for i in range(1, ck.SEPARATE_ROWS)]
+            rows = [int(row[0])] + [_salted_row(int(salt), t * 4 + i, m) for i in range(1, ck.SEPARATE_ROWS)]
             w = max(_residual(a, c, x, y, r if r < m else 0) for r in rows)
             if t - 1 < int(capacity):
                 worst[t - 1] = w
@@ -333,6 +345,62 @@ def memo(gpu: SimGpu, ctx: SimpleNamespace, gemm_ms: float, hash_ms: float) -> C
             return hash_ms + gemm_ms
         ctx.C.data[...] = cache["c"]
         return hash_ms
+
+    def call() -> int:
+        gpu.stream.launch(op)
+        return 0
+
+    return call
+
+
+def predictor(gpu: SimGpu, ctx: SimpleNamespace, gemm_ms: float, diff_ms: float, salt: int = 0,
+              cap: int = 16) -> Callable[[], int]:
+    """An adversary that knows every verifying kernel's counters and rows (it reads them: more
+    than a real kernel can) but not their salts, which it takes to be ``salt``. On a poisoned C
+    (every checked call) it multiplies; otherwise it diffs A against a copy (``diff_ms``), marks
+    the rows that changed as stale and recomputes those of a few changed elements (the delta
+    strategy) and every stale row it predicts to be verified next (a fraction of ``gemm_ms``).
+    Whatever the salt, C is right after every one-element change; after a dense change only the
+    predicted rows are."""
+    kept: dict[str, Any] = {}
+
+    def due(m: int) -> set[int]:
+        # a verifier not launched yet starts at slot 0; block 0 takes the changed row, which
+        # after a flip is the flip's
+        rows = {_salted_row(salt, b, m) for b in range(1, ck.VERIFY_ROWS)}
+        for name, args in gpu.verifiers.values():
+            if name in ("l2_flip_signs", "l2_perturb"):   # the row it changed last
+                rows.add(int(args[6][0]))
+            elif name == "l2_separate":
+                t, row = int(args[7][0]), args[8]
+                rows.add(int(row[0]))
+                rows.update(_salted_row(salt, t * 4 + i, m) for i in range(1, ck.SEPARATE_ROWS))
+            else:
+                changed, slot = args[7], int(args[8][0])
+                rows.add(int(changed[0]))
+                rows.update(_salted_row(salt, slot + b, m) for b in range(1, ck.VERIFY_ROWS))
+        return {r for r in rows if r < m}
+
+    def op() -> float:
+        a = np.array(ctx.A.data)
+        b = np.asarray(ctx.B.data, np.float32)
+        m = a.shape[0]
+        if np.isnan(float(ctx.C.data[0, 0])) or "a" not in kept:
+            kept["c"] = np.asarray(a, np.float32) @ b
+            kept["a"] = a
+            kept["stale"] = set()
+            ctx.C.data[...] = kept["c"].astype(np.float16)
+            return gemm_ms
+        rows, _ = np.nonzero(a.view(np.uint16) != kept["a"].view(np.uint16))
+        stale = kept.setdefault("stale", set())
+        stale.update(rows.tolist())
+        todo = sorted((set(rows.tolist()) if len(rows) <= cap else set()) | (due(m) & stale))
+        stale.difference_update(todo)
+        for r in todo:
+            kept["c"][r] = np.asarray(a[r], np.float32) @ b
+        kept["a"] = a
+        ctx.C.data[...] = kept["c"].astype(np.float16)
+        return diff_ms + gemm_ms * len(todo) / m
 
     def call() -> int:
         gpu.stream.launch(op)

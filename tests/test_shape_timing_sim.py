@@ -27,9 +27,9 @@ SHAPE = (64, 48, 96)
 BOUND = 1e-3
 
 
-def _setup(subjects: dict[str, tuple[str, object]]):
+def _setup(subjects: dict[str, tuple[str, object]], shape: tuple[int, int, int] = SHAPE):
     gpu = gpusim.SimGpu()
-    ctx = gpusim.context(gpu, *SHAPE)
+    ctx = gpusim.context(gpu, *shape)
     made = {}
     for label, (kind, make) in subjects.items():
         made[label] = bl.Subject(label, make(gpu, ctx), kind=kind)
@@ -234,3 +234,30 @@ def test_back_to_back_a_content_memo_fails_part_two_and_part_three_is_not_reache
     assert "memoized by content" in fresh["detail"] and "dense_ms" not in fresh, fresh
     assert fresh["fresh_ms"] == pytest.approx(0.055, rel=0.05) and fresh["same_ms"] == pytest.approx(0.005)
     assert sc.recs["honest"].results["fresh"]["ok"] and "dense_ms" in sc.recs["honest"].results["fresh"]
+
+
+@pytest.mark.parametrize("mode", ["isolated", "chained", "server"])
+@pytest.mark.parametrize("secret", [True, False], ids=["secret-salt", "known-salt"])
+def test_verified_rows_cannot_be_predicted_by_a_kernel_that_knows_the_counters(monkeypatch, mode, secret):
+    """A subject that reads every verifier's counters (more than a kernel can) and recomputes, after
+    a change of all of A, only the rows it predicts they verify next: with the salts it cannot know
+    (harness.checks.secret_salt) it leaves verified rows stale and fails; with a salt it knows it
+    is cheap and right on every verified row, and passes every check. The secret is what stops it."""
+    if not secret:
+        monkeypatch.setattr(ck, "secret_salt", lambda: 0)
+    subjects = {"predictor": ("candidate", lambda gpu, ctx: gpusim.predictor(gpu, ctx, gemm_ms=0.050, diff_ms=0.008)),
+                "honest": SUBJECTS["honest"], "cublas": SUBJECTS["cublas"]}
+    gpu, ctx, sc, seeds = _setup(subjects, shape=(1024, 48, 96))
+    if mode == "server":
+        st.time_server(gpu, sc, list(subjects), 1e6, 6, random.Random(9), ck.verify_limit(BOUND))
+    else:
+        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(9), seeds, ck.verify_limit(BOUND), {})
+    rec = sc.recs["predictor"]
+    assert sc.status["honest"] == "ok" and sc.status["cublas"] == "ok"
+    if secret:
+        assert sc.status["predictor"] == "wrong", rec.results
+        assert rec.failed() in ("timed_calls", "fresh"), rec.results
+        failed = rec.results[rec.failed()]
+        assert "row" in failed["detail"] or "wrong" in failed["detail"], failed
+    else:
+        assert sc.status["predictor"] == "ok", {k: v for k, v in rec.results.items() if not v["ok"]}

@@ -2,7 +2,7 @@
 extern "C" __global__ void l2_separate(unsigned short* a, const unsigned short* c, const float* x, const float* y,
                                        int m, int n, int k, unsigned int* counter, unsigned int* row, float* worst,
                                        unsigned int capacity, const unsigned short* values, int nvalues,
-                                       unsigned int steps, int perturb) {
+                                       unsigned int steps, int perturb, unsigned int salt) {
   __shared__ float part[3][32];
   __shared__ float worst_s;
   const unsigned int t = *counter;   // one block: read here, written by thread 0 at the end
@@ -15,7 +15,7 @@ extern "C" __global__ void l2_separate(unsigned short* a, const unsigned short* 
       if (i == 0) {
         r = *row;
       } else {
-        r = l2_hashed_row(t * 4u + i, m);
+        r = l2_salted_row(salt, t * 4u + i, m);
       }
       if (r >= (unsigned int)m) r = 0;
       const float d = l2_row_residual(a, c, x, y, n, k, r, part);

@@ -57,10 +57,15 @@ __device__ __forceinline__ void l2_row_dot(const unsigned short* __restrict__ ro
     }
   }
 }
-// a row of C picked from a seed (a counter), spread over 0 .. m-1
-__device__ __forceinline__ unsigned int l2_hashed_row(unsigned int seed, int m) {
-  unsigned long long h = (unsigned long long)seed * 0xD1B54A32D192ED03ull;
+// the i-th row of C to verify, spread over 0 .. m-1 by a hash of a counter i and a salt: the salt
+// is a kernel argument drawn from the OS's entropy per verifier, so the rows are not a function of
+// anything a kernel under test can read or count (with a public hash of a counter alone, a kernel
+// could compute only the rows due to be verified after a change of all of A)
+__device__ __forceinline__ unsigned int l2_salted_row(unsigned int salt, unsigned int i, int m) {
+  unsigned long long h = (((unsigned long long)salt << 32) | i) * 0xD1B54A32D192ED03ull;
   h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
   return (unsigned int)(h % (unsigned long long)m);
 }
 // |C[r] x - A[r] y| / |C[r]| for row r (Freivalds on one row), by the whole block: every thread
@@ -97,10 +102,11 @@ __device__ __forceinline__ float l2_row_residual(const unsigned short* a, const 
 // One block per verified row r: |C[r] x - A[r] y| / |C[r]| (NaN-safe: a NaN row counts as
 // infinite) into worst[i], i from a launch counter (a launch's blocks all finish before the next
 // launch starts, so launch L fills worst[L * gridDim.x ...]). Block 0 takes the row the perturbing
-// kernel changed last, the others rows hashed from i.
+// kernel changed last, the others rows drawn from i and the salt (l2_salted_row).
 extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigned short* c, const float* x,
                                           const float* y, int m, int n, int k, const unsigned int* changed_row,
-                                          unsigned int* counter, float* worst, unsigned int capacity) {
+                                          unsigned int* counter, float* worst, unsigned int capacity,
+                                          unsigned int salt) {
   __shared__ unsigned int slot;
   __shared__ float part[3][32];
   if (threadIdx.x == 0) slot = atomicAdd(counter, 1u);
@@ -109,7 +115,7 @@ extern "C" __global__ void l2_verify_rows(const unsigned short* a, const unsigne
   if (blockIdx.x == 0) {
     r = *changed_row;
   } else {
-    r = l2_hashed_row(slot + 1u, m);
+    r = l2_salted_row(salt, slot, m);
   }
   if (r >= (unsigned int)m) r = 0;
   const float d = l2_row_residual(a, c, x, y, n, k, r, part);
