@@ -43,11 +43,23 @@ def device_busy_ms(cp: Any, s: Any) -> float:
     legacy default one needs no name) that keeps running, to load the GPU while the libraries are
     timed in the rounds that follow; no check of C sees it. Whatever runs at the start of the
     timed rounds has to be running at this probe too, and makes it wait; one that never ends
-    makes it hang, and the worker's timeout charges the candidate."""
+    makes it hang, and the worker's timeout charges the candidate.
+
+    The host's clock says how long the synchronise took; past FOREIGN_WORK_MS that may be the host
+    itself (a worker descheduled while builds use every core), so the answer is then the GPU's
+    own: how long after ``s`` was done an event on the legacy default stream completed (the only
+    streams a candidate reaches without a name, the legacy and the per-thread default stream,
+    are both behind it; the source policy refuses creating streams)."""
     s.synchronize()
+    ours, legacy = cp.cuda.Event(), cp.cuda.Event()
+    ours.record(s)
+    legacy.record(cp.cuda.Stream.null)
     t0 = time.perf_counter()
     cp.cuda.runtime.deviceSynchronize()
-    return (time.perf_counter() - t0) * 1e3
+    host_ms = (time.perf_counter() - t0) * 1e3
+    if host_ms <= FOREIGN_WORK_MS:
+        return host_ms
+    return max(0.0, float(cp.cuda.get_elapsed_time(ours, legacy)))
 
 
 def foreign_work_detail(busy_ms: float, where: str) -> str:

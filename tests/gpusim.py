@@ -69,12 +69,14 @@ class SimGpu:
 
     def __init__(self) -> None:
         self.clock_ms = 0.0
-        self.foreign_s = 0.0    # host seconds a device-wide synchronise waits for work off the stream
+        self.foreign_s = 0.0    # seconds a device-wide synchronise waits for work off the stream
+        self.host_delay_s = 0.0  # seconds the host is descheduled during the next one (no GPU work)
         # every check kernel that verifies or changes A launched so far (name, args), by its counter array: what an
         # adversary that could read the harness's counters knows (see ``predictor``)
         self.verifiers: dict[int, tuple[str, tuple[Any, ...]]] = {}
         self.current: list[SimStream] = []
         self.stream = SimStream(self)
+        self.null = SimStream(self)   # the legacy default stream, where work off the stream runs
         self.cp = SimCupy(self)
 
     def on(self) -> SimStream:
@@ -84,9 +86,10 @@ class SimGpu:
         self.clock_ms += op()
 
     def device_synchronize(self) -> None:
-        """Waits (in host time) for the work a subject left running off the stream."""
-        time.sleep(self.foreign_s)
-        self.foreign_s = 0.0
+        """Waits (in host time) for the work a subject left running off the stream, and for the
+        host to be scheduled again."""
+        time.sleep(self.foreign_s + self.host_delay_s)
+        self.foreign_s = self.host_delay_s = 0.0
 
 
 class SimStream:
@@ -137,13 +140,14 @@ class SimGraph:
 
 
 class SimEvent:
-    """A CUDA event: the clock when it was recorded (every launch before it has run)."""
+    """A CUDA event: the clock when it was recorded (every launch before it has run); on the
+    legacy default stream, once the work left running there is done."""
 
     def __init__(self, gpu: SimGpu) -> None:
         self.gpu, self.t = gpu, 0.0
 
     def record(self, stream: SimStream) -> None:
-        self.t = self.gpu.clock_ms
+        self.t = self.gpu.clock_ms + (self.gpu.foreign_s * 1e3 if stream is self.gpu.null else 0.0)
 
     def synchronize(self) -> None:
         """Recorded when made."""
@@ -235,7 +239,7 @@ class SimCupy:
 
     def __init__(self, gpu: SimGpu) -> None:
         self.gpu = gpu
-        self.cuda = SimpleNamespace(Event=lambda: SimEvent(gpu),
+        self.cuda = SimpleNamespace(Event=lambda: SimEvent(gpu), Stream=SimpleNamespace(null=gpu.null),
                                     get_elapsed_time=lambda e0, e1: e1.t - e0.t,
                                     runtime=SimpleNamespace(getLastError=lambda: 0,
                                                             deviceSynchronize=gpu.device_synchronize))
@@ -296,6 +300,18 @@ def hog(gpu: SimGpu, ctx: SimpleNamespace, cost_ms: float, hog_s: float = 0.05) 
 
     def call() -> int:
         gpu.foreign_s = max(gpu.foreign_s, hog_s)
+        return inner()
+
+    return call
+
+
+def descheduled(gpu: SimGpu, ctx: SimpleNamespace, cost_ms: float, delay_s: float = 0.03) -> Callable[[], int]:
+    """An honest multiply after which the host is descheduled for ``delay_s`` during the next
+    device-wide synchronise (builds on every core): the GPU is idle all along."""
+    inner = honest(gpu, ctx, cost_ms)
+
+    def call() -> int:
+        gpu.host_delay_s = max(gpu.host_delay_s, delay_s)
         return inner()
 
     return call

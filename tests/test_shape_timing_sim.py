@@ -261,3 +261,21 @@ def test_verified_rows_cannot_be_predicted_by_a_kernel_that_knows_the_counters(m
         assert "row" in failed["detail"] or "wrong" in failed["detail"], failed
     else:
         assert sc.status["predictor"] == "ok", {k: v for k, v in rec.results.items() if not v["ok"]}
+
+
+@pytest.mark.parametrize("mode", ["isolated", "chained", "server"])
+def test_a_descheduled_host_does_not_charge_an_honest_candidate_with_foreign_work(mode):
+    """The device probe's synchronise takes 30 ms of host time after each call of an honest
+    candidate (the worker descheduled while builds use every core) with nothing running on the
+    GPU: the GPU's own clock (an event on the legacy default stream) clears it, while the hog beside
+    it, whose kernel does run on, still fails ``runs``."""
+    subjects = {"slow-host": ("candidate", lambda gpu, ctx: gpusim.descheduled(gpu, ctx, 0.050)),
+                "hog": ("candidate", lambda gpu, ctx: gpusim.hog(gpu, ctx, 0.050)),
+                "cublas": SUBJECTS["cublas"]}
+    gpu, ctx, sc, seeds = _setup(subjects)
+    if mode == "server":
+        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(10), ck.verify_limit(BOUND))
+    else:
+        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(10), seeds, ck.verify_limit(BOUND), {})
+    assert sc.status == {"slow-host": "ok", "hog": "wrong", "cublas": "ok"}, sc.recs["slow-host"].results
+    assert sc.recs["hog"].failed() == "runs"
