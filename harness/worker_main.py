@@ -26,6 +26,11 @@ from .cuda_errors import Sticky, is_sticky
 _HDR = struct.Struct(">Q")
 IDLE_REWARM_S = 2.0          # re-warm the GPU after this much idle time
 MAX_LIBS = 256               # exit (parent restarts lazily) after loading this many kernel libraries
+#: the most the worker writes to any one file. Its log is the one it grows: a candidate's host
+#: prints and device printf (flushed by the driver to stdout, which is the log) land there, and a
+#: kernel printing on every call of a graph of thousands would fill the disk. Past the cap a write
+#: fails (Python ignores SIGXFSZ) and the worker carries on; the pipe to the parent is no file
+MAX_FILE_BYTES = 64 << 20
 
 
 # --------------------------------------------------------------------------- GPU state
@@ -226,6 +231,19 @@ def op_debug_load(path: str, **_: Any) -> str:
     return path
 
 
+def op_debug_print(nbytes: int, **_: Any) -> int:
+    """Print ``nbytes`` to stdout (the worker's log) as a candidate's printf would, failures
+    ignored; returns how many bytes were written (CPU test of MAX_FILE_BYTES)."""
+    chunk, written = b"x" * 1023 + b"\n", 0
+    while nbytes > 0:
+        try:
+            written += os.write(1, chunk[:min(nbytes, len(chunk))])
+        except OSError:
+            pass
+        nbytes -= len(chunk)
+    return written
+
+
 def op_gpu_info(**_: Any) -> dict[str, Any]:
     return gpu().info()
 
@@ -279,6 +297,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "_debug_retire": op_debug_retire,
     "_debug_sticky": op_debug_sticky,
     "_debug_load": op_debug_load,
+    "_debug_print": op_debug_print,
 }
 
 
@@ -315,7 +334,18 @@ def _write(fd: int, obj: Any) -> None:
         buf = buf[n:]
 
 
+def cap_file_size(limit: int = MAX_FILE_BYTES) -> None:
+    """Cap the size of every file this process writes at ``limit`` bytes, soft and hard (so that
+    code loaded later cannot raise it again)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+
+
 def serve() -> int:
+    cap_file_size()
     out_fd = os.dup(1)          # private channel to the parent
     os.dup2(2, 1)               # stray prints (libraries) go to stderr
     sys.stdout = sys.stderr

@@ -136,3 +136,15 @@ def test_parent_side_imports_no_cuda_stack():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_flood_of_prints_stops_at_the_file_cap_and_the_worker_carries_on(worker):
+    """A candidate that prints on every call (host printf, or device printf flushed to stdout)
+    writes to the worker's log; RLIMIT_FSIZE stops the log at MAX_FILE_BYTES, the writes past it
+    fail, and the worker goes on answering."""
+    from harness.worker_main import MAX_FILE_BYTES
+
+    written = worker.call("_debug_print", nbytes=MAX_FILE_BYTES + (8 << 20))
+    assert written <= MAX_FILE_BYTES
+    assert worker._stderr_path is not None and worker._stderr_path.stat().st_size <= MAX_FILE_BYTES
+    assert worker.call("ping")["pid"] and worker.alive and worker.starts == 1
