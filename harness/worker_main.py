@@ -244,6 +244,12 @@ def op_debug_print(nbytes: int, **_: Any) -> int:
     return written
 
 
+def op_debug_oom_score(**_: Any) -> str:
+    """This process's oom_score_adj as the kernel holds it (CPU test of first_to_go_on_oom)."""
+    with open("/proc/self/oom_score_adj", encoding="ascii") as f:
+        return f.read().strip()
+
+
 def op_gpu_info(**_: Any) -> dict[str, Any]:
     return gpu().info()
 
@@ -298,6 +304,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "_debug_sticky": op_debug_sticky,
     "_debug_load": op_debug_load,
     "_debug_print": op_debug_print,
+    "_debug_oom_score": op_debug_oom_score,
 }
 
 
@@ -344,8 +351,20 @@ def cap_file_size(limit: int = MAX_FILE_BYTES) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
 
 
+def first_to_go_on_oom() -> None:
+    """Make this process the kernel's first choice when memory runs out (oom_score_adj 1000), so
+    that a candidate whose host code allocates without end takes its own worker down, never the
+    app that started it (the parent restarts the worker and charges the candidate)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 def serve() -> int:
     cap_file_size()
+    first_to_go_on_oom()
     out_fd = os.dup(1)          # private channel to the parent
     os.dup2(2, 1)               # stray prints (libraries) go to stderr
     sys.stdout = sys.stderr

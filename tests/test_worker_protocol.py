@@ -148,3 +148,10 @@ def test_a_flood_of_prints_stops_at_the_file_cap_and_the_worker_carries_on(worke
     assert written <= MAX_FILE_BYTES
     assert worker._stderr_path is not None and worker._stderr_path.stat().st_size <= MAX_FILE_BYTES
     assert worker.call("ping")["pid"] and worker.alive and worker.starts == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/oom_score_adj"), reason="no /proc oom_score_adj here")
+def test_the_worker_is_the_first_to_go_when_memory_runs_out(worker):
+    assert worker.call("_debug_oom_score") == "1000"
+    with open("/proc/self/oom_score_adj", encoding="ascii") as f:
+        assert f.read().strip() != "1000"
