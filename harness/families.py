@@ -223,7 +223,8 @@ TINY = Family(
     min_cc=80,
     max_cc=None,
     build_arch="sm_80",
-    summary="latency family for the smallest shapes: one round trip per K chunk, stores from registers",
+    summary="latency family for the smallest shapes: one round trip per K chunk, stores from registers or "
+            "through shared memory",
     knobs=(
         Knob("BM", _V(16, 32, 64, 128), "CTA tile rows (128: eight warps, many tiles with a short K)"),
         _NARROW_TILE[1],
@@ -233,6 +234,8 @@ TINY = Family(
         Knob("AHEAD", _V(1, 2), "K chunks whose loads are in flight while one is multiplied"),
         Knob("CLUSTER_K", _V(1, 2, 4, 8),
              "CTAs of one thread-block cluster sharing a tile's K, added through distributed shared memory (sm_90+)"),
+        Knob("EPILOGUE", ("EPI_REGS", "EPI_SMEM"),
+             "C from each thread's fragments, or through shared memory as 16-byte row segments (whole sectors)"),
         *_ACC_PDL,
     ),
 )
@@ -553,7 +556,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         stages = 1 + int(knobs.get("AHEAD", "1"))  # the chunks in flight plus the one being multiplied
         ck = int(knobs.get("CLUSTER_K", "1"))  # K slices of a tile, one per CTA of a cluster
         return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, stages, ck, False, False, ck, False, acc,
-                        knobs.get("PDL", "1") == "1", epilogue="REGS")
+                        knobs.get("PDL", "1") == "1",
+                        epilogue="SMEM" if knobs.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM" else "REGS")
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * 32
     smem = max(st * (bm * bk + bk * bn) * 2, bm * (bn + 8) * 2)
@@ -667,6 +671,11 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
         if wk > 1 and (wk - 1) * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:  # padded fp32 rows
             problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
+        if knobs.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM":
+            if wk > 1 or int(knobs.get("CLUSTER_K", "1")) > 1:
+                problems.append("EPI_SMEM stores a tile one CTA computed whole: WARPS_K 1 and CLUSTER_K 1 only")
+            if g.tile_m * (g.tile_n + 8) * 2 > g.smem_bytes:  # padded fp16 rows
+                problems.append("EPI_SMEM: the fp16 output tile does not fit in the two chunk buffers")
         ck = int(knobs.get("CLUSTER_K", "1"))
         if ck > 1 and wk * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:
             problems.append("with CLUSTER_K every K warp's fp32 partial tile stays in the chunk buffers: they do "
@@ -770,6 +779,7 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         wk = f"x{k['WARPS_K']}" if k.get("WARPS_K", "1") != "1" else ""
         ahead = f"-a{k['AHEAD']}" if k.get("AHEAD", "1") != "1" else ""
         ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""
+        ck += "-es" if k.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM" else ""
         return f"tiny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}{wk}{ahead}{ck}{acc}"
     prefix = "sm80" if fam.name == "sm80_mma" else "small"
     ck = f"-ck{k['CLUSTER_K']}" if k.get("CLUSTER_K", "1") != "1" else ""

@@ -17,8 +17,8 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "a7e11435608265b925fd0d8186c008d8055b383e56549a2b026fe228aa8a0046"
-SIZES = {("f32", "sm_90a"): 472, ("f32", "sm_80"): 82, ("f32", None): 472,
+CATALOG_FINGERPRINT = "1bb1af33faca24b20a318fc8aa6a9371a15954fe76c670af88542a563769ed41"
+SIZES = {("f32", "sm_90a"): 486, ("f32", "sm_80"): 96, ("f32", None): 486,
          ("f16", "sm_90a"): 31, ("f16", "sm_80"): 12, ("f16", None): 31}
 
 

@@ -394,12 +394,50 @@ def test_tiny_family_rules_names_and_catalog():
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 4,
                                     "AHEAD": 2},
                                    {"BM": 16, "BN": 64, "BK": 128, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 2,
-                                    "AHEAD": 2, "CLUSTER_K": 8}])
+                                    "AHEAD": 2, "CLUSTER_K": 8},
+                                   {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4, "AHEAD": 2,
+                                    "EPILOGUE": "EPI_SMEM"},
+                                   {"BM": 128, "BN": 64, "BK": 32, "WARPS_M": 4, "WARPS_N": 2,
+                                    "EPILOGUE": "EPI_SMEM", "ACC": "ACC_F16"},
+                                   {"BM": 32, "BN": 64, "BK": 64, "WARPS_M": 2, "WARPS_N": 2,
+                                    "EPILOGUE": "EPI_SMEM"}])
 def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     res = _build(F.render("tiny_mma", knobs), "sm_90a")
     assert res.ok, res.error_text()
     assert "0 bytes spill stores" in res.log
+
+
+def test_tiny_smem_epilogue_rules_names_and_catalog():
+    """EPILOGUE: C from each thread's fragments (EPI_REGS, the default, what every measured render
+    ran) or through shared memory as 16-byte row segments (EPI_SMEM, tag -es), for a tile one CTA
+    computes whole and that fits in the chunk buffers; the catalog gives the store-heavy entries
+    a twin with it, which the pick times beside them (an epilogue sibling)."""
+    base = {**F.TINY.defaults(), "BM": "128", "BN": "128", "BK": "32", "WARPS_M": "2", "WARPS_N": "4"}
+    assert base["EPILOGUE"] == "EPI_REGS"
+    es = {**base, "EPILOGUE": "EPI_SMEM"}
+    assert F.validate("tiny_mma", es) == []
+    assert F.config_name("tiny_mma", es) == "tiny-128x128x32-w2x4-es"
+    assert F.config_name("tiny_mma", base) == "tiny-128x128x32-w2x4"
+    assert (F.geometry("tiny_mma", es).epilogue, F.geometry("tiny_mma", base).epilogue) == ("SMEM", "REGS")
+    assert "#define EPILOGUE EPI_SMEM" in F.render("tiny_mma", es)
+    assert any("WARPS_K 1 and CLUSTER_K 1" in p for p in F.validate("tiny_mma", {**es, "WARPS_K": "2"}))
+    assert any("WARPS_K 1 and CLUSTER_K 1" in p for p in F.validate("tiny_mma", {**es, "CLUSTER_K": "2"}))
+    assert any("EPILOGUE" in p for p in F.validate("tiny_mma", {**base, "EPILOGUE": "EPI_TMA"}))
+    pool = F.catalog("f32", "sm_90a")
+    twins = [c for c in pool if c.family == "tiny_mma" and c.knob_dict["EPILOGUE"] == "EPI_SMEM"]
+    assert len(twins) == 12 and all(F.validate("tiny_mma", c.knob_dict) == [] for c in twins)
+    regs = next(c for c in pool if c.name == "tiny-128x128x32-w2x4-nopdl")
+    assert [c.name for c in F.epilogue_siblings(regs, pool)] == ["tiny-128x128x32-w2x4-es-nopdl"]
+
+
+def test_tiny_smem_epilogue_refuses_a_split_tile_at_compile_time(tmp_path, monkeypatch):
+    """A hand edit the registry would refuse stops at the template's static_assert."""
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    src = F.set_knobs(F.TINY.template(), {"EPILOGUE": "EPI_SMEM", "WARPS_K": "2", "BK": "64"})
+    res = _build(src, "sm_80")
+    assert not res.ok
+    assert "EPI_SMEM: CLUSTER_K 1 and WARPS_K 1 only" in res.log
 
 
 def test_ksplit_family_rules_names_and_catalog():

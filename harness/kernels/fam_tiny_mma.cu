@@ -10,7 +10,8 @@
 //   * two static shared-memory buffers with padded rows (no swizzle, no bank conflicts for
 //     ldmatrix), one __syncthreads per chunk
 //   * mma.sync.m16n8k16 (f32 or f16 accumulate), fragments read with ldmatrix (.trans for B)
-//   * the accumulators go straight from registers to C (no shared-memory epilogue)
+//   * the accumulators go straight from registers to C, or (EPILOGUE EPI_SMEM) through shared
+//     memory as 16-byte row segments
 //   * PDL (Hopper and later): launched with programmatic stream serialization; griddepcontrol.wait
 //     precedes every global access, the next kernel may launch once the MMAs are done
 // At most two chunks ahead; K split across CTAs only inside one thread-block cluster (CLUSTER_K,
@@ -40,6 +41,15 @@
 //                                  older GPUs l2_hgemm returns 2). BM * BN / 4 must be a multiple
 //                                  of CLUSTER_K; the WARPS_K fp32 partial tiles must fit in the
 //                                  two chunk buffers
+//   EPILOGUE  EPI_REGS, EPI_SMEM   how C is stored: EPI_REGS, each thread's fp16 pairs straight from
+//                                  its fragments (4 bytes a thread, 16 contiguous bytes per row for
+//                                  four threads: a warp's store fills half of each 32-byte sector it
+//                                  touches); EPI_SMEM, the fp16 tile first into shared memory (over
+//                                  the chunk buffers, rows padded), then stored as 16-byte row
+//                                  segments, eight threads to a 128-byte line: every sector written
+//                                  whole, a quarter of the store instructions. For many tiles with a
+//                                  short K, where storing C is most of the call. CLUSTER_K 1 and
+//                                  WARPS_K 1 only
 //   ACC       ACC_F32, ACC_F16     accumulator type
 //   PDL       0, 1                 programmatic dependent launch (used on sm_90 and later only)
 // Limits (checked by the harness and by static_assert): two buffers fit in 48 KB of static shared
@@ -53,6 +63,8 @@
 // Names for knob values (do not edit).
 #define ACC_F32 1
 #define ACC_F16 2
+#define EPI_REGS 1
+#define EPI_SMEM 2
 
 // l2: knobs begin
 #define BM 16
@@ -63,6 +75,7 @@
 #define WARPS_K 1
 #define AHEAD 1
 #define CLUSTER_K 1
+#define EPILOGUE EPI_REGS
 #define ACC ACC_F32
 #define PDL 1
 // l2: knobs end
@@ -97,6 +110,12 @@ static_assert(WARPS_K == 1 || (WARPS_K - 1) * BM * kLdP * 4 <= 2 * kBufHalfs * 2
               "the K warps' partial tiles must fit in the two chunk buffers");
 static_assert(CLUSTER_K == 1 || WARPS_K * BM * kLdP * 4 <= 2 * kBufHalfs * 2,
               "the partial tiles of all K warps must fit in the two chunk buffers");
+static_assert(EPILOGUE == EPI_REGS || EPILOGUE == EPI_SMEM, "EPILOGUE is EPI_REGS or EPI_SMEM");
+static_assert(EPILOGUE == EPI_REGS || (CLUSTER_K == 1 && WARPS_K == 1), "EPI_SMEM: CLUSTER_K 1 and WARPS_K 1 only");
+constexpr int kLdO = BN + 8;  // fp16 row of the staged output tile: 16-byte aligned rows; the half2
+                              // stores of 8 rows x 4 threads per warp hit 32 distinct banks
+static_assert(EPILOGUE == EPI_REGS || BM * kLdO * 2 <= 2 * kBufHalfs * 2,
+              "EPI_SMEM: the fp16 output tile must fit in the two chunk buffers");
 
 #if ACC == ACC_F16
 constexpr int kAccRegs = 2;  // two half2 registers per m16n8 fragment
@@ -335,6 +354,30 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
       }
   return;
 #endif
+#if EPILOGUE == EPI_SMEM
+  // Epilogue through shared memory: the fp16 tile over the chunk buffers (every warp is past its
+  // last ldmatrix of them), then each thread stores 16-byte row segments, consecutive threads
+  // consecutive segments (N % 8 == 0: a segment is all in or all out).
+  __syncthreads();
+  half* tile = smem;
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNI; ++j) {
+      const int r = wm * kWM + i * 16 + (lane >> 2);
+      const int c = wn * kWN + j * 8 + (lane & 3) * 2;
+      *reinterpret_cast<__half2*>(tile + r * kLdO + c) = out_pair(acc[i][j], 0);
+      *reinterpret_cast<__half2*>(tile + (r + 8) * kLdO + c) = out_pair(acc[i][j], 1);
+    }
+  __syncthreads();
+  constexpr int kSegRow = BN / 8;  // 16-byte segments per row of the tile
+#pragma unroll
+  for (int v = tid; v < BM * kSegRow; v += kThreads) {
+    const int r = v / kSegRow, c = (v % kSegRow) * 8;
+    if (m0 + r < M && n0 + c < N)
+      *reinterpret_cast<uint4*>(C + (size_t)(m0 + r) * N + n0 + c) = *reinterpret_cast<const uint4*>(tile + r * kLdO + c);
+  }
+#else
   // Epilogue: each thread's fragments straight to C (fp16 pairs; N % 8 == 0, so a pair is all in or out).
 #pragma unroll
   for (int i = 0; i < kMI; ++i)
@@ -347,6 +390,7 @@ hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __res
         if (r + 8 < M) *reinterpret_cast<__half2*>(C + (size_t)(r + 8) * N + c) = out_pair(acc[i][j], 1);
       }
     }
+#endif
 }
 
 }  // namespace l2
