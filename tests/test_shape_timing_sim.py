@@ -42,6 +42,14 @@ def _setup(subjects: dict[str, tuple[str, object]], shape: tuple[int, int, int] 
     return gpu, ctx, sc, seeds
 
 
+def _time(gpu, sc, seeds, subjects, mode: str, seed: int) -> None:
+    """One shape's timing of ``subjects`` in ``mode`` (isolated, chained, both or server)."""
+    if mode == "server":
+        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(seed), ck.verify_limit(BOUND))
+    else:
+        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(seed), seeds, ck.verify_limit(BOUND), {})
+
+
 SUBJECTS = {
     "honest": ("candidate", lambda gpu, ctx: gpusim.honest(gpu, ctx, 0.050)),
     "delta": ("candidate", lambda gpu, ctx: gpusim.delta(gpu, ctx, gemm_ms=0.050, diff_ms=0.008)),
@@ -148,10 +156,7 @@ def test_a_candidate_leaving_work_on_the_gpu_fails_runs_and_is_drained_before_ti
                 "hog": ("candidate", lambda gpu, ctx: gpusim.hog(gpu, ctx, 0.050)),
                 "cublas": SUBJECTS["cublas"]}
     gpu, ctx, sc, seeds = _setup(subjects)
-    if mode == "server":
-        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(5), ck.verify_limit(BOUND))
-    else:
-        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(5), seeds, ck.verify_limit(BOUND), {})
+    _time(gpu, sc, seeds, subjects, mode, 5)
     assert sc.status == {"honest": "ok", "hog": "wrong", "cublas": "ok"}, sc.recs["hog"].results
     runs = sc.recs["hog"].results["runs"]
     assert not runs["ok"] and "left work running on the GPU outside the caller's stream" in runs["detail"], runs
@@ -248,10 +253,7 @@ def test_verified_rows_cannot_be_predicted_by_a_kernel_that_knows_the_counters(m
     subjects = {"predictor": ("candidate", lambda gpu, ctx: gpusim.predictor(gpu, ctx, gemm_ms=0.050, diff_ms=0.008)),
                 "honest": SUBJECTS["honest"], "cublas": SUBJECTS["cublas"]}
     gpu, ctx, sc, seeds = _setup(subjects, shape=(1024, 48, 96))
-    if mode == "server":
-        st.time_server(gpu, sc, list(subjects), 1e6, 6, random.Random(9), ck.verify_limit(BOUND))
-    else:
-        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(9), seeds, ck.verify_limit(BOUND), {})
+    _time(gpu, sc, seeds, subjects, mode, 9)
     rec = sc.recs["predictor"]
     assert sc.status["honest"] == "ok" and sc.status["cublas"] == "ok"
     if secret:
@@ -273,9 +275,6 @@ def test_a_descheduled_host_does_not_charge_an_honest_candidate_with_foreign_wor
                 "hog": ("candidate", lambda gpu, ctx: gpusim.hog(gpu, ctx, 0.050)),
                 "cublas": SUBJECTS["cublas"]}
     gpu, ctx, sc, seeds = _setup(subjects)
-    if mode == "server":
-        st.time_server(gpu, sc, list(subjects), 1e6, 4, random.Random(10), ck.verify_limit(BOUND))
-    else:
-        st.time_offline(gpu, sc, list(subjects), mode, 3, random.Random(10), seeds, ck.verify_limit(BOUND), {})
+    _time(gpu, sc, seeds, subjects, mode, 10)
     assert sc.status == {"slow-host": "ok", "hog": "wrong", "cublas": "ok"}, sc.recs["slow-host"].results
     assert sc.recs["hog"].failed() == "runs"
