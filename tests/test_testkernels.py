@@ -18,6 +18,8 @@ from harness.paths import KERNELS_DIR
 
 #: sha256 of each composed test kernel (UTF-8), as last run by the GPU tests
 VERIFIED_ON_GPU = {
+    "testbad_delta": "d06aa2033ed56e5d31bcabc4c455948c98363495036c6ace0f21675592b11fbd",
+    "testbad_f16timed": "582c2494e1af8895f2bc462d091d637013f7ff664a60c37bb226e6e5765908b2",
     "testbad_crash": "0c7c84708be6fb3a23b4fec1da09ace39a55c98001ea97ea397458851c9596a6",
     "testbad_f16acc": "dd4a8ec7c15ec627fd86d0cae2e822a71b0d73d8864b79924d823ae86e194de8",
     "testbad_hang": "c2e70d0f128faa49f293f06803ad15071fd50607dca8b5a4a70fff96b4c5dc44",
@@ -35,9 +37,7 @@ VERIFIED_ON_GPU = {
 #: sha256 of each composed test kernel not yet run by the GPU tests (written while no GPU was at
 #: hand): it moves to VERIFIED_ON_GPU once its GPU test has passed on that text
 NOT_YET_ON_GPU = {
-    "testbad_f16timed": "582c2494e1af8895f2bc462d091d637013f7ff664a60c37bb226e6e5765908b2",
-    "testbad_hog": "1223f3c47bc552637812c303469177ddc4afcb50ef0c5d7b7c343bf7fdd7896d",
-    "testbad_delta": "d06aa2033ed56e5d31bcabc4c455948c98363495036c6ace0f21675592b11fbd",
+    "testbad_hog": "0db4c25f0133b8e79c625db4af678ed6a3c6b377f6cee324bed5cae2ab4e6c8a",
 }
 #: the parts of the shared header each test kernel names
 PARTS_USED = {

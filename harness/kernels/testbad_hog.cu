@@ -1,6 +1,6 @@
 // l2tui ADVERSARIAL test kernel (must be rejected): loads the GPU while others are timed. Its first
 // call also launches, on the legacy default stream (no name to refuse: the launch leaves the
-// stream out), a kernel of one small block per SM that spins for HOG_MS and keeps running after the
+// stream out), a kernel of one small block per SM that spins for HOG_CYCLES and keeps running after the
 // call returns; its own multiply is honest, on the caller's stream. A library timed while it spins
 // shares the SMs with it, and nothing written to C shows it.
 // Expected failure: check 'runs' (the device stays busy after the call's stream has finished).
@@ -8,7 +8,7 @@
   if (row < M && col < N) C[(size_t)row * N + col] = __float2half(acc);
 }
 
-#define HOG_MS 400
+#define HOG_CYCLES 1600000000LL  // about 0.8 s at 1.98 GHz (a fixed count: no clock-rate query)
 
 __global__ void spin(long long cycles, int* sink) {
   const long long t0 = clock64();
@@ -22,9 +22,7 @@ static int* g_sink = nullptr;
 extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   if (!g_sink) {
     if (cudaMalloc(&g_sink, sizeof(int)) != cudaSuccess) return 2;
-    int khz = 0;
-    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
-    spin<<<132, 64>>>((long long)khz * HOG_MS, g_sink);
+    spin<<<132, 64>>>(HOG_CYCLES, g_sink);
   }
   dim3 block(T, T), grid((N + T - 1) / T, (M + T - 1) / T);
   hgemm_tiled<<<grid, block, 0, (cudaStream_t)stream>>>((const __half*)A, (const __half*)B, (__half*)C, M, N, K);
