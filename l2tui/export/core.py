@@ -258,4 +258,5 @@ def export_session(
         raise
     if build:
         library = out_p / cdispatch.LIB_FILE
-    return ExportResult(out_p, manifest, sel.warnings, library)
+    skipped = list(view.session.problems) if view.session is not None else []
+    return ExportResult(out_p, manifest, [*skipped, *sel.warnings], library)
