@@ -113,6 +113,14 @@ def _env_name(x: Any) -> str:
     return x
 
 
+#: upper bounds of the budgets: far beyond any real run, low enough that a typo (``1e20``) or a
+#: hostile config is one clear line instead of a run that never ends or an overflow deep inside
+MAX_STEPS = 100_000
+DAY_S = 86_400.0
+MAX_WALL_S = 30 * DAY_S
+MAX_TOKENS = 10_000_000
+MAX_TOKEN_BUDGET = 10**12
+
 BASELINES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
 FAILURE_KINDS = ("no_patch", "patch_failed", "compile_error", "wrong", "crashed", "timeout", "unsupported")
 
@@ -130,29 +138,29 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "base_url": Key("https://api.openai.com/v1", _url, "OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy...)"),
         "model": Key("gpt-4.1", _str(True), "model name sent with every request"),
         "api_key_env": Key("OPENAI_API_KEY", _env_name, "NAME of the environment variable holding the API key (the key itself is never stored)"),
-        "timeout_s": Key(120.0, _float(0.1), "seconds one request may take, streaming included, before it is abandoned (then retried)"),
+        "timeout_s": Key(120.0, _float(0.1, DAY_S), "seconds one request may take, streaming included, before it is abandoned (then retried)"),
         "max_retries": Key(4, _int(0, 20), "retries on HTTP 429 / 5xx / timeouts / connection errors"),
         "backoff_s": Key(1.0, _float(0.0, 600.0), "first retry delay; doubles every retry (capped at 60 s; Retry-After honoured)"),
         "temperature": Key(0.2, _float(0.0, 2.0), "sampling temperature"),
-        "max_tokens": Key(4096, _int(1), "completion token limit per call"),
+        "max_tokens": Key(4096, _int(1, MAX_TOKENS), "completion token limit per call"),
         "stream": Key(True, _bool, "stream tokens (shown live as llm_delta events)"),
     },
     "loop": {
-        "max_steps": Key(20, _int(1), "refinement steps per track"),
+        "max_steps": Key(20, _int(1, MAX_STEPS), "refinement steps per track"),
         "debug_rounds": Key(3, _int(0, 20), "debug attempts for a failing candidate before it is dropped"),
-        "profile_after": Key(6, _int(0), "delayed profiling: NCU metrics enter the context after this many refinement steps (0 = from the start)"),
-        "stable_steps": Key(3, _int(0), "delayed profiling also triggers when the kernel's structure did not change for this many steps (0 = off)"),
-        "wall_time_s": Key(0.0, _float(0.0), "wall-time budget per track in seconds (0 = unlimited)"),
-        "token_budget": Key(0, _int(0), "LLM token budget per track (prompt + completion; 0 = unlimited)"),
-        "global_wall_time_s": Key(0.0, _float(0.0), "wall-time budget for the whole run (0 = unlimited)"),
-        "global_token_budget": Key(0, _int(0), "LLM token budget for the whole run (0 = unlimited)"),
-        "context_tokens": Key(24000, _int(1000), "prompt size cap; the history is trimmed first (about 4 characters a token)"),
-        "debug_max_lines": Key(40, _int(1), "debugger patches may change at most this many lines"),
+        "profile_after": Key(6, _int(0, MAX_STEPS), "delayed profiling: NCU metrics enter the context after this many refinement steps (0 = from the start)"),
+        "stable_steps": Key(3, _int(0, MAX_STEPS), "delayed profiling also triggers when the kernel's structure did not change for this many steps (0 = off)"),
+        "wall_time_s": Key(0.0, _float(0.0, MAX_WALL_S), "wall-time budget per track in seconds (0 = unlimited)"),
+        "token_budget": Key(0, _int(0, MAX_TOKEN_BUDGET), "LLM token budget per track (prompt + completion; 0 = unlimited)"),
+        "global_wall_time_s": Key(0.0, _float(0.0, MAX_WALL_S), "wall-time budget for the whole run (0 = unlimited)"),
+        "global_token_budget": Key(0, _int(0, MAX_TOKEN_BUDGET), "LLM token budget for the whole run (0 = unlimited)"),
+        "context_tokens": Key(24000, _int(1000, MAX_TOKENS), "prompt size cap; the history is trimmed first (about 4 characters a token)"),
+        "debug_max_lines": Key(40, _int(1, 100_000), "debugger patches may change at most this many lines"),
         "seed": Key("", _str(), "seed kernel: a .cu path or a harness family name ('' = the policy's default)"),
         "allowed_flags": Key(["-O3", "-O2", "-maxrregcount=255", "-maxrregcount=168", "-maxrregcount=128", "-Xptxas=-v", "--use_fast_math"],
                              _str_list(), "nvcc flags the compiler role may choose from"),
         "acc": Key("f32", _choice("f32", "f16"), "default accumulator of new tracks"),
-        "telemetry_s": Key(5.0, _float(0.0), "seconds between NVML telemetry events in the session (0 = none; needs a GPU)"),
+        "telemetry_s": Key(5.0, _float(0.0, DAY_S), "seconds between NVML telemetry events in the session (0 = none; needs a GPU)"),
         "parallel_tracks": Key(4, _int(1, 1024), "tracks worked on at once (round-robin between stages); the rest wait queued"),
     },
     "harness": {
@@ -163,7 +171,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       "offline timing: isolated = per call, each call after an unrelated kernel (the headline); "
                       "chained = back to back (a pipeline figure); both = each way, per call first"),
         "arch": Key("", _str(), "GPU architecture, e.g. sm_90a ('' = detect)"),
-        "timeout_s": Key(60.0, _float(1.0), "seconds one GPU evaluation may take before it counts as a timeout"),
+        "timeout_s": Key(60.0, _float(1.0, DAY_S), "seconds one GPU evaluation may take before it counts as a timeout"),
     },
     "rewards": {
         "error_weight": Key(0.5, _float(0.0), "penalty per unit of log10(rel_err / baseline rel_err) above the baseline's error"),
@@ -177,7 +185,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "unsupported": Key(-0.5, _float(), "reward of a kernel that refused the shape"),
     },
     "search": {
-        "seed": Key(0, _int(0), "random seed of the built-in search policy"),
+        "seed": Key(0, _int(0, 2**63 - 1), "random seed of the built-in search policy"),
         "candidates_per_step": Key(4, _int(1, 64), "candidates the search policy proposes per step"),
         "pick_top": Key(5, _int(0, 64), "the pick: the cost model's top N catalog configurations timed together "
                         "before the search refines the fastest (0 = seed from the cost model alone)"),
