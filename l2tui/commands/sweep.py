@@ -23,6 +23,8 @@ import argparse
 import time
 from pathlib import Path
 
+from harness.termtext import visible
+
 from .. import events as ev_schema
 
 NAME = "sweep"
@@ -246,7 +248,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..executors.progress import BuildProgress
 
     def say(line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {visible(line)}", flush=True)
 
     if args.prebuild_only:
         builder = None
