@@ -181,7 +181,7 @@ def test_cli_export_and_one_line_errors(session, tmp_path, capsys):
     out = tmp_path / "exp"
     assert cli_main(["export", str(session), "--out", str(out), "--shapes", "128x128x128"]) == 0
     text = capsys.readouterr().out
-    assert "exported 1 shape(s)" in text and "128x128x128 f32" in text
+    assert "1 shape: 1 run an exported kernel, 0 the cuBLAS fallback" in text and "128x128x128 f32" in text
     assert cli_main(["export", str(session), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("l2tui: error:") and "--force" in err[0]
