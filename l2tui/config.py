@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -121,6 +122,15 @@ MAX_WALL_S = 30 * DAY_S
 MAX_TOKENS = 10_000_000
 MAX_TOKEN_BUDGET = 10**12
 
+def _theme(x: Any) -> str:
+    name = _str(True)(x)
+    from textual.theme import BUILTIN_THEMES
+
+    if name not in BUILTIN_THEMES:
+        raise ValueError(f"not a Textual theme; use one of: {', '.join(sorted(BUILTIN_THEMES))}")
+    return name
+
+
 BASELINES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
 FAILURE_KINDS = ("no_patch", "patch_failed", "compile_error", "wrong", "crashed", "timeout", "unsupported")
 
@@ -192,7 +202,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "pick_kinds": Key(True, _bool, "the pick also times the best of each kind the cost model is least sure of"),
     },
     "ui": {
-        "theme": Key("textual-dark", _str(True), "Textual theme name"),
+        "theme": Key("textual-dark", _theme, "Textual theme name"),
         "refresh_ms": Key(100, _int(10, 5000), "how often the screen batches incoming events"),
         "show_telemetry": Key(True, _bool, "show the NVML telemetry strip"),
         "diff_context": Key(3, _int(0, 50), "context lines in kernel diffs"),
@@ -217,6 +227,9 @@ class Config:
 
     data: dict[str, dict[str, Any]] = field(default_factory=defaults)
     source: Path | None = None
+    #: found in the working directory (not the user's own config, not ``--config``): trusted
+    #: with neither secrets nor files (:func:`check_untrusted`)
+    from_workdir: bool = False
 
     def __getattr__(self, name: str) -> dict[str, Any]:
         data = self.__dict__.get("data")
@@ -236,7 +249,7 @@ class Config:
                 continue
             sec, key = dotted.split(".", 1)
             data[sec][key] = _check(sec, key, value, "command line")
-        return Config(data, self.source)
+        return Config(data, self.source, self.from_workdir)
 
     def with_session_budgets(self, session_config: Any, explicit: set[str] | frozenset[str] = frozenset(),
                              where: str = "session.toml") -> "Config":
@@ -256,7 +269,7 @@ class Config:
             if dotted in explicit or not saved or key not in saved:
                 continue
             data["loop"][key] = _check("loop", key, saved[key], f"{where} [config]")
-        return Config(data, self.source)
+        return Config(data, self.source, self.from_workdir)
 
     def snapshot(self) -> dict[str, Any]:
         """What a session stores: every section, no secrets (there are none by construction)."""
@@ -346,8 +359,18 @@ def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:
     return Config(data)
 
 
-def load_config(path: str | Path | None = None) -> Config:
-    """Load ``path``, or the first existing file of the search path, or the defaults."""
+#: what ``api_key_env`` may name in a config found in the working directory
+_KEYLIKE_ENV = re.compile(r"[A-Za-z0-9_]*(?:_API_KEY|_TOKEN)")
+#: the largest seed kernel read from a config (a CUTLASS kernel is tens of kB)
+MAX_SEED_BYTES = 1 << 20
+
+
+def load_config(path: str | Path | None = None, *, notice: Callable[[str], None] | None = None) -> Config:
+    """Load ``path``, or the first existing file of the search path, or the defaults.
+
+    A file found in the working directory (a cloned repository's, say) is named through
+    ``notice`` (stderr by default) and held to :func:`check_untrusted`; every file's seed
+    kernel is checked by :func:`check_seed` before anything runs."""
     from .paths import config_search_path
 
     if path is not None:
@@ -360,6 +383,9 @@ def load_config(path: str | Path | None = None) -> Config:
     if not candidates:
         return Config()
     p = candidates[0]
+    workdir = path is None and p == Path.cwd() / p.name
+    if workdir:
+        (notice or _stderr)(f"l2tui: using ./{p.name} from the working directory")
     try:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
@@ -368,7 +394,61 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError(f"{p}: cannot read: {e}") from None
     cfg = parse_config(doc, str(p))
     cfg.source = p
+    cfg.from_workdir = workdir
+    if workdir:
+        check_untrusted(cfg, str(p))
+    check_seed(cfg.loop["seed"], str(p))
     return cfg
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_untrusted(cfg: Config, where: str) -> None:
+    """A config found in the working directory may point ``api_key_env`` only at a variable that
+    looks like an API key: whatever it names is sent to ``base_url`` as the Bearer token, so a
+    cloned repository's config naming ``AWS_SECRET_ACCESS_KEY`` or ``HOME`` would send that."""
+    name = cfg.llm["api_key_env"]
+    if not _KEYLIKE_ENV.fullmatch(name):
+        raise ConfigError(f"{where}: [llm] api_key_env = {shown('llm', 'api_key_env', name)}: a config found in "
+                          "the working directory may name only a variable like *_API_KEY or *_TOKEN; set it in "
+                          "your own config (l2tui doctor names it) or pass --config FILE")
+
+
+def check_seed(seed: str, where: str, *, base: Path | None = None) -> None:
+    """A seed that is a file must be a ``.cu`` kernel with the ABI entry point that the source
+    policy admits, checked when the config is read (before any LLM call or build): its text goes
+    into prompts, the session and RL data. A harness family name passes (it is checked where it
+    is looked up)."""
+    if not seed or not (any(c in seed for c in "/.\\") or Path(seed).expanduser().is_file()):
+        return
+    from harness.build import check_abi
+    from harness.errors import KernelSourceError
+    from harness.source_policy import violations
+
+    p = Path(seed).expanduser()
+    if base is not None and not p.is_absolute():
+        p = base / p
+    if p.suffix != ".cu":
+        raise ConfigError(f"{where}: [loop] seed: expected a .cu kernel file or a harness family name")
+    try:
+        st = p.stat()
+        if not p.is_file() or st.st_size > MAX_SEED_BYTES:
+            raise ConfigError(f"{where}: [loop] seed {p.name}: not a kernel file of at most 1 MiB")
+        source = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: [loop] seed {p.name}: cannot read it ({getattr(e, 'strerror', None) or 'not UTF-8 text'})") from None
+    try:
+        check_abi(source)
+    except KernelSourceError:
+        raise ConfigError(f"{where}: [loop] seed {p.name}: no extern \"C\" l2_hgemm entry point; not a kernel") from None
+    bad = violations(source)
+    if bad:
+        line, _, msg = bad[0]
+        raise ConfigError(f"{where}: [loop] seed {p.name} line {line}: {msg}")
 
 
 def example_toml() -> str:
