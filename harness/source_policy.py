@@ -263,6 +263,9 @@ _DEVICE_OR_CONST = re.compile(r"\b(?:constexpr|constinit|__constant__|__device__
 _SKIP_HEAD = re.compile(r"^\s*(?:typedef|using|template|static_assert|friend|namespace|enum|#)\b")
 _CALL = re.compile(r"(?<![\w.])(?!(?:sizeof|alignof|decltype|static_cast|reinterpret_cast|const_cast|noexcept)\b)"
                    r"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*\s*(?:<[^;{}()]*>)?\s*[({]")
+#: a call through a parenthesised or subscripted expression: ``(boot)()``, ``table[0]()``
+_EXPR_CALL = re.compile(r"[)\]]\s*\(")
+_ACCESS = re.compile(r"^\s*(?:(?:public|private|protected)\s*:\s*)+")
 _LAMBDA = re.compile(r"\]\s*(?:\([^;]*?\))?\s*(?:mutable\s*)?(?:->[^;{]*)?\{")
 
 
@@ -330,49 +333,150 @@ def _is_function_declaration(stmt: str) -> bool:
     return True
 
 
+def _calls_something(init: str) -> bool:
+    """Whether an initialiser's text calls a function (by name, through an expression, or a
+    constructor named with arguments); functional casts to a scalar type are not calls."""
+    if _EXPR_CALL.search(init):
+        return True
+    return any(m.group(0).split("(")[0].split("{")[0].split("<")[0].strip() not in _SCALAR_WORDS
+               for m in _CALL.finditer(init))
+
+
+def _strip_template_heads(body: str) -> str | None:
+    """The declaration after its ``template<...>`` heads, or None for an explicit instantiation
+    or specialisation head without parameters (its definition is checked where it stands)."""
+    rest = body
+    while rest.startswith("template"):
+        after = rest[len("template"):].lstrip()
+        if not after.startswith("<"):
+            return None                       # ``template int tv<0>;``: an explicit instantiation
+        depth = 0
+        for i, c in enumerate(after):
+            depth += (c == "<") - (c == ">")
+            if depth == 0:
+                rest = after[i + 1:].lstrip()
+                break
+        else:
+            return None
+    return rest
+
+
+def _class_body(body: str) -> str | None:
+    """The text between the braces of a class definition statement, else None."""
+    if not re.match(r"^(?:struct|class|union)\b[^{=;]*\{", body):
+        return None
+    return body[body.index("{") + 1:body.rindex("}")] if "}" in body else None
+
+
+def _static_member_why(stmt: str) -> str | None:
+    """Why a class member statement runs code at load time (a static data member whose
+    initialiser calls something, or an inline static object of a class type), else None."""
+    body = _ACCESS.sub("", stmt).strip()
+    if not re.match(r"^(?:inline\s+)?static\b|^static\b", body) or _DEVICE_OR_CONST.search(body):
+        return None
+    if _is_function_declaration(body):
+        return None                           # a static member function
+    decl, eq, init = body.partition("=")
+    if _LAMBDA.search(body):
+        return "is initialised by a lambda"
+    if eq and _calls_something(init):
+        return "has an initialiser that calls a function"
+    if "{" in decl and _calls_something(decl[decl.index("{"):]):
+        return "has an initialiser that calls a function"
+    if re.search(r"\binline\b", decl):
+        words = re.findall(r"[A-Za-z_]\w*", re.split(r"[({\[]", decl, 1)[0])
+        if "*" not in decl and any(w not in _SCALAR_WORDS for w in words[:-1]):
+            return "is an object of a class type (its constructor runs)"
+        if "(" in decl:
+            return "is constructed with arguments"
+    return None
+
+
+def _member_violations(text: str, body: str, offset: int) -> list[tuple[int, int, str]]:
+    """Static data members of a class defined at namespace scope (and of the classes nested in it)."""
+    inner = _class_body(body)
+    if inner is None:
+        return []
+    base = offset + body.index("{") + 1
+    out = []
+    for off, stmt in _namespace_statements(inner):
+        member = _ACCESS.sub("", stmt).strip()
+        if _class_body(member) is not None:
+            out += _member_violations(text, member, base + off + stmt.index(member[:1]))
+            continue
+        why = _static_member_why(stmt)
+        if why:
+            out.append(_finding(text, base + off, stmt, why, "a static data member"))
+    return out
+
+
+def _finding(text: str, off: int, stmt: str, why: str, what: str) -> tuple[int, int, str]:
+    lead = len(stmt) - len(stmt.lstrip())
+    pos = off + lead
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    first = stmt.strip().splitlines()[0].strip()
+    shown = first if len(first) <= 60 else first[:57] + "..."
+    return (line, col, f"source policy (static-init): `{shown}` {why}: {what} initialised at load time runs "
+                       f"code before anything is measured; make it constexpr, a plain value, or a static "
+                       f"inside l2_hgemm")
+
+
+def _object_why(body: str) -> str | None:
+    """Why a namespace-scope declaration runs code at load time, else None."""
+    decl, _, init = body.partition("=")
+    if _LAMBDA.search(body):
+        return "is initialised by a lambda"
+    if init and _calls_something(init):
+        return "has an initialiser that calls a function"
+    if init and re.fullmatch(r"\s*(?:nullptr|NULL|[-+]?[\d.]+[uUlLfF]*|true|false)\s*", init):
+        return None          # a constant: no code runs
+    head = re.split(r"[({\[]", decl, 1)[0]
+    words = re.findall(r"[A-Za-z_]\w*", head)
+    if "*" not in head and words[:-1] and any(w not in _SCALAR_WORDS for w in words[:-1]):
+        return "is an object of a class type (its constructor runs)"
+    if "{" in decl and _calls_something(decl[decl.index("{"):]):
+        return "has an initialiser that calls a function"
+    if "(" in decl and not _is_function_declaration(body):
+        return "is constructed with arguments"
+    return None
+
+
 def _static_init_violations(text: str) -> list[tuple[int, int, str]]:
     """Namespace-scope objects whose initialisation runs code when the library is loaded: an
-    initialiser that calls something or is a lambda, or an object of a class type (its constructor).
-    Function-local statics are fine (they are initialised on the first call)."""
+    initialiser that calls something (by name or through an expression, ``(boot)()``) or is a
+    lambda, an object of a class type (its constructor), a variable template so initialised
+    (``template<int N> int tv = f();``), and a class's static data member so initialised
+    (``static inline int v = f();``). Function-local statics are fine (they are initialised on
+    the first call)."""
     text = _blank_directives(text)
     out = []
     for off, stmt in _namespace_statements(text):
         body = stmt.strip()
-        if not body or _SKIP_HEAD.match(body) or _DEVICE_OR_CONST.search(body):
+        if body.startswith("template"):
+            stripped = _strip_template_heads(body)
+            if stripped is None:
+                continue
+            off += stmt.index(body) + (len(body) - len(stripped))
+            stmt = body = stripped
+        if not body or _SKIP_HEAD.match(body):
             continue
-        if re.match(r"^(?:struct|class|union)\b[^{=]*\{.*\}\s*$", body, re.S) or \
-                re.match(r"^(?:struct|class|union)\s+\w+\s*$", body):
-            continue            # a type definition or a forward declaration, no object
+        if _class_body(body) is not None:
+            out += _member_violations(text, body, off + stmt.index(body[:1]))
+            declarators = body[body.rindex("}") + 1:].strip()
+            if declarators and not _DEVICE_OR_CONST.search(body):
+                out.append(_finding(text, off, stmt, "is an object of a class type (its constructor runs)",
+                                    "a namespace-scope object"))
+            continue
+        if _DEVICE_OR_CONST.search(body):
+            continue
+        if re.match(r"^(?:struct|class|union)\s+\w+\s*$", body):
+            continue            # a forward declaration, no object
         if re.match(r'^extern\b(?!\s*"[^"]*"\s*\{)', body) and "=" not in body:
             continue            # a declaration of something defined elsewhere
         if _is_function_declaration(body):
             continue
-        decl, _, init = body.partition("=")
-        why = None
-        if _LAMBDA.search(body):
-            why = "is initialised by a lambda"
-        elif init and any(m.group(0).split("(")[0].split("{")[0].split("<")[0].strip() not in _SCALAR_WORDS
-                          for m in _CALL.finditer(init)):
-            why = "has an initialiser that calls a function"
-        elif init and re.fullmatch(r"\s*(?:nullptr|NULL|[-+]?[\d.]+[uUlLfF]*|true|false)\s*", init):
-            why = None          # a constant: no code runs
-        else:
-            head = re.split(r"[({\[]", decl, 1)[0]
-            words = re.findall(r"[A-Za-z_]\w*", head)
-            if "*" not in head and words[:-1] and any(w not in _SCALAR_WORDS for w in words[:-1]):
-                why = "is an object of a class type (its constructor runs)"
-            elif "{" in decl and _CALL.search(decl[decl.index("{"):]):
-                why = "has an initialiser that calls a function"
-            elif "(" in decl and not _is_function_declaration(body):
-                why = "is constructed with arguments"
+        why = _object_why(body)
         if why:
-            lead = len(stmt) - len(stmt.lstrip())
-            pos = off + lead
-            line = text.count("\n", 0, pos) + 1
-            col = pos - (text.rfind("\n", 0, pos) + 1) + 1
-            first = body.splitlines()[0].strip()
-            shown = first if len(first) <= 60 else first[:57] + "..."
-            out.append((line, col, f"source policy (static-init): `{shown}` {why}: a namespace-scope object "
-                                   f"initialised at load time runs code before anything is measured; make it "
-                                   f"constexpr, a plain value, or a static inside l2_hgemm"))
+            out.append(_finding(text, off, stmt, why, "a namespace-scope object"))
     return out

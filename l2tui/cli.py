@@ -67,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return launch_app(args)
         return int(modules[args.command].run(args) or 0)
     except HarnessError as e:
-        print(f"l2tui: error: {e}", file=sys.stderr)
+        from harness.termtext import visible
+
+        print(f"l2tui: error: {visible(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         from harness.build import kill_all_builds

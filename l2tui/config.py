@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -113,6 +114,23 @@ def _env_name(x: Any) -> str:
     return x
 
 
+#: upper bounds of the budgets: far beyond any real run, low enough that a typo (``1e20``) or a
+#: hostile config is one clear line instead of a run that never ends or an overflow deep inside
+MAX_STEPS = 100_000
+DAY_S = 86_400.0
+MAX_WALL_S = 30 * DAY_S
+MAX_TOKENS = 10_000_000
+MAX_TOKEN_BUDGET = 10**12
+
+def _theme(x: Any) -> str:
+    name = _str(True)(x)
+    from textual.theme import BUILTIN_THEMES
+
+    if name not in BUILTIN_THEMES:
+        raise ValueError(f"not a Textual theme; use one of: {', '.join(sorted(BUILTIN_THEMES))}")
+    return name
+
+
 BASELINES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
 FAILURE_KINDS = ("no_patch", "patch_failed", "compile_error", "wrong", "crashed", "timeout", "unsupported")
 
@@ -130,29 +148,29 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "base_url": Key("https://api.openai.com/v1", _url, "OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy...)"),
         "model": Key("gpt-4.1", _str(True), "model name sent with every request"),
         "api_key_env": Key("OPENAI_API_KEY", _env_name, "NAME of the environment variable holding the API key (the key itself is never stored)"),
-        "timeout_s": Key(120.0, _float(0.1), "seconds one request may take, streaming included, before it is abandoned (then retried)"),
+        "timeout_s": Key(120.0, _float(0.1, DAY_S), "seconds one request may take, streaming included, before it is abandoned (then retried)"),
         "max_retries": Key(4, _int(0, 20), "retries on HTTP 429 / 5xx / timeouts / connection errors"),
         "backoff_s": Key(1.0, _float(0.0, 600.0), "first retry delay; doubles every retry (capped at 60 s; Retry-After honoured)"),
         "temperature": Key(0.2, _float(0.0, 2.0), "sampling temperature"),
-        "max_tokens": Key(4096, _int(1), "completion token limit per call"),
+        "max_tokens": Key(4096, _int(1, MAX_TOKENS), "completion token limit per call"),
         "stream": Key(True, _bool, "stream tokens (shown live as llm_delta events)"),
     },
     "loop": {
-        "max_steps": Key(20, _int(1), "refinement steps per track"),
+        "max_steps": Key(20, _int(1, MAX_STEPS), "refinement steps per track"),
         "debug_rounds": Key(3, _int(0, 20), "debug attempts for a failing candidate before it is dropped"),
-        "profile_after": Key(6, _int(0), "delayed profiling: NCU metrics enter the context after this many refinement steps (0 = from the start)"),
-        "stable_steps": Key(3, _int(0), "delayed profiling also triggers when the kernel's structure did not change for this many steps (0 = off)"),
-        "wall_time_s": Key(0.0, _float(0.0), "wall-time budget per track in seconds (0 = unlimited)"),
-        "token_budget": Key(0, _int(0), "LLM token budget per track (prompt + completion; 0 = unlimited)"),
-        "global_wall_time_s": Key(0.0, _float(0.0), "wall-time budget for the whole run (0 = unlimited)"),
-        "global_token_budget": Key(0, _int(0), "LLM token budget for the whole run (0 = unlimited)"),
-        "context_tokens": Key(24000, _int(1000), "prompt size cap; the history is trimmed first (about 4 characters a token)"),
-        "debug_max_lines": Key(40, _int(1), "debugger patches may change at most this many lines"),
+        "profile_after": Key(6, _int(0, MAX_STEPS), "delayed profiling: NCU metrics enter the context after this many refinement steps (0 = from the start)"),
+        "stable_steps": Key(3, _int(0, MAX_STEPS), "delayed profiling also triggers when the kernel's structure did not change for this many steps (0 = off)"),
+        "wall_time_s": Key(0.0, _float(0.0, MAX_WALL_S), "wall-time budget per track in seconds (0 = unlimited)"),
+        "token_budget": Key(0, _int(0, MAX_TOKEN_BUDGET), "LLM token budget per track (prompt + completion; 0 = unlimited)"),
+        "global_wall_time_s": Key(0.0, _float(0.0, MAX_WALL_S), "wall-time budget for the whole run (0 = unlimited)"),
+        "global_token_budget": Key(0, _int(0, MAX_TOKEN_BUDGET), "LLM token budget for the whole run (0 = unlimited)"),
+        "context_tokens": Key(24000, _int(1000, MAX_TOKENS), "prompt size cap; the history is trimmed first (about 4 characters a token)"),
+        "debug_max_lines": Key(40, _int(1, 100_000), "debugger patches may change at most this many lines"),
         "seed": Key("", _str(), "seed kernel: a .cu path or a harness family name ('' = the policy's default)"),
         "allowed_flags": Key(["-O3", "-O2", "-maxrregcount=255", "-maxrregcount=168", "-maxrregcount=128", "-Xptxas=-v", "--use_fast_math"],
                              _str_list(), "nvcc flags the compiler role may choose from"),
         "acc": Key("f32", _choice("f32", "f16"), "default accumulator of new tracks"),
-        "telemetry_s": Key(5.0, _float(0.0), "seconds between NVML telemetry events in the session (0 = none; needs a GPU)"),
+        "telemetry_s": Key(5.0, _float(0.0, DAY_S), "seconds between NVML telemetry events in the session (0 = none; needs a GPU)"),
         "parallel_tracks": Key(4, _int(1, 1024), "tracks worked on at once (round-robin between stages); the rest wait queued"),
     },
     "harness": {
@@ -163,7 +181,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       "offline timing: isolated = per call, each call after an unrelated kernel (the headline); "
                       "chained = back to back (a pipeline figure); both = each way, per call first"),
         "arch": Key("", _str(), "GPU architecture, e.g. sm_90a ('' = detect)"),
-        "timeout_s": Key(60.0, _float(1.0), "seconds one GPU evaluation may take before it counts as a timeout"),
+        "timeout_s": Key(60.0, _float(1.0, DAY_S), "seconds one GPU evaluation may take before it counts as a timeout"),
     },
     "rewards": {
         "error_weight": Key(0.5, _float(0.0), "penalty per unit of log10(rel_err / baseline rel_err) above the baseline's error"),
@@ -177,14 +195,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "unsupported": Key(-0.5, _float(), "reward of a kernel that refused the shape"),
     },
     "search": {
-        "seed": Key(0, _int(0), "random seed of the built-in search policy"),
+        "seed": Key(0, _int(0, 2**63 - 1), "random seed of the built-in search policy"),
         "candidates_per_step": Key(4, _int(1, 64), "candidates the search policy proposes per step"),
         "pick_top": Key(5, _int(0, 64), "the pick: the cost model's top N catalog configurations timed together "
                         "before the search refines the fastest (0 = seed from the cost model alone)"),
         "pick_kinds": Key(True, _bool, "the pick also times the best of each kind the cost model is least sure of"),
     },
     "ui": {
-        "theme": Key("textual-dark", _str(True), "Textual theme name"),
+        "theme": Key("textual-dark", _theme, "Textual theme name"),
         "refresh_ms": Key(100, _int(10, 5000), "how often the screen batches incoming events"),
         "show_telemetry": Key(True, _bool, "show the NVML telemetry strip"),
         "diff_context": Key(3, _int(0, 50), "context lines in kernel diffs"),
@@ -209,6 +227,9 @@ class Config:
 
     data: dict[str, dict[str, Any]] = field(default_factory=defaults)
     source: Path | None = None
+    #: found in the working directory (not the user's own config, not ``--config``): trusted
+    #: with neither secrets nor files (:func:`check_untrusted`)
+    from_workdir: bool = False
 
     def __getattr__(self, name: str) -> dict[str, Any]:
         data = self.__dict__.get("data")
@@ -228,7 +249,7 @@ class Config:
                 continue
             sec, key = dotted.split(".", 1)
             data[sec][key] = _check(sec, key, value, "command line")
-        return Config(data, self.source)
+        return Config(data, self.source, self.from_workdir)
 
     def with_session_budgets(self, session_config: Any, explicit: set[str] | frozenset[str] = frozenset(),
                              where: str = "session.toml") -> "Config":
@@ -248,7 +269,7 @@ class Config:
             if dotted in explicit or not saved or key not in saved:
                 continue
             data["loop"][key] = _check("loop", key, saved[key], f"{where} [config]")
-        return Config(data, self.source)
+        return Config(data, self.source, self.from_workdir)
 
     def snapshot(self) -> dict[str, Any]:
         """What a session stores: every section, no secrets (there are none by construction)."""
@@ -338,8 +359,18 @@ def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:
     return Config(data)
 
 
-def load_config(path: str | Path | None = None) -> Config:
-    """Load ``path``, or the first existing file of the search path, or the defaults."""
+#: what ``api_key_env`` may name in a config found in the working directory
+_KEYLIKE_ENV = re.compile(r"[A-Za-z0-9_]*(?:_API_KEY|_TOKEN)")
+#: the largest seed kernel read from a config (a CUTLASS kernel is tens of kB)
+MAX_SEED_BYTES = 1 << 20
+
+
+def load_config(path: str | Path | None = None, *, notice: Callable[[str], None] | None = None) -> Config:
+    """Load ``path``, or the first existing file of the search path, or the defaults.
+
+    A file found in the working directory (a cloned repository's, say) is named through
+    ``notice`` (stderr by default) and held to :func:`check_untrusted`; every file's seed
+    kernel is checked by :func:`check_seed` before anything runs."""
     from .paths import config_search_path
 
     if path is not None:
@@ -352,6 +383,9 @@ def load_config(path: str | Path | None = None) -> Config:
     if not candidates:
         return Config()
     p = candidates[0]
+    workdir = path is None and p == Path.cwd() / p.name
+    if workdir:
+        (notice or _stderr)(f"l2tui: using ./{p.name} from the working directory")
     try:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
@@ -360,7 +394,61 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError(f"{p}: cannot read: {e}") from None
     cfg = parse_config(doc, str(p))
     cfg.source = p
+    cfg.from_workdir = workdir
+    if workdir:
+        check_untrusted(cfg, str(p))
+    check_seed(cfg.loop["seed"], str(p))
     return cfg
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_untrusted(cfg: Config, where: str) -> None:
+    """A config found in the working directory may point ``api_key_env`` only at a variable that
+    looks like an API key: whatever it names is sent to ``base_url`` as the Bearer token, so a
+    cloned repository's config naming ``AWS_SECRET_ACCESS_KEY`` or ``HOME`` would send that."""
+    name = cfg.llm["api_key_env"]
+    if not _KEYLIKE_ENV.fullmatch(name):
+        raise ConfigError(f"{where}: [llm] api_key_env = {shown('llm', 'api_key_env', name)}: a config found in "
+                          "the working directory may name only a variable like *_API_KEY or *_TOKEN; set it in "
+                          "your own config (l2tui doctor names it) or pass --config FILE")
+
+
+def check_seed(seed: str, where: str, *, base: Path | None = None) -> None:
+    """A seed that is a file must be a ``.cu`` kernel with the ABI entry point that the source
+    policy admits, checked when the config is read (before any LLM call or build): its text goes
+    into prompts, the session and RL data. A harness family name passes (it is checked where it
+    is looked up)."""
+    if not seed or not (any(c in seed for c in "/.\\") or Path(seed).expanduser().is_file()):
+        return
+    from harness.build import check_abi
+    from harness.errors import KernelSourceError
+    from harness.source_policy import violations
+
+    p = Path(seed).expanduser()
+    if base is not None and not p.is_absolute():
+        p = base / p
+    if p.suffix != ".cu":
+        raise ConfigError(f"{where}: [loop] seed: expected a .cu kernel file or a harness family name")
+    try:
+        st = p.stat()
+        if not p.is_file() or st.st_size > MAX_SEED_BYTES:
+            raise ConfigError(f"{where}: [loop] seed {p.name}: not a kernel file of at most 1 MiB")
+        source = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: [loop] seed {p.name}: cannot read it ({getattr(e, 'strerror', None) or 'not UTF-8 text'})") from None
+    try:
+        check_abi(source)
+    except KernelSourceError:
+        raise ConfigError(f"{where}: [loop] seed {p.name}: no extern \"C\" l2_hgemm entry point; not a kernel") from None
+    bad = violations(source)
+    if bad:
+        line, _, msg = bad[0]
+        raise ConfigError(f"{where}: [loop] seed {p.name} line {line}: {msg}")
 
 
 def example_toml() -> str:

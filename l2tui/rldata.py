@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,8 +200,9 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
         view = open_session(sp)
         stats.sessions += 1
         imp = _improvements(view.records)
-        for r in view.rewards:
+        for n, r in enumerate(view.rewards, 1):
             stats.read += 1
+            _check_shas(r, view.path, n)
             msgs = _clean_messages(r.get("messages"))
             comp = r.get("completion")
             rew = r.get("reward")
@@ -223,6 +225,20 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
             improvement = (all(isinstance(x, str) for x in key) and key in imp) or _repaired(r)
             rows.append(_Row(str(view.path), data, improvement))
     return rows
+
+
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+_SHA_FIELDS = ("child_sha", "parent_sha")
+
+
+def _check_shas(row: dict, session: Path, n: int) -> None:
+    """A row's kernel ids are sha256 hex strings or absent: they become columns a trainer joins
+    on and ``live_reward`` opens files by, so anything else (a path) refuses the session."""
+    for k in _SHA_FIELDS:
+        v = row.get(k)
+        if v is not None and not (isinstance(v, str) and _SHA_RE.fullmatch(v)):
+            raise RlDataError(f"{session}/rewards.jsonl row {n}: {k} is not a kernel id (64 hex characters); "
+                              "the session file is damaged")
 
 
 # --------------------------------------------------------------------------- formats

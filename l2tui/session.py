@@ -42,6 +42,7 @@ import json
 import os
 import re
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
@@ -55,6 +56,13 @@ REWARDS_FILE = "rewards.jsonl"
 TOML_FILE = "session.toml"
 KERNELS_DIR = "kernels"
 LOCK_FILE = "session.lock"
+
+#: the longest line a session's JSON-lines file may hold (a streamed reply, a compile log and a
+#: kernel's text fit many times over); a longer one is skipped with one line in ``problems``
+MAX_LINE_BYTES = 8 << 20
+#: how much of a longer line is read at a time while skipping it (memory stays bounded)
+_SKIP_CHUNK = 1 << 20
+_LINK_HINT = "l2tui never follows links in a session folder; replace it with the file itself"
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 # keys whose values are never written, whatever a caller passes (defence in depth:
@@ -101,41 +109,112 @@ def _toml_clean(obj: Any) -> Any:
     return obj
 
 
-def _read_jsonl(path: Path) -> tuple[list[dict], int, bool]:
-    """Parse a JSON-lines file.  Returns (rows, byte length of the valid prefix, torn?).
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link at ``path`` (``O_NOFOLLOW``) in one line naming it.
 
-    Only the *last* line may be torn (that is what a crash produces); a bad line
-    in the middle is a corrupted file and raises.
+    Why: a session folder may be handed over by someone else, and a link planted in it
+    (``session.lock`` -> ``~/.bashrc``) would have a writer truncate or append to its target."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SessionError(f"{path} is a symbolic link; {_LINK_HINT}") from None
+        raise
+
+
+def check_real_dir(path: Path) -> None:
+    """Refuse a session folder (or its ``kernels/``) that is a symbolic link or not a folder."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise SessionError(f"cannot read {path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SessionError(f"{path} is a symbolic link; {_LINK_HINT}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SessionError(f"{path} is not a folder; a session folder and its {KERNELS_DIR}/ are folders")
+
+
+def is_plain_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file itself (a link to one is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_text_nofollow(path: Path, limit: int = MAX_LINE_BYTES) -> str:
+    """A small session file's text (``session.toml``, a kernel), never through a link, at most
+    ``limit`` bytes (a longer file is refused in one line)."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise SessionError(f"{path} is larger than {limit >> 20} MiB; a session file this size is not l2tui's")
+    return data.decode("utf-8")
+
+
+def _skip_rest_of_line(f: Any) -> bool:
+    """Read past the rest of an over-long line in bounded chunks; True when it ended in a newline."""
+    while True:
+        chunk = f.readline(_SKIP_CHUNK)
+        if not chunk:
+            return False
+        if chunk.endswith(b"\n"):
+            return True
+
+
+def read_jsonl(path: Path, *, max_line: int = MAX_LINE_BYTES) -> tuple[list[dict], int, bool, list[str]]:
+    """Parse a JSON-lines file without following a link and with a bounded ``readline``.
+
+    Returns (rows, byte length of the valid prefix, torn?, problems).  Only the *last*
+    line may be torn (that is what a crash produces); a bad line in the middle is a
+    corrupted file and raises.  A line longer than ``max_line`` is skipped, never held in
+    memory whole, and named in ``problems`` (one line each): the rest of the file is kept.
     """
-    if not path.exists():
-        return [], 0, False
-    data = path.read_bytes()
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return [], 0, False, []
     rows: list[dict] = []
+    problems: list[str] = []
     pos = 0
     torn = False
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl + 1
-        line = data[pos:end]
-        text = line.strip()
-        if text:
-            try:
-                row = json.loads(text)
-                if not isinstance(row, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                if nl < 0 or end == len(data):   # the last line: a torn write
+    lineno = 0
+    with os.fdopen(fd, "rb") as f:
+        while True:
+            line = f.readline(max_line + 1)
+            if not line:
+                break
+            lineno += 1
+            if len(line) > max_line and not line.endswith(b"\n"):
+                complete = _skip_rest_of_line(f)
+                problems.append(f"{path.name}: line {lineno} is longer than {max_line >> 20} MiB; it was skipped")
+                if not complete:
                     torn = True
                     break
-                raise SessionError(
-                    f"{path}: line {len(rows) + 1} is not valid JSON; the session file is corrupted"
-                ) from None
-            if nl < 0:                            # complete JSON but no newline: treat as torn
-                torn = True
-                break
-            rows.append(row)
-        pos = end
-    return rows, pos, torn
+                pos = f.tell()
+                continue
+            text = line.strip()
+            if text:
+                try:
+                    row = json.loads(text)
+                    if not isinstance(row, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    if not line.endswith(b"\n") or not f.peek(1):   # the last line: a torn write
+                        torn = True
+                        break
+                    raise SessionError(
+                        f"{path}: line {lineno} is not valid JSON; the session file is corrupted"
+                    ) from None
+                if not line.endswith(b"\n"):             # complete JSON but no newline: treat as torn
+                    torn = True
+                    break
+                rows.append(row)
+            pos += len(line)
+    return rows, pos, torn, problems
 
 
 def _fsync_dir(path: Path) -> None:
@@ -175,8 +254,9 @@ class WriterLock:
     @classmethod
     def acquire(cls, folder: str | Path, command: str) -> "WriterLock":
         folder = Path(folder)
+        check_real_dir(folder)
         try:
-            fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_nofollow(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT)
         except OSError as e:
             raise SessionError(f"cannot lock session folder {folder}: {e.strerror}") from None
         try:
@@ -224,11 +304,11 @@ def read_holder(fd_or_path: int | str | Path) -> dict:
         if isinstance(fd_or_path, int):
             data = os.pread(fd_or_path, 4096, 0)
         else:
-            with open(Path(fd_or_path) / LOCK_FILE, "rb") as f:
+            with os.fdopen(open_nofollow(Path(fd_or_path) / LOCK_FILE, os.O_RDONLY), "rb") as f:
                 data = f.read(4096)
         doc = json.loads(data.decode("utf-8", "replace") or "{}")
         return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, SessionError):
         return {}
 
 
@@ -242,8 +322,8 @@ def describe_holder(h: dict) -> str:
 def is_locked(folder: str | Path) -> bool:
     """Whether a writer holds ``folder`` now (a probe: takes the lock and drops it at once)."""
     try:
-        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        fd = open_nofollow(Path(folder) / LOCK_FILE, os.O_RDONLY)
+    except (OSError, SessionError):
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -291,6 +371,8 @@ class Session:
         """
         p = Path(path)
         ev = p / EVENTS_FILE
+        check_real_dir(p)
+        check_real_dir(p / KERNELS_DIR)
         if ev.exists() and ev.stat().st_size > 0:
             raise SessionError(f"{p} already holds a session; use --resume to continue it or pick a new folder")
         try:
@@ -298,6 +380,8 @@ class Session:
         except (OSError, ValueError) as e:
             why = getattr(e, "strerror", None) or "not a usable folder name"
             raise SessionError(f"cannot create session folder {p}: {why}") from None
+        check_real_dir(p)
+        check_real_dir(p / KERNELS_DIR)
         lock = WriterLock.acquire(p, writer) if writer else None
         if lock is not None and ev.exists() and ev.stat().st_size > 0:  # another writer got here first
             lock.release()
@@ -307,13 +391,13 @@ class Session:
 
         doc = _toml_clean({"config": config, "gpu": gpu or {}, "versions": versions or {}})
         tmp = p / (TOML_FILE + ".tmp")
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
             tomli_w.dump(doc, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p / TOML_FILE)
         for name in (EVENTS_FILE, REWARDS_FILE):
-            (p / name).touch()
+            os.close(open_nofollow(p / name, os.O_WRONLY | os.O_CREAT))
         _fsync_dir(p)
         s = cls(p, config, gpu or {}, versions or {}, [], [], [])
         s.writer_lock = lock
@@ -330,6 +414,8 @@ class Session:
         a torn line is trimmed only when no writer holds the folder.
         """
         p = Path(path)
+        check_real_dir(p)
+        check_real_dir(p / KERNELS_DIR)
         if not (p / EVENTS_FILE).is_file():
             raise SessionError(f"{p} is not a session folder (no {EVENTS_FILE}); check the path")
         lock = WriterLock.acquire(p, writer) if writer else None
@@ -349,13 +435,13 @@ class Session:
         gpu: dict = {}
         versions: dict = {}
         tf = p / TOML_FILE
-        if tf.is_file():
+        if tf.is_file() or tf.is_symlink():
             try:
                 import tomllib  # type: ignore[import-not-found]
             except ModuleNotFoundError:  # Python 3.10
                 import tomli as tomllib  # type: ignore[no-redef]
             try:
-                doc = tomllib.loads(tf.read_text())
+                doc = tomllib.loads(read_text_nofollow(tf))
                 config, gpu, versions = doc.get("config", {}), doc.get("gpu", {}), doc.get("versions", {})
             except (ValueError, OSError) as e:
                 problems.append(f"{TOML_FILE} unreadable: {type(e).__name__}")
@@ -365,12 +451,14 @@ class Session:
                     raise SessionError(f"{p / TOML_FILE}: [{name}] is not a table; the session file is damaged")
         else:
             problems.append(f"{TOML_FILE} missing")
-        events, good_len, torn = _read_jsonl(p / EVENTS_FILE)
+        events, good_len, torn, long_lines = read_jsonl(p / EVENTS_FILE)
+        problems += long_lines
         if torn:
             problems.append(f"{EVENTS_FILE}: torn last line ignored")
             if repair:
                 cls._truncate(p / EVENTS_FILE, good_len)
-        rewards, rgood, rtorn = _read_jsonl(p / REWARDS_FILE)
+        rewards, rgood, rtorn, long_rewards = read_jsonl(p / REWARDS_FILE)
+        problems += long_rewards
         if rtorn:
             problems.append(f"{REWARDS_FILE}: torn last line ignored")
             if repair:
@@ -393,7 +481,7 @@ class Session:
         for r in records:
             if isinstance(r, ev_schema.Candidate) and r.sha is not None and r.sha not in seen:
                 seen.add(r.sha)
-                if not (p / KERNELS_DIR / f"{r.sha}.cu").is_file():
+                if not is_plain_file(p / KERNELS_DIR / f"{r.sha}.cu"):
                     problems.append(f"kernel {r.sha[:12]} (step {r.step} of {r.track}) missing from {KERNELS_DIR}/")
         s = cls(p, config, gpu, versions, events, rewards, problems, records)
         return s
@@ -401,12 +489,16 @@ class Session:
     @staticmethod
     def _truncate(path: Path, length: int) -> None:
         try:
-            with open(path, "r+b") as f:
-                f.truncate(length)
-                f.flush()
-                os.fsync(f.fileno())
+            fd = open_nofollow(path, os.O_RDWR)
+        except (OSError, SessionError):
+            return
+        try:
+            os.ftruncate(fd, length)
+            os.fsync(fd)
         except OSError:
             pass
+        finally:
+            os.close(fd)
 
     # ------------------------------------------------------------------ writing
     @staticmethod
@@ -415,7 +507,8 @@ class Session:
 
     def _write_line(self, name: str, row: dict, line: str | None = None) -> None:
         line = line if line is not None else self._line(row)
-        with open(self.path / name, "a", encoding="utf-8") as f:
+        fd = open_nofollow(self.path / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             if self._batch_depth:
@@ -439,8 +532,8 @@ class Session:
                     self._unsynced.clear()
             for name in names:
                 try:
-                    fd = os.open(self.path / name, os.O_RDONLY)
-                except OSError:
+                    fd = open_nofollow(self.path / name, os.O_RDONLY)
+                except (OSError, SessionError):
                     continue
                 try:
                     os.fsync(fd)
@@ -474,10 +567,14 @@ class Session:
         """Store a kernel source once, by the sha256 of its text; returns the sha."""
         sha = sha256_text(source)
         f = self.path / KERNELS_DIR / f"{sha}.cu"
+        check_real_dir(f.parent)
+        if f.is_symlink():
+            raise SessionError(f"{f} is a symbolic link; {_LINK_HINT}")
         if not f.exists():
             f.parent.mkdir(parents=True, exist_ok=True)
+            check_real_dir(f.parent)
             tmp = f.with_suffix(".cu.tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
+            with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
                 fh.write(source)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -488,13 +585,16 @@ class Session:
         if not _SHA_RE.match(sha or ""):
             raise SessionError(f"bad kernel id {sha!r}: expected a sha256 hex string")
         f = self.path / KERNELS_DIR / f"{sha}.cu"
+        check_real_dir(f.parent)
         try:
-            return f.read_text(encoding="utf-8")
+            return read_text_nofollow(f)
+        except UnicodeDecodeError:
+            raise SessionError(f"kernel {sha[:12]} in {f.parent} is not UTF-8 text; the session store is damaged") from None
         except FileNotFoundError:
             raise SessionError(f"kernel {sha[:12]} is missing from {f.parent}") from None
 
     def has_kernel(self, sha: str) -> bool:
-        return bool(sha) and (self.path / KERNELS_DIR / f"{sha}.cu").is_file()
+        return bool(sha) and is_plain_file(self.path / KERNELS_DIR / f"{sha}.cu")
 
     def append_reward(self, row: dict) -> dict:
         """Append one rewards.jsonl row (seq/time added if absent), flushed and fsynced."""

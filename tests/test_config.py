@@ -41,7 +41,7 @@ def test_cwd_wins_over_user_dir(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("text, needle", [
     ("[loop]\nmax_stepz = 3\n", "unknown key [loop] max_stepz"),
-    ("[loop]\nmax_steps = \"many\"\n", "[loop] max_steps = 'many': expected an integer >= 1"),
+    ("[loop]\nmax_steps = \"many\"\n", "[loop] max_steps = 'many': expected an integer between 1 and 100000"),
     ("[loop]\ndebug_rounds = -1\n", "[loop] debug_rounds"),
     ("[llm]\nbase_url = \"ftp://x\"\n", "[llm] base_url"),
     ("[llm]\napi_key = \"sk-abc\"\n", "secrets are never read from config files"),

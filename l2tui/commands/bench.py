@@ -15,6 +15,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench import main
+    import contextlib
+    import sys
 
-    return main(args)
+    from harness.bench import main
+    from harness.termtext import VisibleStream
+
+    # the result table and the progress lines quote kernel names and worker text
+    with contextlib.redirect_stdout(VisibleStream(sys.stdout)), contextlib.redirect_stderr(VisibleStream(sys.stderr)):
+        return main(args)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.termtext import visible
+
 NAME = "export"
 HELP = "export a session's accepted (or best) kernels as a library with a shape dispatcher"
 
@@ -35,23 +37,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
     from l2tui.export import export_session
+    from l2tui.export.core import routes_line
     from l2tui.export.manifest import DEFAULT_FALLBACK_MARGIN
 
     shapes = resolve_shapes(args.export_shapes) if args.export_shapes else None
-    progress = (lambda msg: print(f"  {msg}", file=sys.stderr)) if args.build else None
+    progress = (lambda msg: print(f"  {visible(msg)}", file=sys.stderr)) if args.build else None
     res = export_session(args.session, args.out, shapes=shapes, only_accepted=args.only_accepted,
                          acc=args.acc, force=args.force, build=args.build, arch=args.arch, jobs=args.jobs,
                          margin=DEFAULT_FALLBACK_MARGIN if args.margin is None else args.margin / 100.0,
                          progress=progress)
     for w in res.warnings:
-        print(f"l2tui: warning: {w}", file=sys.stderr)
+        print(f"l2tui: warning: {visible(w)}", file=sys.stderr)
     ks = res.manifest["kernels"]
-    fb = sum(1 for e in ks if e.get("fallback"))
     acc = sum(1 for e in ks if e["selected_by"] == "accepted")
     beaten = sum(1 for e in ks if not e.get("fallback") and e.get("slower_than"))
-    pct = 100.0 * res.manifest.get("fallback_margin", 0.0)
-    print(f"exported {len(ks)} shape(s) to {res.out} ({acc} accepted, {len(ks) - acc} best passed, "
-          f"{fb} dispatched to the cuBLASLt fallback because a library was faster or within {pct:g} %)")
+    print(visible(f"exported to {res.out}: {routes_line(res.manifest)}"))
+    print(f"kernels chosen: {acc} accepted, {len(ks) - acc} the best that passed every check")
     if beaten:
         print(f"note: on {beaten} shape(s) a library outside the cuBLAS family beat the kernel; the kernel "
               "stays because the dispatcher's cuBLASLt fallback could not match that library")
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         sp = e["speedup"].get(e.get("baseline") or "", None)
         sp_s = f"{sp:.2f}x {e['baseline']}" if sp else "untimed"
         route = f"fallback: {_fallback_text(e.get('fallback_pin'))}" if e.get("fallback") else e["file"]
-        print(f"  {m}x{n}x{k} {e['acc']}: {route}  [{e['selected_by']}, {sp_s}]")
+        print(visible(f"  {m}x{n}x{k} {e['acc']}: {route}  [{e['selected_by']}, {sp_s}]"))
     if res.library:
         print(f"library: {res.library}  header: {res.out / 'include' / 'l2hgemm.h'}  cmake: {res.out / 'l2hgemm.cmake'}")
     return 0

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.termtext import visible
+
 NAME = "rl-data"
 HELP = "write RL / fine-tuning rows (TRL, OpenAI SFT, OpenAI DPO) from sessions' rewards.jsonl"
 
@@ -41,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
     stats = rl_data(args.sessions, args.rl_format, args.out, min_reward=args.min_reward, policy=args.rl_policy,
                     role=args.rl_role, shapes=shapes, margin=args.margin, max_pairs=args.max_pairs,
                     pair_by=args.pair_by, force=args.force)
-    print(stats.line(args.out))
+    print(visible(stats.line(args.out)))
     return 0

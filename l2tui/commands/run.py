@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.termtext import visible
+
 from .. import events as ev_schema
 
 NAME = "run"
@@ -94,7 +96,7 @@ class Progress:
             return
         line = self.format(e)
         if line:
-            print(line, file=self.out, flush=True)
+            print(visible(line), file=self.out, flush=True)
 
     @staticmethod
     def format(e: dict) -> str | None:
@@ -256,7 +258,7 @@ def _run(args: argparse.Namespace) -> int:
             session = compose.open_session(session_dir, writer="run")
             cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
             for p in session.problems:
-                print(f"l2tui: warning: {p}", file=sys.stderr)
+                print(f"l2tui: warning: {visible(p)}", file=sys.stderr)
         else:
             path = Path(session_dir) if session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
             snap = cfg.snapshot()
@@ -286,7 +288,7 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
-        print(summary(session), flush=True)
+        print(visible(summary(session), single_line=False), flush=True)
         if stopping["n"]:
             print(f"resume with: l2tui run --headless --session {session.path} --resume", flush=True)
         return 0

@@ -23,6 +23,8 @@ import argparse
 import time
 from pathlib import Path
 
+from harness.termtext import visible
+
 from .. import events as ev_schema
 
 NAME = "sweep"
@@ -199,8 +201,13 @@ def _run(args: argparse.Namespace) -> int:
         for f in args.families:
             get_family(f)   # one line for an unknown family, before anything starts
     new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
-    if args.max_seconds is not None and not args.max_seconds >= 0:
-        raise UserError(f"--max-seconds must be 0 or more, not {args.max_seconds}")
+    from ..config import MAX_STEPS, MAX_WALL_S
+
+    for budget in ("steps", "width", "seeds"):
+        if getattr(args, budget) > MAX_STEPS:
+            raise UserError(f"--{budget} must be at most {MAX_STEPS}, not {getattr(args, budget)}")
+    if args.max_seconds is not None and not 0 <= args.max_seconds <= MAX_WALL_S:
+        raise UserError(f"--max-seconds must be between 0 and {MAX_WALL_S:.0f} (30 days), not {args.max_seconds:g}")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
     cost_file = getattr(args, "cost_model", None) or saved.get("cost_model")
@@ -241,7 +248,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..executors.progress import BuildProgress
 
     def say(line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {visible(line)}", flush=True)
 
     if args.prebuild_only:
         builder = None

@@ -367,6 +367,35 @@ def _defined_globals(nm: str, obj: Path) -> list[str]:
     return out
 
 
+def compile_kernel_object(source: str, file: str, work: Path, args: list[str], timeout_s: float) -> Path:
+    """Compile one exported kernel to an object file the way the build driver compiles a candidate
+    (:mod:`harness.build`): the source policy first, then nvcc in the sandbox that sees only the
+    kernel, CUDA and CUTLASS, and only the scrubbed log in an error (a kernel's ``#include`` of a
+    file elsewhere never reaches the terminal)."""
+    from harness import build as B
+    from harness import sandbox
+    from harness.source_policy import violations
+
+    bad = violations(source)
+    if bad:
+        line, _, msg = bad[0]
+        raise HarnessError(f"{file} is refused: line {line}: {msg}")
+    nvcc = B.nvcc_path()
+    work.mkdir(parents=True)
+    (work / B.SOURCE_NAME).write_text(source, encoding="utf-8")
+    obj = work / "kernel.o"
+    cmd = [nvcc, *args, *(f"-I{d}" for d in B.cutlass_include_dirs()), B.SOURCE_NAME, "-o", str(obj)]
+    if sandbox.use_sandbox(False):
+        cmd = sandbox.build_argv(cmd, work, ro=B._toolchain_roots(nvcc))
+    rc, log = B._run_compiler(cmd, work, timeout_s)
+    if rc != 0 or not obj.is_file():
+        errors = B.parse_diagnostics(B.scrub_log(log, str(work), nvcc), str(work))
+        first = next((x for x in errors if x.severity in ("error", "fatal")), None)
+        why = str(first) if first else f"nvcc exited with status {rc}"
+        raise HarnessError(f"compiling {file} failed: {why[:300]}")
+    return obj
+
+
 @dataclass
 class LibraryBuild:
     so_path: Path
@@ -408,10 +437,9 @@ def build_library(
     try:
         def one(e: dict) -> Path:
             name, sym = e["name"], e["symbol"]
-            obj = tmp / f"{name}.o"
             flags = [f for f in e["_flags"] if not f.startswith("-l")]
-            _run([nvcc, *common, *incs, *flags, f"-Dl2_hgemm={sym}", str(root / e["file"]), "-o", str(obj)],
-                 f"compiling {e['file']}", root, timeout_s)
+            obj = compile_kernel_object((root / e["file"]).read_text(encoding="utf-8"), e["file"], tmp / name,
+                                        [*common, *flags, f"-Dl2_hgemm={sym}"], timeout_s)
             defined = _defined_globals(nm, obj)
             if sym not in defined:
                 raise HarnessError(f"{e['file']} does not define l2_hgemm as an extern \"C\" non-static function")

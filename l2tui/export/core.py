@@ -33,6 +33,28 @@ class ExportError(UserError):
     """An export that cannot be written (target folder, empty selection, ...)."""
 
 
+def routes_line(manifest: dict) -> str:
+    """How many shapes run an exported kernel and how many the library fallback, in one phrase:
+    a count of "exported kernels" that included the shapes routed to cuBLAS would overstate it."""
+    ks = manifest["kernels"]
+    fb = sum(1 for e in ks if e.get("fallback"))
+    pct = 100.0 * manifest.get("fallback_margin", 0.0)
+    return (f"{len(ks)} shape{'s' if len(ks) != 1 else ''}: {len(ks) - fb} run an exported kernel, {fb} the "
+            f"cuBLAS fallback (the kernel was slower than it, or within {pct:g} %)")
+
+
+def check_policy(source: str, what: str) -> None:
+    """Refuse a kernel the candidate source policy refuses (:mod:`harness.source_policy`): an export
+    ships the session's kernels to whoever links the library, so it holds them to the same rules
+    the session's builds did, whatever a hand-edited session folder holds now."""
+    from harness.source_policy import violations
+
+    bad = violations(source)
+    if bad:
+        line, _, msg = bad[0]
+        raise ExportError(f"{what} is refused: line {line}: {msg}")
+
+
 @dataclass
 class ExportResult:
     out: Path
@@ -230,9 +252,14 @@ def export_session(
     manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch, margin=margin)
     for e in manifest["kernels"]:
         cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
+        if not e.get("fallback"):   # a kernel the library runs; a fallback shape never compiles or calls it
+            check_policy(sources[e["sha256"]], f"{e['track']} kernel {e['sha256'][:12]}")
     validate(manifest, None)  # names, symbols and shapes are checked before any of them reaches a build file
-    out_p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_p.name}.tmp-", dir=out_p.parent))
+    try:
+        out_p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_p.name}.tmp-", dir=out_p.parent))
+    except OSError as e:
+        raise ExportError(f"cannot write the export to {out_p}: {e.strerror or e}; pick another --out") from None
     library: Path | None = None
     try:
         (tmp / "kernels").mkdir()
@@ -258,4 +285,5 @@ def export_session(
         raise
     if build:
         library = out_p / cdispatch.LIB_FILE
-    return ExportResult(out_p, manifest, sel.warnings, library)
+    skipped = list(view.session.problems) if view.session is not None else []
+    return ExportResult(out_p, manifest, [*skipped, *sel.warnings], library)

@@ -10,13 +10,12 @@ session.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from l2tui import events as ev_schema
 from l2tui.errors import SessionError
-from l2tui.session import Session
+from l2tui.session import Session, check_real_dir, read_jsonl, read_text_nofollow
 
 
 @dataclass
@@ -50,22 +49,11 @@ class SessionView:
         return text
 
 
-def _rows(path: Path) -> list[dict]:
-    """JSON lines of a file that may be growing: a partial last line is skipped, never repaired."""
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    end = data.rfind(b"\n")
-    rows: list[dict] = []
-    for i, line in enumerate(data[: end + 1].splitlines()):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise SessionError(f"{path}: line {i + 1} is not valid JSON; the session file is corrupted") from None
-        if isinstance(row, dict):
-            rows.append(row)
+def _rows(path: Path, problems: list[str]) -> list[dict]:
+    """JSON lines of a file that may be growing: a partial last line is skipped, never repaired;
+    never read through a link, and a line over the size cap is skipped and named in ``problems``."""
+    rows, _, _, skipped = read_jsonl(path)
+    problems += skipped
     return rows
 
 
@@ -78,24 +66,28 @@ def _read_only(p: Path) -> Session:
     """
     doc: dict = {}
     tf = p / "session.toml"
-    if tf.is_file():
+    check_real_dir(p)
+    check_real_dir(p / "kernels")
+    if tf.is_file() or tf.is_symlink():
         from ..config import tomllib
 
         try:
-            doc = tomllib.loads(tf.read_text())
+            doc = tomllib.loads(read_text_nofollow(tf))
         except (ValueError, OSError):
             doc = {}
-    events = _rows(p / "events.jsonl")
-    rewards = _rows(p / "rewards.jsonl")
+    problems: list[str] = []
+    events = _rows(p / "events.jsonl", problems)
+    rewards = _rows(p / "rewards.jsonl", problems)
     records = ev_schema.parse_all(events, where=str(p / "events.jsonl"))  # one line for a malformed field
     first = records[0] if records and isinstance(records[0], ev_schema.SessionStarted) else ev_schema.SessionStarted()
     return Session(p, doc.get("config") or first.config or {}, doc.get("gpu") or first.gpu or {},
-                   doc.get("versions") or first.versions or {}, events, rewards, [], records)
+                   doc.get("versions") or first.versions or {}, events, rewards, problems, records)
 
 
 def open_session(path: str | Path) -> SessionView:
     """Open a session folder for reading (never writes to it, even while a run appends)."""
     p = Path(path).expanduser()
+    check_real_dir(p)
     if not p.is_dir() or not (p / "events.jsonl").is_file():
         raise SessionError(f"{p} is not a session folder (no events.jsonl); pass a folder under sessions/")
     s = _read_only(p)
