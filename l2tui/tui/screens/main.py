@@ -13,7 +13,6 @@ import os
 import shlex
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +50,20 @@ VIEWS = ("grid", "all", "list")
 HISTORY_EVERY_S = 1.0
 
 
+def export_summary(manifest: dict, out: Path) -> str:
+    """The export toast: how many shapes run an exported kernel and how many the library fallback
+    (the manifest routes a shape to the fallback where a library was as fast), so a count of
+    exported entries is never read as a count of kernels that win."""
+    entries = [e for e in manifest.get("kernels") or [] if isinstance(e, dict)]
+    fallback = sum(1 for e in entries if e.get("fallback"))
+    kernel = len(entries) - fallback
+    margin = manifest.get("fallback_margin")
+    why = (f", where a library was faster or within {100 * margin:g} %" if isinstance(margin, (int, float))
+           else ", where a library was as fast")
+    return (f"exported {len(entries)} shape(s) to {out}: {kernel} run an exported kernel, "
+            f"{fallback} the library fallback{why if fallback else ''}")
+
+
 class MainScreen(Screen):
     BINDINGS = keymap.bindings(keymap.MAIN)
     COMMANDS = {SteeringCommands}
@@ -72,8 +85,9 @@ class MainScreen(Screen):
         self.view = "grid"
         self.baseline: str | None = ctx.baseline
         self.sent: list[LoopCommand] = []
+        #: track id -> the candidate the user chose to see there instead of the track's best
+        self.picked: dict[str, str] = {}
         self._sources: dict[str, str | None] = {}
-        self._history_at = 0.0
 
     # -- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -107,6 +121,7 @@ class MainScreen(Screen):
         self.query_one(MetricsPanel).border_title = "metrics"
         self.query_one(ShapeGrid).focus()
         self._sync_all(Changes(reset=True))
+        self.set_interval(HISTORY_EVERY_S, self._redraw_history, name="history")
         if self.ctx.notice:
             self.notify(self.ctx.notice, title="l2tui", timeout=15)
         if not self.ctx.events and self.ctx.replay:
@@ -161,10 +176,13 @@ class MainScreen(Screen):
             log.rebuild()
         elif ch.log:
             log.add(ch.log)
-        now = time.monotonic()
-        if ch.reset or (ch.best and now - self._history_at >= HISTORY_EVERY_S):
-            self._history_at = now  # the all-shapes plot is redrawn at most once a second
-            self.query_one(HistoryPanel).update_all(force=ch.reset)
+        if ch.reset:
+            self.query_one(HistoryPanel).update_all(force=True)  # later changes: _redraw_history
+
+    def _redraw_history(self) -> None:
+        """The all-shapes plot follows new bests and the session clock at most once a second
+        (plotting is the costliest redraw); it draws nothing when neither moved."""
+        self.query_one(HistoryPanel).update_all()
 
     # -- focus --------------------------------------------------------------------------------
     @property
@@ -192,10 +210,35 @@ class MainScreen(Screen):
         return self._sources[sha]
 
     def shown_candidate(self) -> Candidate | None:
+        """What the kernel and metrics panels show for the focused track: the candidate the user
+        picked there (``j`` / ``k``), else the track's best, else its newest candidate (a track
+        has a best only once a candidate has been timed)."""
         tr = self.track
         if tr is None:
             return None
-        return tr.current or (tr.candidates.get(tr.best_sha) if tr.best_sha else None)
+        picked = self.picked.get(tr.id)
+        if picked in tr.candidates:
+            return tr.candidates[picked]
+        if tr.best_sha in tr.candidates:
+            return tr.candidates[tr.best_sha]
+        return tr.current
+
+    def pick_candidate(self, delta: int) -> Candidate | None:
+        """Show the candidate ``delta`` places away (by number) from the shown one; back on the
+        best, the panels follow the best again."""
+        tr, c = self.track, self.shown_candidate()
+        if tr is None or c is None:
+            self.notify("this track has no candidate yet", severity="warning", timeout=3)
+            return None
+        order = sorted(tr.candidates.values(), key=lambda x: x.num)
+        i = max(0, min(len(order) - 1, order.index(c) + delta))
+        chosen = order[i]
+        if chosen.sha == tr.best_sha:
+            self.picked.pop(tr.id, None)
+        else:
+            self.picked[tr.id] = chosen.sha
+        self._show_focused()
+        return chosen
 
     def _show_focused(self) -> None:
         tr = self.track
@@ -346,7 +389,7 @@ class MainScreen(Screen):
         if got is None:
             return
         tr, c, src = got
-        self.app.push_screen(EditorScreen(src, f"{tr.id}  #{c.step} {c.sha[:12]}  — ctrl+s submits as a human step"),
+        self.app.push_screen(EditorScreen(src, f"{tr.id}  #{c.num} {c.sha[:12]}  — ctrl+s submits as a human step"),
                              lambda new: self._submit_edit(tr, src, new))
 
     def _decide(self, action: str) -> None:
@@ -458,8 +501,7 @@ class MainScreen(Screen):
             from ...export import export_session
 
             res = export_session(session_dir, out)
-            n = len(res.manifest.get("kernels", []))
-            self.post_message(self.ExportDone(True, f"exported {n} kernel(s) to {res.out}"))
+            self.post_message(self.ExportDone(True, export_summary(res.manifest, res.out)))
         except (HarnessError, OSError, ImportError) as e:
             self.post_message(self.ExportDone(False, str(e).splitlines()[0] if str(e) else type(e).__name__))
 
@@ -502,6 +544,12 @@ class MainScreen(Screen):
         else:
             grid.focus()
 
+    def action_cand_prev(self) -> None:
+        self.pick_candidate(-1)
+
+    def action_cand_next(self) -> None:
+        self.pick_candidate(1)
+
     def action_toggle_diff(self) -> None:
         self.query_one(KernelPanel).toggle_tab()
 
@@ -522,10 +570,10 @@ class MainScreen(Screen):
         if mp.full and tr is not None and c is not None and c.profiled is None:
             anc = profiled_ancestor(tr, c)
             if anc is not None:
-                self.notify(f"#{c.step} is not profiled: the full table is its ancestor #{anc.step}'s", timeout=4)
+                self.notify(f"#{c.num} is not profiled: the full table is its ancestor #{anc.num}'s", timeout=4)
             else:
                 how = "" if self.ctx.replay else " (f profiles the track's best now)"
-                self.notify(f"no NCU profile of #{c.step} or of any kernel it was derived from{how}",
+                self.notify(f"no NCU profile of #{c.num} or of any kernel it was derived from{how}",
                             severity="warning", timeout=5)
 
     def action_log_filter(self) -> None:
@@ -537,8 +585,10 @@ class MainScreen(Screen):
 
     def action_follow(self) -> None:
         self.follow = True
+        self.picked.clear()
         self._sync_all(Changes())
-        self.notify("following the running track", timeout=2)
+        self._show_focused()
+        self.notify("following the running track and its best candidate", timeout=2)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self))
