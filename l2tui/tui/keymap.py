@@ -63,6 +63,7 @@ MAIN = (
     Spec("log_filter", "l", "log_filter", "Log: all / this track", "view"),
     Spec("grid_focus", "g", "focus_grid", "Focus the grid", "view"),
     Spec("follow", "F", "follow", "Follow the running track and its best", "view"),
+    Spec("pane", "w", "next_pane", "Next panel (small terminals)", "view"),
 )
 
 REPLAY = (

@@ -22,7 +22,8 @@ from textual.app import ComposeResult, SuspendNotSupported
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual import events
+from textual.widgets import Footer, Static
 
 from ...steering import LoopCommand
 from .. import keymap
@@ -48,6 +49,11 @@ MODES = ("offline", "server")
 DEFAULT_BASELINES = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
 VIEWS = ("grid", "all", "list")
 HISTORY_EVERY_S = 1.0
+#: the panels a small terminal shows one at a time (``w`` cycles them)
+PANES = ("grid", "kernel", "metrics", "history")
+#: below this many columns or rows the body shows one panel at a time (80×24 is the smallest size
+#: the layout is made for: docs/tui.md); at this size and above, all four side by side
+PANES_BELOW = (110, 32)
 
 
 def export_summary(manifest: dict, out: Path) -> str:
@@ -83,6 +89,7 @@ class MainScreen(Screen):
         self.track_id: str | None = None
         self.follow = True
         self.view = "grid"
+        self.pane = "grid"
         self.baseline: str | None = ctx.baseline
         self.sent: list[LoopCommand] = []
         #: track id -> the candidate the user chose to see there instead of the track's best
@@ -93,10 +100,12 @@ class MainScreen(Screen):
     def compose(self) -> ComposeResult:
         yield TelemetryBar(self.model, id="telemetry")
         yield from self.compose_top()
-        with Horizontal(id="body"):
+        yield Static("", id="panes")
+        with Horizontal(id="body", classes="pane-grid"):
             with Vertical(id="left"):
-                yield ShapeGrid(self.model, id="grid")
-                yield TrackList(self.model, id="tracklist")
+                with Vertical(id="gridbox"):
+                    yield ShapeGrid(self.model, id="grid")
+                    yield TrackList(self.model, id="tracklist")
                 yield MetricsPanel(id="metrics")
             with Vertical(id="right"):
                 yield KernelPanel(id="kernel")
@@ -115,6 +124,7 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(TrackList).display = False
+        self._fit(self.app.size.width, self.app.size.height)
         self.query_one(TelemetryBar).note = self.ctx.note
         self.query_one(TelemetryBar).baseline = self.baseline
         self.query_one(AgentLog).border_title = "log: all tracks"
@@ -129,6 +139,53 @@ class MainScreen(Screen):
 
             self.notify(self.empty_message(), severity="warning", timeout=15)
             self.query_one(AgentLog).write(Text(self.empty_message(), style="yellow"))  # stays after the notice
+
+    # -- small terminals ----------------------------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    @property
+    def one_pane(self) -> bool:
+        """Whether the terminal is too small for every panel at once (class ``-panes``)."""
+        return self.has_class("-panes")
+
+    def _fit(self, width: int, height: int) -> None:
+        """Below ``PANES_BELOW`` the body shows one panel at a time, full width, under a strip that
+        names them; the log gets shorter so the grid keeps every row."""
+        self.set_class(width < PANES_BELOW[0] or height < PANES_BELOW[1], "-panes")
+        self._show_pane_strip()
+
+    def _show_pane_strip(self) -> None:
+        from rich.text import Text
+
+        t = Text()
+        for name in PANES:
+            t.append(f" {name} ", style="bold reverse" if name == self.pane else "grey62")
+            t.append(" ")
+        t.append(f"  {self.key_for('pane')}: next panel", style="grey50")
+        self.query_one("#panes", Static).update(t)
+
+    def key_for(self, binding_id: str) -> str:
+        """The key the binding ``binding_id`` is on now (a ``[keys]`` remap included)."""
+        for key, ab in self.active_bindings.items():
+            if ab.binding.id == binding_id:
+                return self.app.get_key_display(ab.binding.with_key(key))
+        return keymap.BY_ID[binding_id].key
+
+    def set_pane(self, pane: str) -> None:
+        """Show ``pane`` (one of ``PANES``) when the terminal shows one panel at a time."""
+        self.pane = pane
+        body = self.query_one("#body")
+        for name in PANES:
+            body.set_class(name == pane, f"pane-{name}")
+        self._show_pane_strip()
+        if pane == "grid":
+            self.action_focus_grid()
+
+    def action_next_pane(self) -> None:
+        self.set_pane(PANES[(PANES.index(self.pane) + 1) % len(PANES)])
+        if not self.one_pane:
+            self.notify("every panel is on screen at this terminal size", timeout=2)
 
     def empty_message(self) -> str:
         """Why a session with no events shows an empty screen."""
@@ -534,6 +591,7 @@ class MainScreen(Screen):
         grid, tl = self.query_one(ShapeGrid), self.query_one(TrackList)
         grid.display = view != "list"
         tl.display = view == "list"
+        self.query_one("#gridbox").set_class(view == "list", "-list")
         grid.compact = view == "all"
         grid.refresh(layout=True)
         if view == "list":
