@@ -92,6 +92,8 @@ class MainScreen(Screen):
         self.pane = "grid"
         self.baseline: str | None = ctx.baseline
         self.sent: list[LoopCommand] = []
+        self._history_cooling = False  # the all-shapes plot was drawn less than a second ago
+        self._history_dirty = False    # ... and events came since
         #: track id -> the candidate the user chose to see there instead of the track's best
         self.picked: dict[str, str] = {}
         self._sources: dict[str, str | None] = {}
@@ -234,12 +236,27 @@ class MainScreen(Screen):
         elif ch.log:
             log.add(ch.log)
         if ch.reset:
-            self.query_one(HistoryPanel).update_all(force=True)  # later changes: _redraw_history
+            self.query_one(HistoryPanel).update_all(force=True)
+        elif ch.events:
+            self._history_changed()
+
+    def _history_changed(self) -> None:
+        """New events may move the all-shapes plot (a new best, a later clock): it is redrawn at
+        once, then at most once a second (plotting is the costliest redraw), the last change
+        always drawn by the next tick of ``_redraw_history``."""
+        if self._history_cooling:
+            self._history_dirty = True
+            return
+        self.query_one(HistoryPanel).update_all()
+        self._history_cooling = True
 
     def _redraw_history(self) -> None:
-        """The all-shapes plot follows new bests and the session clock at most once a second
-        (plotting is the costliest redraw); it draws nothing when neither moved."""
-        self.query_one(HistoryPanel).update_all()
+        """Once a second: draw what changed since the last drawing, or end the cool-down."""
+        if self._history_dirty:
+            self._history_dirty = False
+            self.query_one(HistoryPanel).update_all()
+        else:
+            self._history_cooling = False
 
     # -- focus --------------------------------------------------------------------------------
     @property
