@@ -92,3 +92,20 @@ def test_a_folder_that_is_no_session_is_one_line(tmp_path):
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and "is not a session (no events.jsonl)" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_session_is_one_line(tmp_path):
+    """The session is read as data: a damaged field stops the script with one line, no traceback."""
+    s = tmp_path / "odd"
+    s.mkdir()
+    (s / "events.jsonl").write_text('{"seq": 0, "time": 1e300, "type": "session_started", "gpu": "H200\\n"}\n')
+    err = io.StringIO()
+    with redirect_stderr(err):
+        assert screenshots.main(["--session", str(s), "--out", str(tmp_path / "out")]) == 2
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("screenshots: error:") and "malformed gpu" in lines[0]
+
+
+def test_a_start_time_that_is_no_time_has_words():
+    assert screenshots._utc(1e300) == "no start time" and screenshots._utc("x") == "no start time"
+    assert screenshots._utc(0) == "1970-01-01 00:00 UTC"

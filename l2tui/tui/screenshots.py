@@ -54,13 +54,21 @@ def session_caption(session_dir: Path) -> str:
     from .sessionio import open_session
 
     events = open_session(session_dir).events
-    first = events[0] if events else {}
     started = next((e for e in events[:8] if e.get("type") == "session_started"), {})
-    gpu = (started.get("gpu") or {}).get("name") or "no GPU"
-    t = first.get("time")
-    when = (datetime.fromtimestamp(float(t), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-            if isinstance(t, (int, float)) else "no events")
-    return f"{_shown(session_dir)} ({gpu}, {when})"
+    gpu = started.get("gpu")
+    name = gpu.get("name") if isinstance(gpu, dict) else None
+    label = " ".join(str(name).split())[:60] if name else "no GPU"
+    return f"{_shown(session_dir)} ({label}, {_utc(events[0].get('time') if events else None)})"
+
+
+def _utc(t: object) -> str:
+    """A session time stamp as a UTC minute; words for one that is missing or not a time."""
+    if not isinstance(t, (int, float)):
+        return "no start time"
+    try:
+        return datetime.fromtimestamp(float(t), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return "no start time"
 
 
 def _shown(p: Path) -> str:
