@@ -59,3 +59,21 @@ def test_replay_of_the_scripted_h200_session(snap_compare):
 
     app = replay_app(FALLBACK_DEMO_SESSION, start=10**6)
     assert snap_compare(app, terminal_size=SIZE, run_before=_settle)
+
+
+def test_main_screen_at_80x24(snap_compare, tmp_path):
+    """The smallest terminal the layout is made for (docs/tui.md): one panel at a time under a
+    strip naming them, the whole grid, a short log."""
+    app, _ = live_app(tmp_path)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_settle)
+
+
+def test_metrics_pane_at_80x24(snap_compare):
+    app = replay_app(GRID, start=1500)
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("w", "w")
+        await _settle(pilot)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

@@ -56,11 +56,14 @@ MAIN = (
     Spec("k_prev", "left_square_bracket", "k_prev", "Previous K", "view"),
     Spec("view", "v", "cycle_view", "Grid / all K / list", "view", show=True),
     Spec("diff", "d", "toggle_diff", "Source / diff", "view"),
+    Spec("cand_prev", "j", "cand_prev", "Show the previous candidate", "view"),
+    Spec("cand_next", "k", "cand_next", "Show the next candidate", "view"),
     Spec("copy", "c", "copy", "Copy kernel source", "view"),
     Spec("metrics_full", "m", "metrics_full", "Full metrics table", "view"),
     Spec("log_filter", "l", "log_filter", "Log: all / this track", "view"),
     Spec("grid_focus", "g", "focus_grid", "Focus the grid", "view"),
-    Spec("follow", "F", "follow", "Follow the running track", "view"),
+    Spec("follow", "F", "follow", "Follow the running track and its best", "view"),
+    Spec("pane", "w", "next_pane", "Next panel (small terminals)", "view"),
 )
 
 REPLAY = (

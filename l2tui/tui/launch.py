@@ -17,8 +17,10 @@ from typing import Any, Callable
 from .. import paths
 from ..errors import SessionError, UserError
 
-#: replay speed of the demo a plain ``l2tui`` opens (``l2tui replay``'s default)
-DEMO_SPEED = 10.0
+#: replay speed of the demo a plain ``l2tui`` opens: the bundled demo's event clock runs about
+#: 110 s (a two-minute session with its long idle gaps shortened), so at ×2 a newcomer watches it
+#: unfold for about a minute; ``+`` / ``-`` change it
+DEMO_SPEED = 2.0
 
 
 def ui_settings(cfg: Any) -> tuple[dict[str, str], float, str | None]:

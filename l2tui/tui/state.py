@@ -24,10 +24,16 @@ LOG_LIMIT = 5000
 
 @dataclass
 class Candidate:
-    """One kernel version of a track and everything measured about it."""
+    """One kernel version of a track and everything measured about it.
+
+    ``num`` is the candidate's number in its track (0 for the first, in the order the track met
+    them): a step may propose several candidates, so the step cannot name one, and every panel
+    and log line names a candidate by this number (``#num``).
+    """
 
     sha: str
     step: int
+    num: int = 0
     parent: str | None = None
     origin: str = ""
     policy: str = ""
@@ -224,7 +230,7 @@ class SessionModel:
             return None
         c = tr.candidates.get(sha)
         if c is None:
-            c = Candidate(sha=sha, step=int(ev.get("step", tr.step) or 0))
+            c = Candidate(sha=sha, step=int(ev.get("step", tr.step) or 0), num=len(tr.candidates))
             tr.candidates[sha] = c
         return c
 
@@ -299,7 +305,7 @@ class SessionModel:
             tr.stage_status = str(ev.get("status") or "")
             if tr.stage_status == "start":
                 detail = f" — {ev['detail']}" if ev.get("detail") else ""
-                self._log(changes, ev, "stage", f"#{tr.step} {tr.stage}{detail}", tr.id)
+                self._log(changes, ev, "stage", f"step {tr.step} {tr.stage}{detail}", tr.id)
 
     def _on_candidate(self, ev: dict, changes: Changes) -> None:
         tc = self._track_candidate(ev, changes)
@@ -318,7 +324,8 @@ class SessionModel:
             self.policy = c.policy
         nlines = sum(1 for ln in c.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---"))
         self._log(changes, ev, "candidate",
-                  f"#{c.step} candidate {c.sha[:10]} ({c.origin}, {c.policy or '?'}; {nlines} changed lines)", tr.id)
+                  f"#{c.num} candidate {c.sha[:10]} (step {c.step}, {c.origin}, {c.policy or '?'}; "
+                  f"{nlines} changed lines)", tr.id)
 
     def _on_measure(self, ev: dict, changes: Changes) -> None:
         typ = str(ev.get("type"))
@@ -327,7 +334,7 @@ class SessionModel:
             return
         tr, c = tc
         setattr(c, typ, dict(ev))
-        self._log(changes, ev, typ, _describe_measure(typ, ev), tr.id)
+        self._log(changes, ev, typ, _describe_measure(typ, ev, c.num), tr.id)
         if typ == ev_schema.TIMED:
             sp = ev.get("speedup")
             tr.history.append((int(ev.get("step", c.step) or 0), float(sp) if isinstance(sp, (int, float)) else None))
@@ -381,9 +388,10 @@ class SessionModel:
         if c is not None:
             c.reward = dict(ev)
         r = ev.get("reward")
+        who = f"#{c.num}" if c is not None else f"step {ev.get('step')}"
         self._log(changes, ev, "reward",
-                  f"#{ev.get('step')} reward {r:+.3f} ({ev.get('kind')})" if isinstance(r, (int, float))
-                  else f"#{ev.get('step')} reward ({ev.get('kind')})", tr.id)
+                  f"{who} reward {r:+.3f} ({ev.get('kind')})" if isinstance(r, (int, float))
+                  else f"{who} reward ({ev.get('kind')})", tr.id)
 
     def _on_best(self, ev: dict, changes: Changes) -> None:
         t = ev.get("time")
@@ -402,7 +410,8 @@ class SessionModel:
         if gm is not None:
             self.best_over_time.append((self.elapsed(t if isinstance(t, (int, float)) else None), gm))
         changes.best = True
-        self._log(changes, ev, "best", f"new best {fmt_speedup(tr.best_speedup)} vs {tr.baseline} ({str(tr.best_sha)[:10]})", tr.id)
+        self._log(changes, ev, "best", f"new best {self.cand_name(tr, tr.best_sha)}{fmt_speedup(tr.best_speedup)} "
+                                       f"vs {tr.baseline} ({str(tr.best_sha)[:10]})", tr.id)
 
     def _on_decision(self, ev: dict, changes: Changes) -> None:
         tr = self._track(ev, changes)
@@ -416,7 +425,7 @@ class SessionModel:
             {"accept": tr.accepted, "reject": tr.rejected, "pin": tr.pinned}.get(str(action), set()).add(sha)
             if action == "unpin":
                 tr.pinned.discard(sha)
-        self._log(changes, ev, "decision", f"{action} {str(sha)[:10]} by {ev.get('by')}", tr.id)
+        self._log(changes, ev, "decision", f"{action} {self.cand_name(tr, sha)}{str(sha)[:10]} by {ev.get('by')}", tr.id)
 
     def _on_command(self, ev: dict, changes: Changes) -> None:
         tid = ev.get("track")
@@ -466,6 +475,12 @@ class SessionModel:
         self._log(changes, ev, "done", f"done ({tr.done_reason}), best {fmt_speedup(tr.best_speedup)}", tr.id)
 
     # -- queries -----------------------------------------------------------------------------
+    @staticmethod
+    def cand_name(tr: Track, sha: object) -> str:
+        """``"#n "`` for a candidate the track knows (empty otherwise), to put before its sha."""
+        c = tr.candidates.get(sha) if isinstance(sha, str) else None
+        return f"#{c.num} " if c is not None else ""
+
     def baselines(self) -> list[str]:
         """Every baseline label seen in any timing, reward baselines first."""
         seen: dict[str, None] = {}
@@ -482,6 +497,16 @@ class SessionModel:
     def queue(self) -> list[Track]:
         """Tracks that have not finished, in queue order."""
         return [t for t in self.tracks.values() if t.state in ("queued", "running", "paused")]
+
+    def geomean_series(self) -> list[tuple[float, float]]:
+        """The geomean of the best speedups against session seconds, held from the last new best
+        to the newest event, so the plot's time axis covers the session so far, not just the
+        span in which bests were found."""
+        series = list(self.best_over_time)
+        end = self.elapsed(self.t_last)
+        if series and end > series[-1][0]:
+            series.append((end, series[-1][1]))
+        return series
 
     def geomean_best(self, baseline: str | None = None) -> float | None:
         return geomean(t.speedup_vs(baseline) or 0 for t in self.tracks.values())
@@ -533,27 +558,27 @@ def _acc_from_id(tid: str) -> str:
     return tid.rsplit("-", 1)[-1] if "-" in tid else "f32"
 
 
-def _describe_measure(typ: str, ev: dict) -> str:
-    step = ev.get("step")
+def _describe_measure(typ: str, ev: dict, num: int) -> str:
+    """One log line for a compiled / checked / timed / profiled event of candidate ``#num``."""
     if typ == ev_schema.COMPILED:
         if not ev.get("ok"):
             errs = ev.get("errors") or []
             first = errs[0].get("message") if errs and isinstance(errs[0], dict) else (errs[0] if errs else "")
-            return f"#{step} compile failed: {_short(first)}"
+            return f"#{num} compile failed: {_short(first)}"
         p = ev.get("ptxas") or {}
         cached = " (cached)" if ev.get("cached") else ""
-        return (f"#{step} compiled in {float(ev.get('seconds') or 0):.1f}s{cached}: {p.get('registers', '?')} regs, "
+        return (f"#{num} compiled in {float(ev.get('seconds') or 0):.1f}s{cached}: {p.get('registers', '?')} regs, "
                 f"{p.get('smem_bytes', 0) // 1024 if isinstance(p.get('smem_bytes'), int) else '?'} KiB smem, "
                 f"spills {p.get('spill_store_bytes', 0)}/{p.get('spill_load_bytes', 0)} B")
     if typ == ev_schema.CHECKED:
         if ev.get("ok"):
-            return f"#{step} check ok (rel err {ev.get('rel_err', 0):.2e} ≤ {ev.get('bound', 0):.2e})"
-        return f"#{step} check failed: {ev.get('status')} {ev.get('failed') or ''} {_short(ev.get('detail') or '')}"
+            return f"#{num} check ok (rel err {ev.get('rel_err', 0):.2e} ≤ {ev.get('bound', 0):.2e})"
+        return f"#{num} check failed: {ev.get('status')} {ev.get('failed') or ''} {_short(ev.get('detail') or '')}"
     if typ == ev_schema.TIMED:
         tm = ev.get("times_ms") or {}
-        return (f"#{step} timed ({ev.get('mode', 'offline')}): {fmt_ms(tm.get(CANDIDATE_LABEL))}, "
+        return (f"#{num} timed ({ev.get('mode', 'offline')}): {fmt_ms(tm.get(CANDIDATE_LABEL))}, "
                 f"{fmt_speedup(ev.get('speedup'))} vs {ev.get('baseline')}")
     if typ == ev_schema.PROFILED:
         ctx = " → in context" if ev.get("in_context") else ""
-        return f"#{step} profiled: {ev.get('verdict')}{ctx}"
+        return f"#{num} profiled: {ev.get('verdict')}{ctx}"
     return typ

@@ -13,7 +13,6 @@ import os
 import shlex
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +22,8 @@ from textual.app import ComposeResult, SuspendNotSupported
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual import events
+from textual.widgets import Footer, Static
 
 from ...steering import LoopCommand
 from .. import keymap
@@ -49,6 +49,25 @@ MODES = ("offline", "server")
 DEFAULT_BASELINES = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
 VIEWS = ("grid", "all", "list")
 HISTORY_EVERY_S = 1.0
+#: the panels a small terminal shows one at a time (``w`` cycles them)
+PANES = ("grid", "kernel", "metrics", "history")
+#: below this many columns or rows the body shows one panel at a time (80×24 is the smallest size
+#: the layout is made for: docs/tui.md); at this size and above, all four side by side
+PANES_BELOW = (110, 32)
+
+
+def export_summary(manifest: dict, out: Path) -> str:
+    """The export toast: how many shapes run an exported kernel and how many the library fallback
+    (the manifest routes a shape to the fallback where a library was as fast), so a count of
+    exported entries is never read as a count of kernels that win."""
+    entries = [e for e in manifest.get("kernels") or [] if isinstance(e, dict)]
+    fallback = sum(1 for e in entries if e.get("fallback"))
+    kernel = len(entries) - fallback
+    margin = manifest.get("fallback_margin")
+    why = (f", where a library was faster or within {100 * margin:g} %" if isinstance(margin, (int, float))
+           else ", where a library was as fast")
+    return (f"exported {len(entries)} shape(s) to {out}: {kernel} run an exported kernel, "
+            f"{fallback} the library fallback{why if fallback else ''}")
 
 
 class MainScreen(Screen):
@@ -70,19 +89,25 @@ class MainScreen(Screen):
         self.track_id: str | None = None
         self.follow = True
         self.view = "grid"
+        self.pane = "grid"
         self.baseline: str | None = ctx.baseline
         self.sent: list[LoopCommand] = []
+        self._history_cooling = False  # the all-shapes plot was drawn less than a second ago
+        self._history_dirty = False    # ... and events came since
+        #: track id -> the candidate the user chose to see there instead of the track's best
+        self.picked: dict[str, str] = {}
         self._sources: dict[str, str | None] = {}
-        self._history_at = 0.0
 
     # -- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield TelemetryBar(self.model, id="telemetry")
         yield from self.compose_top()
-        with Horizontal(id="body"):
+        yield Static("", id="panes")
+        with Horizontal(id="body", classes="pane-grid"):
             with Vertical(id="left"):
-                yield ShapeGrid(self.model, id="grid")
-                yield TrackList(self.model, id="tracklist")
+                with Vertical(id="gridbox"):
+                    yield ShapeGrid(self.model, id="grid")
+                    yield TrackList(self.model, id="tracklist")
                 yield MetricsPanel(id="metrics")
             with Vertical(id="right"):
                 yield KernelPanel(id="kernel")
@@ -101,12 +126,14 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(TrackList).display = False
+        self._fit(self.app.size.width, self.app.size.height)
         self.query_one(TelemetryBar).note = self.ctx.note
         self.query_one(TelemetryBar).baseline = self.baseline
         self.query_one(AgentLog).border_title = "log: all tracks"
         self.query_one(MetricsPanel).border_title = "metrics"
         self.query_one(ShapeGrid).focus()
         self._sync_all(Changes(reset=True))
+        self.set_interval(HISTORY_EVERY_S, self._redraw_history, name="history")
         if self.ctx.notice:
             self.notify(self.ctx.notice, title="l2tui", timeout=15)
         if not self.ctx.events and self.ctx.replay:
@@ -114,6 +141,53 @@ class MainScreen(Screen):
 
             self.notify(self.empty_message(), severity="warning", timeout=15)
             self.query_one(AgentLog).write(Text(self.empty_message(), style="yellow"))  # stays after the notice
+
+    # -- small terminals ----------------------------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    @property
+    def one_pane(self) -> bool:
+        """Whether the terminal is too small for every panel at once (class ``-panes``)."""
+        return self.has_class("-panes")
+
+    def _fit(self, width: int, height: int) -> None:
+        """Below ``PANES_BELOW`` the body shows one panel at a time, full width, under a strip that
+        names them; the log gets shorter so the grid keeps every row."""
+        self.set_class(width < PANES_BELOW[0] or height < PANES_BELOW[1], "-panes")
+        self._show_pane_strip()
+
+    def _show_pane_strip(self) -> None:
+        from rich.text import Text
+
+        t = Text()
+        for name in PANES:
+            t.append(f" {name} ", style="bold reverse" if name == self.pane else "grey62")
+            t.append(" ")
+        t.append(f"  {self.key_for('pane')}: next panel", style="grey50")
+        self.query_one("#panes", Static).update(t)
+
+    def key_for(self, binding_id: str) -> str:
+        """The key the binding ``binding_id`` is on now (a ``[keys]`` remap included)."""
+        for key, ab in self.active_bindings.items():
+            if ab.binding.id == binding_id:
+                return self.app.get_key_display(ab.binding.with_key(key))
+        return keymap.BY_ID[binding_id].key
+
+    def set_pane(self, pane: str) -> None:
+        """Show ``pane`` (one of ``PANES``) when the terminal shows one panel at a time."""
+        self.pane = pane
+        body = self.query_one("#body")
+        for name in PANES:
+            body.set_class(name == pane, f"pane-{name}")
+        self._show_pane_strip()
+        if pane == "grid":
+            self.action_focus_grid()
+
+    def action_next_pane(self) -> None:
+        self.set_pane(PANES[(PANES.index(self.pane) + 1) % len(PANES)])
+        if not self.one_pane:
+            self.notify("every panel is on screen at this terminal size", timeout=2)
 
     def empty_message(self) -> str:
         """Why a session with no events shows an empty screen."""
@@ -161,10 +235,28 @@ class MainScreen(Screen):
             log.rebuild()
         elif ch.log:
             log.add(ch.log)
-        now = time.monotonic()
-        if ch.reset or (ch.best and now - self._history_at >= HISTORY_EVERY_S):
-            self._history_at = now  # the all-shapes plot is redrawn at most once a second
-            self.query_one(HistoryPanel).update_all(force=ch.reset)
+        if ch.reset:
+            self.query_one(HistoryPanel).update_all(force=True)
+        elif ch.events:
+            self._history_changed()
+
+    def _history_changed(self) -> None:
+        """New events may move the all-shapes plot (a new best, a later clock): it is redrawn at
+        once, then at most once a second (plotting is the costliest redraw), the last change
+        always drawn by the next tick of ``_redraw_history``."""
+        if self._history_cooling:
+            self._history_dirty = True
+            return
+        self.query_one(HistoryPanel).update_all()
+        self._history_cooling = True
+
+    def _redraw_history(self) -> None:
+        """Once a second: draw what changed since the last drawing, or end the cool-down."""
+        if self._history_dirty:
+            self._history_dirty = False
+            self.query_one(HistoryPanel).update_all()
+        else:
+            self._history_cooling = False
 
     # -- focus --------------------------------------------------------------------------------
     @property
@@ -192,10 +284,35 @@ class MainScreen(Screen):
         return self._sources[sha]
 
     def shown_candidate(self) -> Candidate | None:
+        """What the kernel and metrics panels show for the focused track: the candidate the user
+        picked there (``j`` / ``k``), else the track's best, else its newest candidate (a track
+        has a best only once a candidate has been timed)."""
         tr = self.track
         if tr is None:
             return None
-        return tr.current or (tr.candidates.get(tr.best_sha) if tr.best_sha else None)
+        picked = self.picked.get(tr.id)
+        if picked in tr.candidates:
+            return tr.candidates[picked]
+        if tr.best_sha in tr.candidates:
+            return tr.candidates[tr.best_sha]
+        return tr.current
+
+    def pick_candidate(self, delta: int) -> Candidate | None:
+        """Show the candidate ``delta`` places away (by number) from the shown one; back on the
+        best, the panels follow the best again."""
+        tr, c = self.track, self.shown_candidate()
+        if tr is None or c is None:
+            self.notify("this track has no candidate yet", severity="warning", timeout=3)
+            return None
+        order = sorted(tr.candidates.values(), key=lambda x: x.num)
+        i = max(0, min(len(order) - 1, order.index(c) + delta))
+        chosen = order[i]
+        if chosen.sha == tr.best_sha:
+            self.picked.pop(tr.id, None)
+        else:
+            self.picked[tr.id] = chosen.sha
+        self._show_focused()
+        return chosen
 
     def _show_focused(self) -> None:
         tr = self.track
@@ -346,7 +463,7 @@ class MainScreen(Screen):
         if got is None:
             return
         tr, c, src = got
-        self.app.push_screen(EditorScreen(src, f"{tr.id}  #{c.step} {c.sha[:12]}  — ctrl+s submits as a human step"),
+        self.app.push_screen(EditorScreen(src, f"{tr.id}  #{c.num} {c.sha[:12]}  — ctrl+s submits as a human step"),
                              lambda new: self._submit_edit(tr, src, new))
 
     def _decide(self, action: str) -> None:
@@ -458,8 +575,7 @@ class MainScreen(Screen):
             from ...export import export_session
 
             res = export_session(session_dir, out)
-            n = len(res.manifest.get("kernels", []))
-            self.post_message(self.ExportDone(True, f"exported {n} kernel(s) to {res.out}"))
+            self.post_message(self.ExportDone(True, export_summary(res.manifest, res.out)))
         except (HarnessError, OSError, ImportError) as e:
             self.post_message(self.ExportDone(False, str(e).splitlines()[0] if str(e) else type(e).__name__))
 
@@ -492,6 +608,7 @@ class MainScreen(Screen):
         grid, tl = self.query_one(ShapeGrid), self.query_one(TrackList)
         grid.display = view != "list"
         tl.display = view == "list"
+        self.query_one("#gridbox").set_class(view == "list", "-list")
         grid.compact = view == "all"
         grid.refresh(layout=True)
         if view == "list":
@@ -501,6 +618,12 @@ class MainScreen(Screen):
             tl.focus()
         else:
             grid.focus()
+
+    def action_cand_prev(self) -> None:
+        self.pick_candidate(-1)
+
+    def action_cand_next(self) -> None:
+        self.pick_candidate(1)
 
     def action_toggle_diff(self) -> None:
         self.query_one(KernelPanel).toggle_tab()
@@ -522,10 +645,10 @@ class MainScreen(Screen):
         if mp.full and tr is not None and c is not None and c.profiled is None:
             anc = profiled_ancestor(tr, c)
             if anc is not None:
-                self.notify(f"#{c.step} is not profiled: the full table is its ancestor #{anc.step}'s", timeout=4)
+                self.notify(f"#{c.num} is not profiled: the full table is its ancestor #{anc.num}'s", timeout=4)
             else:
                 how = "" if self.ctx.replay else " (f profiles the track's best now)"
-                self.notify(f"no NCU profile of #{c.step} or of any kernel it was derived from{how}",
+                self.notify(f"no NCU profile of #{c.num} or of any kernel it was derived from{how}",
                             severity="warning", timeout=5)
 
     def action_log_filter(self) -> None:
@@ -537,8 +660,10 @@ class MainScreen(Screen):
 
     def action_follow(self) -> None:
         self.follow = True
+        self.picked.clear()
         self._sync_all(Changes())
-        self.notify("following the running track", timeout=2)
+        self._show_focused()
+        self.notify("following the running track and its best candidate", timeout=2)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self))

@@ -97,7 +97,11 @@ class ReplayBar(_Line):
 
     def show(self, *, playing: bool, speed: float, pos: int, total: int, elapsed: float, duration: float) -> None:
         t = Text()
-        t.append(" ▶ PLAY " if playing else " ‖ PAUSED ", style="bold black on green" if playing else "bold black on yellow")
+        at_end = total > 0 and pos >= total
+        if playing:
+            t.append(" ▶ PLAY ", style="bold black on green")
+        else:
+            t.append(" ■ END " if at_end else " ‖ PAUSED ", style="bold black on yellow")
         t.append(f"  ×{speed:g}  ")
         t.append(f"event {pos}/{total}  ")
         t.append(f"{_clock(elapsed)} / {_clock(duration)}  ")
@@ -105,7 +109,8 @@ class ReplayBar(_Line):
         filled = int(width * pos / total) if total else 0
         t.append("━" * filled, style="green")
         t.append("─" * (width - filled), style="grey42")
-        t.append("   space play · +/- speed · </> event · {/} step · : seek", style="grey50")
+        play = "space plays again" if at_end and not playing else "space play"
+        t.append(f"   {play} · +/- speed · </> event · {{/}} step · : seek", style="grey50")
         self.update(t)
 
 

@@ -240,7 +240,10 @@ class ReplayFeed(EventFeed):
 
     # -- controls (called by the screen's actions) --------------------------------------------
     def toggle(self) -> bool:
+        """Play / pause; at the end, play again from the first event."""
         self._last = time.monotonic()
+        if self.clock.at_end and not self.clock.playing:
+            self._deliver(self.clock.seek_index(0))
         playing = self.clock.toggle()
         self._announce()
         return playing

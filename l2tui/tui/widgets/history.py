@@ -35,6 +35,8 @@ class HistoryPanel(Horizontal):
         self.baseline: str | None = None
         self._track_key: tuple | None = None
         self._all_key: tuple | None = None
+        #: the (seconds, geomean) points the all-shapes plot shows now
+        self.all_series: list[tuple[float, float]] = []
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -76,8 +78,9 @@ class HistoryPanel(Horizontal):
         self.query_one("#hp-track-spark", Sparkline).data = [v for _, v in pts] or [0.0]
 
     def update_all(self, *, force: bool = False) -> None:
-        series = self.model.best_over_time
-        key = (len(series),)
+        """Redraw the all-shapes plot when a new best or a later event changed its series."""
+        series = self.model.geomean_series()
+        key = (len(self.model.best_over_time), round(series[-1][0]) if series else None)
         if key == self._all_key and not force:
             return
         self._all_key = key
@@ -89,6 +92,7 @@ class HistoryPanel(Horizontal):
         if len(series) > MAX_POINTS:  # keep the last point, thin the rest evenly
             stride = len(series) / MAX_POINTS
             series = [series[int(i * stride)] for i in range(MAX_POINTS - 1)] + [series[-1]]
+        self.all_series = series
         if series:
             plt.plot([s for s, _ in series], [g for _, g in series], color="green")
             plt.horizontal_line(1.0, color="red")

@@ -136,7 +136,8 @@ class KernelPanel(Widget):
             return Text("no candidate yet", style="grey50")
         t = Text()
         t.append(f"{tr.label}-{tr.acc} ", style="bold")
-        t.append(f"#{c.step} {c.sha[:12]} ", style="cyan")
+        t.append(f"#{c.num} {c.sha[:12]} ", style="cyan")
+        t.append(f"step {c.step} ", style="grey70")
         t.append(f"{c.origin or '?'} / {c.policy or '?'}")
         if c.family:
             t.append(f" / {c.family}", style="grey70")

@@ -164,7 +164,7 @@ class MetricsPanel(VerticalScroll):
                                   style="grey50"))
                 return Group(*lines)
             pr = anc.profiled or {}
-            lines.append(Text(f"this candidate is not profiled; its ancestor #{anc.step} {anc.sha[:10]} is:",
+            lines.append(Text(f"this candidate is not profiled; its ancestor #{anc.num} {anc.sha[:10]} is:",
                               style="italic grey70"))
         verdict = str(pr.get("verdict") or "?")
         style = {"compute": "cyan", "memory-bandwidth": "yellow", "memory-latency": "magenta"}.get(verdict, "bold")
