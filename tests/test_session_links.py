@@ -139,3 +139,21 @@ def test_a_writer_keeps_the_lines_after_an_over_long_one(tmp_path):
     texts = [json.loads(ln).get("text") for ln in (s.path / "events.jsonl").read_bytes().splitlines()
              if len(ln) < MAX_LINE_BYTES]
     assert texts[-2:] == ["after", "new"]
+
+
+def test_the_ui_reader_reads_neither_an_events_link_nor_a_kernel_link(tmp_path):
+    """The app's read-only reader (replay) goes through the same link-refusing readers."""
+    from l2tui.tui.sessionio import EventLogReader
+
+    s = _make(tmp_path)
+    sha = "b" * 64
+    (s.path / "kernels" / f"{sha}.cu").symlink_to(_target(tmp_path))
+    reader = EventLogReader(s.path)
+    with pytest.raises(SessionError, match="symbolic link"):
+        reader.get_kernel(sha)
+    events = s.path / "events.jsonl"
+    moved = tmp_path / "elsewhere.jsonl"
+    events.rename(moved)
+    events.symlink_to(moved)
+    with pytest.raises(SessionError, match="symbolic link"):
+        EventLogReader(s.path)

@@ -121,8 +121,8 @@ async def test_the_export_toast_says_how_many_shapes_run_a_kernel_and_how_many_t
         fallback = sum(1 for e in entries if e.get("fallback"))
         assert 0 < fallback < len(entries)          # the demo has both kinds of route
         toast = next(n for n in notes(app) if n.startswith("exported"))
-        assert (f"exported {len(entries)} shape(s) to {out}: {len(entries) - fallback} run an exported kernel, "
-                f"{fallback} the library fallback") in toast
+        assert (f"exported to {out}: {len(entries)} shapes: {len(entries) - fallback} run an exported kernel, "
+                f"{fallback} the cuBLAS fallback") in toast
         assert "kernel(s)" not in toast
 
 

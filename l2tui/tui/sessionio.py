@@ -1,19 +1,19 @@
 """Opening a session folder for the UI.
 
-The real :class:`l2tui.session.Session` is preferred; where it cannot be
-imported a small read-only reader of the same on-disk format stands in, so
-replay works on its own.  Either way the UI only uses
-``events``, ``get_kernel``, ``path``, ``config`` and ``gpu``.
+:func:`open_session` opens a folder with :class:`l2tui.session.Session`;
+:class:`EventLogReader` is a read-only view of the same on-disk format over the
+same bounded, link-refusing readers.  Either way the UI only uses ``events``,
+``get_kernel``, ``path``, ``config`` and ``gpu``.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Protocol
 
 from .. import events as ev_schema
 from ..errors import SessionError
+from ..session import Session, read_jsonl, read_text_nofollow
 
 
 class SessionLike(Protocol):
@@ -26,25 +26,17 @@ class SessionLike(Protocol):
 
 
 class EventLogReader:
-    """Read-only view of a session folder: events.jsonl (torn last line ignored) and kernels/."""
+    """Read-only view of a session folder: events.jsonl (torn last line ignored) and kernels/.
+
+    The files are read as the session layer reads them (:func:`l2tui.session.read_jsonl`): never
+    through a link, a line over the cap skipped and named, so a handed-over session folder is data
+    to the UI and never a way to read or hold a file elsewhere."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.problems: list[str] = []
-        self._events: list[dict] = []
-        lines = (self.path / "events.jsonl").read_text(encoding="utf-8", errors="replace").split("\n")
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                if i >= len(lines) - 2:  # torn last line: the writer died mid-line
-                    self.problems.append("torn last line ignored")
-                    continue
-                raise SessionError(f"{self.path}/events.jsonl line {i + 1} is not JSON: repair or remove it") from None
-            if isinstance(ev, dict):
-                self._events.append(ev)
+        rows, _, torn, problems = read_jsonl(self.path / "events.jsonl")
+        self.problems: list[str] = list(problems) + (["torn last line ignored"] if torn else [])
+        self._events: list[dict] = rows
         records = ev_schema.parse_all(self._events, where=str(self.path / "events.jsonl"))
         first = records[0] if records else None
         started = first if isinstance(first, ev_schema.SessionStarted) else ev_schema.SessionStarted()
@@ -56,7 +48,7 @@ class EventLogReader:
         return self._events
 
     def get_kernel(self, sha: str) -> str:
-        return (self.path / "kernels" / f"{sha}.cu").read_text(encoding="utf-8")
+        return read_text_nofollow(self.path / "kernels" / f"{sha}.cu")
 
 
 def open_session(path: str | Path) -> SessionLike:
@@ -64,10 +56,6 @@ def open_session(path: str | Path) -> SessionLike:
     p = Path(path).expanduser()
     if not (p / "events.jsonl").is_file():
         raise SessionError(f"{p} is not a session (no events.jsonl): pass a folder made by `l2tui` or `l2tui run`")
-    try:
-        from ..session import Session  # type: ignore[attr-defined]
-    except ImportError:
-        return EventLogReader(p)
     return Session.open(p)
 
 

@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual import events
 from textual.widgets import Footer, Static
 
+from ...export.core import routes_line
 from ...steering import LoopCommand
 from .. import keymap
 from ..palette import SteeringCommands
@@ -57,17 +58,10 @@ PANES_BELOW = (110, 32)
 
 
 def export_summary(manifest: dict, out: Path) -> str:
-    """The export toast: how many shapes run an exported kernel and how many the library fallback
-    (the manifest routes a shape to the fallback where a library was as fast), so a count of
-    exported entries is never read as a count of kernels that win."""
-    entries = [e for e in manifest.get("kernels") or [] if isinstance(e, dict)]
-    fallback = sum(1 for e in entries if e.get("fallback"))
-    kernel = len(entries) - fallback
-    margin = manifest.get("fallback_margin")
-    why = (f", where a library was faster or within {100 * margin:g} %" if isinstance(margin, (int, float))
-           else ", where a library was as fast")
-    return (f"exported {len(entries)} shape(s) to {out}: {kernel} run an exported kernel, "
-            f"{fallback} the library fallback{why if fallback else ''}")
+    """The export toast: where the library went and how many shapes run an exported kernel against
+    how many the library fallback (:func:`l2tui.export.core.routes_line`, the wording the command
+    prints), so a count of exported entries is never read as a count of kernels that win."""
+    return f"exported to {out}: {routes_line(manifest)}"
 
 
 class MainScreen(Screen):
