@@ -148,16 +148,16 @@ _PER_SUBJECT_KEYS = ("status", "checks", "times_ms", "spread", "p90_ms", "device
                      "spread_chained", "absent", "errors")
 
 
-def check_shape_result(result: Json, request: Mapping[str, object]) -> None:
+def check_shape_result(result: Json, request: Mapping[str, object], path: str = "$") -> None:
     """Raise FrameError unless ``result`` is an evaluate_shape answer to ``request``: its schema,
     its shape and accumulator the request's, and every subject it names one the request asked
     for (a forged answer cannot invent a subject or move one to another shape)."""
-    validate(result, SHAPE_RESULT)
+    validate(result, SHAPE_RESULT, path)
     assert isinstance(result, dict)
     if result["shape"] != [request.get("m"), request.get("n"), request.get("k")]:
-        raise FrameError(f"$.shape: {result['shape']} is not the shape asked for")
+        raise FrameError(f"{path}.shape: {result['shape']} is not the shape asked for")
     if result["acc"] != request.get("acc", "f32"):
-        raise FrameError(f"$.acc: {result['acc']!r} is not the accumulator asked for")
+        raise FrameError(f"{path}.acc: {result['acc']!r} is not the accumulator asked for")
     asked = {str(c.get("label")) for c in _dicts(request.get("candidates"))}
     baselines = request.get("baselines") or []
     asked |= {str(b) for b in baselines} if isinstance(baselines, (list, tuple)) else set()
@@ -165,10 +165,10 @@ def check_shape_result(result: Json, request: Mapping[str, object]) -> None:
     for key in _PER_SUBJECT_KEYS:
         stray = sorted(set(result[key]) - asked)
         if stray:
-            raise FrameError(f"$.{key}: names {stray[0][:40]!r}, which the request did not ask for")
+            raise FrameError(f"{path}.{key}: names {stray[0][:40]!r}, which the request did not ask for")
     stray = sorted(set(result["detail_times_ms"]) - set(CUBLAS_VARIANTS))
     if stray:
-        raise FrameError(f"$.detail_times_ms: names {stray[0][:40]!r}, not a cuBLAS layout")
+        raise FrameError(f"{path}.detail_times_ms: names {stray[0][:40]!r}, not a cuBLAS layout")
 
 
 def _dicts(value: object) -> list[dict[str, object]]:

@@ -133,7 +133,7 @@ def check_answer(op: str, resp: Json, rid: str, args: Mapping[str, object]) -> d
             raise FrameError(f"$.result: the op {op!r} has no result")
         channel.validate(resp["result"], schema, "$.result")
         if op == "evaluate_shape":
-            check_shape_result(resp["result"], args)
+            check_shape_result(resp["result"], args, "$.result")
     else:
         channel.validate(resp, ANSWER_FAILED)
         if resp["ok"] is not False:
