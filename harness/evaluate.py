@@ -114,10 +114,10 @@ _DIAGNOSTIC = Record({"file": Str(4096), "line": Int(0, 1 << 31, null=True), "co
 #: a compile log is the longest text an evaluation carries; a build keeps what it returns under this
 MAX_LOG_CHARS = 4 << 20
 BUILD_SCHEMA = Record(
-    {"ok": Bool(), "key": Str(128)},
+    {"ok": Bool(), "key": Str(128, pattern=r"[0-9a-f]*")},
     optional={"so_path": Str(4096, null=True), "ptxas": _PTXAS, "errors": ListOf(_DIAGNOSTIC, 10_000),
               "log": Str(MAX_LOG_CHARS), "seconds": Num(0.0, 1e7), "cached": Bool(), "arch": Str(32),
-              "flags": ListOf(Str(4096), 256), "nvcc_version": Str(64), "replayed": Bool()},
+              "flags": ListOf(Str(4096), 256), "nvcc_version": Str(64), "replayed": Bool(), "host": Str(256)},
     null=True,
 )
 _MS = Num(0.0, 1e7, null=True)
