@@ -105,6 +105,12 @@ ANSWER_FAILED = Record({"id": _ID, "ok": Bool(), "kind": Str(16, choices=("error
                        optional={"traceback": Str(8000, null=True), "label": Str(200, null=True)})
 
 
+def visible(text: str) -> str:
+    """``text`` with every control or unprintable character shown as an escape: the worker's log
+    holds whatever a candidate printed, and a line quoting it may reach a terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def _subject_of(op: str, args: Mapping[str, object]) -> str:
     """What a request evaluates, for the line that charges it: its candidates' labels, else the
     library it loads, else the op."""
@@ -453,7 +459,7 @@ class GpuWorker:
     def _malformed(self, op: str, subject: str, e: FrameError) -> WorkerCrashed:
         """Kill the worker after a frame that broke the protocol; the error that charges ``subject``."""
         self._kill()
-        reason = " ".join(str(e).split())[:200]
+        reason = visible(" ".join(str(e).split())[:200])
         if isinstance(e, OutOfTurn):
             return WorkerCrashed(f"{op}: the GPU worker answered out of turn while evaluating {subject} ({reason}); "
                                  f"it was restarted", label=subject)
@@ -483,7 +489,7 @@ class GpuWorker:
         except OSError:
             return ""
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return " | ".join(lines[-3:])[-chars:]
+        return visible(" | ".join(lines[-3:])[-chars:])
 
     # ------------------------------------------------------------------ requests
     def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
@@ -521,7 +527,7 @@ class GpuWorker:
                     self._kill()
                 return result
             kind = resp["kind"]
-            err = resp["error"]
+            err = visible(str(resp["error"]))
             kw = dict(label=resp.get("label"), remote_type=resp["type"], remote_traceback=resp.get("traceback"))
             if kind == "crashed":
                 # the worker exits by itself after a sticky CUDA error; make sure of it

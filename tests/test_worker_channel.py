@@ -220,3 +220,16 @@ def test_results_are_made_plain_at_the_source_and_anything_else_is_refused():
         channel.dumps({"p": Path("/x")})
     with pytest.raises(TypeError, match="bytes"):
         channel.dumps({"b": b"x"})
+
+
+def test_the_log_tail_quoted_in_a_crash_line_shows_control_characters_as_escapes(tmp_path):
+    """A candidate's prints land in the worker's log, and a crash line quotes its last lines."""
+    from harness.worker import WorkerRemoteError
+
+    with GpuWorker(sandbox=False, default_timeout_s=60) as w:
+        with pytest.raises(WorkerRemoteError):      # the worker prints the error's text to its log
+            w.call("_debug_raise", message="kernel says \x1b]52;c;aGk=\x07\x1b[2J done")
+        with pytest.raises(WorkerCrashed) as ei:
+            w.call("_debug_exit", code=4)
+    line = str(ei.value)
+    assert "\x1b" not in line and "\x07" not in line and "\\x1b]52;c;aGk=\\x07" in line and "\n" not in line
