@@ -452,6 +452,8 @@ class GpuWorker:
             tail = self.stderr_tail()
             self._kill()
             msg = f"{what}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})"
+            if subject and subject != what:
+                msg += f" while evaluating {subject}"
             if tail:
                 msg += f"; last output: {tail}"
             raise WorkerCrashed(msg) from None
