@@ -17,7 +17,7 @@ import math
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Union
+from typing import Mapping, Protocol, Union
 
 MAGIC = b"L2J1"
 HEADER = struct.Struct(">4sI")
@@ -75,7 +75,7 @@ def plain(obj: object, path: str = "$") -> Json:
     if isinstance(obj, float):
         return float(obj)
     if isinstance(obj, Mapping):
-        return {str(k) if isinstance(k, (int, float)) else _key(k, path): plain(v, f"{path}.{k}") for k, v in obj.items()}
+        return {_key(k, path): plain(v, f"{path}.{k}") for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [plain(v, f"{path}[{i}]") for i, v in enumerate(obj)]
     item = getattr(obj, "item", None)
@@ -87,8 +87,11 @@ def plain(obj: object, path: str = "$") -> Json:
 
 
 def _key(k: object, path: str) -> str:
+    """A dict key as JSON writes it: a string as it is, a number as its text; nothing else."""
     if isinstance(k, str):
         return k
+    if isinstance(k, (int, float)) and not isinstance(k, bool):
+        return str(k)
     raise TypeError(f"{path}: a key of type {type(k).__name__} is not JSON data")
 
 
@@ -261,21 +264,6 @@ class Record:
 
 
 @dataclass(frozen=True)
-class AnyOf:
-    options: tuple[Schema, ...]
-    what: str
-
-    def check(self, value: Json, path: str) -> None:
-        for s in self.options:
-            try:
-                s.check(value, path)
-                return
-            except FrameError:
-                continue
-        raise _fail(path, self.what, value)
-
-
-@dataclass(frozen=True)
 class Data:
     """Free-form JSON data of bounded depth, string length and item count (a check's detail,
     the autotune's notes): read as data, never interpreted."""
@@ -312,7 +300,3 @@ def validate(value: Json, schema: Schema, path: str = "$") -> Json:
     """``value`` when it fits ``schema``; FrameError (one line) otherwise."""
     schema.check(value, path)
     return value
-
-
-#: a check that can see the request (e.g. which labels an answer may name)
-Crosscheck = Callable[[Json, Mapping[str, object]], None]

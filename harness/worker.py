@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import channel
-from .channel import AnyOf, Bool, Data, FrameError, Int, Json, MapOf, Null, Num, Record, Schema, Str
+from .channel import Bool, Data, FrameError, Int, Json, Null, Num, Record, Schema, Str
 from .errors import HarnessError
 from .shape_result import check_shape_result
 
