@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from . import channel
 from .baselines import DEFAULT_BASELINES, build_shim, parse_baselines
 from .build import BuildResult, build
+from .channel import MAX_STRING, Bool, Data, FrameError, Int, Json, ListOf, MapOf, Num, Record, Str
 from .errors import HarnessError, ToolMissing
 from .shapes import Shape, parse_accumulator
 from .stats import speedup
@@ -91,6 +93,51 @@ class Evaluation:
             message=d.get("message", ""),
             extra=dict(d.get("extra") or {}),
         )
+
+
+# --------------------------------------------------------------------------- evaluations as data
+#
+# An Evaluation's dict form comes back from places l2tui did not compute it in this process:
+# a recording (l2tui.agent.recorded), a Ray actor (l2tui.executors.ray_executor). It is read as
+# data against this schema before Evaluation.from_dict builds anything from it.
+
+_NAME = 200
+_RES = Int(0, 1 << 40)
+_KERNEL_RESOURCES = Record({"name": Str(4096)}, optional={"arch": Str(32), "registers": _RES, "smem_bytes": _RES,
+                                                          "stack_bytes": _RES, "spill_store_bytes": _RES,
+                                                          "spill_load_bytes": _RES})
+_PTXAS = Record({}, optional={"registers": _RES, "smem_bytes": _RES, "spill_store_bytes": _RES,
+                              "spill_load_bytes": _RES, "stack_bytes": _RES,
+                              "kernels": ListOf(_KERNEL_RESOURCES, 4096)}, null=True)
+_DIAGNOSTIC = Record({"file": Str(4096), "line": Int(0, 1 << 31, null=True), "col": Int(0, 1 << 31, null=True),
+                      "severity": Str(16), "message": Str(MAX_STRING)})
+#: a compile log is the longest text an evaluation carries; a build keeps what it returns under this
+MAX_LOG_CHARS = 4 << 20
+BUILD_SCHEMA = Record(
+    {"ok": Bool(), "key": Str(128, pattern=r"[0-9a-f]*")},
+    optional={"so_path": Str(4096, null=True), "ptxas": _PTXAS, "errors": ListOf(_DIAGNOSTIC, 10_000),
+              "log": Str(MAX_LOG_CHARS), "seconds": Num(0.0, 1e7), "cached": Bool(), "arch": Str(32),
+              "flags": ListOf(Str(4096), 256), "nvcc_version": Str(64), "replayed": Bool(), "host": Str(256)},
+    null=True,
+)
+_MS = Num(0.0, 1e7, null=True)
+EVALUATION_SCHEMA = Record(
+    {"status": Str(40, pattern=r"[a-z_]+")},
+    optional={"build": BUILD_SCHEMA, "check": Data(max_depth=8), "times_ms": MapOf(_MS, 512, _NAME),
+              "spread": MapOf(Num(finite=False, null=True), 512, _NAME), "roofline_ms": _MS,
+              "message": Str(MAX_STRING), "extra": MapOf(Data(max_depth=8), 256, _NAME)},
+)
+
+
+def evaluation_from_data(d: Json, where: str = "$") -> "Evaluation":
+    """An Evaluation from its dict form read as untrusted data: FrameError (one line naming the
+    field) unless it fits :data:`EVALUATION_SCHEMA`."""
+    channel.validate(d, EVALUATION_SCHEMA, where)
+    assert isinstance(d, dict)
+    try:
+        return Evaluation.from_dict(d)
+    except (TypeError, ValueError, KeyError) as e:
+        raise FrameError(f"{where}: not an evaluation ({type(e).__name__}: {str(e)[:100]})") from None
 
 
 def _failure_kind(e: WorkerError) -> str:

@@ -8,7 +8,9 @@ one ``cublas``, the faster of the two, and keeps both times under ``detail_times
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+from .channel import MAX_STRING, Bool, Data, FrameError, Int, Json, ListOf, MapOf, Num, Record, Schema, Str, validate
 
 CUBLAS_VARIANTS = ("cublas_nn", "cublas_tn")
 
@@ -92,3 +94,82 @@ def shape_result(*, m: int, n: int, k: int, acc: str, mode: str, timing_mode: st
         "roofline_ms": roofline_ms,
         "seconds": seconds, "phases": phases,
     }
+
+
+# --------------------------------------------------------------------------- the answer's schema
+#
+# What the parent accepts from the worker as an evaluate_shape answer (harness.channel): every
+# key typed, every per-subject map keyed by a name the request asked for.
+
+_LABEL_LEN = 200
+_MS = Num(0.0, 1e7, null=True)                  # a time: finite, non-negative, or none
+_ANY_NUM = Num(finite=False, null=True)         # an error measure: a wrong kernel may make it NaN
+_CHECK_SUMMARY = Record(
+    required={"ok": Bool(), "failed": Str(80, null=True), "detail": Str(MAX_STRING, null=True)},
+    optional={"rel_err": _ANY_NUM, "bound": _ANY_NUM, "checks": MapOf(Data(max_depth=6), max_items=64, key_len=80)},
+)
+
+
+def _per_subject(value: Schema) -> MapOf:
+    return MapOf(value, max_items=512, key_len=_LABEL_LEN)
+
+
+SHAPE_RESULT = Record(
+    required={
+        "shape": ListOf(Int(1, 1 << 20), min_items=3, max_items=3),
+        "acc": Str(8, choices=("f32", "f16")),
+        "mode": Str(8, choices=("offline", "server")),
+        "status": _per_subject(Str(40, pattern=r"[a-z_]+")),
+        "checks": _per_subject(_CHECK_SUMMARY),
+        "times_ms": _per_subject(_MS),
+        "spread": _per_subject(_ANY_NUM),
+        "p90_ms": _per_subject(_MS),
+        "device_ms": _per_subject(_MS),
+        "reps": _per_subject(Num(0.0, 1e12, null=True)),
+        "timing": Str(16, choices=("isolated", "chained", "both", "server")),
+        "times_ms_chained": _per_subject(_MS),
+        "spread_chained": _per_subject(_ANY_NUM),
+        "separator_ms": _MS,
+        "detail_times_ms": _per_subject(_MS),
+        "cublas_variant": Str(4, choices=("nn", "tn"), null=True),
+        "absent": _per_subject(Str(MAX_STRING)),
+        "errors": _per_subject(Str(MAX_STRING)),
+        "bound": _ANY_NUM,
+        "ref_err": Record({"e32": ListOf(_ANY_NUM, 64), "e16": ListOf(_ANY_NUM, 64)}),
+        "autotune": Data(max_depth=6),
+        "clocks": Record({"before": MapOf(_ANY_NUM, 16, 40), "after": MapOf(_ANY_NUM, 16, 40)}),
+        "roofline_ms": _MS,
+        "seconds": Num(0.0, 1e7),
+        "phases": MapOf(Num(0.0, 1e7), 32, 40),
+    },
+)
+
+_PER_SUBJECT_KEYS = ("status", "checks", "times_ms", "spread", "p90_ms", "device_ms", "reps", "times_ms_chained",
+                     "spread_chained", "absent", "errors")
+
+
+def check_shape_result(result: Json, request: Mapping[str, object], path: str = "$") -> None:
+    """Raise FrameError unless ``result`` is an evaluate_shape answer to ``request``: its schema,
+    its shape and accumulator the request's, and every subject it names one the request asked
+    for (a forged answer cannot invent a subject or move one to another shape)."""
+    validate(result, SHAPE_RESULT, path)
+    assert isinstance(result, dict)
+    if result["shape"] != [request.get("m"), request.get("n"), request.get("k")]:
+        raise FrameError(f"{path}.shape: {result['shape']} is not the shape asked for")
+    if result["acc"] != request.get("acc", "f32"):
+        raise FrameError(f"{path}.acc: {result['acc']!r} is not the accumulator asked for")
+    asked = {str(c.get("label")) for c in _dicts(request.get("candidates"))}
+    baselines = request.get("baselines") or []
+    asked |= {str(b) for b in baselines} if isinstance(baselines, (list, tuple)) else set()
+    asked |= set(CUBLAS_VARIANTS) | {"cublas"}
+    for key in _PER_SUBJECT_KEYS:
+        stray = sorted(set(result[key]) - asked)
+        if stray:
+            raise FrameError(f"{path}.{key}: names {stray[0][:40]!r}, which the request did not ask for")
+    stray = sorted(set(result["detail_times_ms"]) - set(CUBLAS_VARIANTS))
+    if stray:
+        raise FrameError(f"{path}.detail_times_ms: names {stray[0][:40]!r}, not a cuBLAS layout")
+
+
+def _dicts(value: object) -> list[dict[str, object]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, (list, tuple)) else []

@@ -7,32 +7,37 @@ must never create a CUDA context itself.  So every GPU action is a request to
 kills a hung or dead worker, reports ``crashed`` / ``timeout``, and starts a new
 worker lazily on the next request.
 
-Protocol: frames of an 8-byte big-endian length followed by a pickle, in both
-directions (the worker writes frames on a private copy of its stdout; its fd 1
-is redirected to stderr so stray prints cannot corrupt the stream).  A request
-is ``{"id", "op", "args"}``; a response ``{"id", "ok": True, "result"}`` or
-``{"id", "ok": False, "kind": "error" | "crashed", "error", "type", "traceback"}``.
+Protocol: frames of ``harness.channel`` (a magic, a 4-byte length, a JSON body of at most
+``channel.MAX_FRAME_BYTES``) in both directions; never a pickle, because the worker loads
+candidate libraries whose host code can write frames of its own to any descriptor it finds. The
+worker writes frames on a private copy of its stdout; its fd 1 is redirected to stderr so stray
+prints cannot corrupt the stream. A request is ``{"id", "op", "args"}`` with a fresh random id;
+an answer ``{"id", "ok": true, "result", "retire"}`` or ``{"id", "ok": false, "kind": "error" |
+"crashed", "error", "type", "traceback", "label"}``. Every answer is checked field by field
+(:data:`ANSWERS` per op) before anything reads it; a frame that fails, or that carries another
+request's id, ends the worker and is charged to what the request was evaluating.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
+import secrets
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from . import channel
+from .channel import Bool, Data, FrameError, Int, Json, Null, Num, Record, Schema, Str
 from .errors import HarnessError
+from .shape_result import check_shape_result
 
-_HDR = struct.Struct(">Q")
 DEFAULT_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 60.0
 
@@ -66,6 +71,84 @@ class WorkerRemoteError(WorkerError):
     """The request raised inside a healthy worker (it stays up)."""
 
     kind = "error"
+
+
+# --------------------------------------------------------------------------- what may come back
+
+_VERSION = Str(64)
+#: the schema of each op's result; an op not listed here has no result the parent accepts
+ANSWERS: dict[str, Schema] = {
+    "ping": Record({"pid": Int(0, 1 << 31), "python": Str(32)}),
+    "gpu_info": Record({"name": Str(256), "uuid": Str(128), "cc": Str(16, pattern=r"\d+\.\d+"), "sms": Int(0, 1 << 16),
+                        "cuda_runtime": _VERSION, "cuda_driver": _VERSION, "driver": Str(64, null=True),
+                        "cupy": _VERSION}),
+    "roofline": Record({"peak_tflops": Num(0.0, 1e6), "bw_gbs": Num(0.0, 1e7), "floor_ms": Num(0.0, 1e4)},
+                       optional={"version": Int(0, 1 << 20), "bw_copy_gbs": Num(0.0, 1e7), "bw_read_gbs": Num(0.0, 1e7),
+                                 "measured_s": Num(0.0, 1e6), "method": Str(1000), "gpu": Str(256), "uuid": Str(128)}),
+    "evaluate_shape": Data(),         # its own check, with the request: harness.shape_result
+    "_debug_segfault": Null(),
+    "_debug_hang": Null(),
+    "_debug_sleep": Num(0.0, 1e6),
+    "_debug_raise": Null(),
+    "_debug_exit": Null(),
+    "_debug_retire": Str(16),
+    "_debug_sticky": Null(),
+    "_debug_load": Str(4096),
+    "_debug_print": Int(0, 1 << 40),
+    "_debug_oom_score": Str(8),
+}
+HELLO = Record({"hello": Bool(), "pid": Int(0, 1 << 31)})
+_ID = Str(64, pattern=r"[0-9a-f]+")
+ANSWER_OK = Record({"id": _ID, "ok": Bool(), "result": Data(max_depth=12), "retire": Bool()})
+ANSWER_FAILED = Record({"id": _ID, "ok": Bool(), "kind": Str(16, choices=("error", "crashed")), "error": Str(1000),
+                        "type": Str(200)},
+                       optional={"traceback": Str(8000, null=True), "label": Str(200, null=True)})
+
+
+def visible(text: str) -> str:
+    """``text`` with every control or unprintable character shown as an escape: the worker's log
+    holds whatever a candidate printed, and a line quoting it may reach a terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def _subject_of(op: str, args: Mapping[str, object]) -> str:
+    """What a request evaluates, for the line that charges it: its candidates' labels, else the
+    library it loads, else the op."""
+    cands = args.get("candidates")
+    labels = [str(c.get("label")) for c in cands if isinstance(c, dict)] if isinstance(cands, (list, tuple)) else []
+    if labels:
+        shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        return shown[:200]
+    for key in ("label", "path"):
+        if isinstance(args.get(key), str):
+            return str(args[key])[:200]
+    return op
+
+
+def check_answer(op: str, resp: Json, rid: str, args: Mapping[str, object]) -> dict[str, Json]:
+    """``resp`` as a checked answer to request ``rid`` (op ``op`` with ``args``). Raises FrameError
+    for a malformed answer, and :class:`OutOfTurn` for a well-formed one that carries another id."""
+    if not isinstance(resp, dict):
+        raise FrameError(f"$: expected an object, got {repr(resp)[:60]}")
+    if resp.get("id") != rid:
+        raise OutOfTurn(f"it carries the id {str(resp.get('id'))[:40]!r}, not the request's")
+    if resp.get("ok") is True:
+        channel.validate(resp, ANSWER_OK)
+        schema = ANSWERS.get(op)
+        if schema is None:
+            raise FrameError(f"$.result: the op {op!r} has no result")
+        channel.validate(resp["result"], schema, "$.result")
+        if op == "evaluate_shape":
+            check_shape_result(resp["result"], args, "$.result")
+    else:
+        channel.validate(resp, ANSWER_FAILED)
+        if resp["ok"] is not False:
+            raise FrameError("$.ok: expected false for a failed request")
+    return resp
+
+
+class OutOfTurn(FrameError):
+    """A well-formed answer to a request that is not the one waiting."""
 
 
 def _read_child_pid(fd: int, timeout_s: float) -> int | None:
@@ -139,7 +222,6 @@ class GpuWorker:
         self._rfd: int | None = None
         self._stderr_path: Path | None = None
         self._lock = threading.Lock()
-        self._next_id = 0
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -173,9 +255,11 @@ class GpuWorker:
         self._rfd = self._proc.stdout.fileno()
         self.starts += 1
         hello = self._read_frame(time.monotonic() + self.start_timeout_s, "starting the worker")
-        if not (isinstance(hello, dict) and hello.get("hello")):
+        try:
+            channel.validate(hello, HELLO)
+        except FrameError as e:
             self._kill()
-            raise WorkerCrashed(f"GPU worker sent a bad greeting: {hello!r:.80}")
+            raise WorkerCrashed(f"GPU worker sent a bad greeting: {' '.join(str(e).split())[:120]}") from None
 
     def _exit_status(self, proc: subprocess.Popen | None) -> int | None:
         """The worker's exit status; bwrap reports a child killed by signal N as 128 + N."""
@@ -298,7 +382,7 @@ class GpuWorker:
         with self._lock:
             if self.alive:
                 try:
-                    self._write_frame({"id": -1, "op": "_exit", "args": {}})
+                    self._write_frame({"id": "0", "op": "_exit", "args": {}})
                     self._proc.wait(timeout=5)  # type: ignore[union-attr]
                 except (OSError, subprocess.TimeoutExpired, BrokenPipeError):
                     pass
@@ -323,9 +407,8 @@ class GpuWorker:
             pass
 
     # ------------------------------------------------------------------ framing
-    def _write_frame(self, obj: Any) -> None:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        buf = _HDR.pack(len(data)) + data
+    def _write_frame(self, obj: Json) -> None:
+        buf = channel.encode_frame(obj)
         assert self._wfd is not None
         view = memoryview(buf)
         while view:
@@ -350,22 +433,50 @@ class GpuWorker:
             n -= len(chunk)
         return b"".join(chunks)
 
-    def _read_frame(self, deadline: float, what: str, timeout: float | None = None) -> Any:
+    def _read_frame(self, deadline: float, what: str, timeout: float | None = None,
+                    subject: str | None = None) -> Json:
+        """One frame's JSON data (not yet checked against a schema). A frame that is not one of
+        ours (wrong magic, oversize, not JSON) ends the worker: :class:`WorkerCrashed`, charged
+        to ``subject``."""
         try:
-            (n,) = _HDR.unpack(self._read_exact(_HDR.size, deadline, what, timeout))
-            return pickle.loads(self._read_exact(n, deadline, what, timeout))
+            n = channel.frame_length(self._read_exact(channel.HEADER.size, deadline, what, timeout))
+            return channel.loads(self._read_exact(n, deadline, what, timeout))
         except WorkerTimeout:
             self._kill()
             raise
+        except FrameError as e:
+            raise self._malformed(what, subject or what, e) from None
         except (EOFError, OSError):
             proc = self._proc
             rc = self._exit_status(proc)
             tail = self.stderr_tail()
             self._kill()
             msg = f"{what}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})"
+            if subject and subject != what:
+                msg += f" while evaluating {subject}"
             if tail:
                 msg += f"; last output: {tail}"
             raise WorkerCrashed(msg) from None
+
+    def _malformed(self, op: str, subject: str, e: FrameError) -> WorkerCrashed:
+        """Kill the worker after a frame that broke the protocol; the error that charges ``subject``."""
+        self._kill()
+        reason = visible(" ".join(str(e).split())[:200])
+        if isinstance(e, OutOfTurn):
+            return WorkerCrashed(f"{op}: the GPU worker answered out of turn while evaluating {subject} ({reason}); "
+                                 f"it was restarted", label=subject)
+        return WorkerCrashed(f"{op}: the GPU worker sent a malformed answer while evaluating {subject}: {reason}; "
+                             f"it was restarted", label=subject)
+
+    def _drop_unsolicited(self) -> None:
+        """A worker that has bytes waiting before a request was asked anything wrote them on its
+        own (code left running by an earlier library): it is not trusted for this request, so it
+        is replaced before the request is sent."""
+        if self._rfd is None or not self.alive:
+            return
+        r, _, _ = select.select([self._rfd], [], [], 0)
+        if r:
+            self._kill()
 
     def stderr_tail(self, chars: int = 300) -> str:
         """The last line(s) the worker printed to stderr, squashed to one line."""
@@ -380,28 +491,30 @@ class GpuWorker:
         except OSError:
             return ""
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return " | ".join(lines[-3:])[-chars:]
+        return visible(" | ".join(lines[-3:])[-chars:])
 
     # ------------------------------------------------------------------ requests
     def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
         """Run one request; raise :class:`WorkerCrashed`, :class:`WorkerTimeout` or :class:`WorkerRemoteError`."""
         with self._lock:
+            self._drop_unsolicited()
             if not self.alive:
                 self._kill()
                 self._start()
             timeout = self.default_timeout_s if timeout_s is None else timeout_s
-            self._next_id += 1
-            rid = self._next_id
+            rid = secrets.token_hex(16)    # unguessable: a frame forged by loaded code cannot claim it
+            subject = _subject_of(op, args)
             try:
                 self._write_frame({"id": rid, "op": op, "args": args})
             except (BrokenPipeError, OSError):
                 rc = self._exit_status(self._proc)
                 self._kill()
                 raise WorkerCrashed(f"{op}: the GPU worker died ({_signame(rc) if rc is not None else 'unknown'})") from None
-            resp = self._read_frame(time.monotonic() + timeout, op, timeout)
-            if not isinstance(resp, dict) or resp.get("id") != rid:
-                self._kill()
-                raise WorkerCrashed(f"{op}: the GPU worker answered out of turn; it was restarted")
+            raw = self._read_frame(time.monotonic() + timeout, op, timeout, subject)
+            try:
+                resp = check_answer(op, raw, rid, args)
+            except FrameError as e:
+                raise self._malformed(op, subject, e) from None
             if resp.get("ok"):
                 result = resp.get("result")
                 if op == "ping" and isinstance(result, dict) and self.pid is not None:
@@ -415,9 +528,9 @@ class GpuWorker:
                         pass
                     self._kill()
                 return result
-            kind = resp.get("kind", "error")
-            err = resp.get("error", "unknown error")
-            kw = dict(label=resp.get("label"), remote_type=resp.get("type"), remote_traceback=resp.get("traceback"))
+            kind = resp["kind"]
+            err = visible(str(resp["error"]))
+            kw = dict(label=resp.get("label"), remote_type=resp["type"], remote_traceback=resp.get("traceback"))
             if kind == "crashed":
                 # the worker exits by itself after a sticky CUDA error; make sure of it
                 if self._proc is not None:

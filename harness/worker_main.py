@@ -13,17 +13,16 @@ import os
 os.environ["CUPY_TF32"] = "0"   # fp32 reference must not use TF32 (set before cupy is imported)
 
 import ctypes
-import pickle
 import random
-import struct
 import sys
 import time
 import traceback
 from typing import Any, Callable
 
+from . import channel
+from .channel import FrameError
 from .cuda_errors import Sticky, is_sticky
 
-_HDR = struct.Struct(">Q")
 IDLE_REWARM_S = 2.0          # re-warm the GPU after this much idle time
 MAX_LIBS = 256               # exit (parent restarts lazily) after loading this many kernel libraries
 #: the most the worker writes to any one file. Its log is the one it grows: a candidate's host
@@ -34,6 +33,19 @@ MAX_FILE_BYTES = 64 << 20
 
 
 # --------------------------------------------------------------------------- GPU state
+
+#: every library this process has loaded, by path (shared by the GPU state and the ops that load
+#: candidates before it exists)
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def load_lib(path: str) -> ctypes.CDLL:
+    """The library at ``path``, loaded once per process."""
+    lib = _LIBS.get(path)
+    if lib is None:
+        lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        _LIBS[path] = lib
+    return lib
 
 
 class Gpu:
@@ -53,7 +65,7 @@ class Gpu:
         self.uuid = "GPU-" + _fmt_uuid(raw_uuid) if raw_uuid else f"GPU-{self.name}-{os.getpid()}"
         self.cuda_runtime = _ver(cp.cuda.runtime.runtimeGetVersion())
         self.cuda_driver = _ver(cp.cuda.runtime.driverGetVersion())
-        self.libs: dict[str, Any] = {}
+        self.libs = _LIBS
         self.autotune: dict[tuple, int] = {}
         self.roofline: dict[str, Any] | None = None
         self.nvml = _Nvml(self.uuid)
@@ -62,11 +74,7 @@ class Gpu:
         self.ctx: Any = None   # last harness.shape_eval.ShapeContext (buffers reused when the next request is the same shape)
 
     def lib(self, path: str) -> Any:
-        lib = self.libs.get(path)
-        if lib is None:
-            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
-            self.libs[path] = lib
-        return lib
+        return load_lib(path)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -226,7 +234,8 @@ def op_debug_retire(**_: Any) -> str:
 
 def op_debug_load(path: str, **_: Any) -> str:
     """Load a library with ctypes and call nothing (CPU tests of load-time code: constructors and
-    static initialisers run here, as they would before a GPU evaluation)."""
+    static initialisers run here, as they would before a GPU evaluation). A ``label`` argument
+    only names the library in the parent's messages."""
     ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
     return path
 
@@ -287,6 +296,11 @@ def op_roofline(shim_path: str, force: bool = False, **_: Any) -> dict[str, Any]
 
 
 def op_evaluate_shape(**kw: Any) -> dict[str, Any]:
+    """Load the candidates' libraries first, then evaluate: load-time code of a library runs before
+    any GPU state exists, whatever happens to the GPU afterwards (the same on a machine without one)."""
+    for cand in kw.get("candidates") or ():
+        if isinstance(cand, dict) and isinstance(cand.get("so_path"), str):
+            load_lib(cand["so_path"])
     return evaluate_shape(gpu(), **kw)
 
 
@@ -333,12 +347,45 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _write(fd: int, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    buf = memoryview(_HDR.pack(len(data)) + data)
-    while buf:
-        n = os.write(fd, buf)
-        buf = buf[n:]
+def _write(fd: int, obj: dict[str, Any]) -> None:
+    """One answer frame. An answer that is not JSON data or is too big becomes an error answer
+    that says so (the request fails; the channel stays in step)."""
+    try:
+        buf = channel.encode_frame(obj)
+    except (TypeError, ValueError) as e:
+        buf = channel.encode_frame({"id": obj.get("id"), "ok": False, "kind": "error", "type": type(e).__name__,
+                                    "error": f"the worker could not send its answer: {' '.join(str(e).split())[:300]}",
+                                    "traceback": None, "label": None})
+    view = memoryview(buf)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+_REQUEST = channel.Record({"id": channel.Str(64), "op": channel.Str(64), "args": channel.MapOf(channel.Data(), 64, 64)})
+
+
+def _read_request(fd: int) -> dict[str, Any] | None:
+    """The next request from the parent; None at the end of its stream. A frame that is not a
+    request (the stream is out of step) ends the worker."""
+    hdr = _read_exact(fd, channel.HEADER.size)
+    if hdr is None:
+        return None
+    try:
+        body = _read_exact(fd, channel.frame_length(hdr))
+        if body is None:
+            return None
+        req = channel.validate(channel.loads(body), _REQUEST)
+    except FrameError as e:
+        print(f"l2tui worker: a malformed request: {e}", file=sys.stderr, flush=True)
+        return None
+    assert isinstance(req, dict)
+    return req
+
+
+def _label_of(e: BaseException) -> str | None:
+    label = getattr(e, "label", None)
+    return label[:200] if isinstance(label, str) else None
 
 
 def cap_file_size(limit: int = MAX_FILE_BYTES) -> None:
@@ -371,24 +418,19 @@ def serve() -> int:
     in_fd = 0
     _write(out_fd, {"hello": True, "pid": os.getpid()})
     while True:
-        hdr = _read_exact(in_fd, _HDR.size)
-        if hdr is None:
+        req = _read_request(in_fd)
+        if req is None:
             return 0
-        (n,) = _HDR.unpack(hdr)
-        body = _read_exact(in_fd, n)
-        if body is None:
-            return 0
-        req = pickle.loads(body)
-        rid, op, args = req.get("id"), req.get("op"), req.get("args") or {}
+        rid, op, args = req["id"], req["op"], req["args"]
         if op == "_exit":
             return 0
         fn = OPS.get(op)
         if fn is None:
-            _write(out_fd, {"id": rid, "ok": False, "kind": "error", "error": f"unknown op {op!r}", "type": "KeyError"})
+            _write(out_fd, {"id": rid, "ok": False, "kind": "error", "error": f"unknown op {op[:64]!r}", "type": "KeyError"})
             continue
         try:
             result = fn(**args)
-            retire = _RETIRE_NEXT or (_GPU is not None and len(_GPU.libs) > MAX_LIBS)
+            retire = _RETIRE_NEXT or len(_LIBS) > MAX_LIBS
             _write(out_fd, {"id": rid, "ok": True, "result": result, "retire": retire})
             if _GPU is not None:
                 _GPU.last_active = time.monotonic()
@@ -403,7 +445,7 @@ def serve() -> int:
             resp = {
                 "id": rid, "ok": False, "kind": "crashed" if sticky else "error", "error": msg[:500],
                 "type": type(e).__name__, "traceback": traceback.format_exc()[-4000:],
-                "label": getattr(e, "label", None),
+                "label": _label_of(e),
             }
             print(resp["traceback"], file=sys.stderr, flush=True)
             _write(out_fd, resp)

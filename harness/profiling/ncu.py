@@ -28,11 +28,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import channel
 from .errors import CountersRefused, NcuMissing, NoKernelProfiled, ProfileFailed, ProfileTimeout, classify_ncu_failure, NO_KERNEL_MARKER
 
 SECTIONS: tuple[str, ...] = (
@@ -131,20 +133,75 @@ class NcuRun:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _run(cmd: list[str], timeout_s: float, env: dict[str, str], what: str) -> tuple[int, str]:
-    """Run in a new session so a timeout can stop ncu *and* the profiled driver (its process group)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
+#: the most of a process's output kept (the profiled program prints what it likes; ncu's CSV of a
+#: report is a few hundred kilobytes): past it the rest is read and dropped
+MAX_OUTPUT_BYTES = 32 << 20
+#: the most the one-launch driver's result file may be (a few hundred bytes per item)
+MAX_RESULT_BYTES = 1 << 20
+RESULT_SCHEMA = channel.Record(
+    {"items": channel.ListOf(channel.Record(
+        {"range": channel.Str(200), "status": channel.Str(16, choices=("ok", "unsupported", "error")),
+         "rc": channel.Int(-(1 << 31), 1 << 31, null=True), "message": channel.Str(1000)}), 10_000)},
+    optional={"nvtx": channel.Str(16)},
+)
+
+
+def _drain(stream: Any, keep: bytearray, cap: int) -> None:
+    """Read ``stream`` to its end, keeping at most ``cap`` bytes of it."""
+    while True:
+        chunk = stream.read(1 << 16)
+        if not chunk:
+            return
+        room = cap - len(keep)
+        if room > 0:
+            keep += chunk[:room]
+
+
+def _run(cmd: list[str], timeout_s: float, env: dict[str, str], what: str,
+         cap: int = MAX_OUTPUT_BYTES) -> tuple[int, str]:
+    """Run in a new session so a timeout can stop ncu *and* the profiled driver (its process group);
+    of its output, the first ``cap`` bytes (the profiled program's prints are not bounded)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    keep = bytearray()
+    reader = threading.Thread(target=_drain, args=(proc.stdout, keep, cap), daemon=True)
+    reader.start()
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.communicate()
+        proc.wait()
+        reader.join(timeout=10)
         raise ProfileTimeout(what, timeout_s) from None
-    return proc.returncode, out or ""
+    reader.join(timeout=30)
+    return proc.returncode, bytes(keep).decode("utf-8", errors="replace")
+
+
+def _profile_env() -> dict[str, str]:
+    """The environment of ncu and the profiled driver: this one without secret-looking variables
+    (the driver loads the kernel, and profiling runs outside the sandbox)."""
+    from ..sandbox import _SECRETISH
+
+    return {k: v for k, v in os.environ.items() if not _SECRETISH.search(k)}
+
+
+def read_result(path: Path, what: str) -> dict[str, Any]:
+    """The one-launch driver's result file as checked data (it ran the kernel, outside any sandbox
+    when profiling is allowed): no file is no items; a malformed one is ProfileFailed in one line."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_RESULT_BYTES + 1)
+    except OSError:
+        return {"items": []}
+    try:
+        res = channel.validate(channel.loads(data, MAX_RESULT_BYTES), RESULT_SCHEMA)
+    except channel.FrameError as e:
+        raise ProfileFailed(f"the profiled process wrote a malformed result for {what}: "
+                            f"{' '.join(str(e).split())[:200]}") from None
+    assert isinstance(res, dict)
+    return res
 
 
 def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: str | None = None,
@@ -161,7 +218,7 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
     tmp.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, report = tmp / "spec.json", tmp / "result.json", tmp / "report"
     spec_path.write_text(json.dumps({"nvtx": nvtx, "items": list(items)}, indent=1))
-    env = dict(os.environ)
+    env = _profile_env()
     env["PYTHONPATH"] = str(_REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = profile_command(ncu, report, spec_path, result_path, [i["range"] for i in items], secs, nvtx,
@@ -173,10 +230,7 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
         err = classify_ncu_failure(log, what)
         if isinstance(err, CountersRefused):
             raise err
-        try:
-            res = json.loads(result_path.read_text())
-        except (OSError, ValueError):
-            res = {"items": []}
+        res = read_result(result_path, what)
         if not rep.is_file():
             # no report: say why, most precise first (the driver's own per-call status, then ncu's text)
             items_ = res.get("items", [])

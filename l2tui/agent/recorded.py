@@ -46,6 +46,45 @@ if TYPE_CHECKING:
     from harness.evaluator_protocol import Evaluator
 
 NOT_RECORDED = "not_recorded"
+#: the largest recording read; the bundled demo's is well under a megabyte
+MAX_RECORDING_BYTES = 64 << 20
+
+
+def _recording_schema() -> Any:
+    """What a recording file may hold (harness.channel schemas): every record an evaluation's dict
+    form, profiles bounded data, aliases sha256 to sha256; other top-level keys bounded data."""
+    from harness.channel import Bool, Data, MapOf, Record, Str
+    from harness.evaluate import EVALUATION_SCHEMA
+
+    sha = Str(64, pattern=r"[0-9a-f]{64}")
+    meta = Record({}, optional={"arch": Str(16, pattern=r"sm_\d+[a-z]?", null=True), "provisional": Bool(null=True)},
+                  extra=Data())
+    return Record({}, optional={"meta": meta,
+                                "records": MapOf(EVALUATION_SCHEMA, 1_000_000, 300),
+                                "profiles": MapOf(Data(), 1_000_000, 300),
+                                "aliases": MapOf(sha, 1_000_000, 64)}, extra=Data())
+
+
+def load_recording(path: str | Path) -> dict:
+    """A recording file read as data: at most MAX_RECORDING_BYTES, JSON, checked against its
+    schema before anything reads a field. Raises UserError in one line naming the file."""
+    from harness.channel import FrameError, loads, validate
+
+    from ..errors import UserError
+
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_RECORDING_BYTES:
+                raise FrameError(f"{size} bytes, more than the limit of {MAX_RECORDING_BYTES}")
+            data = f.read(MAX_RECORDING_BYTES + 1)
+        doc = validate(loads(data, MAX_RECORDING_BYTES), _recording_schema())
+    except (OSError, FrameError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise UserError(f"cannot read recorded evaluations {p}: {reason}; record them with tools/record_evaluations.py") from None
+    assert isinstance(doc, dict)
+    return doc
 
 
 def record_key(source: str, shape: Any, acc: str) -> str:
@@ -107,12 +146,7 @@ class RecordedEvaluator:
 
     def __init__(self, path: str | Path, *, arch: str | None = None, build: bool | str = True):
         self.path = Path(path)
-        try:
-            doc = json.loads(self.path.read_text())
-        except (OSError, ValueError) as e:
-            from ..errors import UserError
-
-            raise UserError(f"cannot read recorded evaluations {self.path}: {e}; record them with tools/record_evaluations.py") from None
+        doc = load_recording(self.path)
         self.meta: dict = doc.get("meta", {})
         self.records: dict[str, dict] = doc.get("records", {})
         self.profiles: dict[str, dict] = doc.get("profiles", {})
@@ -231,7 +265,7 @@ class RecordingEvaluator:
         self.aliases: dict[str, str] = {}
         self._lock = threading.Lock()
         if existing and Path(existing).is_file():
-            doc = json.loads(Path(existing).read_text())
+            doc = load_recording(existing)
             if not doc.get("meta", {}).get("provisional"):
                 self.records.update(doc.get("records", {}))
                 self.profiles.update(doc.get("profiles", {}))

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from harness.evaluator_protocol import EvaluationLike, Evaluator
 
 START_TIMEOUT_S = 600.0      # an actor's Evaluator starts a GPU worker (CUDA init, cuBLAS load)
+#: the most JSON text one actor answer may be (evaluations of a batch, compile logs included)
+MAX_ANSWER_BYTES = 64 << 20
 
 
 def _first_line(e: BaseException) -> str:
@@ -153,7 +155,14 @@ def lookup(source: str, arch: str | None, flags: Sequence[str]) -> Any:
 def install(d: dict, data: bytes | None, cacheable: bool = True) -> Any:
     """Write a build made elsewhere into this process's build cache; its BuildResult here."""
     from harness.build import LIB_NAME, BuildResult, _cache_entry, _load_cached
+    from harness.channel import FrameError, validate
+    from harness.evaluate import BUILD_SCHEMA
 
+    try:
+        validate(d, BUILD_SCHEMA, "build")    # its key names a cache folder: hex only
+    except FrameError as e:
+        return BuildResult.from_dict(_failed_build(f"a malformed build came back: {e}", str(d.get("arch", ""))[:32]
+                                                   if isinstance(d, dict) else "", []))
     res = BuildResult.from_dict({k: v for k, v in d.items() if k != "host"})
     res.cached = False
     if not res.key or not cacheable:
@@ -231,23 +240,27 @@ class GpuActor:
         return self.info
 
     @staticmethod
-    def _plain(ev: EvaluationLike) -> dict:
-        return ev.to_dict()
+    def _plain(ev: EvaluationLike) -> str:
+        """An evaluation as JSON text: what crosses back to the driver is data, checked there."""
+        from harness.channel import dumps
+
+        return dumps(ev.to_dict()).decode("utf-8")
 
     def evaluate(self, source: str, shape: tuple[int, int, int], acc: str, flags: list[str],
-                 time_baselines: bool) -> dict:
+                 time_baselines: bool) -> str:
         from harness.shapes import Shape
 
         return self._plain(self.ev.evaluate(source, Shape(*shape), acc, flags=tuple(flags),
                                             time_baselines=time_baselines))
 
-    def evaluate_many(self, items: list, shape: tuple[int, int, int], acc: str, baselines: list[str]) -> dict:
+    def evaluate_many(self, items: list, shape: tuple[int, int, int], acc: str, baselines: list[str]) -> str:
+        from harness.channel import dumps
         from harness.shapes import Shape
 
         from .batch import evaluate_many
 
         res = evaluate_many(self.ev, [tuple(i) for i in items], Shape(*shape), acc, baselines=baselines)
-        return {k: self._plain(v) for k, v in res.items()}
+        return dumps({k: v.to_dict() for k, v in res.items()}).decode("utf-8")
 
     def install(self, entries: list) -> int:
         """Libraries the driver built, written into this actor's build cache."""
@@ -260,13 +273,43 @@ class GpuActor:
 
 
 def _from_dict(d: dict) -> Any:
+    """An evaluation from its checked dict form."""
+    from harness.evaluate import evaluation_from_data
     from l2tui.agent.recorded import NOT_RECORDED, DictEvaluation
 
-    if d.get("status") == NOT_RECORDED:
-        return DictEvaluation(d)
+    ev = evaluation_from_data(d)      # (checked again: cheap, and the only door to an Evaluation)
+    return DictEvaluation(d) if d.get("status") == NOT_RECORDED else ev
+
+
+def _malformed(uuid: str, e: Exception) -> Any:
     from harness.evaluate import Evaluation
 
-    return Evaluation.from_dict(d)
+    reason = " ".join(str(e).split())[:200]
+    return Evaluation("crashed", None, message=f"the GPU actor {uuid} sent a malformed evaluation: {reason}")
+
+
+def read_answer(text: object, uuid: str, labels: Sequence[str] | None = None) -> Any:
+    """An actor's answer (JSON text, at most MAX_ANSWER_BYTES) as evaluations: one, or with
+    ``labels`` one per label. Every evaluation is checked against harness.evaluate's schema before
+    one is built; an answer that fails charges the evaluations it carried as ``crashed`` in one line."""
+    from harness.channel import FrameError, MapOf, loads, validate
+    from harness.evaluate import EVALUATION_SCHEMA
+
+    try:
+        if not isinstance(text, str):
+            raise FrameError(f"expected JSON text, got a {type(text).__name__}")
+        data = loads(text.encode("utf-8"), MAX_ANSWER_BYTES)
+        if labels is None:
+            return _from_dict(validate(data, EVALUATION_SCHEMA))   # type: ignore[arg-type]
+        validate(data, MapOf(EVALUATION_SCHEMA, max(1, len(labels)), 10_000))
+        assert isinstance(data, dict)
+        stray = sorted(set(data) - set(labels))
+        if stray:
+            raise FrameError(f"$: names {stray[0][:40]!r}, which was not asked for")
+        return {k: _from_dict(v) for k, v in data.items()}   # type: ignore[arg-type]
+    except FrameError as e:
+        bad = _malformed(uuid, e)
+        return bad if labels is None else {lb: bad for lb in labels}
 
 
 class RaySlot:
@@ -306,16 +349,16 @@ class RaySlot:
     def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Sequence[str] = (),
                  time_baselines: bool = True) -> Any:
         self._ship([(source, flags)])
-        d = self._get(self.actor.evaluate.remote(source, (shape.m, shape.n, shape.k), acc, list(flags),
-                                                 bool(time_baselines)))
-        return _from_dict(d)
+        text = self._get(self.actor.evaluate.remote(source, (shape.m, shape.n, shape.k), acc, list(flags),
+                                                    bool(time_baselines)))
+        return read_answer(text, self.uuid)
 
     def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: Any, acc: str = "f32", *,
                       baselines: Sequence[str] = ()) -> dict[str, Any]:
         self._ship([(src, flags) for _, src, flags in items])
-        d = self._get(self.actor.evaluate_many.remote([[lb, src, list(fl)] for lb, src, fl in items],
-                                                      (shape.m, shape.n, shape.k), acc, list(baselines)))
-        return {k: _from_dict(v) for k, v in d.items()}
+        text = self._get(self.actor.evaluate_many.remote([[lb, src, list(fl)] for lb, src, fl in items],
+                                                         (shape.m, shape.n, shape.k), acc, list(baselines)))
+        return read_answer(text, self.uuid, [lb for lb, _, _ in items])
 
 
 class RayExecutor:
