@@ -664,30 +664,66 @@ def kill_all_builds() -> int:
     return len(procs)
 
 
+#: the most of a compiler's output kept for the log: a source can make nvcc print without end
+#: (template instantiation storms, ``#warning`` in a macro), and the log is read, stored and shown
+MAX_COMPILER_OUTPUT = 4 << 20
+
+
+class _BoundedDrain(threading.Thread):
+    """Read a pipe to its end on a thread, keeping the first ``cap`` bytes and counting the rest.
+
+    The pipe is always drained (a compiler blocked on a full pipe would never exit), but memory
+    stays bounded whatever the source makes the compiler print."""
+
+    def __init__(self, pipe: Any, cap: int = MAX_COMPILER_OUTPUT) -> None:
+        super().__init__(daemon=True, name="compiler-output")
+        self._pipe, self._cap = pipe, cap
+        self._kept = bytearray()
+        self.dropped = 0
+
+    def run(self) -> None:
+        while True:
+            chunk = self._pipe.read(1 << 16)
+            if not chunk:
+                return
+            room = self._cap - len(self._kept)
+            self._kept += chunk[:max(room, 0)]
+            self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def text(self) -> str:
+        out = bytes(self._kept).decode(errors="replace")
+        if self.dropped:
+            out += f"\n[{self.dropped} more bytes of compiler output dropped]\n"
+        return out
+
+
 def _run_compiler(cmd: Sequence[str], work: Path, timeout_s: float) -> tuple[int, str]:
     """Run one compiler command in its own process group; (status, stdout+stderr).
 
-    A timeout kills the group and is reported in the log (status -1); any exception while waiting
-    (KeyboardInterrupt, SystemExit from a signal handler) kills the group and propagates, and a
-    group killed by :func:`kill_all_builds` raises :class:`BuildInterrupted`.
+    The output is kept up to :data:`MAX_COMPILER_OUTPUT` (the rest is read and dropped, and the log
+    says how much).  A timeout kills the group and is reported in the log (status -1); any
+    exception while waiting (KeyboardInterrupt, SystemExit from a signal handler) kills the group
+    and propagates, and a group killed by :func:`kill_all_builds` raises :class:`BuildInterrupted`.
     """
     env = dict(os.environ)
     env["TMPDIR"] = str(work / "tmp")   # nvcc's intermediates stay inside the work folder
     (work / "tmp").mkdir(exist_ok=True)
     proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             cwd=work, env=env, start_new_session=True)
+    drain = _BoundedDrain(proc.stdout)
+    drain.start()
     with _LIVE_LOCK:
         _LIVE[proc.pid] = proc
+    prefix = ""
     try:
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
+            proc.wait(timeout=timeout_s)
             rc = proc.returncode
-            text = out.decode(errors="replace") if out else ""
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            out, _ = proc.communicate()
+            proc.wait()
             rc = -1
-            text = f"nvcc timed out after {timeout_s:.0f} s\n" + (out.decode(errors="replace") if out else "")
+            prefix = f"nvcc timed out after {timeout_s:.0f} s\n"
         except BaseException:
             _kill_group(proc)
             try:
@@ -700,9 +736,10 @@ def _run_compiler(cmd: Sequence[str], work: Path, timeout_s: float) -> tuple[int
             _LIVE.pop(proc.pid, None)
             killed = proc.pid in _KILLED
             _KILLED.discard(proc.pid)
+    drain.join(timeout=30)
     if killed:
         raise BuildInterrupted("the build was interrupted (the run is stopping); nothing was cached")
-    return rc, text
+    return rc, prefix + drain.text()
 
 
 def _sweep_stale_work(root: Path) -> None:

@@ -228,3 +228,19 @@ def test_a_missing_cutlass_header_is_not_cached_but_a_missing_header_of_the_sour
         assert back.ok and not back.cached, back.error_text()
     finally:
         B.cutlass_include_dirs.cache_clear()
+
+
+def test_compiler_output_is_kept_up_to_its_cap_and_the_rest_drained(tmp_path):
+    """A source can make the compiler print without end: the log keeps the head, says how much was
+    dropped, and the process still runs to its end (its pipe is drained, never left full)."""
+    import sys
+
+    from harness import build as B
+
+    n = B.MAX_COMPILER_OUTPUT + (3 << 20)
+    cmd = [sys.executable, "-c", f"import sys; sys.stdout.write('x' * {n}); sys.exit(7)"]
+    rc, log = B._run_compiler(cmd, tmp_path, timeout_s=120)
+    assert rc == 7
+    assert log.startswith("x" * 1000)
+    assert len(log) < B.MAX_COMPILER_OUTPUT + 200
+    assert f"[{3 << 20} more bytes of compiler output dropped]" in log
