@@ -226,6 +226,8 @@ class AgentLoop:
         self.known_store: Any = None
         self.known_gpu: Any = None
         self._known_ready = False
+        # a replay of recorded evaluations re-reads old measurements: not recorded as new ones
+        self.record_replays = False
         self._resumed_from: int | None = None
         self._telemetry: Any = None
         self._telemetry_next = 0.0
@@ -597,6 +599,8 @@ class AgentLoop:
         ev = t.best_eval or {}
         ms = (ev.get("times_ms") or {}).get("candidate") if isinstance(ev, dict) else None
         if store is None or gpu is None or not t.best_source or ev.get("status") != "ok" or not ms:
+            return
+        if getattr(self.evaluator, "replays_recording", False) and not self.record_replays:
             return
         from harness.families import Config
         from harness.known import KnownError, KnownKernel, git_revision, made_now
