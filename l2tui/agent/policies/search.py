@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable
 from harness.families import (
     Config,
     FamilyError,
+    applicable,
     catalog,
     cc_of,
     family_of,
@@ -176,6 +177,8 @@ class SearchPolicy:
         fams = {f.name for f in families_for(arch)}
         if self.families is not None:
             fams &= self.families
+        # a family refuses a shape it cannot run before anything is built (harness.families.applicable)
+        fams = {f for f in fams if applicable(f, shape, arch)}
         pool = [c for c in catalog(acc, arch) if c.family in fams]
         if self._holds is not None:   # first: a PDL launch stays where the recording lacks its twin
             pool = [c for c in pool if self._holds(_source_of(c), shape, acc)]
