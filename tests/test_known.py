@@ -208,3 +208,24 @@ def test_known_command_lists_this_gpu_and_refuses_a_corrupt_file(tmp_path):
     warn = [line for line in p.stderr.splitlines() if "known.json" in line]
     assert len(warn) == 1 and "refused" in warn[0]
     assert "64x64x2048" in p.stdout
+
+
+def test_a_sweep_pick_times_the_known_kernels_beside_its_own(tmp_path):
+    from l2tui.agent.policies.base import TrackContext
+    from l2tui.agent.sweep import Sweep, SweepConfig
+
+    shape = Shape(16, 6144, 4096)          # off the grid: the nearest grid shapes' winners
+    store = KnownStore(local=tmp_path / "known.json")
+    cfg = SweepConfig(shapes=[shape], seeds=2, pick_kinds=False, arch="sm_90a", known=store, known_gpu=H200)
+    sweep = Sweep(cfg, evaluator=None, progress=lambda line: None)
+    props = sweep._pick_proposals(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune",
+                                               step=0, arch="sm_90a"))
+    known = store.seeds(shape, "f32", H200)
+    sources = [p.source for p in props]
+    assert known and all(k.source in sources for k in known)
+    assert len(sources) == len(set(sources))
+    assert any("known kernel" in p.plan for p in props)
+    off = Sweep(SweepConfig(shapes=[shape], seeds=2, pick_kinds=False, arch="sm_90a"), evaluator=None,
+                progress=lambda line: None)
+    assert not any("known kernel" in p.plan for p in off._pick_proposals(
+        TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0, arch="sm_90a")))
