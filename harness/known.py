@@ -186,9 +186,39 @@ def _read_gpu_file(d: Path) -> tuple[GpuKey, dict[str, str], list[str]]:
     made = {k: _text(doc, k, where) for k in ("timing", "date", "git", "driver")}
     made["gpu"] = key.name
     files = doc.get("winners")
-    if not isinstance(files, list) or not all(isinstance(f, str) and re.fullmatch(r"[\w.-]+\.json", f) for f in files):
+    if not isinstance(files, list) or not all(isinstance(f, str) and _FILE_RE.fullmatch(f) for f in files):
         raise KnownError(f"{where}: 'winners' must list file names in the same folder")
     return key, made, files
+
+
+_FILE_RE = re.compile(r"[\w.-]+\.json")
+#: a bench result file read for the bundled winners' times (the grid's is about 20 MB)
+MAX_BENCH_BYTES = 64 << 20
+
+
+def _bench_times(d: Path, acc: str) -> tuple[dict[Shape, tuple[float, float | None]], str]:
+    """Per shape, the committed winner's per-call time and its speedup over the baseline, from the
+    bench file ``gpu.json`` names for ``acc`` (``"bench": {"f32": FILE}``, label ``l2``)."""
+    doc = _read_small_json(d / "gpu.json", MAX_GPU_FILE_BYTES, "known-GPU file")
+    bench = doc.get("bench") if isinstance(doc, dict) else None
+    baseline = doc.get("baseline") if isinstance(doc, dict) else None
+    name = bench.get(acc) if isinstance(bench, dict) else None
+    if not isinstance(name, str) or not _FILE_RE.fullmatch(name) or not isinstance(baseline, str):
+        return {}, ""
+    rows = _read_small_json(d / name, MAX_BENCH_BYTES, "bench result file")
+    rows = rows.get("rows") if isinstance(rows, dict) else None
+    out: dict[Shape, tuple[float, float | None]] = {}
+    for r in rows if isinstance(rows, list) else []:
+        if not isinstance(r, dict) or not isinstance(r.get("times_ms"), dict):
+            continue
+        dims, t = (r.get("m"), r.get("n"), r.get("k")), r["times_ms"]
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in dims):
+            continue
+        ms, base = t.get("l2"), t.get(baseline)
+        if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0:
+            sp = base / ms if isinstance(base, (int, float)) and math.isfinite(base) and base > 0 else None
+            out[Shape(*dims)] = (float(ms), sp)
+    return out, baseline[:40]
 
 
 @functools.lru_cache(maxsize=16)
@@ -202,6 +232,7 @@ def _bundled_layer(d: Path) -> tuple[KnownKernel, ...]:
             w = W.load(d / name)
         except HarnessError as e:
             raise KnownError(str(e)) from None
+        times, baseline = _bench_times(d, w.acc)
         sources: dict[str, str] = {}
         for cname, win in w.configs.items():
             try:
@@ -212,7 +243,9 @@ def _bundled_layer(d: Path) -> tuple[KnownKernel, ...]:
                 sources[cname] = src
         for shape, cname in w.shapes.items():
             if cname in sources:
-                out.append(KnownKernel(shape, w.acc, key, sources[cname], cname, f"bundled {d.name}", made=made))
+                ms, sp = times.get(shape, (None, None))
+                out.append(KnownKernel(shape, w.acc, key, sources[cname], cname, f"bundled {d.name}", sp,
+                                       baseline if sp else None, ms, made))
     return tuple(out)
 
 

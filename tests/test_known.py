@@ -40,6 +40,10 @@ def test_bundled_layer_is_the_committed_h200_winners(tmp_path):
     assert len(mine) == len(winners["shapes"])
     k = mine[("f32", Shape(4096, 4096, 4096))]
     assert k.name == winners["shapes"]["4096x4096x4096"] and k.layer == "bundled h200"
+    bench = json.loads((REPO / "results" / "h200" / "kernels-offline.json").read_text())
+    row = next(r for r in bench["rows"] if (r["m"], r["n"], r["k"]) == (4096, 4096, 4096))
+    assert k.time_ms == row["times_ms"]["l2"] and k.baseline == "cublaslt_autotune"
+    assert k.speedup == pytest.approx(row["times_ms"]["cublaslt_autotune"] / row["times_ms"]["l2"])
     assert store.problems == []
 
 
