@@ -41,6 +41,7 @@ from .structure import guard_debug_patch, structure_key
 
 if TYPE_CHECKING:
     from harness.evaluator_protocol import Evaluator, ReplayEvaluator
+    from harness.known import GpuKey, KnownKernel, KnownStore
 
 TERMINAL = ("done", "failed", "stopped_final")
 #: track_done reasons that a larger per-track budget on --resume lifts (see _budget)
@@ -223,8 +224,8 @@ class AgentLoop:
         self._global_wall_prior = 0.0
         self._seed_cache: dict[str, str | None] = {}
         # the known-kernels store and this evaluator's GPU key; resolved at the first seed
-        self.known_store: Any = None
-        self.known_gpu: Any = None
+        self.known_store: "KnownStore | None" = None
+        self.known_gpu: "GpuKey | None" = None
         self._known_ready = False
         # a replay of recorded evaluations re-reads old measurements: not recorded as new ones
         self.record_replays = False
@@ -508,7 +509,7 @@ class AgentLoop:
         return p.read_text() if p.is_file() else None
 
     # ------------------------------------------------------------------ known kernels
-    def _known(self) -> tuple[Any, Any]:
+    def _known(self) -> "tuple[KnownStore | None, GpuKey | None]":
         """The known-kernels store and the GPU key of this evaluator (None, None when off or when
         neither can be had: a track then seeds as before)."""
         if not self.config.known:
@@ -533,7 +534,7 @@ class AgentLoop:
                 self._error(None, f"known kernels: {_one_line(line, 300)}")
         return self.known_store, self.known_gpu
 
-    def _known_seeds(self, t: Track) -> list[Any]:
+    def _known_seeds(self, t: Track) -> "list[KnownKernel]":
         """The known kernels this track times first (``KnownStore.seeds``); a recording is asked
         only for kernels it holds (anything else would only come back not recorded)."""
         store, gpu = self._known()
@@ -544,16 +545,16 @@ class AgentLoop:
         fam_ok = family_usable(t.shape, self.config.arch or "sm_90a")
         holds = getattr(self.evaluator, "holds", None) if getattr(self.evaluator, "replays_recording", False) else None
 
-        def usable(k: Any) -> bool:
+        def usable(k: "KnownKernel") -> bool:
             return fam_ok(k) and (holds is None or holds(k.source, t.shape, t.acc))
         return store.seeds(t.shape, t.acc, gpu, usable=usable)
 
-    def _time_known(self, t: Track, ctx: TrackContext, prop: Proposal, known: list[Any]) -> Proposal:
+    def _time_known(self, t: Track, ctx: TrackContext, prop: Proposal, known: "list[KnownKernel]") -> Proposal:
         """The track's seed: the fastest of the known kernels and the policy's own choice, checked
         and timed in one request with the baseline (none needed when there is only one)."""
         from harness.families import Config
 
-        subjects: list[tuple[str, str, Any]] = [(f"known-{i}", k.source, k) for i, k in enumerate(known)]
+        subjects: "list[tuple[str, str, KnownKernel | None]]" = [(f"known-{i}", k.source, k) for i, k in enumerate(known)]
         if prop.source and all(prop.source != k.source for k in known):
             subjects.append(("policy", prop.source, None))
         winner = subjects[0]
