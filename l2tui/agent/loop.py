@@ -542,7 +542,8 @@ class AgentLoop:
             return []
         from harness.known import family_usable
 
-        fam_ok = family_usable(t.shape, self.config.arch or "sm_90a")
+        arch = self.config.arch or getattr(self.evaluator, "arch", None) or "sm_90a"
+        fam_ok = family_usable(t.shape, arch)
         holds = getattr(self.evaluator, "holds", None) if getattr(self.evaluator, "replays_recording", False) else None
 
         def usable(k: "KnownKernel") -> bool:
