@@ -1,4 +1,4 @@
-"""``python -m harness COMMAND``: the harness without l2tui (bench, doctor, profile, build, winners)."""
+"""``python -m harness COMMAND``: the harness without l2tui (bench, doctor, profile, build, winners, models)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ COMMANDS = {
     "profile": ("harness.profiling.cli", "profile a kernel or baseline with Nsight Compute"),
     "build": ("harness.buildcli", "compile an ABI kernel file and print its ptxas report"),
     "winners": ("harness.winners", "render a winners file's configurations as per-shape kernel sources"),
+    "models": ("harness.models", "a model's GEMM shapes (presets or a config.json) as a shapes file"),
 }
 
 

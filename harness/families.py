@@ -700,10 +700,22 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
     return problems
 
 
+#: the most elements of any one operand a family is given: the kernels index rows and tiles with
+#: 32-bit ints in places, so a larger operand is refused before it runs rather than risked
+MAX_OPERAND_ELEMENTS = (1 << 31) - 1
+
+
 def applicable(family: Family | str, shape: Shape, arch: str | int | None) -> bool:
-    """Whether ``family`` can run ``shape`` on ``arch`` (``sm_90a``, ``90``, ``sm_80``...)."""
+    """Whether ``family`` can run ``shape`` on ``arch`` (``sm_90a``, ``90``, ``sm_80``...).
+
+    Every family handles any M >= 1 and N, K that are multiples of 8 but not of its tile (rows and
+    columns past the edge are predicated off, or zero-filled by TMA). Refused here: N or K not a
+    multiple of 8 (16-byte rows for the vector loads and TMA; each family's ``l2_hgemm`` also
+    returns status 2 for them) and operands over :data:`MAX_OPERAND_ELEMENTS`."""
     fam = get_family(family) if isinstance(family, str) else family
     if arch is not None and not fam.runs_on(cc_of(arch)):
+        return False
+    if max(shape.m * shape.k, shape.k * shape.n, shape.m * shape.n) > MAX_OPERAND_ELEMENTS:
         return False
     return shape.k % 8 == 0 and shape.n % 8 == 0
 

@@ -14,13 +14,13 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from .errors import ShapeError
 
 GRID_DIMS: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
 ACCUMULATORS: tuple[str, ...] = ("f32", "f16")
-MAX_DIM = 1 << 17
+MAX_DIM = 1 << 18   # vocabularies up to 256k (an LM head GEMM's N)
 
 
 @dataclass(frozen=True, order=True)
@@ -122,10 +122,18 @@ SHAPE_SETS = {"grid": grid, "small": small, "sample100": sample100}
 
 #: a shapes file larger than this is not a list of shapes (the grid is 15 kB)
 MAX_SHAPES_FILE_BYTES = 4 << 20
+#: a role (the comment on a shape's line) is kept to this many printable characters
+MAX_ROLE_CHARS = 120
 
 
 def read_shapes_file(path: str | Path) -> list[Shape]:
-    """One ``M,N,K`` (or ``MxNxK``) per line; ``#`` starts a comment; blank lines ignored.
+    """The shapes of a shapes file, in order (see :func:`read_shapes_file_roles`)."""
+    return list(read_shapes_file_roles(path))
+
+
+def read_shapes_file_roles(path: str | Path) -> dict[Shape, str]:
+    """One ``M,N,K`` (or ``MxNxK``) per line; ``#`` starts a comment, which on a shape's line names
+    its role (``16,6144,4096  # llama-3-8b qkv t16``); blank lines ignored.
 
     Errors name the file and the line number but never repeat the line: ``--shapes``
     accepts any path, and a mistyped one (``/etc/shadow``, a ``.env``) must not end up
@@ -143,13 +151,16 @@ def read_shapes_file(path: str | Path) -> list[Shape]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ShapeError(f"shapes file {str(p)!r} is not text: write M,N,K per line") from None
-    out: list[Shape] = []
+    out: dict[Shape, str] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+        line, _, comment = raw.partition("#")
+        line = line.strip()
         if not line:
             continue
         try:
-            out.append(parse_shape(line))
+            shape = parse_shape(line)
+            role = "".join(c for c in comment.strip() if c.isprintable())[:MAX_ROLE_CHARS]
+            out[shape] = f"{out[shape]}, {role}" if out.get(shape) and role else (role or out.get(shape, ""))
         except ShapeError:
             raise ShapeError(f"{p}:{lineno}: not a shape (write M,N,K per line, each between 1 and {MAX_DIM})") from None
     if not out:
@@ -165,20 +176,42 @@ def _is_file(spec: str) -> bool:
         return False
 
 
-def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100") -> list[Shape]:
+def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100", *,
+                   tokens: Sequence[int] | None = None, tp: int | None = None) -> list[Shape]:
     """Turn user shape specs into a de-duplicated, ordered shape list.
 
     Each spec is a set name (``grid``, ``small``, ``sample100``), a shape string
     (``4096x4096x4096``), a space-, semicolon- or (for ``MxNxK`` shapes) comma-separated list
-    of shape strings, or a path to a shapes file.
+    of shape strings, a path to a shapes file, or a model (a preset name such as ``llama-3-8b`` or
+    a Hugging Face ``config.json`` path, ``harness.models``) expanded at ``tokens`` rows and
+    tensor-parallel degree ``tp``.
     """
+    return list(_resolve(specs, default, tokens, tp))
+
+
+def shape_roles(specs: Iterable[str] | str | None, *, tokens: Sequence[int] | None = None,
+                tp: int | None = None) -> dict[Shape, str]:
+    """What each shape of ``specs`` is for, where the spec says: a model's GEMM roles
+    (``llama-3-8b qkv t16``), or the comment after a shapes file's line."""
+    return {s: r for s, r in _resolve(specs, "sample100", tokens, tp).items() if r}
+
+
+def _resolve(specs: Iterable[str] | str | None, default: str, tokens: Sequence[int] | None,
+             tp: int | None) -> dict[Shape, str]:
+    from .models import model_spec
+
     if specs is None:
         specs = [default]
     elif isinstance(specs, str):
         specs = [specs]
-    seen: dict[Shape, None] = {}
+    seen: dict[Shape, str] = {}
     for spec in specs:
         spec = spec.strip()
+        model = model_spec(spec, tokens, tp) if spec not in SHAPE_SETS else None
+        if model is not None:
+            for s, role in model.shapes():
+                seen[s] = f"{seen[s]}, {role}" if seen.get(s) else role
+            continue
         if spec in SHAPE_SETS:
             items = SHAPE_SETS[spec]()
         elif _SHAPE_RE.match(spec.replace("_", "x")):
@@ -189,14 +222,17 @@ def resolve_shapes(specs: Iterable[str] | str | None, default: str = "sample100"
             seps = r"[\s;,]+" if re.search(r"[x×X_]", spec) else r"[\s;]+"
             items = [parse_shape(t) for t in re.split(seps, spec) if t]
         elif _is_file(spec):
-            items = read_shapes_file(spec)
+            for s, role in read_shapes_file_roles(spec).items():
+                seen[s] = f"{seen[s]}, {role}" if seen.get(s) and role else (role or seen.get(s, ""))
+            continue
         else:
             raise ShapeError(
-                f"unknown shapes {spec!r}: use grid, small, sample100, MxNxK or a shapes file"
+                f"unknown shapes {spec!r}: use grid, small, sample100, MxNxK, a shapes file or a model "
+                "(a preset such as llama-3-8b, or a config.json path)"
             )
         for s in items:
-            seen[s] = None
-    return list(seen)
+            seen.setdefault(s, "")
+    return seen
 
 
 def parse_accumulator(text: str) -> str:

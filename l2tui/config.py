@@ -167,6 +167,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "context_tokens": Key(24000, _int(1000, MAX_TOKENS), "prompt size cap; the history is trimmed first (about 4 characters a token)"),
         "debug_max_lines": Key(40, _int(1, 100_000), "debugger patches may change at most this many lines"),
         "seed": Key("", _str(), "seed kernel: a .cu path or a harness family name ('' = the policy's default)"),
+        "known": Key(True, _bool, "start every track from the known kernels for its shape (harness.known) and "
+                     "record each finished track's verified best into the local layer"),
         "allowed_flags": Key(["-O3", "-O2", "-maxrregcount=255", "-maxrregcount=168", "-maxrregcount=128", "-Xptxas=-v", "--use_fast_math"],
                              _str_list(), "nvcc flags the compiler role may choose from"),
         "acc": Key("f32", _choice("f32", "f16"), "default accumulator of new tracks"),

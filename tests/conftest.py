@@ -52,3 +52,9 @@ def agent_cache_dir(tmp_path_factory):
 def agent_cache(agent_cache_dir, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(agent_cache_dir))
     return agent_cache_dir
+
+
+@pytest.fixture(autouse=True)
+def private_known_kernels(tmp_path_factory, monkeypatch):
+    """Every test gets an empty local layer of known kernels (harness.known), never the user's."""
+    monkeypatch.setenv("L2TUI_KNOWN_DIR", str(tmp_path_factory.mktemp("known")))

@@ -37,7 +37,8 @@ def one_line(r: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize("sub", [[], ["run"], ["run", "--headless"]], ids=["bare", "run", "run-headless"])
 def test_bad_shapes_is_the_same_line_everywhere(tmp_path, sub):
     line = one_line(l2tui([*sub, "--shapes", "12x", "--session", str(tmp_path / "nonexistent")], tmp_path))
-    assert line == "l2tui: error: unknown shapes '12x': use grid, small, sample100, MxNxK or a shapes file"
+    assert line == ("l2tui: error: unknown shapes '12x': use grid, small, sample100, MxNxK, a shapes file or a model "
+                    "(a preset such as llama-3-8b, or a config.json path)")
     assert not (tmp_path / "nonexistent").exists() and not (tmp_path / "sessions").exists()
 
 

@@ -41,6 +41,7 @@ from .structure import guard_debug_patch, structure_key
 
 if TYPE_CHECKING:
     from harness.evaluator_protocol import Evaluator, ReplayEvaluator
+    from harness.known import GpuKey, KnownKernel, KnownStore
 
 TERMINAL = ("done", "failed", "stopped_final")
 #: track_done reasons that a larger per-track budget on --resume lifts (see _budget)
@@ -83,6 +84,7 @@ class LoopConfig:
     context_tokens: int = 24000
     debug_max_lines: int = 40
     seed: str = ""
+    known: bool = False               # seed from the known kernels and record each track's best (harness.known)
     allowed_flags: list[str] = field(default_factory=list)
     acc: str = "f32"
     baseline: str = "cublas"
@@ -101,6 +103,7 @@ class LoopConfig:
             stable_steps=lp["stable_steps"], wall_time_s=lp["wall_time_s"], token_budget=lp["token_budget"],
             global_wall_time_s=lp["global_wall_time_s"], global_token_budget=lp["global_token_budget"],
             context_tokens=lp["context_tokens"], debug_max_lines=lp["debug_max_lines"], seed=lp["seed"],
+            known=bool(lp.get("known", True)),
             allowed_flags=list(lp["allowed_flags"]), acc=lp["acc"], baseline=h["baseline"], mode=h["mode"],
             arch=h["arch"] or None, parallel_tracks=lp["parallel_tracks"], telemetry_s=lp["telemetry_s"],
             rewards=RewardConfig.from_section(cfg.rewards), options=dict(cfg.search),
@@ -220,6 +223,12 @@ class AgentLoop:
         self._global_tokens = 0
         self._global_wall_prior = 0.0
         self._seed_cache: dict[str, str | None] = {}
+        # the known-kernels store and this evaluator's GPU key; resolved at the first seed
+        self.known_store: "KnownStore | None" = None
+        self.known_gpu: "GpuKey | None" = None
+        self._known_ready = False
+        # a replay of recorded evaluations re-reads old measurements: not recorded as new ones
+        self.record_replays = False
         self._resumed_from: int | None = None
         self._telemetry: Any = None
         self._telemetry_next = 0.0
@@ -417,6 +426,7 @@ class AgentLoop:
         t.done_reason = reason
         self._set_state(t, state)
         self._emit(ev_schema.TRACK_DONE, track=t.id, reason=reason, best_sha=t.best_sha, best_speedup=t.best_speedup)
+        self._record_known(t)
 
     # ================================================================== the state machine
     def _track_gen(self, t: Track) -> Gen:
@@ -498,6 +508,121 @@ class AgentLoop:
         p = KERNELS_DIR / "reference_naive.cu"
         return p.read_text() if p.is_file() else None
 
+    # ------------------------------------------------------------------ known kernels
+    def _known(self) -> "tuple[KnownStore | None, GpuKey | None]":
+        """The known-kernels store and the GPU key of this evaluator (None, None when off or when
+        neither can be had: a track then seeds as before)."""
+        if not self.config.known:
+            return None, None
+        if not self._known_ready:
+            self._known_ready = True
+            from harness.known import GpuKey, KnownStore
+
+            from ..executors.local import gpu_identity
+
+            try:
+                if self.known_gpu is None:
+                    self.known_gpu = GpuKey.from_info(gpu_identity(self.evaluator))
+                if self.known_store is None:
+                    self.known_store = KnownStore()
+            except Exception as e:   # a GPU worker that cannot say which GPU it is: seed as before
+                if _interrupted(e):
+                    raise
+                self._error(None, f"known kernels unavailable: {_one_line(e, 200)}")
+                self.known_store = None
+            for line in getattr(self.known_store, "problems", ()):
+                self._error(None, f"known kernels: {_one_line(line, 300)}")
+        return self.known_store, self.known_gpu
+
+    def _known_seeds(self, t: Track) -> "list[KnownKernel]":
+        """The known kernels this track times first (``KnownStore.seeds``); a recording is asked
+        only for kernels it holds (anything else would only come back not recorded)."""
+        store, gpu = self._known()
+        if store is None or self.config.seed:
+            return []
+        from harness.known import family_usable
+
+        arch = self.config.arch or getattr(self.evaluator, "arch", None) or "sm_90a"
+        fam_ok = family_usable(t.shape, arch)
+        holds = getattr(self.evaluator, "holds", None) if getattr(self.evaluator, "replays_recording", False) else None
+
+        def usable(k: "KnownKernel") -> bool:
+            return fam_ok(k) and (holds is None or holds(k.source, t.shape, t.acc))
+        return store.seeds(t.shape, t.acc, gpu, usable=usable)
+
+    def _time_known(self, t: Track, ctx: TrackContext, prop: Proposal, known: "list[KnownKernel]") -> Proposal:
+        """The track's seed: the fastest of the known kernels and the policy's own choice, checked
+        and timed in one request with the baseline (none needed when there is only one)."""
+        from harness.families import Config
+
+        subjects: "list[tuple[str, str, KnownKernel | None]]" = [(f"known-{i}", k.source, k) for i, k in enumerate(known)]
+        if prop.source and all(prop.source != k.source for k in known):
+            subjects.append(("policy", prop.source, None))
+        winner = subjects[0]
+        rows: list[str] = []
+        if len(subjects) > 1:
+            from ..executors.batch import evaluate_many
+
+            ctx.send(ev_schema.STAGE, stage="known", status="start", detail=f"{len(subjects)} kernels")
+            evs = evaluate_many(self.evaluator, [(label, src, ()) for label, src, _ in subjects], t.shape, t.acc,
+                                baselines=(t.baseline,))
+            ctx.send(ev_schema.STAGE, stage="known", status="end")
+            timed = []
+            for label, src, k in subjects:
+                ev = evs.get(label)
+                ms = (getattr(ev, "times_ms", None) or {}).get("candidate") if getattr(ev, "status", None) == "ok" else None
+                name = k.name if k is not None else "the policy's choice"
+                rows.append(f"{name}: " + (f"{ms * 1e3:.1f} us" if ms else str(getattr(ev, "status", "?"))))
+                if ms:
+                    timed.append((ms, len(timed), (label, src, k)))
+            if timed:
+                winner = min(timed)[2]
+            elif prop.source:
+                winner = subjects[-1]
+        _, src, k = winner
+        if k is None:
+            return prop
+        cfg = Config.from_source(src)
+        if k.shape != t.shape:
+            where = f"the known kernel of the neighbouring shape {k.shape}"
+        elif self.known_gpu is not None and not k.gpu.same_model(self.known_gpu):
+            where = f"the known kernel of {k.gpu.name} for the shape (timed here)"
+        else:
+            where = "this GPU's known kernel for the shape"
+        plan = f"Start from {k.name}: {where} ({k.layer})."
+        if rows:
+            plan += " Timed together: " + "; ".join(rows) + "."
+        return Proposal(source=src, plan=plan, family=cfg.family if cfg else prop.family, origin="seed", role="seed",
+                        messages=prop.messages, completion=prop.completion, usage=prop.usage, model=prop.model)
+
+    def _record_known(self, t: Track) -> None:
+        """A finished track's verified best goes into the local layer of the known kernels."""
+        store, gpu = self._known() if self.config.known else (None, None)
+        ev = t.best_eval or {}
+        ms = (ev.get("times_ms") or {}).get("candidate") if isinstance(ev, dict) else None
+        if store is None or gpu is None or not t.best_source or ev.get("status") != "ok" or not ms:
+            return
+        if getattr(self.evaluator, "replays_recording", False) and not self.record_replays:
+            return
+        from harness.families import Config
+        from harness.known import KnownError, KnownKernel, git_revision, made_now
+
+        from ..executors.local import gpu_identity
+
+        cfg = Config.from_source(t.best_source)
+        try:
+            info = gpu_identity(self.evaluator)
+            made = made_now(timing=f"{self.config.mode}, {ev.get('timing') or 'per call'}", gpu=info, git=git_revision())
+            sp = t.best_speedup if isinstance(t.best_speedup, (int, float)) and t.best_speedup > 0 else None
+            store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source, cfg.name if cfg else f"kernel {t.best_sha[:12]}",
+                                     "local", sp, t.baseline if sp else None, float(ms), made))
+        except KnownError as e:
+            self._error(t, f"known kernels: {e}")
+        except Exception as e:   # the GPU worker went away after the track: nothing to record
+            if _interrupted(e):
+                raise
+            self._error(t, f"known kernels: not recorded ({_one_line(e, 200)})")
+
     def _seed(self, t: Track) -> Gen:
         step = t.step = 0
         pol = self._policy(t)
@@ -507,7 +632,10 @@ class AgentLoop:
         if bind is not None:   # the search policy's pick times catalog configurations before it seeds
             bind(self.evaluator)
         try:
+            ctx.known = self._known_seeds(t)
             prop = pol.seed(ctx)
+            if ctx.known and not prop.known_timed:
+                prop = self._time_known(t, ctx, prop, ctx.known)
         except Exception as e:
             if _interrupted(e):
                 raise StepInterrupted(f"step {step} seed interrupted") from None

@@ -111,6 +111,12 @@ class SweepConfig:
     also: dict[str, tuple[Config, ...]] | None = None
     max_seconds: float | None = None   # from the sweep's start: no build or track started after it (--resume continues)
     cost_params: Any = None            # the cost model's constants (costmodel.Params); None: the committed ones
+    # the known kernels (harness.known.KnownStore) and the GPU key they are looked up and recorded
+    # under: each track's pick times its shape's known kernel (else the nearest shapes' winners)
+    # beside its own choices, and its verified winner goes into the local layer
+    known: Any = None
+    known_gpu: Any = None
+    known_info: dict | None = None     # the GPU as its worker describes it (driver, name): provenance
 
 
 @dataclass
@@ -520,6 +526,7 @@ class Sweep:
         for c in also:
             if c not in chosen:
                 chosen.append(c)
+        seeds += self._known_proposals(shape, acc, seeds, seed)
         for c in chosen:
             src = c.source()
             if any(p.source == src for p in seeds):
@@ -531,6 +538,46 @@ class Sweep:
                                   family=c.family, origin="seed",
                                   role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
         return seeds
+
+    def _known_proposals(self, shape: Shape, acc: str, have: Sequence[Proposal], seed: Proposal) -> list[Proposal]:
+        """The known kernels for ``shape`` (``KnownStore.seeds``) the pick times beside its own
+        choices; a replayed recording is asked only for kernels it holds."""
+        cfg = self.cfg
+        if cfg.known is None:
+            return []
+        from harness.known import family_usable
+
+        fam_ok = family_usable(shape, cfg.arch or "sm_90a")
+        holds = getattr(self.policy, "_holds", None)
+        out: list[Proposal] = []
+        for k in cfg.known.seeds(shape, acc, cfg.known_gpu,
+                                 usable=lambda k: fam_ok(k) and (holds is None or holds(k.source, shape, acc))):
+            if any(p.source == k.source for p in (*have, *out)):
+                continue
+            c = Config.from_source(k.source)
+            where = "this shape" if k.shape == shape else f"the neighbouring shape {k.shape}"
+            out.append(Proposal(source=k.source, plan=f"pick: time the known kernel {k.name} ({k.layer}, best on {where})",
+                                family=c.family if c else None, origin="seed", role="seed", messages=seed.messages,
+                                completion=f"```cuda\n{k.source}```\n"))
+        return out
+
+    def _record_known(self, shape: Shape, acc: str, best_src: str, best_ms: float, sp: float | None) -> None:
+        """A track's verified winner into the local layer of the known kernels (not from a replay:
+        a recording's timings are not new measurements)."""
+        cfg = self.cfg
+        if cfg.known is None or cfg.known_gpu is None or not math.isfinite(best_ms) \
+                or getattr(self.policy, "_holds", None) is not None:
+            return
+        from harness.known import KnownError, KnownKernel, git_revision, made_now
+
+        c = Config.from_source(best_src)
+        made = made_now(timing=f"offline, {getattr(self.policy, 'launch', 'per_call').replace('_', ' ')}",
+                        gpu=cfg.known_info or {"name": cfg.known_gpu.name}, git=git_revision())
+        try:
+            cfg.known.record(KnownKernel(shape, acc, cfg.known_gpu, best_src, c.name if c else f"kernel {sha256(best_src)[:12]}",
+                                         "local", sp, cfg.baseline if sp else None, best_ms, made))
+        except KnownError as e:
+            self.progress(f"known kernels: {e}") if self.progress else None
 
     def _sources_of(self, props: Sequence[Proposal], best_src: str, track: str, step: int) -> list[tuple[Proposal, str]]:
         """Each proposal's source: its own, or its patch applied to the best (a failed patch is
@@ -555,6 +602,7 @@ class Sweep:
         res.best_sha, res.best_name, res.best_ms = sha256(best_src), (c.name if c else None), best_ms
         res.baseline_ms = base_ms
         res.speedup = speedup(base_ms.get(self.cfg.baseline), best_ms)
+        self._record_known(shape, acc, best_src, best_ms, res.speedup)
         if self.out_dir:
             wdir = self.out_dir / WINNERS_DIR
             wdir.mkdir(parents=True, exist_ok=True)

@@ -15,4 +15,5 @@ COMMAND_MODULES = (
     "replay",     # tui: replay a session
     "export",     # export: kernels as a library
     "rl_data",    # rldata: training rows
+    "known",      # harness.known: the known kernels for this GPU
 )

@@ -30,6 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headless", action="store_true", help="no app: print progress lines and a summary")
     p.add_argument("--shapes", dest="run_shapes", action="append", metavar="SPEC",
                    help="grid, small, sample100, MxNxK, a list or a shapes file (repeatable)")
+    p.add_argument("--tokens", dest="run_tokens", metavar="LIST",
+                   help="token counts (M) when --shapes names a model, e.g. 16,128,2048 (default 16,128,2048)")
+    p.add_argument("--tp", dest="run_tp", type=int, metavar="N",
+                   help="tensor-parallel degree when --shapes names a model (the GEMMs of one rank)")
     p.add_argument("--acc", choices=("f32", "f16"), help="accumulator of the tracks (default: [loop] acc)")
     p.add_argument("--policy", dest="run_policy", choices=("llm", "search", "human"), default=None,
                    help="who plays the roles (default: llm)")
@@ -236,7 +240,13 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("the human policy needs the app (edits come from the editor); use --policy llm or search")
     if not resume and not shapes_spec:
         raise UserError("no shapes: add --shapes, e.g. --shapes 4096x4096x4096 or --shapes small")
-    shapes = resolve_shapes(shapes_spec) if shapes_spec else []
+    from harness.models import parse_tokens
+    from harness.shapes import shape_roles
+
+    tokens = parse_tokens(args.run_tokens) if getattr(args, "run_tokens", None) else None
+    tp = getattr(args, "run_tp", None)
+    shapes = resolve_shapes(shapes_spec, tokens=tokens, tp=tp) if shapes_spec else []
+    roles = {str(s): r for s, r in shape_roles(shapes_spec, tokens=tokens, tp=tp).items()} if shapes_spec else {}
 
     # ---- evaluator (fail before creating anything)
     evaluator: Any
@@ -262,7 +272,9 @@ def _run(args: argparse.Namespace) -> int:
         else:
             path = Path(session_dir) if session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
             snap = cfg.snapshot()
-            snap["run"] = {"policy": policy_name, "shapes": list(shapes_spec or []), "recorded": args.recorded}
+            snap["run"] = {"policy": policy_name, "shapes": list(shapes_spec or []), "recorded": args.recorded,
+                           **({"tokens": list(tokens)} if tokens else {}), **({"tp": tp} if tp else {}),
+                           **({"roles": roles} if roles else {})}
             session = compose.create_session(path, writer="run", config=snap, gpu=gpu, versions=_versions())
         loop = compose.agent_loop(session, cfg, policy=policy, policy_factory=factory, evaluator=evaluator,
                                   shapes=shapes, acc=cfg.loop["acc"])

@@ -59,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="catalog configurations (by name, e.g. sm90-64x64x64-c1x1-ws-p-st8-noc-nopdl) timed on every "
                         "track beside the pick where they run on its shape: a new catalog entry tried on a chosen "
                         "set of shapes; with --prebuild-only, build just these")
+    p.add_argument("--tokens", dest="sweep_tokens", default=None, metavar="LIST",
+                   help="token counts (M) when --shapes names a model, e.g. 16,128,2048 (default 16,128,2048)")
+    p.add_argument("--tp", dest="sweep_tp", type=int, default=None, metavar="N",
+                   help="tensor-parallel degree when --shapes names a model (the GEMMs of one rank)")
+    p.add_argument("--no-known", dest="sweep_known", action="store_false",
+                   help="do not time the known kernels in each pick, nor record the winners into the local layer")
     p.add_argument("--max-seconds", type=float, default=None, metavar="S",
                    help="start no catalog build and no track after S seconds from the start (the running ones "
                         "finish); --resume continues")
@@ -180,7 +186,12 @@ def _run(args: argparse.Namespace) -> int:
         session.append(ev_schema.SESSION_RESUMED, from_seq=session.events[-1]["seq"] if session.events else 0)
         spec = spec or saved.get("shapes")
         accs = tuple(args.acc or saved.get("accs") or accs)
-    shapes = resolve_shapes(spec, default="grid")
+    from harness.models import parse_tokens
+
+    tokens = getattr(args, "sweep_tokens", None) or saved.get("tokens")
+    tp = getattr(args, "sweep_tp", None) or saved.get("tp")
+    args.sweep_tokens, args.sweep_tp = tokens, tp
+    shapes = resolve_shapes(spec, default="grid", tokens=parse_tokens(tokens) if tokens else None, tp=tp)
     arch = args.arch or saved.get("arch")
     if arch is None:
         try:
@@ -291,6 +302,27 @@ def _times(runs: list[dict]) -> str:
     return line
 
 
+def _roles(spec: list[str] | None, args: argparse.Namespace) -> dict[str, str]:
+    """What each shape is for, where the spec says (a model's GEMM roles): kept in the session."""
+    from harness.models import parse_tokens
+    from harness.shapes import shape_roles
+
+    tokens = parse_tokens(args.sweep_tokens) if args.sweep_tokens else None
+    return {str(s): r for s, r in shape_roles(spec or [], tokens=tokens, tp=args.sweep_tp).items()}
+
+
+def _bind_known(args: argparse.Namespace, cfg, gpu: dict, say) -> None:
+    """The known kernels for the picks (``harness.known``), unless --no-known."""
+    if not getattr(args, "sweep_known", True):
+        return
+    from harness.known import GpuKey, KnownStore
+
+    cfg.known, cfg.known_gpu, cfg.known_info = KnownStore(), GpuKey.from_info(gpu), dict(gpu)
+    cfg.known.entries()   # read the layers now: a refused file is said once, at the start
+    for line in cfg.known.problems:
+        say(f"known kernels: {line}")
+
+
 def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say,
            started: float) -> int:
     from ..errors import UserError
@@ -312,6 +344,7 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
         gpu["count"] = len(slots)
         gpu["uuids"] = [sl.uuid for sl in slots]
     gpu["executor"] = args.executor
+    _bind_known(args, cfg, gpu, say)
 
     if session is None:
         from ..compose import create_session
@@ -326,6 +359,9 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
                                                          "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
                                                          "families": list(cfg.families or []),
                                                          "incumbents": args.incumbent_files,
+                                                         **({"tokens": args.sweep_tokens} if args.sweep_tokens else {}),
+                                                         **({"tp": args.sweep_tp} if args.sweep_tp else {}),
+                                                         **({"roles": _roles(spec, args)} if _roles(spec, args) else {}),
                                                          **({"also": args.also_names} if args.also_names else {}),
                                                          **({"cost_model": args.cost_file,
                                                              "cost_model_sha256": _file_sha256(args.cost_file)}

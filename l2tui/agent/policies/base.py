@@ -14,7 +14,10 @@ working.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from harness.known import KnownKernel
 
 # Origins a candidate may have (the ``origin`` of a ``candidate`` event).
 ORIGINS = ("seed", "patch", "debug", "human", "rewrite")
@@ -55,6 +58,7 @@ class Proposal:
     role: str = "coder"                                   # role that produced the code
     model: str | None = None                              # model name, or None for non-LLM policies
     error: str | None = None                              # one line: why there is no code
+    known_timed: bool = False                             # the policy timed ctx.known beside its choice
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,6 +134,8 @@ class TrackContext:
     arch: str | None = None
     options: dict = field(default_factory=dict)   # policy-specific config ([search] table, ...)
     emit: Callable[..., Any] | None = None        # emit(type, **payload): track/step filled in by the loop
+    # the best known kernels for the shape (harness.known.KnownKernel), timed beside the seed
+    known: "list[KnownKernel]" = field(default_factory=list)
 
     def send(self, type: str, **payload: Any) -> None:
         """Emit an event (e.g. ``llm_delta``) through the loop, if it gave a sink."""

@@ -18,6 +18,8 @@ class HumanPolicy:
     def seed(self, ctx: TrackContext) -> Proposal:
         if ctx.seed_source:
             return Proposal(source=ctx.seed_source, plan="seed kernel", origin="seed", role="seed", family=ctx.family)
+        if ctx.known:   # the loop opens the track on the fastest known kernel
+            return Proposal(plan="open on the best known kernel", origin="seed", role="human")
         return Proposal(origin="seed", role="human", error="no seed kernel configured: set [loop] seed or send an edit")
 
     def propose(self, ctx: TrackContext) -> list[Proposal]:

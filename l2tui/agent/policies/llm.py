@@ -84,6 +84,9 @@ class LLMPolicy:
         if ctx.seed_source:
             return Proposal(source=ctx.seed_source, plan="seed kernel", origin="seed", role="seed",
                             family=ctx.family, flags=list(ctx.flags), model=None)
+        if ctx.known:
+            # the loop seeds from the fastest known kernel; the first planner prompt improves on it
+            return Proposal(plan="start from the best known kernel", origin="seed", role="seed", model=None)
         msgs = C.seed_messages(ctx, self.gpu)
         res = self._call(ctx, "coder", msgs)
         prop = Proposal(plan="first generation", messages=msgs, completion=res.text, usage=res.usage,

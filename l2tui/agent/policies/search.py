@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable
 from harness.families import (
     Config,
     FamilyError,
+    applicable,
     catalog,
     cc_of,
     family_of,
@@ -176,6 +177,8 @@ class SearchPolicy:
         fams = {f.name for f in families_for(arch)}
         if self.families is not None:
             fams &= self.families
+        # a family refuses a shape it cannot run before anything is built (harness.families.applicable)
+        fams = {f for f in fams if applicable(f, shape, arch)}
         pool = [c for c in catalog(acc, arch) if c.family in fams]
         if self._holds is not None:   # first: a PDL launch stays where the recording lacks its twin
             pool = [c for c in pool if self._holds(_source_of(c), shape, acc)]
@@ -238,34 +241,44 @@ class SearchPolicy:
                         siblings=self.pick_kinds)
         if not chosen:
             return None
-        ctx.send(ev_schema.STAGE, stage="pick", status="start", detail=f"{len(chosen)} catalog configurations")
+        # the known kernels for the shape are timed in the same request (harness.known)
+        subjects = [(c.name, c.source(), c, "") for c in chosen]
+        for i, k in enumerate(ctx.known):
+            if all(k.source != s for _, s, _, _ in subjects):
+                subjects.append((f"known-{i}", k.source, Config.from_source(k.source), f"known: {k.name} ({k.layer})"))
+        ctx.send(ev_schema.STAGE, stage="pick", status="start",
+                 detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels")
         by_arch: dict[str, list[str]] = {}
-        for c in chosen:
-            by_arch.setdefault(build_arch_for(c.family, arch), []).append(c.source())
+        for _, src, c, _ in subjects:
+            by_arch.setdefault(build_arch_for(c.family, arch) if c is not None else arch, []).append(src)
         for a, srcs in by_arch.items():
             build_many(srcs, arch=a)
-        evs = evaluate_many(self._evaluator, [(c.name, c.source(), ()) for c in chosen], shape, ctx.acc)
+        evs = evaluate_many(self._evaluator, [(label, src, ()) for label, src, _, _ in subjects], shape, ctx.acc)
         ctx.send(ev_schema.STAGE, stage="pick", status="end")
-        timed = sorted(((getattr(e, "times_ms", {}) or {}).get("candidate"), c) for c, e in
-                       ((c, evs[c.name]) for c in chosen) if getattr(e, "status", None) == "ok"
-                       and (getattr(e, "times_ms", {}) or {}).get("candidate"))
-        rows = "\n".join(f"  {c.name}: " + (f"{e.times_ms['candidate'] * 1e3:.1f} us per call"
-                                              if getattr(e, "status", None) == "ok" and e.times_ms.get("candidate")
-                                              else getattr(e, "status", "?"))
-                         + f" (model {self.cost.predict(c, shape) * 1e6:.1f} us)"
-                         for c, e in ((c, evs[c.name]) for c in chosen))
+
+        def ms(label: str) -> float | None:
+            e = evs.get(label)
+            return (getattr(e, "times_ms", {}) or {}).get("candidate") if getattr(e, "status", None) == "ok" else None
+
+        timed = sorted((ms(label), i, label, src, c, note) for i, (label, src, c, note) in enumerate(subjects) if ms(label))
+        rows = "\n".join(f"  {note or label}: " + (f"{ms(label) * 1e3:.1f} us per call" if ms(label)
+                                                  else str(getattr(evs.get(label), "status", "?")))
+                         + (f" (model {self.cost.predict(c, shape) * 1e6:.1f} us)" if c is not None else "")
+                         for label, src, c, note in subjects)
         if not timed:
             return None
-        t, best = timed[0]
-        source = best.source()
+        t, _, label, source, best, note = timed[0]
         self._tried_set(ctx).add(_sha(source))
-        plan = (f"Pick: {best.name} was the fastest of {len(chosen)} catalog configurations checked and timed "
-                f"together on this GPU ({t * 1e3:.1f} us per call). {self.cost.estimate(best, shape).rationale()}.")
+        what = note or label
+        why = f" {self.cost.estimate(best, shape).rationale()}." if best is not None else ""
+        plan = (f"Pick: {what} was the fastest of {len(chosen)} catalog configurations and "
+                f"{len(subjects) - len(chosen)} known kernels checked and timed together on this GPU "
+                f"({t * 1e3:.1f} us per call).{why}")
         messages = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": self._state_text(ctx, shape)
                      + "\nChoose a seed configuration. The pick's measurements (per call):\n" + rows}]
-        return Proposal(source=source, plan=plan, family=best.family, origin="seed", role="seed",
-                        messages=messages, completion=f"{plan}\n```cuda\n{source}```\n")
+        return Proposal(source=source, plan=plan, family=best.family if best is not None else None, origin="seed",
+                        role="seed", messages=messages, completion=f"{plan}\n```cuda\n{source}```\n", known_timed=True)
 
     def seed(self, ctx: TrackContext) -> Proposal:
         shape = self._shape(ctx)

@@ -1,0 +1,235 @@
+"""Known kernels (harness.known): the layers, the keys, neighbours, and every policy seeding from
+them on evaluations recorded on the H200 (tests/fixtures/recorded)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.known import (CHECKOUT_RESULTS, GpuKey, KnownError, KnownKernel, KnownStore, bundled_dirs,
+                           log_distance, read_local)
+from harness.shapes import Shape, parse_shape
+from l2tui.agent.loop import AgentLoop, LoopConfig
+from l2tui.agent.recorded import RecordedEvaluator
+from l2tui.session import Session
+
+H200 = GpuKey("NVIDIA H200", 132, 13)
+H100 = GpuKey("NVIDIA H100 80GB HBM3", 132, 13)
+REPO = Path(__file__).resolve().parent.parent
+FIX = REPO / "tests" / "fixtures"
+KERNELS = FIX / "sessions" / "demo-h200-scripted" / "kernels"
+#: recorded on the H200 at 512x512x512: the faster and the slower of two tiled kernels
+FAST = (KERNELS / "04fe70be41e028a397a2b7d5f105e36eb9c8179cdff142f063b18da80a14c4a9.cu").read_text()
+SLOW = (KERNELS / "9e1087a10dcdf9d229324bd8bb864b331f0105d2960f0c3b9e5cc586473704c5.cu").read_text()
+SHAPE = Shape(512, 512, 512)
+
+
+def kernel(source: str, gpu: GpuKey = H200, shape: Shape = SHAPE, ms: float | None = 0.05, name: str = "k") -> KnownKernel:
+    return KnownKernel(shape, "f32", gpu, source, name, "local", 1.0, "cublas", ms, {"timing": "offline, per call"})
+
+
+def test_bundled_layer_is_the_committed_h200_winners(tmp_path):
+    assert CHECKOUT_RESULTS / "h200" in bundled_dirs()
+    store = KnownStore(local=tmp_path / "known.json")
+    mine = store.results(H200, "f32")
+    winners = json.loads((REPO / "results" / "h200" / "winners-f32.json").read_text())
+    assert len(mine) == len(winners["shapes"])
+    k = mine[("f32", Shape(4096, 4096, 4096))]
+    assert k.name == winners["shapes"]["4096x4096x4096"] and k.layer == "bundled h200"
+    bench = json.loads((REPO / "results" / "h200" / "kernels-offline.json").read_text())
+    row = next(r for r in bench["rows"] if (r["m"], r["n"], r["k"]) == (4096, 4096, 4096))
+    assert k.time_ms == row["times_ms"]["l2"] and k.baseline == "cublaslt_autotune"
+    assert k.speedup == pytest.approx(row["times_ms"]["cublaslt_autotune"] / row["times_ms"]["l2"])
+    assert store.problems == []
+
+
+def test_another_gpu_model_is_only_a_candidate(tmp_path):
+    store = KnownStore(local=tmp_path / "known.json")
+    assert store.results(H100) == {}            # the H200's winners are no result on an H100 ...
+    seeds = store.seeds(Shape(4096, 4096, 4096), "f32", H100)
+    assert seeds and seeds[0].gpu == H200       # ... but they are timed there first
+    assert store.results(GpuKey("NVIDIA H200", 132, 12)) == {}   # another CUDA major: another key
+    assert store.results(GpuKey("NVIDIA H200", 114, 13)) == {}   # another SM count: another key
+
+
+def test_local_layer_records_the_faster_and_keeps_its_provenance(tmp_path):
+    path = tmp_path / "known.json"
+    store = KnownStore(bundled=[], local=path)
+    assert store.record(kernel(SLOW, ms=0.05))
+    assert not store.record(kernel(FAST, ms=0.06))       # slower than what is known: not recorded
+    assert store.record(kernel(FAST, ms=0.04))
+    again = read_local(path)
+    assert [k.source for k in again] == [FAST]
+    assert again[0].made["timing"] == "offline, per call" and again[0].time_ms == 0.04
+    assert KnownStore(bundled=[], local=path).results(H200)[("f32", SHAPE)].source == FAST
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"format": "other"}', b"\xff\xfe",
+                                     json.dumps({"format": "l2tui-known/1", "entries": [{"gpu": {"name": "x"}}]}).encode()])
+def test_a_corrupt_local_file_is_refused_in_one_line_and_loses_nothing(tmp_path, content):
+    path = tmp_path / "known.json"
+    path.write_bytes(content)
+    store = KnownStore(local=path)
+    assert store.results(H200)                   # the bundled layer still answers
+    assert len(store.problems) == 1 and "\n" not in store.problems[0] and "refused" in store.problems[0]
+    with pytest.raises(KnownError) as e:
+        store.record(kernel(FAST))
+    assert "\n" not in str(e.value)
+    assert path.read_bytes() == content          # never overwritten
+
+
+def test_a_tampered_source_is_refused(tmp_path):
+    path = tmp_path / "known.json"
+    KnownStore(bundled=[], local=path).record(kernel(FAST))
+    doc = json.loads(path.read_text())
+    doc["entries"][0]["source"] += "// changed"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(KnownError, match="sha256"):
+        read_local(path)
+
+
+def test_neighbours_of_an_off_grid_shape_are_the_nearest_in_log_space(tmp_path):
+    store = KnownStore(local=tmp_path / "known.json")
+    shape = Shape(16, 6144, 4096)                # Llama-3-8B's fused qkv at 16 tokens
+    seeds = store.seeds(shape, "f32", H200, limit=4)
+    assert 1 <= len(seeds) <= 4 and len({k.sha256 for k in seeds}) == len(seeds)
+    dists = [log_distance(k.shape, shape) for k in seeds]
+    assert dists == sorted(dists)
+    assert seeds[0].shape.m == 64 and seeds[0].shape.k == 4096   # the grid's smallest M, same K
+    grid = [parse_shape(s) for s in json.loads((REPO / "results/h200/winners-f32.json").read_text())["shapes"]]
+    assert min(log_distance(g, shape) for g in grid) == dists[0]
+
+
+def test_a_shape_this_gpu_knows_seeds_from_its_own_kernel(tmp_path):
+    store = KnownStore(local=tmp_path / "known.json")
+    seeds = store.seeds(Shape(4096, 4096, 4096), "f32", H200)
+    assert len(seeds) == 1 and seeds[0].shape == Shape(4096, 4096, 4096)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def _loop(tmp_path: Path, policy, store: KnownStore) -> AgentLoop:
+    ev = RecordedEvaluator(FIX / "recorded" / "evaluations.json", build="unrecorded")
+    session = Session.create(tmp_path / "s", config={}, gpu=dict(ev.meta.get("gpu") or {}), versions={})
+    loop = AgentLoop(session, LoopConfig(max_steps=1, known=True, baseline="cublas", arch="sm_90a"),
+                     policy=policy, evaluator=ev)
+    loop.known_store = store
+    loop.add_track(SHAPE, "f32")
+    return loop
+
+
+def _first_best(loop: AgentLoop) -> dict:
+    return next(e for e in loop.session.events if e["type"] == "best")
+
+
+def _stop_after_first_best(loop: AgentLoop) -> None:
+    loop.subscribe(lambda e: loop.request_stop() if e["type"] == "best" else None)
+
+
+def test_search_policy_seeds_from_the_fastest_known_kernel(tmp_path, agent_cache):
+    from l2tui.agent.policies.search import SearchPolicy
+
+    store = KnownStore(bundled=[], local=tmp_path / "known.json")
+    store.record(kernel(SLOW, gpu=H100, name="slow-on-h100"))
+    store.record(kernel(FAST, gpu=GpuKey("NVIDIA A100-SXM4-80GB", 108, 13), name="fast-on-a100"))
+    loop = _loop(tmp_path, SearchPolicy(), store)
+    _stop_after_first_best(loop)
+    loop.run()
+    best = _first_best(loop)
+    import hashlib
+    assert best["sha"] == hashlib.sha256(FAST.encode()).hexdigest()
+    timed = {e["sha"]: e["times_ms"]["candidate"] for e in loop.session.events if e["type"] == "timed"}
+    slow_ms = json.loads((FIX / "recorded" / "evaluations.json").read_text())["records"][
+        f"{hashlib.sha256(SLOW.encode()).hexdigest()}:512x512x512:f32"]["times_ms"]["candidate"]
+    assert timed[best["sha"]] <= slow_ms      # never slower than a known kernel it was timed beside
+    plan = next(e for e in loop.session.events if e["type"] == "candidate" and e.get("origin") == "seed")
+    assert plan["sha"] == best["sha"]
+
+
+def test_human_policy_opens_on_the_known_kernel(tmp_path, agent_cache):
+    import hashlib
+
+    from l2tui.agent.policies.human import HumanPolicy
+
+    store = KnownStore(bundled=[], local=tmp_path / "known.json")
+    store.record(kernel(FAST, ms=0.0423, name="this-gpu"))
+    loop = _loop(tmp_path, HumanPolicy(), store)
+    _stop_after_first_best(loop)
+    loop.run()
+    assert _first_best(loop)["sha"] == hashlib.sha256(FAST.encode()).hexdigest()
+
+
+def test_llm_policy_improves_on_the_known_kernel(tmp_path, agent_cache, scripted_server, monkeypatch):
+    import hashlib
+
+    from l2tui.agent.policies.llm import LLMPolicy
+    from l2tui.config import parse_config
+
+    monkeypatch.setenv("L2TUI_TEST_KEY", "k")
+    scripted_server.defaults["planner"] = "Plan: keep it."
+    scripted_server.defaults["coder"] = "no patch"
+    cfg = parse_config({"llm": {"base_url": scripted_server.base_url, "model": "scripted-model",
+                                "api_key_env": "L2TUI_TEST_KEY", "max_retries": 0}}, "test")
+    store = KnownStore(bundled=[], local=tmp_path / "known.json")
+    store.record(kernel(FAST, ms=0.0423, name="this-gpu"))
+    loop = _loop(tmp_path, LLMPolicy.from_config(cfg), store)
+    loop.run()
+    assert _first_best(loop)["sha"] == hashlib.sha256(FAST.encode()).hexdigest()
+    roles = [r["role"] for r in scripted_server.requests]
+    assert roles and roles[0] == "planner"        # no generation call for the seed
+    first = scripted_server.requests[0]["body"]["messages"]
+    assert any("hgemm_tiled" in (m.get("content") or "") for m in first)   # the known kernel, to improve
+
+
+def test_a_finished_track_records_its_best_in_the_local_layer(tmp_path, agent_cache):
+    from l2tui.agent.policies.search import SearchPolicy
+
+    store = KnownStore(bundled=[], local=tmp_path / "known.json")
+    store.record(kernel(FAST, gpu=H100, name="from-h100"))
+    loop = _loop(tmp_path, SearchPolicy(budget=0), store)
+    loop.record_replays = True    # the recording stands for the GPU here
+    loop.run()
+    mine = read_local(tmp_path / "known.json")
+    rec = [k for k in mine if k.gpu.same_model(H200)]
+    assert len(rec) == 1 and rec[0].source == FAST and rec[0].time_ms and rec[0].made["gpu"] == "NVIDIA H200"
+    assert rec[0].made["date"] and rec[0].made["timing"].startswith("offline")
+
+
+def test_known_command_lists_this_gpu_and_refuses_a_corrupt_file(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "L2TUI_KNOWN_DIR": str(tmp_path)}
+    run = [sys.executable, "-m", "l2tui", "known", "--gpu", "NVIDIA H200", "--acc", "f16"]
+    p = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "NVIDIA H200" in p.stdout and "64x64x2048" in p.stdout and "bundled h200" in p.stdout
+    (tmp_path / "known.json").write_text("{oops")
+    p = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    warn = [line for line in p.stderr.splitlines() if "known.json" in line]
+    assert len(warn) == 1 and "refused" in warn[0]
+    assert "64x64x2048" in p.stdout
+
+
+def test_a_sweep_pick_times_the_known_kernels_beside_its_own(tmp_path):
+    from l2tui.agent.policies.base import TrackContext
+    from l2tui.agent.sweep import Sweep, SweepConfig
+
+    shape = Shape(16, 6144, 4096)          # off the grid: the nearest grid shapes' winners
+    store = KnownStore(local=tmp_path / "known.json")
+    cfg = SweepConfig(shapes=[shape], seeds=2, pick_kinds=False, arch="sm_90a", known=store, known_gpu=H200)
+    sweep = Sweep(cfg, evaluator=None, progress=lambda line: None)
+    props = sweep._pick_proposals(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune",
+                                               step=0, arch="sm_90a"))
+    known = store.seeds(shape, "f32", H200)
+    sources = [p.source for p in props]
+    assert known and all(k.source in sources for k in known)
+    assert len(sources) == len(set(sources))
+    assert any("known kernel" in p.plan for p in props)
+    off = Sweep(SweepConfig(shapes=[shape], seeds=2, pick_kinds=False, arch="sm_90a"), evaluator=None,
+                progress=lambda line: None)
+    assert not any("known kernel" in p.plan for p in off._pick_proposals(
+        TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0, arch="sm_90a")))
