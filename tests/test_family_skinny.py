@@ -146,3 +146,24 @@ def test_every_catalog_entry_builds_without_spills(arch, tmp_path, monkeypatch):
         assert res.ok, (cfg.name, res.error_text())
         assert res.ptxas is not None and res.ptxas.spill_store_bytes == 0, (cfg.name, res.log[-2000:])
         assert "0 bytes spill stores" in res.log, cfg.name
+
+
+def test_the_documented_sweep_names_every_f32_entry_and_reads_the_shapes_file():
+    """The sweep command in docs/families.md names every f32 skinny entry (as `l2tui sweep --also`
+    resolves them) and a shapes file of decode shapes only."""
+    import re
+
+    from harness.paths import PACKAGE_DIR
+    from harness.roofline import is_skinny
+    from harness.shapes import resolve_shapes
+    from l2tui.commands.sweep import resolve_also
+
+    root = PACKAGE_DIR.parent
+    doc = (root / "docs" / "families.md").read_text()
+    section = doc[doc.index("### `skinny_splitk`"):doc.index("### `sm90_cutlass_t`")]
+    named = re.findall(r"\bskinny-[0-9a-z-]+", section.split("--also", 1)[1].split("--session", 1)[0])
+    wanted = {c.name for c in F.catalog("f32", "sm_90a") if c.family == FAM}
+    assert set(named) == wanted
+    assert {c.name for c in resolve_also(named, ("f32",), "sm_90a")["f32"]} == wanted
+    shapes = resolve_shapes([str(root / "results" / "shapes" / "decode-skinny.txt")])
+    assert len(shapes) >= 12 and all(is_skinny(s) and F.applicable(FAM, s, "sm_90a") for s in shapes)
