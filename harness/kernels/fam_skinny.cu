@@ -290,6 +290,8 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
     const int r = e / kSeg, s = e % kSeg;
     if (s >= segs) continue;
     float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+    // unrolled: eight slices' loads in flight before their adds (in slice order)
+#pragma unroll 8
     for (int q = 0; q < splits; ++q) {
       const float4* p = reinterpret_cast<const float4*>(slots + (size_t)q * slot + r * BN + s * 8);
       const float4 a = __ldcg(p), b = __ldcg(p + 1);
