@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import roofline
 from .baselines import BASELINES, parse_baselines
 from .errors import HarnessError, KernelSourceError
 from .results import BASELINE_LABELS, ResultFile, save
@@ -209,6 +210,8 @@ def summary_table(rf: ResultFile) -> str:
                 bad[lb][st] += 1
     for lb, d in bad.items():
         lines.append(f"not ok: {lb}: " + ", ".join(f"{v} {k}" for k, v in sorted(d.items())))
+    skinny = roofline.b_floor_table(rf.rows, rf.meta.get("roofline"), labels)
+    lines += [""] + skinny if skinny else []
     return "\n".join(lines)
 
 

@@ -266,7 +266,32 @@ KSPLIT = Family(
     ),
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL, TINY, KSPLIT, SM90T)}
+SKINNY = Family(
+    name="skinny_splitk",
+    file="fam_skinny.cu",
+    min_cc=80,
+    max_cc=None,
+    build_arch="sm_80",
+    summary="skinny decode GEMMs (M <= 128, N and K in the thousands): B streamed once over every SM by "
+            "split-K, slices added in the same kernel",
+    knobs=(
+        Knob("BM", _V(16, 32, 64, 128), "CTA tile rows (M above BM reads B again per row tile: pick BM >= M)"),
+        Knob("BN", _V(64, 128, 256), "CTA tile columns"),
+        Knob("BK", _V(32, 64, 128), "K rows per pipeline stage"),
+        *_WARPS_MN,
+        Knob("WARPS_K", _V(1, 2, 4), "warps along K (partials added in shared memory in warp order)"),
+        Knob("STAGES", _V(2, 3, 4, 5, 6, 8), "cp.async ring depth (STAGES - 1 stages of B in flight per CTA)"),
+        Knob("KCHUNK", _V(0, 256, 512, 1024, 2048, 4096),
+             "K rows per CTA (splits = ceil(K / KCHUNK)); 0 = enough slices for WAVES waves of resident CTAs"),
+        Knob("WAVES", _V(1, 2, 4), "waves of resident CTAs that KCHUNK 0 aims at"),
+        Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type (slices are added in fp32 either way)"),
+    ),
+)
+
+#: the rows skinny_splitk serves (its l2_hgemm returns 2 above)
+SKINNY_MAX_M = 128
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SM90, SM80, SMALL, TINY, KSPLIT, SM90T, SKINNY)}
 
 
 def families() -> list[Family]:
@@ -419,6 +444,8 @@ class Geometry:
     swizzle: int = 0
     cluster_mn: tuple[int, int] = (1, 1)   # CTAs of a cluster along M and N
     groups: int = 1                        # sm90_ksplit: clusters per tile (0 = chosen per shape)
+    k_chunk: int = 0                       # skinny_splitk: K rows per CTA (0 = chosen per shape)
+    waves: int = 0                         # skinny_splitk: waves of resident CTAs KCHUNK 0 aims at
 
     def tile_grid(self, shape: Shape) -> tuple[int, int]:
         """Output tiles along M and N that the kernel computes: CUTLASS's sm90 tile schedulers
@@ -444,6 +471,8 @@ class Geometry:
         tiles = math.ceil(shape.m / self.tile_m) * math.ceil(shape.n / self.tile_n)
         ktiles = math.ceil(shape.k / self.tile_k)
         s = self.split_k
+        if self.family == "skinny_splitk":
+            return skinny_splits(self, shape, sm_count * max(1, self.ctas_per_sm))
         if self.family == "sm90_ksplit":  # CLUSTER_K slices per cluster, GROUPS clusters per tile
             return min(s * self.groups_for(shape, sm_count), ktiles)
         if self.family in ("sm90_cutlass", "sm90_cutlass_t"):
@@ -477,6 +506,24 @@ class Geometry:
         while g * 2 <= 16 and tiles * g * 2 <= resident and self.split_k * g * 4 <= ktiles:
             g *= 2
         return g
+
+
+SKINNY_MAX_SPLITS = 256
+
+
+def skinny_splits(g: "Geometry", shape: Shape, resident: int) -> int:
+    """skinny_splitk's K slices on ``shape`` (mirrors ``slice_rows`` in its .cu host code): KCHUNK
+    rows each, or enough slices for WAVES waves of ``resident`` CTAs; never fewer than 4 rows of K
+    per row of the tile (the fp32 partials would outweigh the slice's share of B), a whole number
+    of k-tiles each, at most 256."""
+    tiles = math.ceil(shape.m / g.tile_m) * math.ceil(shape.n / g.tile_n)
+    ktiles = math.ceil(shape.k / g.tile_k)
+    rows = min(shape.m, g.tile_m)
+    splits = math.ceil(shape.k / g.k_chunk) if g.k_chunk else math.ceil(g.waves * resident / tiles)
+    splits = min(splits, max(1, shape.k // (4 * rows)))
+    splits = max(1, min(splits, ktiles, SKINNY_MAX_SPLITS))
+    per = math.ceil(ktiles / splits) * g.tile_k
+    return math.ceil(shape.k / per)
 
 
 def resident_clusters(cluster: int, ctas_per_sm: int = 1, sm_count: int = 132) -> int:
@@ -545,6 +592,8 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
                         raster={"RASTER_ALONG_M": "M", "RASTER_ALONG_N": "N"}[knobs["RASTER"]],
                         groups=int(knobs.get("GROUPS", "1")))
     bm, bn, bk = _i(knobs, "BM"), _i(knobs, "BN"), _i(knobs, "BK")
+    if fam.name == "skinny_splitk":
+        return _skinny_geometry(knobs, acc, bm, bn, bk)
     if fam.name == "tiny_mma":  # two register-staged chunks in static shared memory, no split
         wm, wn = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N")
         threads = wm * wn * int(knobs.get("WARPS_K", "1")) * 32
@@ -574,6 +623,36 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
         cps = max(1, min(by_smem, by_regs, 2048 // threads, 32))
     return Geometry(fam.name, bm, bn, bk, threads, smem, regs, cps, st, ck if ck > 1 else _i(knobs, "SPLIT_K"),
                     False, False, ck, False, acc, knobs.get("PDL", "1") == "1", epilogue="SMEM")
+
+
+def _skinny_geometry(knobs: Mapping[str, str], acc: str, bm: int, bn: int, bk: int) -> Geometry:
+    """skinny_splitk: the cp.async ring (A's and B's stage, rows padded by 8 halfs) shares dynamic
+    shared memory with the CTA's fp32 tile (rows padded by 4 floats), as in its .cu file."""
+    wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
+    threads = wm * wn * _i(knobs, "WARPS_K") * 32
+    smem = max(st * (bm * (bk + 8) + bk * (bn + 8)) * 2, bm * (bn + 4) * 4)
+    mi, ni = max(1, bm // wm // 16), max(1, bn // wn // 8)
+    regs = min(255, 40 + mi * ni * (2 if acc == "f16" else 4) + 2 * (mi * 4 + ni * 2))
+    cps = max(1, min(SMEM_PER_SM // max(smem, 1), REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads, 32))
+    return Geometry("skinny_splitk", bm, bn, bk, threads, smem, regs, cps, st, 0, False, False, 1, False, acc,
+                    False, epilogue="SMEM", k_chunk=_i(knobs, "KCHUNK"), waves=_i(knobs, "WAVES"))
+
+
+def _skinny_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """What skinny_splitk's static_asserts refuse, said before nvcc runs."""
+    wm, wn, wk = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "WARPS_K")
+    if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+        return ["BM/WARPS_M and BN/WARPS_N must be multiples of 16"]
+    problems = []
+    if wm * wn * wk > 16:
+        problems.append("at most 16 warps per CTA")
+    if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
+        problems.append("warp tile too large (over 64 accumulators per thread): add warps")
+    if (g.tile_k // 16) % wk:
+        problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
+    if g.smem_bytes + 16 > SMEM_PER_SM:   # (16 B: the static ticket flag beside the dynamic buffer)
+        problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM - 16} B: lower STAGES, BK or the tile")
+    return problems
 
 
 def _cutlass_resource_problems(g: Geometry) -> list[str]:
@@ -652,6 +731,8 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
         if g.stages <= wgk or g.stages % wgk:
             problems.append(f"WG_K {wgk} sets of consumers need STAGES > WG_K (each holds a stage while it waits for "
                             "its next) and a multiple of WG_K (each stage serves one set)")
+    elif fam.name == "skinny_splitk":
+        problems += _skinny_problems(knobs, g)
     elif fam.name == "tiny_mma":
         wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
         if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
@@ -717,6 +798,8 @@ def applicable(family: Family | str, shape: Shape, arch: str | int | None) -> bo
         return False
     if max(shape.m * shape.k, shape.k * shape.n, shape.m * shape.n) > MAX_OPERAND_ELEMENTS:
         return False
+    if fam.name == "skinny_splitk" and shape.m > SKINNY_MAX_M:
+        return False  # decode rows only: its l2_hgemm refuses more
     return shape.k % 8 == 0 and shape.n % 8 == 0
 
 
@@ -787,6 +870,10 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         if k.get("GROUPS", "1") != "1":
             extra = ("-ga" if k["GROUPS"] == "0" else f"-g{k['GROUPS']}") + extra
         return f"ksp-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-s{k['STAGES']}-ck{k['CLUSTER_K']}{extra}{acc}"
+    if fam.name == "skinny_splitk":
+        kc = f"kc{k['KCHUNK']}" if k["KCHUNK"] != "0" else f"wv{k['WAVES']}"
+        return (f"skinny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}x{k['WARPS_K']}"
+                f"-st{k['STAGES']}-{kc}{acc}")
     if fam.name == "tiny_mma":
         wk = f"x{k['WARPS_K']}" if k.get("WARPS_K", "1") != "1" else ""
         ahead = f"-a{k['AHEAD']}" if k.get("AHEAD", "1") != "1" else ""

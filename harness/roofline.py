@@ -10,17 +10,21 @@ Measured once per GPU inside the worker and cached in
 * ``floor_ms``     an empty kernel launched 1000 times back to back in a graph, per launch.
 
 ``roofline_ms(shape) = max(flops / peak, min_bytes / bw, floor)`` where min_bytes reads A
-and B once and writes C once in fp16.  The same numbers are used for ``acc=f16`` (Hopper's
+and B once and writes C once in fp16. For decode shapes (M <= 128, N and K >= 1,024) the bench
+summary also reports the fraction of the *B-read floor*, the time to read B once at ``bw_read_gbs``
+(:func:`b_floor_table`), which a bench file's ``meta["roofline"]`` holds.  The same numbers are used for ``acc=f16`` (Hopper's
 dense fp16 tensor rate is the same with fp16 or fp32 accumulation).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from .shapes import Shape
 
@@ -126,3 +130,107 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
                   " and a 1 GiB int4 read-only kernel, each in a graph;"
                   " floor: empty kernel x1000 in a graph",
     }
+
+
+# ---------------------------------------------------------------- the B-read floor of decode shapes
+
+#: decode ("skinny") shapes: few rows of A against a weight matrix B of at least this many rows
+#: and columns, where the time to read B once bounds the call
+SKINNY_MAX_M = 128
+SKINNY_MIN_NK = 1024
+
+
+def is_skinny(shape: Shape) -> bool:
+    """Whether ``shape`` is a decode GEMM: M <= 128 tokens, N and K in the thousands."""
+    return shape.m <= SKINNY_MAX_M and shape.n >= SKINNY_MIN_NK and shape.k >= SKINNY_MIN_NK
+
+
+def read_bandwidth_gbs(rf: Mapping[str, object] | None) -> float | None:
+    """The measured read bandwidth of a roofline record (a bench file's ``meta["roofline"]``):
+    the read-only kernel's, else the larger of copy and read; None when absent or not a number."""
+    if not isinstance(rf, Mapping):
+        return None
+    for key in ("bw_read_gbs", "bw_gbs"):
+        v = rf.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v == v and v != float("inf"):
+            return float(v)
+    return None
+
+
+def b_read_floor_ms(shape: Shape, rf: Mapping[str, object] | None) -> float | None:
+    """The time to read B (K x N fp16) once at the measured read bandwidth: a decode GEMM's floor."""
+    bw = read_bandwidth_gbs(rf)
+    return None if bw is None else 2.0 * shape.k * shape.n / (bw * 1e9) * 1e3
+
+
+def b_floor_fractions(rows: Sequence[Mapping[str, Any]], rf: Mapping[str, object] | None,
+                      labels: Sequence[str]) -> list[tuple[Shape, float, dict[str, float | None]]]:
+    """Per decode shape of ``rows`` (bench result rows): its B-read floor in ms and, per label, the
+    fraction of that floor the label's time reached (floor / time; None where it has no time).
+    Empty when the record has no bandwidth."""
+    out = []
+    for r in rows:
+        try:
+            shape = Shape(int(r["m"]), int(r["n"]), int(r["k"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        floor = b_read_floor_ms(shape, rf) if is_skinny(shape) else None
+        if floor is None:
+            continue
+        times = r.get("times_ms") if isinstance(r.get("times_ms"), Mapping) else {}
+        fr: dict[str, float | None] = {}
+        for lb in labels:
+            t = times.get(lb)
+            ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
+            fr[lb] = floor / t if ok else None
+        out.append((shape, floor, fr))
+    return out
+
+
+def b_floor_table(rows: Sequence[Mapping[str, Any]], rf: Mapping[str, object] | None,
+                  labels: Sequence[str]) -> list[str]:
+    """Lines for a bench summary: per decode shape the B-read floor in microseconds and each
+    label's fraction of it (e.g. ``0.87``), then each label's geomean. No lines without decode
+    shapes or a measured bandwidth."""
+    per = b_floor_fractions(rows, rf, labels)
+    if not per:
+        return []
+    bw = read_bandwidth_gbs(rf)
+    lines = [f"fraction of the B-read floor (decode shapes, M <= {SKINNY_MAX_M}; B read once at {bw:.0f} GB/s)",
+             f"{'shape':22}{'floor us':>10}" + "".join(f"{lb[:14]:>15}" for lb in labels)]
+    for shape, floor, fr in per:
+        cells = "".join(f"{v:>15.2f}" if v is not None else f"{'-':>15}" for v in fr.values())
+        lines.append(f"{str(shape):22}{floor * 1e3:>10.1f}" + cells)
+    geo = []
+    for lb in labels:
+        xs = [fr[lb] for _, _, fr in per if fr[lb]]
+        geo.append(f"{math.exp(sum(math.log(x) for x in xs) / len(xs)):>15.2f}" if xs else f"{'-':>15}")
+    lines.append(f"{'geomean':22}{'':>10}" + "".join(geo))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m harness.roofline FILE...``: the B-read-floor table of bench result files."""
+    import argparse
+
+    from .errors import HarnessError
+    from .results import load as load_results
+
+    ap = argparse.ArgumentParser(prog="python -m harness.roofline",
+                                 description="fraction of the B-read floor per decode shape of l2tui bench files")
+    ap.add_argument("files", nargs="+", help="l2tui bench result files (.json)")
+    args = ap.parse_args(argv)
+    for path in args.files:
+        try:
+            rf = load_results(path)
+        except HarnessError as e:
+            print(f"roofline: {e}", file=sys.stderr)
+            return 2
+        lines = b_floor_table(rf.rows, rf.meta.get("roofline"), rf.labels())
+        print(f"{path}:")
+        print("\n".join(lines) if lines else "  no decode shapes (M <= 128, N and K >= 1,024) or no measured bandwidth")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,8 +15,8 @@ import pytest
 from harness.families import Config, catalog
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import (
-    CALIBRATED_FILE, DEFAULT_PARAMS, SIBLING, CostModel, Params, family_params, fit, load_params, load_timings,
-    log_error)
+    CALIBRATED_FILE, DEFAULT_PARAMS, REFUSED_S, SIBLING, UNCALIBRATED, CostModel, Params, family_params, fit,
+    load_params, load_timings, log_error)
 
 FIXTURES = [Path(__file__).parent / "fixtures" / "h200_timings" / n for n in ("percall_f32.json",
                                                                               "big_f32_back_to_back.json")]
@@ -128,7 +128,10 @@ def test_calibrated_parameters_are_committed_and_load():
     from harness.families import FAMILIES
 
     # every family fitted, but one no calibration has timed yet, which ranks with its sibling's fit
-    assert isinstance(p, Params) and set(p.families) | set(SIBLING) == set(FAMILIES)
+    # or (UNCALIBRATED) with its own first-principles defaults
+    assert isinstance(p, Params) and set(p.families) | set(SIBLING) | UNCALIBRATED == set(FAMILIES)
+    for fam in UNCALIBRATED - set(p.families):
+        assert family_params(p, fam) == DEFAULT_PARAMS.families[fam]
     for fam, sibling in SIBLING.items():
         assert fam not in p.families and family_params(p, fam) == p.families[sibling]
     assert Params.from_dict(p.to_dict()) == p
@@ -276,3 +279,54 @@ def test_fit_objectives_default_unchanged_and_top3_ranks_the_top_no_worse():
     assert top3_objective(CostModel(p_top3), records) < top3_objective(CostModel(p_default), records)
     with pytest.raises(ValueError, match="objective"):
         fit(records, DEFAULT_PARAMS, rounds=1, objective="spearman")
+
+
+# ---------------------------------------------------------------- skinny_splitk (decode shapes)
+
+
+def _skinny(**knobs: str) -> Config:
+    base = {"BM": "16", "BN": "128", "BK": "64", "WARPS_M": "1", "WARPS_N": "4", "STAGES": "4"}
+    return Config.of("skinny_splitk", {**base, **knobs})
+
+
+def test_skinny_is_priced_as_a_stream_of_b_and_refused_shapes_rank_last():
+    """skinny_splitk's estimate is B's bytes at the bandwidth (or what its CTAs keep in flight)
+    plus a launch: never under B's read floor, a memory bound on a decode shape, and a shape its
+    l2_hgemm refuses (M > 128) gets REFUSED_S so it ranks after everything."""
+    m = CostModel(load_params())
+    cfg = _skinny()
+    decode = Shape(16, 4096, 14336)
+    est = m.estimate(cfg, decode)
+    floor_s = 2.0 * decode.k * decode.n / (m.params.bandwidth_gbs * 1e9)
+    assert floor_s < est.seconds < 2 * floor_s and est.bound == "memory"
+    assert est.ctas >= 2 * 132 and est.splits > 1          # split-K fills the SMs twice over (WAVES 2)
+    refused = m.estimate(cfg, Shape(256, 4096, 4096))
+    assert refused.seconds == REFUSED_S and refused.bound == "unsupported"
+
+
+def test_skinny_model_prefers_a_row_tile_that_covers_m_and_enough_loads_in_flight():
+    m = CostModel(load_params())
+    s128 = Shape(128, 4096, 4096)   # a 16-row tile reads all of B eight times
+    assert m.predict(_skinny(BM="128", WARPS_M="4"), s128) < m.predict(_skinny(), s128)
+    one = Shape(1, 4096, 4096)
+    # unsplit, 32 CTAs stream B: with two stages each has one stage in flight, far from the
+    # bandwidth; a ring of eight keeps seven; splitting K over every SM beats both
+    unsplit = {"KCHUNK": "4096"}
+    st2, st8 = m.predict(_skinny(STAGES="2", **unsplit), one), m.predict(_skinny(STAGES="8", **unsplit), one)
+    assert m.predict(_skinny(), one) < st8 < st2
+    assert "skinny_splitk" in UNCALIBRATED
+
+
+def test_pick_times_the_skinny_family_on_decode_shapes_only():
+    """Without a calibration the model cannot be trusted to rank skinny_splitk into its top places,
+    so the pick times the family's model-best as a kind on every shape it serves, and never on one
+    it refuses."""
+    from l2tui.agent.policies.pick import choose
+
+    m = CostModel(load_params())
+    cat = catalog("f32", "sm_90a")
+    for shape, wanted in ((Shape(8, 4096, 14336), True), (Shape(128, 28672, 4096), True),
+                          (Shape(1, 128256, 4096), True), (Shape(512, 4096, 4096), False)):
+        ranked = [c for _, c in m.rank(cat, shape)]
+        chosen = choose(ranked, shape, 5)
+        assert any(c.family == "skinny_splitk" for c in chosen) == wanted, shape

@@ -70,6 +70,8 @@ def test_every_family_passes_every_check(evaluator, acc):
         for shape in SHAPES:
             if acc == "f16" and shape.k >= F16_LONG_K:
                 continue  # test_f16_long_k_is_rejected_unless_split
+            if not F.applicable(cfg.family, shape, arch):
+                continue  # skinny_splitk serves M <= 128 only (test_skinny_configurations_pass_every_check)
             e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
             if e.status != "ok":
                 failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
@@ -565,3 +567,39 @@ def test_transposed_family_passes_every_check(evaluator):
     assert names
     assert_catalog_configs_pass(evaluator, names, SHORT_PIPELINE_SHAPES + [Shape(1024, 512, 2048),
                                                                            Shape(1030, 1000, 776)])
+
+
+#: decode shapes for skinny_splitk: every M of 1, 7, 16, 100, 128, every N of 4096, 4104 (not a
+#: multiple of any column tile), 128256 (an lm_head: 1,002 tiles of 128) and every K of 4096, 4104
+#: (a last k-tile of 8 rows), 14336, each at least twice
+SKINNY_SHAPES = [Shape(1, 4096, 4096), Shape(7, 4104, 4104), Shape(16, 128256, 4096), Shape(100, 4096, 14336),
+                 Shape(128, 4104, 14336), Shape(1, 128256, 4104), Shape(128, 4096, 4104), Shape(7, 4096, 14336),
+                 Shape(16, 4104, 4096), Shape(100, 128256, 4096)]
+
+
+@pytest.mark.parametrize("acc", ["f32", "f16"])
+def test_skinny_configurations_pass_every_check(evaluator, acc):
+    """Every skinny_splitk catalog configuration on the decode shapes: split tiles add their slices
+    through the workspace and tickets that each call leaves at zero, so repeated calls (the
+    determinism check, timing, graph replay) must be complete and bit-identical; rows past M and
+    columns past N are never written (guard regions)."""
+    ev, arch = evaluator
+    cfgs = [c for c in F.catalog(acc, arch) if c.family == "skinny_splitk"]
+    assert cfgs
+    failures = []
+    for cfg in cfgs:
+        for shape in SKINNY_SHAPES:
+            e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
+
+
+def test_skinny_refuses_what_it_cannot_do(evaluator):
+    """More than 128 rows and an N that is not a multiple of 8 are refused by the kernel itself
+    (return 2: unsupported), not miscomputed."""
+    ev, arch = evaluator
+    cfg = next(c for c in F.catalog("f32", arch) if c.family == "skinny_splitk")
+    for shape in (Shape(129, 4096, 4096), Shape(16, 4100, 4096)):
+        e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+        assert e.status == "unsupported", (shape, e.status, e.message)

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from harness.families import Config, Geometry
+from harness.families import Config, Geometry, applicable
 from harness.shapes import Shape
 
 SM_COUNT = 132
@@ -102,8 +102,22 @@ DEFAULT_PARAMS = Params(
         # sm90_ksplit: a first guess; the calibrated file holds a fit to its development benches
         "sm90_ksplit": FamilyParams(fixed_us=2.6, peak_tflops=600.0, fill_ktiles=2.0, ktile_latency_us=0.3,
                                     reduce_gbs=200.0, pdl_us=0.7),
+        # skinny_splitk: not yet timed; priced by :meth:`CostModel._skinny` (B's bytes through the
+        # loads each CTA keeps in flight), with ktile_latency_us the DRAM round trip under load and
+        # reduce_gbs the last CTA's rate of adding the slices (L2)
+        "skinny_splitk": FamilyParams(fixed_us=1.4, peak_tflops=400.0, fill_ktiles=1.0, ktile_latency_us=1.0,
+                                      reduce_gbs=200.0),
     }
 )
+
+#: the time a configuration gets on a shape its family refuses (it ranks after every other)
+REFUSED_S = 1.0
+#: what one SM can stream from DRAM (an assumption, about twice its share of the H200's read
+#: bandwidth): a grid on few SMs cannot reach the bandwidth whatever it keeps in flight
+SM_STREAM_GBS = 64.0
+#: families no calibration has timed yet that rank with their own first-principles constants in
+#: DEFAULT_PARAMS (no sibling's fit applies): the pick times their model-best as a kind
+UNCALIBRATED = frozenset({"skinny_splitk"})
 
 CALIBRATED_FILE = Path(__file__).with_name("costmodel_h200.json")
 
@@ -194,6 +208,8 @@ class CostModel:
         return self.estimate(cfg, shape).seconds
 
     def _estimate(self, g: Geometry, p: FamilyParams, s: Shape) -> Estimate:
+        if g.family == "skinny_splitk":
+            return self._skinny(g, p, s)
         tm, tn, tk = g.tile_m, g.tile_n, g.tile_k
         tiles_m, tiles_n = g.tile_grid(s)   # padded to the cluster x swizzle on sm90
         tiles = tiles_m * tiles_n
@@ -248,6 +264,49 @@ class CostModel:
             bound = "fixed"
         quant = (tiles * tm * tn * ktiles * tk) / (s.m * s.n * s.k)
         return Estimate(total, float(waves), ctas, splits, quant, intensity, bound, g.smem_bytes <= SMEM_PER_SM)
+
+    def _skinny(self, g: Geometry, p: FamilyParams, s: Shape) -> Estimate:
+        """skinny_splitk: a roofline of B's stream. Each row tile reads all of B (ceil(M / BM) times
+        in all), A once per column tile (from L2), and a split tile's partials (its rows below M)
+        go through the workspace; the rate is the bandwidth or, by Little's law, what the resident
+        CTAs keep in flight (STAGES - 1 stages of B each) per DRAM round trip, whichever is lower.
+        The MMAs (M padded to 16-row fragments) are the other bound; the last CTA of each split
+        tile adds its slices after the stream. A shape the family refuses ranks last."""
+        tiles_m, tiles_n = math.ceil(s.m / g.tile_m), math.ceil(s.n / g.tile_n)
+        intensity = g.tile_m * g.tile_n / (g.tile_m + g.tile_n)
+        if not applicable(g.family, s, None):
+            return Estimate(REFUSED_S, 0.0, 0, 0, 1.0, intensity, "unsupported", g.smem_bytes <= SMEM_PER_SM)
+        splits = g.splits_for(s, self.sm_count)
+        ctas = tiles_m * tiles_n * splits
+        slots = self.sm_count * max(1, g.ctas_per_sm)
+        waves = math.ceil(ctas / slots)
+        rows = min(s.m, g.tile_m)
+        partials = 2 * 4 * ctas * rows * g.tile_n if splits > 1 else 0
+        bytes_ = tiles_m * 2.0 * s.k * s.n + 2.0 * s.m * s.k + 2.0 * s.m * s.n + partials
+        latency = p.ktile_latency_us * 1e-6
+        per_cta = max(1, g.stages - 1) * g.tile_k * g.tile_n * 2.0   # B's bytes each CTA has in flight
+
+        def wave_time(n: int) -> float:
+            # n CTAs streaming together: their bytes at the bandwidth or at what they keep in
+            # flight per round trip (Little's law), plus the round trip that fills their rings
+            sms = min(n, self.sm_count)
+            rate = min(self.params.bandwidth_gbs * 1e9, n * per_cta / latency, sms * SM_STREAM_GBS * 1e9)
+            return n * bytes_ / ctas / rate + latency
+
+        full, tail = divmod(ctas, slots)
+        memory = full * wave_time(slots) + (wave_time(tail) if tail else 0.0)
+        k_per_cta = math.ceil(math.ceil(s.k / g.tile_k) / splits)
+        per_sm = p.peak_tflops * 1e12 / self.sm_count * k_per_cta / (k_per_cta + p.fill_ktiles)
+        concurrent = max(1, min(g.ctas_per_sm, math.ceil(ctas / self.sm_count)))
+        mma_rows = math.ceil(rows / 16) * 16
+        compute = waves * 2.0 * mma_rows * g.tile_n * g.tile_k * k_per_cta / (per_sm / concurrent)
+        reduce = splits * rows * g.tile_n * 4 / (p.reduce_gbs * 1e9) if splits > 1 else 0.0
+        body = max(memory, compute)
+        fixed = p.fixed_us * 1e-6
+        bound = "fixed" if fixed > body else ("memory" if memory >= compute else "compute")
+        quant = (tiles_m * g.tile_m * tiles_n * g.tile_n) / (s.m * s.n)
+        return Estimate(fixed + body + reduce, float(waves), ctas, splits, quant, intensity, bound,
+                        g.smem_bytes <= SMEM_PER_SM)
 
     def rank(self, configs: Iterable[Config], shape: Shape) -> list[tuple[float, Config]]:
         """Configurations sorted by predicted time (stable for equal predictions)."""

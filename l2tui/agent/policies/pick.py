@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from harness.families import Config, epilogue_siblings, launch_twins, sans_epilogue
+from harness.families import Config, applicable, epilogue_siblings, launch_twins, sans_epilogue
 from harness.shapes import Shape
 
 from .costmodel import SIBLING
@@ -50,7 +50,8 @@ def always_time(shape: Shape) -> list[Kind]:
     that a per-call launch pays on a short K); tiny_mma's 128-row tiles (the fitted constants
     predate them); and a pair of CTAs sharing an operand by multicast with any other tile (no
     multicast term again: timed per call on the 199 grid shapes where we were slowest, pairs won
-    69, results/h200/sweep-multicast.json)."""
+    69, results/h200/sweep-multicast.json); and, on a shape it serves (M <= 128), skinny_splitk
+    (its constants are a roofline of B's stream, not a fit)."""
     fams = [lambda c, f=f: c.family == f for f in ("sm90_cutlass", "sm80_mma", "small_splitk", "tiny_mma",
                                                       "sm90_cutlass_t")]
     return fams + [
@@ -68,6 +69,7 @@ def always_time(shape: Shape) -> list[Kind]:
         lambda c: c.family == "tiny_mma" and c.knob_dict["BM"] == "128",
         lambda c: c.family == "sm90_cutlass" and c.geometry().cluster == 2
         and (c.knob_dict["TILE_M"], c.knob_dict["TILE_N"]) != ("64", "64"),
+        lambda c: c.family == "skinny_splitk" and applicable(c.family, shape, None),
     ]
 
 

@@ -1,0 +1,83 @@
+"""The fraction of the B-read floor for decode shapes (issue 57): computed from a bench file's
+measured read bandwidth, reported in the bench summary and by ``python -m harness.roofline``,
+and one clear line for a file that is not a bench result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import roofline
+from harness.bench import summary_table
+from harness.results import ResultFile
+from harness.shapes import Shape
+
+RF = {"version": 3, "peak_tflops": 800.0, "bw_gbs": 4400.0, "bw_read_gbs": 4000.0, "floor_ms": 0.002}
+
+
+def _row(m: int, n: int, k: int, **times: float | None) -> dict:
+    return {"m": m, "n": n, "k": k, "times_ms": dict(times), "roofline_ms": 0.01,
+            "checks": {lb: {"ok": True} for lb in times}, "status": {lb: "ok" for lb in times},
+            "size_class": Shape(m, n, k).size_class}
+
+
+def test_decode_shapes_are_few_rows_against_a_large_b():
+    assert roofline.is_skinny(Shape(1, 128256, 4096)) and roofline.is_skinny(Shape(128, 4096, 14336))
+    assert not roofline.is_skinny(Shape(129, 4096, 4096))
+    assert not roofline.is_skinny(Shape(16, 512, 4096)) and not roofline.is_skinny(Shape(16, 4096, 512))
+
+
+def test_the_floor_is_b_once_at_the_read_bandwidth():
+    s = Shape(16, 4096, 4096)                          # B: 32 MiB
+    assert roofline.b_read_floor_ms(s, RF) == pytest.approx(2 * 4096 * 4096 / 4000e9 * 1e3)
+    # without the read kernel's figure, the larger of copy and read
+    assert roofline.b_read_floor_ms(s, {"bw_gbs": 4400.0}) == pytest.approx(2 * 4096 * 4096 / 4400e9 * 1e3)
+    for bad in (None, {}, {"bw_read_gbs": "fast"}, {"bw_read_gbs": -1.0}, {"bw_read_gbs": float("nan")},
+                {"bw_read_gbs": True}, [4000.0]):
+        assert roofline.b_read_floor_ms(s, bad) is None
+
+
+def test_fractions_per_shape_and_label_only_for_decode_shapes():
+    floor = roofline.b_read_floor_ms(Shape(16, 4096, 4096), RF)
+    rows = [_row(16, 4096, 4096, l2=floor / 0.9, cublas=floor / 0.8),
+            _row(4096, 4096, 4096, l2=1.0, cublas=1.0),     # not a decode shape
+            _row(1, 14336, 4096, l2=None, cublas=0.05)]     # l2 has no time here
+    per = roofline.b_floor_fractions(rows, RF, ["l2", "cublas"])
+    assert [s for s, _, _ in per] == [Shape(16, 4096, 4096), Shape(1, 14336, 4096)]
+    assert per[0][2]["l2"] == pytest.approx(0.9) and per[0][2]["cublas"] == pytest.approx(0.8)
+    assert per[1][2]["l2"] is None
+    # hostile rows are skipped, not raised on
+    assert roofline.b_floor_fractions([{"m": "x"}, {"n": 1}, _row(8, 4096, 4096, l2="1")], RF, ["l2"]) == \
+        [(Shape(8, 4096, 4096), roofline.b_read_floor_ms(Shape(8, 4096, 4096), RF), {"l2": None})]
+
+
+def test_the_bench_summary_ends_with_the_b_floor_table():
+    floor = roofline.b_read_floor_ms(Shape(16, 4096, 4096), RF)
+    rf = ResultFile(meta={"roofline": RF}, rows=[_row(16, 4096, 4096, l2=floor / 0.9, cublas=floor / 0.75),
+                                                 _row(4096, 4096, 4096, l2=1.0, cublas=1.0)])
+    text = summary_table(rf)
+    tail = text.split("fraction of the B-read floor", 1)[1].splitlines()
+    assert "4000 GB/s" in tail[0]
+    line = next(x for x in tail if x.startswith("16x4096x4096"))
+    assert line.split()[-2:] == ["0.90", "0.75"]
+    assert tail[-1].split() == ["geomean", "0.90", "0.75"]
+    # no decode shape or no bandwidth: no table
+    assert "B-read floor" not in summary_table(ResultFile(meta={"roofline": RF}, rows=rf.rows[1:]))
+    assert "B-read floor" not in summary_table(ResultFile(meta={}, rows=rf.rows))
+
+
+def test_the_command_prints_the_table_of_a_bench_file_and_one_line_for_anything_else(tmp_path, capsys):
+    floor = roofline.b_read_floor_ms(Shape(8, 4096, 4096), RF)
+    good = tmp_path / "bench.json"
+    meta = {"gpu": "NVIDIA H200", "driver": "580", "cuda": "13.0", "nvcc": "13.0", "date": "2026-12-06",
+            "git_rev": "0", "mode": "offline", "acc": "f32", "method": "per call", "roofline": RF}
+    good.write_text(json.dumps({"meta": meta, "rows": [_row(8, 4096, 4096, l2=floor / 0.5)]}))
+    assert roofline.main([str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "8x4096x4096" in out and "0.50" in out
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not json")
+    assert roofline.main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("roofline: ") and "Traceback" not in err[0]
