@@ -12,6 +12,7 @@ resumable.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import time
@@ -199,6 +200,12 @@ def recorded_shapes(records: Mapping[str, object]) -> set[str]:
     return out
 
 
+def _volume(shape: str) -> int:
+    """M*N*K of an ``MxNxK`` text (0 for anything else), to list a recording's smallest shapes first."""
+    dims = shape.split("x")
+    return math.prod(int(d) for d in dims) if len(dims) == 3 and all(d.isdigit() for d in dims) else 0
+
+
 def _require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any], acc: str, path: str) -> None:
     """Refuse, in one line, shapes the recording has nothing for.
 
@@ -211,7 +218,7 @@ def _require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any
     missing = [str(s) for s in shapes if f"{s}:{acc}" not in held]
     if not missing:
         return
-    sizes = sorted({h.split(":")[0] for h in held if h.endswith(f":{acc}")})
+    sizes = sorted({h.split(":")[0] for h in held if h.endswith(f":{acc}")}, key=_volume)
     listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
     having = (f"it has {len(sizes)} shape(s) ({', '.join(sizes[:3])}{', ...' if len(sizes) > 3 else ''})"
               if sizes else "it has none")
