@@ -82,9 +82,13 @@ def _one_line(s: str, limit: int = 300) -> str:
 class DeltaBatcher:
     """Collect streamed tokens; flush every ``chars`` characters or ``seconds``, up to ``cap`` in all."""
 
-    def __init__(self, sink: Callable[[str], None] | None, chars: int = DELTA_BATCH_CHARS,
-                 seconds: float = DELTA_BATCH_S, cap: int = DELTA_LIVE_CAP_CHARS):
-        self.sink, self.chars, self.seconds, self.cap = sink, chars, seconds, cap
+    def __init__(self, sink: Callable[[str], None] | None, chars: int | None = None,
+                 seconds: float | None = None, cap: int | None = None):
+        # the module's settings as they are now (not as they were at import), so a caller can tune them
+        self.sink = sink
+        self.chars = DELTA_BATCH_CHARS if chars is None else chars
+        self.seconds = DELTA_BATCH_S if seconds is None else seconds
+        self.cap = DELTA_LIVE_CAP_CHARS if cap is None else cap
         self.buf: list[str] = []
         self.n = 0
         self.sent = 0
