@@ -4,7 +4,12 @@
   (tests/openai_server.py) with a scripted reply queue; usable by any test
   (the TUI tests too): ``scripted_server.add("reply")``, ``.base_url``.
 * ``scenarios`` - the scripted agent scenarios (tests/fixtures/recorded/scenarios.py).
-* ``agent_cache`` - a build cache shared by the agent tests of one pytest run.
+* ``agent_cache`` - a build cache shared by the agent tests of one pytest run (of one worker
+  under pytest-xdist).
+
+Under pytest-xdist (``tools/test.sh``: ``-n CORES --dist loadgroup``) each test file is a group
+that runs on one worker, so a module-scoped fixture (a built kernel, a started server) is made
+once; the files that start a local Ray cluster share one group, so two clusters never compete.
 """
 
 from __future__ import annotations
@@ -22,6 +27,18 @@ if str(ROOT) not in sys.path:  # so `from tests.openai_server import ScriptedSer
 from tests.openai_server import ScriptedServer  # noqa: E402
 
 RECORDED_DIR = ROOT / "tests" / "fixtures" / "recorded"
+
+#: files whose tests must not run beside each other's (each starts a Ray cluster on this machine)
+SHARED_GROUPS = {"test_executor_ray.py": "ray", "test_sweep_ray.py": "ray", "test_sweep_ray_head.py": "ray"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One xdist group per test file (see the module docstring); nothing without pytest-xdist."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
 
 
 def load_scenarios():
