@@ -20,6 +20,8 @@ from l2tui.agent.recorded import NOT_RECORDED, RecordedEvaluator
 from l2tui.config import parse_config
 from l2tui.session import Session
 
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
+
 SECRET = "sk-l2tui-test-SECRET-4d2c81"
 ENV = "L2TUI_TEST_API_KEY"
 

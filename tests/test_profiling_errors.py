@@ -176,6 +176,7 @@ def test_command_line_shape(tmp_path):
                                                                                  "--print-units", "base"]
 
 
+@pytest.mark.compile
 def test_cublas_baseline_request_builds_the_trusted_linked_shim(tmp_path, monkeypatch):
     """--baseline cublas profiles the bench's own cuBLAS shim: built as trusted code and linked to
     libcublas (it once went through the candidate path, whose source policy refuses cuBLAS calls,

@@ -65,6 +65,7 @@ def make_sweep(tmp_path, session, executor, steps=1):
                  gpu_name="NVIDIA H200")
 
 
+@pytest.mark.compile
 def test_tracks_spread_over_gpu_actors_never_split_and_a_killed_actors_track_is_requeued(cluster, tmp_path,
                                                                                            monkeypatch):
     from l2tui.executors.ray_executor import RayExecutor
