@@ -153,6 +153,7 @@ def test_the_no_gpu_line_names_the_bundled_recording_when_there_is_one(tmp_path,
     assert f"e.g. `{demo.recorded_demo_command()}`" in demo.no_gpu_message()
 
 
+@pytest.mark.slow
 def test_the_bundled_demo_recording_covers_its_run(tmp_path, monkeypatch):
     """Replaying the bundled demo from its recording asks for no kernel the recording lacks."""
     from l2tui import demo, paths

@@ -155,6 +155,7 @@ def _freivalds_row_errors(a, b, c, x):
     return np.abs(cf @ x - z) / np.maximum(np.linalg.norm(cf, axis=1), 1e-20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (16384, 64, 64), (64, 4096, 4096), (256, 256, 1024)])
 def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k):
     """An honest C (fp32 accumulation, rounded to fp16) stays far under the limit on every row; a

@@ -173,6 +173,7 @@ def test_the_hostile_candidate_itself_is_refused(hostile_so):
 
 # --------------------------------------------------------------------------- the sandbox alone
 
+@pytest.mark.compile
 def test_load_time_code_runs_inside_the_worker_sandbox_and_harms_nothing(env, hostile_so):
     with GpuWorker(sandbox=True, default_timeout_s=60) as w:
         assert w.call("_debug_load", path=str(hostile_so["so"])) == str(hostile_so["so"])
@@ -189,6 +190,7 @@ def test_load_time_code_runs_inside_the_worker_sandbox_and_harms_nothing(env, ho
     assert "HOME=" in log and f"HOME={Path.home()}" not in log     # HOME is the scratch folder
 
 
+@pytest.mark.compile
 def test_without_the_sandbox_the_same_library_escapes(env, hostile_so):
     """Control: each probe of the hostile library works when nothing contains it."""
     marker = hostile_so["markers"][0]

@@ -2,7 +2,8 @@
 # The test suite as CI runs it (.ci/run calls this script), in the Python environment it is run from.
 #
 #   tools/test.sh                 install what the suite needs, then every test but the GPU ones
-#   tools/test.sh --fast          the inner loop: no nvcc builds (-m "not gpu and not compile"), installs nothing
+#   tools/test.sh --fast          the inner loop: no nvcc, no slow test (-m "not gpu and not compile and not slow"),
+#                                 installs nothing
 #   tools/test.sh [--fast] ARGS   ARGS go to pytest (a file, -k EXPR, -x, ...)
 #
 # The full run installs, and says so as it goes: the `test` extra (pytest, pytest-xdist, the CUTLASS
@@ -53,7 +54,7 @@ workers="${L2TUI_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
 export L2TUI_CACHE_DIR="${L2TUI_TEST_CACHE_DIR:-$PWD/.test-cache}"
 
 if [[ "$fast" == 1 ]]; then
-  markers="not gpu and not compile"
+  markers="not gpu and not compile and not slow"
 else
   install_all
   export L2TUI_REQUIRE_REAL_LLM=1
