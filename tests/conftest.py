@@ -15,6 +15,7 @@ once; the files that start a local Ray cluster share one group, so two clusters 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,10 @@ if str(ROOT) not in sys.path:  # so `from tests.openai_server import ScriptedSer
 from tests.openai_server import ScriptedServer  # noqa: E402
 
 RECORDED_DIR = ROOT / "tests" / "fixtures" / "recorded"
+
+# plain `pytest` builds into the checkout's own cache, as tools/test.sh does: test kernels never
+# land in the user's ~/.cache/l2tui (an L2TUI_CACHE_DIR set by hand is kept)
+os.environ.setdefault("L2TUI_CACHE_DIR", str(ROOT / ".test-cache"))
 
 #: files whose tests must not run beside each other's (each starts a Ray cluster on this machine)
 SHARED_GROUPS = {"test_executor_ray.py": "ray", "test_sweep_ray.py": "ray", "test_sweep_ray_head.py": "ray"}

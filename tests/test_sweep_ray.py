@@ -23,7 +23,7 @@ from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig  # noqa: E402
 from l2tui.session import Session  # noqa: E402
 from tests.sweep_support import TIMINGS, recorded_file  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(1200),
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.compile,   # runs nvcc (tools/test.sh --fast leaves it out)
               pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")]
 
 SHAPES = [Shape(64, 64, 64), Shape(128, 128, 128), Shape(256, 256, 256)]
@@ -65,7 +65,6 @@ def make_sweep(tmp_path, session, executor, steps=1):
                  gpu_name="NVIDIA H200")
 
 
-@pytest.mark.compile
 def test_tracks_spread_over_gpu_actors_never_split_and_a_killed_actors_track_is_requeued(cluster, tmp_path,
                                                                                            monkeypatch):
     from l2tui.executors.ray_executor import RayExecutor
