@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -52,6 +54,31 @@ def load_scenarios():
     assert spec.loader is not None
     spec.loader.exec_module(mod)
     return mod
+
+
+def _starts_nvcc(args: Any) -> bool:
+    """Whether a Popen argument list runs nvcc (directly or inside bwrap), other than ``--version``."""
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+    return any(Path(a).name == "nvcc" for a in argv) and argv[-1] != "--version"
+
+
+@pytest.fixture(autouse=True)
+def _nvcc_needs_the_compile_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In the fast loop (``-m`` with ``not compile``), a test that starts nvcc in this process
+    fails at once, naming the marker it lacks: the fast loop stays free of builds as tests are added.
+    (Builds in child processes are not seen here; the full run is the check for those.)"""
+    if "not compile" not in (request.config.option.markexpr or "") or request.node.get_closest_marker("compile"):
+        yield
+        return
+    start = subprocess.Popen.__init__
+
+    def refuse_nvcc(self: subprocess.Popen, args: Any, *rest: Any, **kw: Any) -> None:
+        if _starts_nvcc(args):
+            pytest.fail(f"{request.node.nodeid} runs nvcc: mark it @pytest.mark.compile", pytrace=False)
+        start(self, args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_nvcc)
+    yield
 
 
 @pytest.fixture
