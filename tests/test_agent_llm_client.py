@@ -1,7 +1,5 @@
 """The LLM client against a real HTTP server on 127.0.0.1 (tests/openai_server.py)."""
 
-import time
-
 import pytest
 
 from l2tui.agent.llm_client import LLMClient
@@ -18,14 +16,18 @@ def client(scripted_server, monkeypatch):
                      timeout_s=1.0, max_retries=2, backoff_s=0.01)
 
 
-def test_streaming_deltas_are_batched_and_usage_reported(client, scripted_server):
+def test_streaming_deltas_are_batched_and_usage_reported(client, scripted_server, monkeypatch):
+    from l2tui.agent import llm_client
+
+    monkeypatch.setattr(llm_client, "DELTA_BATCH_S", 3600.0)   # batches by size only: the count is the machine's, not
+    monkeypatch.setattr(llm_client, "DELTA_BATCH_CHARS", 100)  # the server's pace
     text = "x" * 300 + " end"
     scripted_server.add(Reply(content=text, chunk_chars=3))
     deltas = []
     r = client.chat(MSGS, role="planner", on_delta=deltas.append)
     assert r.ok and r.text == text and r.attempts == 1
     assert "".join(deltas) == text
-    assert 1 <= len(deltas) < len(text) // 3          # batched, not one event per chunk
+    assert [len(d) for d in deltas] == [102, 102, 100]   # batched, not one event per 3-character chunk
     assert r.usage["completion_tokens"] == len(text) // 4 and r.usage["prompt_tokens"] > 0
     req = scripted_server.requests[-1]
     assert req["headers"]["authorization"] == f"Bearer {KEY}"
@@ -42,12 +44,12 @@ def test_non_streaming(client, scripted_server):
 def test_429_then_success_honours_retry_after(client, scripted_server):
     scripted_server.add(Reply(status=429, retry_after=0.3))
     scripted_server.add("fine")
-    retries = []
-    t0 = time.monotonic()
+    retries, slept = [], []
+    client._sleep = slept.append      # the waits it chose, not how long the machine took
     r = client.chat(MSGS, on_retry=lambda n, why, d: retries.append((n, why, d)))
     assert r.ok and r.text == "fine" and r.attempts == 2
     assert retries[0][0] == 1 and "429" in retries[0][1] and retries[0][2] >= 0.3
-    assert time.monotonic() - t0 >= 0.3
+    assert slept == [retries[0][2]]
 
 
 def test_5xx_then_success(client, scripted_server):

@@ -20,6 +20,8 @@ from l2tui.agent.recorded import NOT_RECORDED, RecordedEvaluator
 from l2tui.config import parse_config
 from l2tui.session import Session
 
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
+
 SECRET = "sk-l2tui-test-SECRET-4d2c81"
 ENV = "L2TUI_TEST_API_KEY"
 
@@ -181,25 +183,51 @@ def _loop(tmp_path, scenarios, server, evaluator, **loop):
     return AgentLoop(session, LoopConfig.from_config(cfg), policy=LLMPolicy.from_config(cfg), evaluator=evaluator), session
 
 
-def test_unreachable_endpoint_gives_no_patch_and_the_loop_goes_on(tmp_path, scenarios, recorded, agent_cache, monkeypatch):
+def _closed_port_url() -> str:
+    """The URL of a port on 127.0.0.1 that nothing listens on (bound, then released)."""
     import socket
 
-    monkeypatch.setenv(ENV, SECRET)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_an_endpoint_that_never_answered_pauses_the_llm_track_once(tmp_path, scenarios, recorded, agent_cache,
+                                                                   monkeypatch):
+    """A refused first call is a setup mistake, not the model's: after its retries the loop says so
+    once and pauses the track; no step is charged a no_patch reward, and resuming tries again."""
+    monkeypatch.setenv(ENV, SECRET)
 
     class Dead:
-        base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        base_url = _closed_port_url()
 
-    sock.close()
     loop, s = _loop(tmp_path, scenarios, Dead, recorded, max_steps=2)
-    loop.policy.client.max_retries = 0
-    loop.add_track(parse_shape(scenarios.SHAPE_A))
+    loop.policy.client.max_retries, loop.policy.client.backoff_s = 1, 0.0
+    errors: list[dict] = []
+
+    def stop_at_second_error(ev: dict) -> None:
+        if ev["type"] == "error":
+            errors.append(ev)
+            if len(errors) == 1:
+                loop.send({"name": "resume", "track": None})   # the user resumes: one more try
+            else:
+                loop.request_stop()
+
+    loop.subscribe(stop_at_second_error)
+    tid = loop.add_track(parse_shape(scenarios.SHAPE_A))
     loop.run()
-    assert [e["kind"] for e in by_type(s, "reward")][1:] == ["no_patch", "no_patch"]
-    errs = by_type(s, "error")
-    assert errs and all("\n" not in e["message"] for e in errs) and "cannot reach" in errs[0]["message"]
-    assert by_type(s, "track_done")[0]["reason"].startswith("max_steps")
+    assert [e["kind"] for e in by_type(s, "reward")] == ["ok"]          # the configured seed only
+    assert len(errors) == 2 and all("\n" not in e["message"] for e in errors)
+    assert "cannot reach" in errors[0]["message"] and "paused" in errors[0]["message"]
+    calls = by_type(s, "llm_call")
+    assert len(calls) == 2 and all(not c["ok"] and c["attempts"] == 2 for c in calls)
+    assert {c["step"] for c in calls} == {1}                          # the step was not used up
+    states = [e["state"] for e in by_type(s, "track_state", track=tid)]
+    assert states.count("paused") == 2 and states[-1] == "stopped"
+    assert loop.endpoint_error and "cannot reach" in loop.endpoint_error
+    assert not by_type(s, "track_done")
 
 
 def test_commands_hint_edit_and_not_recorded(tmp_path, scenarios, recorded, agent_cache, scripted_server, monkeypatch):

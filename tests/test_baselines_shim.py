@@ -18,6 +18,7 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_shim_builds_and_links_cublas(arch):
     res = build_shim(arch)
@@ -37,6 +38,7 @@ def test_shim_flags_are_stable():
     assert SHIM_FILE.is_file()
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", ["testgood_simple", "testbad_skiplastrow", "testbad_oob", "testbad_f16acc",
                                   "testbad_stale", "testbad_crash", "testbad_hang"])
 def test_test_kernels_build(name):

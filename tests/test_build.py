@@ -20,6 +20,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_reference_kernel_builds_and_exports_the_abi(cache, arch):
     r = B.build(NAIVE, arch=arch)
@@ -34,6 +35,7 @@ def test_reference_kernel_builds_and_exports_the_abi(cache, arch):
     assert syms is None or "l2_hgemm" in syms
 
 
+@pytest.mark.compile
 def test_rebuild_is_a_cache_hit_and_key_covers_flags_and_arch(cache):
     first = B.build(NAIVE, arch="sm_80")
     again = B.build(NAIVE, arch="sm_80")
@@ -46,6 +48,7 @@ def test_rebuild_is_a_cache_hit_and_key_covers_flags_and_arch(cache):
     assert not forced.cached and forced.ok
 
 
+@pytest.mark.compile
 def test_compile_errors_are_structured_and_cached(cache):
     bad = NAIVE.replace("acc += ", "acc += undefined_thing + ")
     r = B.build(bad, arch="sm_80")
@@ -68,6 +71,7 @@ def test_kernel_without_abi_is_a_one_line_error(cache):
         B.build("int l2_hgemm(const void*, const void*, void*, int, int, int, void*) { return 0; }\n", arch="sm_80")
 
 
+@pytest.mark.compile
 def test_static_l2_hgemm_fails_export_check(cache):
     src = 'extern "C" { static int l2_hgemm(const void*, const void*, void*, int, int, int, void*) { return 0; } }\nint keep(){return l2_hgemm(0,0,0,0,0,0,0);}\n'
     r = B.build(src, arch="sm_80")
@@ -110,6 +114,7 @@ def test_bad_arch_and_flags():
         B.validate_flags(["O3"])
 
 
+@pytest.mark.compile
 def test_build_many_dedupes_and_builds_in_parallel(cache):
     a = NAIVE
     b = NAIVE.replace("#define BLOCK_Y 16", "#define BLOCK_Y 8")
@@ -121,6 +126,7 @@ def test_build_many_dedupes_and_builds_in_parallel(cache):
     assert seen[-1] == (3, 3)
 
 
+@pytest.mark.compile
 def test_build_many_starts_no_nvcc_after_its_deadline_but_answers_cache_hits(cache):
     import time
 
@@ -178,6 +184,7 @@ def test_parse_diagnostics_from_every_tool():
     assert errs[2].col == 7 and "too much shared data" in errs[3].message
 
 
+@pytest.mark.compile
 def test_build_result_round_trip(cache):
     r = B.build(NAIVE, arch="sm_80")
     assert B.BuildResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
@@ -189,6 +196,7 @@ def test_cutlass_headers_found_and_compile():
     assert (dirs[0] / "cute" / "tensor.hpp").is_file()
 
 
+@pytest.mark.compile
 def test_a_build_that_timed_out_is_not_cached(cache):
     """Only failures the source causes are cached: a timeout (or a broken toolchain) is retried."""
     first = B.build(NAIVE, arch="sm_80", timeout_s=0.001)
@@ -197,6 +205,7 @@ def test_a_build_that_timed_out_is_not_cached(cache):
     assert again.ok and not again.cached, again.error_text()
 
 
+@pytest.mark.compile
 def test_relative_cache_dir_is_made_absolute(tmp_path, monkeypatch):
     """nvcc runs inside the build folder, so a relative $L2TUI_CACHE_DIR must be resolved first."""
     monkeypatch.chdir(tmp_path)
@@ -207,6 +216,7 @@ def test_relative_cache_dir_is_made_absolute(tmp_path, monkeypatch):
     assert r.so_path.is_relative_to(tmp_path / "rel-cache")
 
 
+@pytest.mark.compile
 def test_a_missing_cutlass_header_is_not_cached_but_a_missing_header_of_the_source_is(cache, tmp_path, monkeypatch):
     """A CUTLASS/CuTe header that is not there (the package being reinstalled while nvcc ran) says
     nothing about the source: the failure is not cached, and once the headers are back the same

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.families import catalog
 
 
@@ -16,6 +18,7 @@ def subset():
     return [c for c in catalog("f16", "sm_80") if c.family == "sm80_mma"]
 
 
+@pytest.mark.compile
 def test_build_catalog_out_dir_is_a_cache_another_machine_points_to(tmp_path, monkeypatch, capsys):
     from l2tui.cli import main
 
@@ -85,6 +88,7 @@ def test_the_progress_bar_is_one_updating_line_with_an_eta_from_real_builds():
     assert "3/3" in text.split("\r")[-1] and "nvcc 9s in all" in text
 
 
+@pytest.mark.compile
 def test_a_time_limited_prebuild_stops_between_builds_and_a_second_run_finishes_it(tmp_path, monkeypatch, capsys):
     """``--max-seconds`` bounds the catalog build too: builds go in rounds as wide as ``--jobs``
     and none starts after the limit, so a cold sweep on a time budget stops between real nvcc

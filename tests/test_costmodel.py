@@ -115,6 +115,7 @@ def test_grid_fixture_carries_provenance_and_the_model_keeps_a_near_best_config_
         assert top3_regret(reversed_, small_only) > bound, small_only   # the bound tells a broken ranking
 
 
+@pytest.mark.slow
 def test_fit_improves_on_the_defaults_and_is_deterministic(records):
     p1 = fit(records, DEFAULT_PARAMS, rounds=1)
     p2 = fit(records, DEFAULT_PARAMS, rounds=1)
@@ -260,6 +261,7 @@ def _top3_regret(params, records):
     return math.exp(sum(logs) / len(logs))
 
 
+@pytest.mark.slow
 def test_fit_objectives_default_unchanged_and_top3_ranks_the_top_no_worse():
     """``fit(objective="top3")`` (the regret of each shape's predicted top 3 and first choice, a
     little log error) keeps a near-best configuration in the model's top 3 at least as well as the

@@ -57,6 +57,7 @@ def test_an_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys):
     assert not ray.is_initialized()
 
 
+@pytest.mark.compile
 def test_builds_run_as_tasks_land_in_the_drivers_cache_and_reach_the_actor(ray_cluster, tmp_path, monkeypatch):
     from l2tui.executors.ray_executor import RayExecutor
 

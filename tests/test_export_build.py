@@ -14,6 +14,8 @@ from l2tui.export import export_session, load_manifest
 from l2tui.export.cdispatch import exported_symbols, parse_table
 from tests.fixtures.export import make_session as fx
 
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

@@ -13,6 +13,8 @@ from l2tui.export.cdispatch import exported_symbols, parse_table
 from l2tui.rldata import rl_data, validate_row
 from l2tui.session import Session
 
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
+
 
 @pytest.fixture(scope="module")
 def loop_session(scenarios, tmp_path_factory):

@@ -79,6 +79,7 @@ def test_the_timed_event_keeps_the_autotune_record():
         E.parse({"seq": 3, "type": "timed", "track": "t", "sha": "a" * 64, "autotune": [3]})
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("libraries", [(), ("cublas",)])
 def test_a_sweep_pins_the_autotuned_algorithm_into_the_export(capsys, tmp_path, monkeypatch, libraries):
     """The recorded worker autotuned cuBLASLt (index 3 of 17): the sweep's timed events keep the

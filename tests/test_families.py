@@ -102,6 +102,7 @@ def _build(source: str, arch: str):
     return build(source, arch=arch)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("family", ["sm80_mma", "small_splitk", "tiny_mma"])
 @pytest.mark.parametrize("acc", ["f32", "f16"])
 def test_mma_families_build_for_sm80(family, acc, tmp_path, monkeypatch):
@@ -114,6 +115,7 @@ def test_mma_families_build_for_sm80(family, acc, tmp_path, monkeypatch):
     assert "0 bytes spill stores" in res.log
 
 
+@pytest.mark.compile
 def test_mma_family_split_k_variant_builds(tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     src = F.render("sm80_mma", {"SPLIT_K": 4, "BM": 64, "BN": 64, "BK": 64, "STAGES": 3})
@@ -121,6 +123,7 @@ def test_mma_family_split_k_variant_builds(tmp_path, monkeypatch):
     assert res.ok, res.error_text()
 
 
+@pytest.mark.compile
 def test_an_illegal_edit_fails_to_compile_with_a_clear_error(tmp_path, monkeypatch):
     """The static_asserts catch what the registry would reject, for hand edits."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
@@ -130,6 +133,7 @@ def test_an_illegal_edit_fails_to_compile_with_a_clear_error(tmp_path, monkeypat
     assert "BK must be 32 or 64" in res.log
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_sm90_family_builds_for_sm90a_without_serialized_wgmma(tmp_path, monkeypatch):
     """One representative CUTLASS configuration (a build takes 40-60 s on 2 cores)."""
@@ -175,6 +179,7 @@ def test_splitk_reduce_cuts_k_into_equal_aligned_slices():
     assert any("SPLITS > 1" in p for p in F.validate("sm90_cutlass", {**cfg.knob_dict, "SPLITS": "1"}))
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_splitk_reduce_variant_builds_for_sm90a(tmp_path, monkeypatch):
     """The batched-slices GEMM (fp32 D) and its reduce kernel compile, without serialized wgmma."""
@@ -204,6 +209,7 @@ def test_epilogue_knobs_are_validated_and_named():
     assert g128.stages <= g32.stages
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_fixed_short_pipeline_builds_with_that_many_stages(tmp_path, monkeypatch):
     """STAGES 2: the mainloop's ring has two stages, not as many as fit in shared memory."""
@@ -216,6 +222,7 @@ def test_fixed_short_pipeline_builds_with_that_many_stages(tmp_path, monkeypatch
     assert "MainloopSm90TmaGmmaWarpSpecializedILi2E" in res.log, res.log[-2000:]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_basic_schedule_builds_the_non_persistent_kernel(tmp_path, monkeypatch):
     """SCHEDULE BASIC: CUTLASS's KernelTmaWarpSpecialized (a CTA per tile), not a persistent one."""
@@ -229,6 +236,7 @@ def test_basic_schedule_builds_the_non_persistent_kernel(tmp_path, monkeypatch):
     assert F.validate("sm90_cutlass", {**F.SM90.defaults(), **F._sm90(128, 128, sched="BASIC", scheduler="STREAMK")})
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_basic_schedule_builds_a_deep_ring(tmp_path, monkeypatch):
     """SCHEDULE BASIC with STAGES 8 (the seventh round's deep ring): the non-persistent kernel with
@@ -243,6 +251,7 @@ def test_basic_schedule_builds_a_deep_ring(tmp_path, monkeypatch):
     assert F.geometry("sm90_cutlass", {**F.SM90.defaults(), **knobs}).smem_bytes <= 227 * 1024
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
     """EPI_TMA_NOC: C is void, so CUTLASS's epilogue delays each TMA store by one subtile."""
@@ -256,6 +265,7 @@ def test_no_source_epilogue_builds_with_delayed_stores(tmp_path, monkeypatch):
     assert "Sm90TmaWarpSpecializedILi4ELi2ELi32ELb0ELb1E" in res.log, res.log[-2000:]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_ninety_six_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
     """TILE_N 96 is not a multiple of the 64-column (128-byte) swizzle atom of the N-major B tile:
@@ -271,6 +281,7 @@ def test_ninety_six_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
     assert "MMA_64x96x16_F32F16F16_SS" in res.log, res.log[-2000:]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_forty_eight_column_tile_builds_for_sm90a(tmp_path, monkeypatch):
     """TILE_N 48 (BASIC, eight stages): without CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (which this
@@ -317,6 +328,7 @@ def test_cluster_split_k_rules_names_and_arches():
     assert "small-16x64x64-w1x2-st3-sw4-sk1-ck8" in on90
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_cluster_split_k_builds(arch, tmp_path, monkeypatch):
     """The cluster reduction (cooperative_groups cluster API, distributed shared memory) compiles
@@ -327,6 +339,7 @@ def test_cluster_split_k_builds(arch, tmp_path, monkeypatch):
     assert "0 bytes spill stores" in res.log
 
 
+@pytest.mark.compile
 def test_small_splitk_large_split_counts_build_for_sm80(tmp_path, monkeypatch):
     """SPLIT_K 128 (the parallel per-tile reduction's share of a 16x64 tile is 2 float4 groups)."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
@@ -401,6 +414,7 @@ def test_tiny_family_rules_names_and_catalog():
                                     "EPILOGUE": "EPI_SMEM", "ACC": "ACC_F16"},
                                    {"BM": 32, "BN": 64, "BK": 64, "WARPS_M": 2, "WARPS_N": 2,
                                     "EPILOGUE": "EPI_SMEM"}])
+@pytest.mark.compile
 def test_tiny_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
     res = _build(F.render("tiny_mma", knobs), "sm_90a")
@@ -431,6 +445,7 @@ def test_tiny_smem_epilogue_rules_names_and_catalog():
     assert [c.name for c in F.epilogue_siblings(regs, pool)] == ["tiny-128x128x32-w2x4-es-nopdl"]
 
 
+@pytest.mark.compile
 def test_tiny_smem_epilogue_refuses_a_split_tile_at_compile_time(tmp_path, monkeypatch):
     """A hand edit the registry would refuse stops at the template's static_assert."""
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
@@ -544,6 +559,7 @@ def test_ksplit_groups_geometry_mirrors_the_host_rule():
                                     "WG_K": "2", "RELEASE": "RELEASE_BY_WARP"},
                                    {"TILE_M": "64", "TILE_N": "128", "STAGES": "8", "CLUSTER_K": "4",
                                     "RELEASE": "RELEASE_BY_WARP", "MMA_DEPTH": "0"}])
+@pytest.mark.compile
 def test_ksplit_family_builds_for_sm90a_without_spills(knobs, tmp_path, monkeypatch):
     """The WGMMA mainloop, the TMA descriptors and the cluster reduction compile for sm_90a with
     no register spills (a 64x256 tile keeps 128 fp32 accumulators per thread; with WG_K 2 a 128x128
@@ -584,6 +600,7 @@ def test_transposed_family_takes_rows_of_c_as_the_wgmma_n():
     assert basic.name == "sm90t-48x64x64-c1x1-ws-st0-nopdl" and not basic.geometry().persistent
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
     """The template's default (80x64 tiles, ping-pong, clusters of 2x4): CuTe's extended WGMMA
@@ -605,6 +622,7 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
     ({"TILE_M": "160", "TILE_N": "128", "SCHEDULE": "PINGPONG", "CLUSTER_M": "1", "CLUSTER_N": "2"},
      "MMA_64x160x16_F32F16F16_SS"),
 ], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs"])
+@pytest.mark.compile
 def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
     """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16
     accumulator and the PDL launch take other code paths, and the big entries' 160-row tiles hold

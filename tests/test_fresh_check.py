@@ -49,6 +49,7 @@ def test_the_sparse_change_is_large_enough_to_see_at_the_largest_grid_shape():
     assert miss > 5 * 5e-3
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_perturb_kernel_compiles(tmp_path):
     src = tmp_path / "perturb.cu"
@@ -62,6 +63,7 @@ def test_inputs_is_reported_right_after_guards():
     assert ck.CHECK_ORDER.index("inputs") == ck.CHECK_ORDER.index("guards") + 1
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("samples", ["0", "64"])
 def test_memo_adversary_builds_in_both_kinds(samples):
     src = kernel_source("testbad_memo").replace("#define MEMO_SAMPLES 0",
@@ -71,6 +73,7 @@ def test_memo_adversary_builds_in_both_kinds(samples):
     assert res.ok, res.errors
 
 
+@pytest.mark.compile
 def test_delta_adversary_builds():
     """It builds (no source rule can tell a kept product from a workspace: part (3) of the run-time
     `fresh` check has to catch it, tests/test_checks_gpu.py and tests/test_timing_gpu.py)."""
@@ -97,6 +100,7 @@ def test_dense_verdict_refuses_unusable_timings():
         assert not ok and "unusable" in det
 
 
+@pytest.mark.compile
 def test_hog_adversary_passes_the_source_policy_and_builds():
     """Its launch on the legacy default stream names nothing a rule could refuse: the run-time
     probe of `runs` has to catch it (tests/test_checks_gpu.py, tests/test_shape_timing_sim.py)."""
@@ -104,6 +108,7 @@ def test_hog_adversary_passes_the_source_policy_and_builds():
     assert res.ok, res.errors
 
 
+@pytest.mark.compile
 def test_f16_when_timed_adversary_builds():
     """It names nothing a rule could refuse (a look at C and hfma): the timed calls' verification
     has to catch it (tests/test_timing_gpu.py, tests/test_checks_gpu.py)."""
@@ -111,11 +116,13 @@ def test_f16_when_timed_adversary_builds():
     assert res.ok, res.errors
 
 
+@pytest.mark.compile
 def test_marker_adversary_builds():
     res = build(kernel_source("testbad_marker"), arch="sm_90a")
     assert res.ok, res.errors
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("gate, calls", [("20000", "0"), ("3000", "0"), ("20000", "64")])
 def test_timegate_adversary_builds(gate, calls):
     """It builds (the source policy misses its split timer name and its call count: the run-time
@@ -148,6 +155,7 @@ def _freivalds_row_errors(a, b, c, x):
     return np.abs(cf @ x - z) / np.maximum(np.linalg.norm(cf, axis=1), 1e-20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m, n, k", [(64, 64, 16384), (16384, 64, 64), (64, 4096, 4096), (256, 256, 1024)])
 def test_verification_separates_an_honest_c_from_one_that_skipped_calls(m, n, k):
     """An honest C (fp32 accumulation, rounded to fp16) stays far under the limit on every row; a

@@ -61,6 +61,7 @@ def test_check_kernels_are_not_candidates_or_test_kernels():
     assert all("l2_hgemm" not in src for src in (ck.PERTURB_SOURCE, ck.SEPARATE_SOURCE, ck.FLIP_SOURCE))
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", sorted(ALL_DIGESTS))
 def test_source_compiles_with_nvcc_as_given(tmp_path, name):
     """nvcc -c for sm_90a on the very string cupy hands NVRTC (no include path, nothing prepended)."""

@@ -101,7 +101,10 @@ def test_closing_without_waiting_skips_the_queued_builds():
     assert b.order == ["a"]
     closer = threading.Thread(target=lambda: setattr(closer, "stats", nb.close(wait=False)))
     closer.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 60
+    while not nb._stop and time.monotonic() < deadline:   # close() has begun: no build may start now
+        time.sleep(0.01)
+    assert nb._stop
     first.set()          # the running build finishes; the queued ones never start
     closer.join(20)
     assert b.order == ["a"] and closer.stats["compiled"] == 1 and closer.stats["not_started"] >= 1

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_latency_probe_builds_for_sm90a_and_exports_its_entry_points(tmp_path):
     so = tmp_path / "latency_floor.so"
@@ -24,6 +25,7 @@ def test_latency_probe_builds_for_sm90a_and_exports_its_entry_points(tmp_path):
     assert "lib.probe_launch" in driver and "lib.tiny64_launch" in driver
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_launch_cost_probe_builds_and_says_in_one_line_when_there_is_no_gpu(tmp_path, capsys):
     """The per-call launch-cost probe: its driver builds it with real nvcc; on a machine without a

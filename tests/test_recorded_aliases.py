@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.build import translation_unit
 from harness.families import catalog
 from harness.shapes import Shape
@@ -19,6 +21,8 @@ from l2tui.session import sha256_text as sha
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import alias_recording  # noqa: E402
+
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
 
 SHAPE = Shape(64, 64, 64)
 

@@ -39,6 +39,7 @@ def test_elf_sections_reads_a_section_table():
         elf_sections(b"not an elf file at all, long enough to read a header from" * 2)
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 def test_same_code_tells_a_comment_from_a_code_change(tmp_path, monkeypatch):
     """A comment edit moves every line (another line table, another module id) yet leaves the

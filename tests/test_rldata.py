@@ -153,6 +153,7 @@ def test_logged_reward_matches_only_the_logged_completion(session, tmp_path):
     assert logged_reward(completions=other, **cols) == [None] * len(rows)
 
 
+@pytest.mark.compile
 def test_live_reward_scores_new_completions_like_the_loop(session, tmp_path):
     """Apply each completion to its parent, evaluate (recorded results, real nvcc), reward as the loop does."""
     import json as _json

@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from harness import build as hbuild
 from harness.shapes import Shape
 from l2tui.agent.llm_client import LLMClient
@@ -20,6 +22,8 @@ from l2tui.agent.loop import AgentLoop, LoopConfig
 from l2tui.agent.policies.llm import LLMPolicy
 from l2tui.agent.recorded import RecordedEvaluator
 from l2tui.session import Session
+
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "tests" / "fixtures" / "recorded" / "seed_tiled.cu"

@@ -97,6 +97,7 @@ def test_a_second_writer_gets_one_line_naming_the_holder(holder, capsys):
         Session.open(path, writer="app --resume")
 
 
+@pytest.mark.compile
 def test_a_running_l2tui_run_holds_its_session(tmp_path, capsys):
     """The holder is a real `l2tui run --resume` (its track reopened by --max-steps 3, so it builds)."""
     import time

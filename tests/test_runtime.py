@@ -63,6 +63,7 @@ def test_matmul_rejects_non_gpu_arrays(export_dir):
         lib.matmul(np.zeros((4, 4), np.float16), np.zeros((4, 4), np.float16))
 
 
+@pytest.mark.compile
 def test_lazy_build_is_once_and_thread_safe(export_dir, monkeypatch):
     """Eight threads ask for the same kernel at once: one nvcc build, one ctypes function for all."""
     lib = runtime.load(export_dir, prefer_prebuilt=False)
@@ -97,6 +98,7 @@ def test_lazy_build_is_once_and_thread_safe(export_dir, monkeypatch):
     assert lib.kernel((512, 256, 128), "sm_90a") is not None
 
 
+@pytest.mark.compile
 def test_prebuilt_library_is_used_when_its_arch_matches(tmp_path_factory):
     root = tmp_path_factory.mktemp("rtb")
     out = export_session(fx.make_session(root / "run-1"), root / "exp", build=True, arch="sm_90a").out
@@ -132,6 +134,7 @@ def test_unknown_fallback_env_warns_and_uses_the_default(export_dir, monkeypatch
     assert lib.fallback_mode == "cublaslt-autotune"
 
 
+@pytest.mark.compile
 def test_fallback_only_library_builds_when_there_is_no_prebuilt_one(export_dir):
     """No --build here: the fallback comes from a small library built from the same generated C (real nvcc)."""
     from l2tui.export.cdispatch import exported_symbols
@@ -151,6 +154,7 @@ def test_fallback_only_library_builds_when_there_is_no_prebuilt_one(export_dir):
     assert {"l2_hgemm", "l2hgemm_fallback", "l2hgemm_cublas", "l2hgemm_fallback_mode"} <= syms
 
 
+@pytest.mark.compile
 def test_fallback_only_library_is_built_for_an_old_prebuilt_library(export_dir, monkeypatch):
     """A library built before the fallback existed has no l2hgemm_fallback: the runtime builds its own."""
     import types

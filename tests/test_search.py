@@ -238,6 +238,7 @@ def test_cluster_split_k_moves_only_on_hopper_and_with_split_k_one():
     assert not any(m.config.knob_dict.get("CLUSTER_K", "1") != "1" for m in old)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("acc", ["f32", "f16"])
 def test_every_catalog_configuration_has_legal_neighbours(arch, acc):

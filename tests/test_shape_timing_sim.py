@@ -241,6 +241,7 @@ def test_back_to_back_a_content_memo_fails_part_two_and_part_three_is_not_reache
     assert sc.recs["honest"].results["fresh"]["ok"] and "dense_ms" in sc.recs["honest"].results["fresh"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["isolated", "chained", "server"])
 @pytest.mark.parametrize("secret", [True, False], ids=["secret-salt", "known-salt"])
 def test_verified_rows_cannot_be_predicted_by_a_kernel_that_knows_the_counters(monkeypatch, mode, secret):

@@ -145,6 +145,7 @@ def test_comments_strings_and_lookalike_names_are_fine():
     assert sp.violations(with_call("// never reads %globaltimer")) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("acc", ["f32", "f16"])
 def test_every_catalog_configuration_passes(arch, acc):

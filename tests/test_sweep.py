@@ -79,6 +79,7 @@ def test_sweep_logs_tracks_picks_winners_and_resumes(tmp_path, monkeypatch):
     assert all(t["build_s"] == 0 and t["gpu_s"] == 0 and t["seconds"] >= 0 for t in done.values())
 
 
+@pytest.mark.compile
 def test_cli_prebuild_only_builds_the_catalog(capsys, tmp_path, monkeypatch):
     from l2tui.cli import main
 
@@ -101,6 +102,7 @@ def test_cli_rejects_a_negative_new_builds_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "s").exists()   # nothing was created for a bad option
 
 
+@pytest.mark.compile
 def test_a_sweep_out_of_time_before_it_starts_ends_its_session_for_resume(capsys, tmp_path, monkeypatch):
     """``--max-seconds 0``: no build and no track starts; the session ends with reason ``time
     limit``, says how to continue, and ``--resume`` runs the track."""
@@ -135,6 +137,7 @@ def test_a_sweep_out_of_time_before_it_starts_ends_its_session_for_resume(capsys
     assert "the session's 2 runs" in out
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("libraries", [None, "torch"])
 def test_sweep_libraries_reach_the_session_and_the_exports_routes(capsys, tmp_path, monkeypatch, libraries):
     """``--libraries torch``: every track's times hold torch beside the baseline, the session's config
@@ -169,6 +172,7 @@ def test_sweep_refuses_an_unknown_library_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.compile
 def test_a_resumed_sweep_keeps_its_libraries(capsys, tmp_path, monkeypatch):
     """A resume without ``--libraries`` times what the sweep started with; another list is one line."""
     from l2tui.cli import main

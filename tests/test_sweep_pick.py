@@ -155,6 +155,7 @@ def test_a_pick_candidate_without_a_result_never_wins(tmp_path, monkeypatch):
         k == "ok" for n, k in kinds.items() if n != top.name)   # the pick chose only what the recording holds
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")
 def test_the_command_with_the_local_executor_picks_on_the_recordings_gpu(tmp_path, monkeypatch, capsys):
     """``l2tui sweep --recorded`` (default executor): real nvcc builds of a small family, the pick

@@ -23,7 +23,7 @@ from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig  # noqa: E402
 from l2tui.session import Session  # noqa: E402
 from tests.sweep_support import TIMINGS, recorded_file  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(1200),
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.compile,   # runs nvcc (tools/test.sh --fast leaves it out)
               pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")]
 
 SHAPES = [Shape(64, 64, 64), Shape(128, 128, 128), Shape(256, 256, 256)]

@@ -23,7 +23,7 @@ pytest.importorskip("ray")
 from harness.shapes import Shape  # noqa: E402
 from tests.sweep_support import H200_UUID, TIMINGS, recorded_file  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(900),
+pytestmark = [pytest.mark.timeout(900), pytest.mark.compile,   # runs nvcc (tools/test.sh --fast leaves it out)
               pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")]
 
 

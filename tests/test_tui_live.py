@@ -6,6 +6,8 @@ from __future__ import annotations
 import stat
 import sys
 
+import pytest
+
 from harness.shapes import parse_shape
 from l2tui.agent.loop import make_loop
 from l2tui.agent.policies import make_policy
@@ -18,6 +20,8 @@ from l2tui.tui.widgets.feeds import LoopHandle
 from tests.openai_server import Reply
 
 from tui_support import SIZE
+
+pytestmark = pytest.mark.compile   # runs nvcc (tools/test.sh --fast leaves it out)
 
 ENV = "L2TUI_TUI_TEST_KEY"
 

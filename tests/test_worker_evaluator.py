@@ -15,6 +15,7 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.mark.compile
 def test_compile_error_is_a_result_not_an_exception():
     with Evaluator(arch="sm_90a", baselines=("cublas",)) as ev:
         bad = 'extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* s) { return x; }'
@@ -27,6 +28,7 @@ def test_compile_error_is_a_result_not_an_exception():
         assert back.status == "compile_error" and back.build.errors[0].message == e.build.errors[0].message
 
 
+@pytest.mark.compile
 def test_no_gpu_is_one_line_tool_missing():
     try:
         import cupy  # noqa: F401

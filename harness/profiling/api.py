@@ -18,7 +18,7 @@ from ..paths import KERNELS_DIR
 from ..shapes import Shape, parse_shape
 from .errors import NoKernelProfiled, ProfileFailed, ProfileRefused
 from .metrics import aggregate
-from .ncu import NcuRun, run_ncu
+from .ncu import NcuRun, find_ncu, run_ncu
 from .parse import KernelRecord, Metric, merge, parse_details, parse_raw, split_by_range
 from .verdict import Classifier, Verdict, filtered_metrics
 
@@ -115,19 +115,28 @@ def _build_so(source: str, arch: str | None, flags: Sequence[str]) -> str:
 
 def resolve_kernel(kernel: str | os.PathLike[str], arch: str | None = None, flags: Sequence[str] = ()) -> str:
     """A shared-library path from a ``.so`` path, a ``.cu`` path or kernel source text."""
+    so_path, source = _kernel_input(kernel)
+    return so_path if source is None else _build_so(source, arch, flags)
+
+
+def _kernel_input(kernel: str | os.PathLike[str]) -> tuple[str, str | None]:
+    """``(so_path, None)`` for a built library, ``("", source)`` for source to build.
+
+    Reading comes apart from building so that a caller can check its tools in between: a
+    missing file is the user's first mistake to hear about, a missing profiler the second,
+    and neither should wait for nvcc."""
     s = str(kernel)
     if "l2_hgemm" in s and ("\n" in s or "(" in s):
-        return _build_so(s, arch, flags)
+        return "", s
     p = Path(s)
     if p.suffix == ".so":
         if not p.is_file():
             raise KernelSourceError(f"kernel library {s!r} not found: give a .so, a .cu file or source text")
-        return str(p.resolve())
+        return str(p.resolve()), None
     try:
-        source = p.read_text()
+        return "", p.read_text()
     except OSError as e:
         raise KernelSourceError(f"cannot read kernel file {s!r}: {e.strerror}") from None
-    return _build_so(source, arch, flags)
 
 
 def baseline_request(name: str, shape: Shape, acc: str = "f32", arch: str | None = None) -> Request:
@@ -193,6 +202,17 @@ def _label_of(kernel: str | os.PathLike[str]) -> str:
     return "kernel" if "\n" in s or "l2_hgemm" in s else Path(s).stem
 
 
+def _kernel_request(kernel: str | os.PathLike[str], shape: Shape, acc: str, arch: str | None,
+                    flags: Sequence[str]) -> tuple[Request, str]:
+    """The request for a kernel and the ncu to run it with, found before nvcc builds the kernel:
+    a machine without the profiler hears so at once, not after a build of many seconds."""
+    so_path, source = _kernel_input(kernel)
+    ncu = find_ncu()
+    if source is not None:
+        so_path = _build_so(source, arch, flags)
+    return Request(shape, acc, so_path=so_path, label=_label_of(kernel)), ncu
+
+
 def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, acc: str = "f32", *,
                    baseline: str | None = None, timeout_s: float = 120.0, arch: str | None = None,
                    flags: Sequence[str] = (), label: str | None = None,
@@ -215,12 +235,16 @@ def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, ac
             raise ProfileRefused("not profiled: Nsight Compute would load this kernel outside the sandbox this run "
                                  "requires for model-written code (pass --no-sandbox to profile it unprotected)")
     if baseline is not None:
+        if baseline not in BASELINES:
+            raise HarnessError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
+        ncu = find_ncu()   # before the cuBLAS shim's build: said at once, not after nvcc ran
         req = baseline_request(baseline, shp, acc, arch)
     else:
-        req = Request(shp, acc, so_path=resolve_kernel(kernel, arch, flags), label=_label_of(kernel))
+        assert kernel is not None
+        req, ncu = _kernel_request(kernel, shp, acc, arch, flags)
     if label:
         req.label = label
-    res = profile_many([req], timeout_s=timeout_s, classifier=classifier, warm_caches=warm_caches)[0]
+    res = profile_many([req], timeout_s=timeout_s, classifier=classifier, ncu=ncu, warm_caches=warm_caches)[0]
     if isinstance(res, HarnessError):
         raise res
     return res

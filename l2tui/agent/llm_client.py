@@ -6,6 +6,11 @@ be visible (an ``error``-free ``llm_call`` with ``attempts``, a progress line),
 *result* (``ok=False`` with a one-line ``error``) so the agent loop records a
 ``no_patch`` step and goes on instead of dying.
 
+An endpoint that has never answered this client and fails a call at the endpoint itself
+(connection refused, no reply in time, the key refused, no such path or model) is a
+configuration mistake, not bad luck: that result says so (``endpoint_unusable``), so that a
+run stops after the first call's retries instead of spending every step on the same failure.
+
 The API key is read from the environment variable named in config at call
 time; it is never stored on this object's public state, in results or in
 error messages (any occurrence is masked).
@@ -34,11 +39,26 @@ REPLY_MIN_CAP_CHARS = 256 * 1024
 
 
 class CallFailed(Exception):
-    """One attempt that failed in a way the SDK does not report (deadline, truncation, size)."""
+    """One attempt that failed in a way the SDK does not report (deadline, truncation, size).
 
-    def __init__(self, reason: str, retryable: bool):
+    ``endpoint``: the endpoint itself failed (nothing came back in time), not its reply."""
+
+    def __init__(self, reason: str, retryable: bool, endpoint: bool = False):
         super().__init__(reason)
         self.retryable = retryable
+        self.endpoint = endpoint
+
+
+class EndpointUnusable(Exception):
+    """The configured endpoint has never answered and its first call failed at the endpoint.
+
+    Raised by a policy after it recorded the failed call, so that the agent loop pauses the
+    tracks that need the model (and a headless run stops) with one line, rather than charging
+    a failed step to the model at every step of every track."""
+
+
+#: HTTP statuses that mean the endpoint is set up wrong (key, path, model), not busy
+CONFIG_STATUSES = (401, 403, 404)
 
 
 @dataclass
@@ -51,6 +71,7 @@ class LLMResult:
     attempts: int = 1
     model: str = ""
     finish_reason: str | None = None
+    endpoint_unusable: bool = False  # see EndpointUnusable: this endpoint never answered
 
 
 def _one_line(s: str, limit: int = 300) -> str:
@@ -61,9 +82,13 @@ def _one_line(s: str, limit: int = 300) -> str:
 class DeltaBatcher:
     """Collect streamed tokens; flush every ``chars`` characters or ``seconds``, up to ``cap`` in all."""
 
-    def __init__(self, sink: Callable[[str], None] | None, chars: int = DELTA_BATCH_CHARS,
-                 seconds: float = DELTA_BATCH_S, cap: int = DELTA_LIVE_CAP_CHARS):
-        self.sink, self.chars, self.seconds, self.cap = sink, chars, seconds, cap
+    def __init__(self, sink: Callable[[str], None] | None, chars: int | None = None,
+                 seconds: float | None = None, cap: int | None = None):
+        # the module's settings as they are now (not as they were at import), so a caller can tune them
+        self.sink = sink
+        self.chars = DELTA_BATCH_CHARS if chars is None else chars
+        self.seconds = DELTA_BATCH_S if seconds is None else seconds
+        self.cap = DELTA_LIVE_CAP_CHARS if cap is None else cap
         self.buf: list[str] = []
         self.n = 0
         self.sent = 0
@@ -139,6 +164,7 @@ class LLMClient:
         self._sleep = sleep
         self._client: Any = None
         self._stream_options_ok = True
+        self.answered = False  # the endpoint has sent something back (a reply or a chunk)
 
     @classmethod
     def from_config(cls, cfg: Any) -> "LLMClient":
@@ -211,7 +237,19 @@ class LLMClient:
 
     def _deadline_error(self) -> CallFailed:
         return CallFailed(f"timed out after {self.timeout_s:g} s without a complete reply "
-                          "([llm] timeout_s bounds the whole call, streaming included)", True)
+                          "([llm] timeout_s bounds the whole call, streaming included)", True, endpoint=True)
+
+    @staticmethod
+    def _endpoint_fault(exc: BaseException) -> bool:
+        """Whether ``exc`` is the endpoint failing (unreachable, silent, refusing the key or the
+        path) rather than a reply that was wrong."""
+        import openai
+
+        if isinstance(exc, CallFailed):
+            return exc.endpoint
+        if isinstance(exc, openai.APIConnectionError):   # includes APITimeoutError
+            return True
+        return isinstance(exc, openai.APIStatusError) and exc.status_code in CONFIG_STATUSES
 
     def _once(self, messages: list[dict], role: str, on_delta: Callable[[str], None] | None) -> tuple[str, dict | None, str | None]:
         """One attempt, within ``timeout_s`` from request to last byte.
@@ -248,6 +286,7 @@ class LLMClient:
                 raise self._deadline_error() from None
             if kind == "error":
                 raise resp
+            self.answered = True
             if isinstance(resp, str) or not getattr(resp, "choices", None):
                 raise ValueError("the endpoint answered something that is not a chat completion")
             choice = resp.choices[0]
@@ -301,6 +340,7 @@ class LLMClient:
                 if kind == "error":
                     raise chunk
                 chunks += 1
+                self.answered = True
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage.model_dump()
                 for ch in getattr(chunk, "choices", None) or []:
@@ -340,6 +380,7 @@ class LLMClient:
         t0 = time.monotonic()
         attempt = 0
         last_err = "no attempt made"
+        endpoint_fault = False
         while True:
             attempt += 1
             try:
@@ -371,6 +412,9 @@ class LLMClient:
                 else:
                     retryable, reason = False, "garbage reply from the endpoint: " + _one_line(str(exc), 200)
                 last_err = self._mask(reason)
+                endpoint_fault = self._endpoint_fault(exc)
+                if isinstance(exc, openai.APIStatusError) and exc.status_code not in CONFIG_STATUSES:
+                    self.answered = True   # a busy or picky server is still a server
                 if not retryable or attempt > self.max_retries:
                     break
                 delay = min(RETRY_CAP_S, self.backoff_s * (2 ** (attempt - 1)))
@@ -382,4 +426,5 @@ class LLMClient:
                 self._sleep(delay)
         suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
         return LLMResult(False, "", {"prompt_tokens": 0, "completion_tokens": 0}, time.monotonic() - t0,
-                         _one_line(last_err + suffix), attempt, self.model)
+                         _one_line(last_err + suffix), attempt, self.model,
+                         endpoint_unusable=endpoint_fault and not self.answered)

@@ -34,6 +34,7 @@ from .. import events as ev_schema
 from ..errors import SessionError
 from ..session import Session, check_shape, sha256_text
 from ..steering import WAKE, LoopCommand
+from .llm_client import EndpointUnusable
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
@@ -232,6 +233,8 @@ class AgentLoop:
         self._resumed_from: int | None = None
         self._telemetry: Any = None
         self._telemetry_next = 0.0
+        #: one line, once the LLM endpoint failed its first call (see _endpoint_unusable)
+        self.endpoint_error: str | None = None
         self._restore()
 
     # ================================================================== public API
@@ -389,6 +392,10 @@ class AgentLoop:
             self._error(t, f"track {t.id}: {e}; resume to run the step again")
             self.request_stop()
             return
+        except EndpointUnusable as e:  # a setup mistake, not the model's: nothing is charged
+            t.gen = None
+            self._endpoint_unusable(str(e))
+            return
         except Exception as e:  # a bug or an evaluator failure: the track fails, the loop goes on
             t.gen = None
             self._error(t, f"track {t.id} failed: {type(e).__name__}: {e}")
@@ -400,6 +407,17 @@ class AgentLoop:
 
     def _policy(self, t: Track) -> Policy:
         return t.policy or self.policy
+
+    def _endpoint_unusable(self, reason: str) -> None:
+        """The LLM endpoint failed its first call: one error, and every live track that needs the
+        model paused (the others go on). Resuming a track tries the endpoint again, so a user
+        who fixes the server or the key goes on where it stopped; ``endpoint_error`` tells a
+        headless run to stop."""
+        self.endpoint_error = f"the LLM endpoint cannot be used ({reason}): fix [llm] base_url, model or the API key"
+        self._error(None, f"{self.endpoint_error}; the tracks of the llm policy are paused until you resume them")
+        for t in self.tracks.values():
+            if _live(t) and self._policy(t).name == "llm" and t.state in ("running", "queued"):
+                self._set_state(t, "paused")
 
     def _budget(self, t: Track) -> str | None:
         c = self.config
@@ -636,6 +654,8 @@ class AgentLoop:
             prop = pol.seed(ctx)
             if ctx.known and not prop.known_timed:
                 prop = self._time_known(t, ctx, prop, ctx.known)
+        except EndpointUnusable:
+            raise
         except Exception as e:
             if _interrupted(e):
                 raise StepInterrupted(f"step {step} seed interrupted") from None
@@ -667,6 +687,9 @@ class AgentLoop:
         ctx = self._ctx(t, step)
         try:
             props = pol.propose(ctx)
+        except EndpointUnusable:
+            t.step = step - 1   # the step never ran: resuming runs it under the same number
+            raise
         except Exception as e:
             if _interrupted(e):
                 raise StepInterrupted(f"step {step} proposal interrupted") from None
@@ -752,6 +775,8 @@ class AgentLoop:
                 ctx = self._ctx(t, step)
                 try:
                     dprop = self._policy(t).debug(ctx, failure)
+                except EndpointUnusable:
+                    raise
                 except Exception as e:
                     if _interrupted(e):
                         raise StepInterrupted(f"step {step} debug interrupted") from None

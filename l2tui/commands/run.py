@@ -12,11 +12,13 @@ resumable.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from harness.termtext import visible
 
@@ -187,6 +189,49 @@ def summary(session: Any) -> str:
     return "\n".join(lines)
 
 
+def _stop_on_endpoint_error(loop: Any, event: dict) -> None:
+    """Headless, nobody can fix the endpoint and resume the paused tracks: the run stops at the
+    loop's endpoint error (the app keeps the tracks paused instead)."""
+    if event.get("type") == ev_schema.ERROR and loop.endpoint_error:
+        loop.request_stop()
+
+
+def recorded_shapes(records: Mapping[str, object]) -> set[str]:
+    """The ``MxNxK:acc`` pairs a recording holds results for (its keys are ``sha:MxNxK:acc``)."""
+    out: set[str] = set()
+    for key in records:
+        parts = key.split(":") if isinstance(key, str) else []
+        if len(parts) == 3:
+            out.add(f"{parts[1]}:{parts[2]}")
+    return out
+
+
+def _volume(shape: str) -> int:
+    """M*N*K of an ``MxNxK`` text (0 for anything else), to list a recording's smallest shapes first."""
+    dims = shape.split("x")
+    return math.prod(int(d) for d in dims) if len(dims) == 3 and all(d.isdigit() for d in dims) else 0
+
+
+def _require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any], acc: str, path: str) -> None:
+    """Refuse, in one line, shapes the recording has nothing for.
+
+    Replaying a recording can only give results it holds: a shape without any would seed from
+    the reference kernel, come back ``not_recorded`` at every step and end with no best, so
+    the run is refused before a session is created."""
+    from ..errors import UserError
+
+    held = recorded_shapes(records)
+    missing = [str(s) for s in shapes if f"{s}:{acc}" not in held]
+    if not missing:
+        return
+    sizes = sorted({h.split(":")[0] for h in held if h.endswith(f":{acc}")}, key=_volume)
+    listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    having = (f"it has {len(sizes)} shape(s) ({', '.join(sizes[:3])}{', ...' if len(sizes) > 3 else ''})"
+              if sizes else "it has none")
+    raise UserError(f"the recording {path} has no evaluations for {listed} ({acc}): {having}; "
+                    f"pick a recorded shape or record this one on a GPU (tools/record_evaluations.py)")
+
+
 def run(args: argparse.Namespace) -> int:
     """The llm policy runs model-written kernels only inside the sandbox (harness.sandbox), unless
     --no-sandbox; the app path checks it itself."""
@@ -264,6 +309,8 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
                             f"(or use --policy search)")
         policy, factory = compose.policies(policy_name, cfg, gpu)
+        if args.recorded:
+            _require_recorded_shapes(evaluator.records, shapes, cfg.loop["acc"], args.recorded)
         if resume:
             session = compose.open_session(session_dir, writer="run")
             cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
@@ -279,6 +326,7 @@ def _run(args: argparse.Namespace) -> int:
         loop = compose.agent_loop(session, cfg, policy=policy, policy_factory=factory, evaluator=evaluator,
                                   shapes=shapes, acc=cfg.loop["acc"])
         loop.subscribe(Progress(args.quiet))
+        loop.subscribe(partial(_stop_on_endpoint_error, loop))
         if not loop.tracks:
             raise UserError(f"session {session.path} has no tracks: add --shapes")
         if not args.quiet:
@@ -300,6 +348,9 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
+        if loop.endpoint_error:
+            raise UserError(f"{loop.endpoint_error}; then continue with: "
+                            f"l2tui run --headless --session {session.path} --resume")
         print(visible(summary(session), single_line=False), flush=True)
         if stopping["n"]:
             print(f"resume with: l2tui run --headless --session {session.path} --resume", flush=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ... import events as ev_schema
 from .. import context as C
-from ..llm_client import LLMClient, LLMResult
+from ..llm_client import EndpointUnusable, LLMClient, LLMResult
 from ..patches import extract_rewrite
 from ..roles import choose_flags, wants_rewrite
 from .base import Failure, Proposal, TrackContext
@@ -77,6 +77,8 @@ class LLMPolicy:
         )
         ctx.send(ev_schema.LLM_CALL, role=role, model=self.client.model, usage=dict(res.usage), seconds=round(res.seconds, 3),
                  ok=res.ok, error=res.error, attempts=res.attempts)
+        if res.endpoint_unusable:   # the call is recorded; the loop pauses what needs the model
+            raise EndpointUnusable(res.error or "the endpoint never answered")
         return res
 
     # ------------------------------------------------------------------ protocol
