@@ -196,16 +196,23 @@ _FILE_RE = re.compile(r"[\w.-]+\.json")
 MAX_BENCH_BYTES = 64 << 20
 
 
-def _bench_times(d: Path, acc: str) -> tuple[dict[Shape, tuple[float, float | None]], str]:
+def _bench_times(d: Path, winners_file: str, acc: str) -> tuple[dict[Shape, tuple[float, float | None]], str]:
     """Per shape, the committed winner's per-call time and its speedup over the baseline, from the
-    bench file ``gpu.json`` names for ``acc`` (``"bench": {"f32": FILE}``, label ``l2``)."""
+    bench file ``gpu.json`` names for this winners file (``"bench": {"winners-x.json": FILE}``),
+    else for its accumulator (``"bench": {"f32": FILE}``), label ``l2``: each set of winners is
+    timed by the bench that measured it, never by another set's rows for the same shape."""
     doc = _read_small_json(d / "gpu.json", MAX_GPU_FILE_BYTES, "known-GPU file")
     bench = doc.get("bench") if isinstance(doc, dict) else None
     baseline = doc.get("baseline") if isinstance(doc, dict) else None
-    name = bench.get(acc) if isinstance(bench, dict) else None
+    name = (bench.get(winners_file) or bench.get(acc)) if isinstance(bench, dict) else None
     if not isinstance(name, str) or not _FILE_RE.fullmatch(name) or not isinstance(baseline, str):
         return {}, ""
-    rows = _read_small_json(d / name, MAX_BENCH_BYTES, "bench result file")
+    return _bench_rows(d / name, baseline), baseline[:40]
+
+
+def _bench_rows(path: Path, baseline: str) -> dict[Shape, tuple[float, float | None]]:
+    """One bench result file's ``l2`` rows: per shape, (per-call ms, speedup over ``baseline``)."""
+    rows = _read_small_json(path, MAX_BENCH_BYTES, "bench result file")
     rows = rows.get("rows") if isinstance(rows, dict) else None
     out: dict[Shape, tuple[float, float | None]] = {}
     for r in rows if isinstance(rows, list) else []:
@@ -218,7 +225,7 @@ def _bench_times(d: Path, acc: str) -> tuple[dict[Shape, tuple[float, float | No
         if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0:
             sp = base / ms if isinstance(base, (int, float)) and math.isfinite(base) and base > 0 else None
             out[Shape(*dims)] = (float(ms), sp)
-    return out, baseline[:40]
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -232,7 +239,7 @@ def _bundled_layer(d: Path) -> tuple[KnownKernel, ...]:
             w = W.load(d / name)
         except HarnessError as e:
             raise KnownError(str(e)) from None
-        times, baseline = _bench_times(d, w.acc)
+        times, baseline = _bench_times(d, name, w.acc)
         sources: dict[str, str] = {}
         for cname, win in w.configs.items():
             try:

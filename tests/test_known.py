@@ -12,7 +12,7 @@ import pytest
 
 from harness.known import (CHECKOUT_RESULTS, GpuKey, KnownError, KnownKernel, KnownStore, bundled_dirs,
                            log_distance, read_local)
-from harness.shapes import Shape, parse_shape
+from harness.shapes import Shape
 from l2tui.agent.loop import AgentLoop, LoopConfig
 from l2tui.agent.recorded import RecordedEvaluator
 from l2tui.session import Session
@@ -37,7 +37,8 @@ def test_bundled_layer_is_the_committed_h200_winners(tmp_path):
     store = KnownStore(local=tmp_path / "known.json")
     mine = store.results(H200, "f32")
     winners = json.loads((REPO / "results" / "h200" / "winners-f32.json").read_text())
-    assert len(mine) == len(winners["shapes"])
+    models = json.loads((REPO / "results" / "h200" / "winners-models-f32.json").read_text())
+    assert len(mine) == len(set(winners["shapes"]) | set(models["shapes"]))
     k = mine[("f32", Shape(4096, 4096, 4096))]
     assert k.name == winners["shapes"]["4096x4096x4096"] and k.layer == "bundled h200"
     bench = json.loads((REPO / "results" / "h200" / "kernels-offline.json").read_text())
@@ -45,6 +46,22 @@ def test_bundled_layer_is_the_committed_h200_winners(tmp_path):
     assert k.time_ms == row["times_ms"]["l2"] and k.baseline == "cublaslt_autotune"
     assert k.speedup == pytest.approx(row["times_ms"]["cublaslt_autotune"] / row["times_ms"]["l2"])
     assert store.problems == []
+
+
+def test_each_bundled_winners_file_is_timed_by_its_own_bench(tmp_path):
+    """The model-shape winners carry the times of the bench that measured them; a shape both files
+    hold keeps the grid winner with the grid bench's time."""
+    store = KnownStore(local=tmp_path / "known.json")
+    mine = store.results(H200, "f32")
+    models = json.loads((REPO / "results" / "h200" / "winners-models-f32.json").read_text())
+    bench = json.loads((REPO / "results" / "h200" / "kernels-models.json").read_text())
+    row = next(r for r in bench["rows"] if (r["m"], r["n"], r["k"]) == (16, 6144, 4096))
+    k = mine[("f32", Shape(16, 6144, 4096))]
+    assert k.name == models["shapes"]["16x6144x4096"] and k.time_ms == row["times_ms"]["l2"]
+    grid = json.loads((REPO / "results" / "h200" / "kernels-offline.json").read_text())
+    both = mine[("f32", Shape(4096, 4096, 4096))]
+    grow = next(r for r in grid["rows"] if (r["m"], r["n"], r["k"]) == (4096, 4096, 4096))
+    assert both.time_ms == grow["times_ms"]["l2"]
 
 
 def test_another_gpu_model_is_only_a_candidate(tmp_path):
@@ -94,14 +111,13 @@ def test_a_tampered_source_is_refused(tmp_path):
 
 def test_neighbours_of_an_off_grid_shape_are_the_nearest_in_log_space(tmp_path):
     store = KnownStore(local=tmp_path / "known.json")
-    shape = Shape(16, 6144, 4096)                # Llama-3-8B's fused qkv at 16 tokens
+    shape = Shape(24, 5120, 4096)    # a fused qkv at 24 tokens: neither a grid shape nor a committed model shape
+    assert ("f32", shape) not in store.results(H200, "f32")
     seeds = store.seeds(shape, "f32", H200, limit=4)
     assert 1 <= len(seeds) <= 4 and len({k.sha256 for k in seeds}) == len(seeds)
     dists = [log_distance(k.shape, shape) for k in seeds]
     assert dists == sorted(dists)
-    assert seeds[0].shape.m == 64 and seeds[0].shape.k == 4096   # the grid's smallest M, same K
-    grid = [parse_shape(s) for s in json.loads((REPO / "results/h200/winners-f32.json").read_text())["shapes"]]
-    assert min(log_distance(g, shape) for g in grid) == dists[0]
+    assert dists[0] == min(log_distance(k.shape, shape) for k in store.results(H200, "f32").values())
 
 
 def test_a_shape_this_gpu_knows_seeds_from_its_own_kernel(tmp_path):
