@@ -1,0 +1,263 @@
+// l2tui seed family: sm90_cutlass_t
+//
+// Purpose: mid-size HGEMM on Hopper (sm_90a) with tiles cut along M as finely as 48 or 80 rows.
+// The same CUTLASS 3.x machinery as sm90_cutlass (TMA loads into a multistage ring, WGMMA,
+// warp-specialized producer and consumers, a persistent or one-CTA-per-tile schedule), applied
+// to the transposed product C^T = B^T A^T: CUTLASS's M is our N, its N our M. A WGMMA's M is 64
+// rows per warpgroup while its N may be any multiple of 16 up to 256, so in this order the tile's
+// rows (our M) take the flexible side: 48, 80 or 112 rows of C, with A (K-major) staged with the
+// 128-byte swizzle whatever the row count. cuBLASLt's kernels cut their tiles this way on the
+// 33-131-tile long-K shapes (Nsight Compute on 1024x512x2048: 64x80 tiles in its transposed
+// view, eleven stages, clusters of 4x2). sm90_cutlass cannot: there a narrow tile is N-major B
+// with rows of 96 bytes, which only the 32-byte swizzle fits.
+//
+// Layouts (the ABI's): A is M x K row-major, B is K x N row-major, C is M x N row-major,
+// beta = 0 (C is never read). Seen by CUTLASS: A' = B^T (N x K, N-major), B' = A (M rows,
+// K-major), D' = C^T (N x M column-major, the same bytes as C). K and N must be multiples of 8
+// (16-byte aligned TMA rows; otherwise l2_hgemm returns 2 = unsupported); M is free.
+//
+// Knobs (legal values), in the ABI's orientation:
+//   TILE_M          48, 64, 80, 96, 112, 128, 160, 192, 256  CTA tile rows of C (CUTLASS's N)
+//   TILE_N          64, 128, 256        CTA tile columns of C (CUTLASS's M: 64 rows per consumer
+//                                       warpgroup; COOPERATIVE splits 128 or 256 over two)
+//   TILE_K          64, 128             K slice per pipeline stage
+//   CLUSTER_M       1, 2, 4             CTAs per cluster along M (TMA multicast of B)
+//   CLUSTER_N       1, 2, 4             CTAs per cluster along N (TMA multicast of A)
+//                                       (at most 8 CTAs per cluster)
+//   SCHEDULE        BASIC, PINGPONG, COOPERATIVE
+//                                       BASIC: one CTA per tile, one consumer warpgroup (TILE_N
+//                                       64 or 128); PINGPONG: persistent, two consumer warpgroups
+//                                       alternate tiles; COOPERATIVE: persistent, two consumer
+//                                       warpgroups share a tile (TILE_N 128 or 256)
+//   STAGES          0 (auto: fill shared memory), 2 .. 8
+//   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (of C's tiles)
+//   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order
+//   ACC             ACC_F32, ACC_F16    accumulator type
+//   PDL             0, 1                programmatic dependent launch (Hopper): the launch and
+//                                       prologue overlap the previous kernel's tail; every global
+//                                       access still waits for it (griddepcontrol.wait)
+//
+// The epilogue stores through shared memory by TMA with no source operand (beta = 0 compiled
+// in), each subtile's store issued after the next is staged.
+
+// Names for knob values (do not edit).
+#define COOPERATIVE 1
+#define PINGPONG 2
+#define BASIC 3
+#define RASTER_HEURISTIC 0
+#define RASTER_ALONG_M 1
+#define RASTER_ALONG_N 2
+#define ACC_F32 1
+#define ACC_F16 2
+
+// l2: knobs begin
+#define TILE_M 48
+#define TILE_N 64
+#define TILE_K 128
+#define CLUSTER_M 1
+#define CLUSTER_N 1
+#define SCHEDULE BASIC
+#define STAGES 0
+#define RASTER RASTER_HEURISTIC
+#define SWIZZLE 1
+#define ACC ACC_F32
+#define PDL 0
+// l2: knobs end
+// l2: acc=f32
+// (the line above declares the accumulator to the harness: keep it equal to ACC)
+
+// Device-side asserts inside the WGMMA mainloop are function calls that serialize the wgmma
+// pipeline (ptxas warning C7510): build without them.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+// WGMMA shapes whose N is not a power of two times 32 (48, 80, 112, 160...): without this CuTe's
+// atom selector takes the largest of 256, 192, 128, 96, 64, 32, 16 dividing the tile, and an
+// 80-row tile would run as five 64x16x16 WGMMAs per k-step instead of one 64x80x16.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1
+#if PDL
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#define L2_LAUNCH_PDL true
+#else
+#define L2_LAUNCH_PDL false
+#endif
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/thread/linear_combination.h"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+using namespace cute;
+
+namespace l2t {
+
+using ElementA = cutlass::half_t;   // A' = B^T
+using ElementB = cutlass::half_t;   // B' = A
+using ElementD = cutlass::half_t;
+#if ACC == ACC_F16
+using ElementAcc = cutlass::half_t;
+#else
+using ElementAcc = float;
+#endif
+using ElementCompute = float;
+
+using LayoutA = cutlass::layout::ColumnMajor;  // A' = B^T: N x K, N contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // B' = A: K x M as CUTLASS's B, K contiguous
+using LayoutD = cutlass::layout::ColumnMajor;  // D' = C^T: N x M, N contiguous
+constexpr int kAlign = 8;                      // 16 bytes of fp16
+
+// CUTLASS's (M, N, K) tile and cluster: ours with M and N exchanged
+using TileShape = Shape<Int<TILE_N>, Int<TILE_M>, Int<TILE_K>>;
+using ClusterShape = Shape<Int<CLUSTER_N>, Int<CLUSTER_M>, _1>;
+
+#if SCHEDULE == COOPERATIVE
+static_assert(TILE_N % 128 == 0, "COOPERATIVE: two consumer warpgroups split TILE_N (CUTLASS's M)");
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#elif SCHEDULE == BASIC
+static_assert(TILE_N == 64 || TILE_N == 128, "BASIC: one consumer warpgroup holds 64 or 128 columns");
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecialized;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
+static_assert(TILE_N == 64 || TILE_N == 128, "PINGPONG: each consumer warpgroup holds a whole tile");
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#endif
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
+    void, LayoutD, kAlign,       // no source operand: beta = 0
+    ElementD, LayoutD, kAlign,   // D' = C^T
+    EpilogueSchedule>::CollectiveOp;
+
+#if STAGES == 0
+using StageCount = cutlass::gemm::collective::StageCountAutoCarveout<
+    static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>;
+#else
+using StageCount = cutlass::gemm::collective::StageCount<STAGES>;
+#endif
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB,
+    LayoutB, kAlign, ElementAcc, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                        CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+using StrideA = typename Gemm::GemmKernel::StrideA;
+using StrideB = typename Gemm::GemmKernel::StrideB;
+using StrideD = typename Gemm::GemmKernel::StrideD;
+
+// The initialized kernel of the last problem: a repeated identical call reuses its parameters
+// (TMA descriptors), so a call costs the launch alone.
+struct Prepared {
+  Gemm gemm;
+  int sm_count = 0;
+  int resident_clusters = -1;  // -1: not asked yet; 0: the query failed (CUTLASS uses sm_count)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int m = -1, n = -1, k = -1;
+  cudaStream_t stream = nullptr;
+};
+
+static Prepared& prepared() {
+  static Prepared p;
+  return p;
+}
+
+// Clusters of this kernel the GPU holds at once. A persistent grid sized from the SM count alone
+// may not fit when GPCs' SM counts are not multiples of the cluster; the occupancy query knows.
+static int resident_clusters() {
+  using Kernel = typename Gemm::GemmKernel;
+  const void* fn = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = CLUSTER_N;   // CUTLASS's M first
+  cluster[0].val.clusterDim.y = CLUSTER_M;
+  cluster[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t probe = {};
+  probe.gridDim = dim3(CLUSTER_N, CLUSTER_M, 1);
+  probe.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
+  probe.dynamicSmemBytes = smem;
+  probe.attrs = cluster;
+  probe.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, fn, &probe) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
+
+}  // namespace l2t
+
+extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  using namespace l2t;
+  if (M <= 0 || N <= 0 || K <= 0) return 1;
+  if (K % kAlign != 0 || N % kAlign != 0) return 2;  // TMA needs 16-byte aligned rows
+  Prepared& p = prepared();
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.sm_count == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    p.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  }
+  if (p.resident_clusters < 0) p.resident_clusters = resident_clusters();
+  if (p.a == A && p.b == B && p.c == C && p.m == M && p.n == N && p.k == K && p.stream == s) {
+    return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
+  }
+  // CUTLASS's problem (M', N', K) = (N, M, K)
+  StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(N, K, 1));
+  StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(M, K, 1));
+  StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(N, M, 1));
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = 0;
+  hw.sm_count = p.sm_count;
+  hw.max_active_clusters = p.resident_clusters;
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {N, M, K, 1},
+      {static_cast<const ElementA*>(B), sa, static_cast<const ElementB*>(A), sb},
+      {{1.0f, 0.0f}, nullptr, sd, static_cast<ElementD*>(C), sd},
+      hw};
+  args.scheduler.max_swizzle_size = SWIZZLE;
+  using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+#if RASTER == RASTER_ALONG_M
+  args.scheduler.raster_order = Raster::AlongN;   // along our M is along CUTLASS's N
+#elif RASTER == RASTER_ALONG_N
+  args.scheduler.raster_order = Raster::AlongM;
+#else
+  args.scheduler.raster_order = Raster::Heuristic;
+#endif
+  if (p.gemm.can_implement(args) != cutlass::Status::kSuccess) return 2;
+  const size_t need = Gemm::get_workspace_size(args);
+  if (need > p.workspace_bytes) {  // grown once per larger need; never freed (a captured graph may use it)
+    p.workspace = nullptr;
+    p.workspace_bytes = 0;
+    if (cudaMalloc(&p.workspace, need) != cudaSuccess) return 3;
+    p.workspace_bytes = need;
+  }
+  p.m = -1;  // until initialize() succeeds for this problem
+  if (p.gemm.initialize(args, p.workspace, s) != cutlass::Status::kSuccess) return 4;
+  p.a = A; p.b = B; p.c = C; p.m = M; p.n = N; p.k = K; p.stream = s;
+  return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
+}
