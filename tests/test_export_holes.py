@@ -53,6 +53,7 @@ def test_export_refuses_a_kernel_that_includes_a_file_elsewhere(recorded, tmp_pa
 
 
 @pytest.mark.skipif(not sandbox.probe().works, reason="bubblewrap cannot start a sandbox here")
+@pytest.mark.compile
 def test_a_kernel_is_compiled_in_the_sandbox_without_the_callers_environment(tmp_path, monkeypatch):
     """A header found only through the caller's CPATH would be read by a bare nvcc and quoted in
     its error; the build driver's sandbox clears the environment and hides the folder."""

@@ -126,6 +126,7 @@ def test_every_render_passes_the_source_policy():
         assert violations(cfg.source()) == [], cfg.name
 
 
+@pytest.mark.compile
 def test_a_hand_edit_past_the_limits_fails_to_compile_with_the_static_assert(tmp_path, monkeypatch):
     from harness.build import build
 

@@ -20,6 +20,9 @@ NOT_ALIGNED = [Shape(16, 4100, 4096), Shape(16, 4096, 4100), Shape(1, 12, 8)]
 @pytest.mark.parametrize("shape", OFF_GRID, ids=str)
 def test_every_family_takes_off_grid_shapes_with_aligned_rows(shape):
     for fam in F.families_for("sm_90a"):
+        if fam.name == "skinny_splitk" and shape.m > F.SKINNY_MAX_M:   # decode rows only, by design
+            assert not F.applicable(fam, shape, "sm_90a")
+            continue
         assert F.applicable(fam, shape, "sm_90a"), (fam.name, shape)
         for cfg in F.catalog("f32", "sm_90a"):
             if cfg.family == fam.name:

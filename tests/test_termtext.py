@@ -3,6 +3,8 @@ summary lines show control characters as visible escapes."""
 
 from __future__ import annotations
 
+import pytest
+
 import io
 
 from harness.build import build
@@ -24,6 +26,7 @@ def test_visible_escapes_c0_c1_del_and_bidi_and_keeps_plain_text():
     assert visible("a\nb") == "a\\x0ab" and visible("a\nb", single_line=False) == "a\nb"
 
 
+@pytest.mark.compile
 def test_a_compile_error_quoting_escape_sequences_prints_escaped(tmp_path):
     src = f'#error "{HOSTILE}"\n' + kernel_source("testgood_simple")
     res = build(src, arch="sm_90a", use_cache=False)

@@ -166,5 +166,6 @@ def test_a_shadowing_remap_stops_the_app_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "l2tui.cli", "replay", str(GRID)], cwd=tmp_path, capture_output=True,
                        text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "l2tui: using ./l2tui.toml from the working directory",
         f'l2tui: error: {tmp_path / "l2tui.toml"}: [keys] accept = "q" shadows quit (Quit, also on "q"): '
         "give one of them another key"]
