@@ -21,7 +21,7 @@ from typing import Any
 from . import roofline
 from .baselines import BASELINES, parse_baselines
 from .errors import HarnessError, KernelSourceError
-from .results import BASELINE_LABELS, ResultFile, save
+from .results import BASELINE_LABELS, DTYPES, ResultFile, save
 from .shapes import Shape, parse_accumulator, parse_shape, resolve_shapes
 from .stats import geomean, speedup
 from .timing import DEFAULT_TIMING, MODE_LABELS, TIMINGS
@@ -72,6 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "headline); chained = back to back (a pipeline figure); both = each subject both ways in "
                         "the same rounds (times_ms per call, times_ms_chained back to back)")
     p.add_argument("--acc", default="f32", help="accumulator: f32 (default) or f16")
+    p.add_argument("--dtype", choices=DTYPES, default="fp16",
+                   help="element type of A, B and C: fp16 (default) or bf16 (f32 accumulation only)")
     p.add_argument("--baselines", default=",".join(BASELINES),
                    help=f"comma separated: {', '.join(BASELINES)}, all or none (default all)")
     p.add_argument("--kernels", metavar="DIR", action="append",
@@ -92,6 +94,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replays", type=int, default=7, help="offline mode: timed replays per subject (>= 7, default 7)")
     p.add_argument("--timeout", type=float, default=120.0, help="base per-shape timeout in seconds (default 120)")
     p.add_argument("--device", type=int, default=None, help="GPU index (default: CUDA_VISIBLE_DEVICES / 0)")
+
+
+def bench_dtype(dtype: str, acc: str) -> str:
+    """The element type a bench runs in; bf16 accumulates in f32 only."""
+    if dtype not in DTYPES:
+        raise HarnessError(f"unknown --dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if dtype == "bf16" and acc == "f16":
+        raise HarnessError("--dtype bf16 accumulates in f32 only: f16 accumulation is an fp16 option")
+    return dtype
+
+
+def read_sources(paths: list[Path], dtype: str) -> list[str]:
+    """The kernel files' text; one that defines the other element type's entry point is refused
+    in one line naming the file: it would read its inputs as the wrong numbers, so nothing is
+    built or run. A file with no entry point at all is left to the build to report per shape."""
+    from .build import check_abi, source_dtype
+
+    sources = []
+    for path in paths:
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise KernelSourceError(f"cannot read kernel file {str(path)!r}: {e}") from None
+        if "l2_hgemm" in text and source_dtype(text) != dtype:
+            try:
+                check_abi(text, dtype)
+            except KernelSourceError as e:
+                raise KernelSourceError(f"{path}: {e}") from None
+        sources.append(text)
+    return sources
 
 
 def _command_line() -> str:
@@ -285,20 +317,19 @@ def main(args: argparse.Namespace) -> int:
         shapes = resolve_shapes(None)
     if not baselines and not sets:
         raise HarnessError("nothing to time: give --kernels DIR or at least one baseline")
+    dtype = bench_dtype(args.dtype, acc)
+    wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
+    sources = read_sources([path for _, _, path in wanted], dtype)
+    if dtype != "fp16":
+        raise HarnessError(f"bench --dtype {dtype}: the kernels take {dtype}, but the GPU worker's buffers, checks "
+                           "and baselines are fp16 in this version; nothing was timed")
     gpu = require_gpu(args.device or 0)
     arch = args.arch or gpu.arch
 
     # build every distinct candidate source once, in parallel
     so_for: dict[Shape, list[dict[str, Any]]] = {}
     build_fail: dict[tuple[Shape, str], str] = {}
-    wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
     if wanted:
-        sources = []
-        for _, _, path in wanted:
-            try:
-                sources.append(path.read_text())
-            except (OSError, UnicodeDecodeError) as e:
-                raise KernelSourceError(f"cannot read kernel file {str(path)!r}: {e}") from None
         print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
         results = buildmod.build_many(sources, arch=arch)
         for (s, label, _), src, br in zip(wanted, sources, results):
@@ -329,7 +360,7 @@ def main(args: argparse.Namespace) -> int:
             "gpu": info.get("name"), "driver": info.get("driver") or gpu.driver, "cuda": info.get("cuda_runtime"),
             "cuda_driver": info.get("cuda_driver"), "nvcc": buildmod.nvcc_version(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "git_rev": _git_rev(),
-            "mode": args.mode, "acc": acc, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
+            "mode": args.mode, "acc": acc, "dtype": dtype, "method": method, "gpu_uuid": info.get("uuid"), "arch": arch,
             "timing": timing if args.mode == "offline" else "server",
             "mode_label": MODE_LABELS["server" if args.mode == "server" else ("chained" if timing == "chained" else "isolated")],
             "command": _command_line(),

@@ -65,7 +65,9 @@ BASE_FLAGS = [
 # Flags a caller may not pass: the driver owns the output and the inputs.
 _FORBIDDEN_FLAGS = ("-o", "--output-file", "-odir", "--output-directory", "-run", "--run")
 
-_ABI_RE = re.compile(r'extern\s+"C"[^;{]*?\bl2_hgemm\s*\(', re.S)
+_ABI_RE = re.compile(r'extern\s+"C"[^;{]*?\bl2_hgemm(_bf16)?\s*\(', re.S)
+#: the ABI entry point of each element type: the name a kernel defines says what A, B and C hold
+ENTRY_POINTS = {"fp16": "l2_hgemm", "bf16": "l2_hgemm_bf16"}
 _ABI_BLOCK_RE = re.compile(r'extern\s+"C"\s*\{', re.S)
 
 
@@ -292,12 +294,27 @@ def normalize_arch(arch: str | None) -> str:
 # --------------------------------------------------------------------------- parsing
 
 
-def check_abi(source: str) -> None:
-    """Refuse a source that does not define the ABI entry point ``extern "C" l2_hgemm``."""
+def source_dtype(source: str) -> str:
+    """The element type a kernel source takes, by the entry point it defines: ``l2_hgemm_bf16``
+    is bf16, ``l2_hgemm`` (or a source with an ``extern "C" {`` block) fp16."""
+    m = _ABI_RE.search(source)
+    return "bf16" if m and m.group(1) else "fp16"
+
+
+def check_abi(source: str, dtype: str | None = None) -> str:
+    """Refuse a source that does not define the ABI entry point ``extern "C" l2_hgemm`` (or
+    ``l2_hgemm_bf16``), or, with ``dtype``, one that takes another element type: a bf16 kernel
+    fed fp16 data computes garbage, so the mismatch is refused before anything runs.
+    Returns the source's element type."""
     if "l2_hgemm" not in source:
         raise KernelSourceError('kernel does not define l2_hgemm: add extern "C" int l2_hgemm(...) (see the kernel ABI)')
     if not (_ABI_RE.search(source) or _ABI_BLOCK_RE.search(source)):
         raise KernelSourceError('l2_hgemm must be declared extern "C" so it can be loaded (see the kernel ABI)')
+    has = source_dtype(source)
+    if dtype is not None and dtype != has:
+        raise KernelSourceError(f"the kernel takes {has} (it defines {ENTRY_POINTS[has]}) but this run is {dtype}: "
+                                f"run it with --dtype {has}, or give a kernel that defines {ENTRY_POINTS[dtype]}")
+    return has
 
 
 _PTXAS_ENTRY = re.compile(r"ptxas info\s*:\s*Compiling entry function '([^']+)' for '([^']+)'")
@@ -530,16 +547,18 @@ def build(
     use_cache: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     trusted: bool = False,
+    dtype: str | None = None,
 ) -> BuildResult:
     """Compile one ABI kernel source to a shared library (or return the cached one).
 
-    Raises :class:`KernelSourceError` for a source without ``l2_hgemm`` and
+    Raises :class:`KernelSourceError` for a source without ``l2_hgemm`` (or ``l2_hgemm_bf16``),
+    or one whose element type is not ``dtype`` when given, and
     :class:`ToolMissing` without nvcc; compile failures are *results*
     (``ok=False`` with structured ``errors``), not exceptions. A source that calls what a
     candidate may not (:mod:`harness.source_policy`) fails the same way, before nvcc runs, unless
     ``trusted`` (the project's own cuBLAS shim and exported-library code).
     """
-    check_abi(source)
+    entry = ENTRY_POINTS[check_abi(source, dtype)]
     nvcc = nvcc_path()
     arch_n = normalize_arch(arch)
     flags_v = validate_flags(flags)
@@ -586,9 +605,9 @@ def build(
     ok = rc == 0 and so.is_file()
     if ok:
         syms = _exported_symbols(so)
-        if syms is not None and "l2_hgemm" not in syms:
+        if syms is not None and entry not in syms:
             ok = False
-            errors.append(CompileError(SOURCE_NAME, None, None, "error", 'the library does not export l2_hgemm: declare it extern "C" and not static'))
+            errors.append(CompileError(SOURCE_NAME, None, None, "error", f'the library does not export {entry}: declare it extern "C" and not static'))
     elif not any(e.severity in ("error", "fatal") for e in errors):
         tail = log.strip().splitlines()[-1] if log.strip() else f"nvcc exited with status {rc}"
         errors.append(CompileError("nvcc", None, None, "error", tail))

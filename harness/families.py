@@ -106,6 +106,80 @@ def _read_template(file: str) -> str:
 
 _V = lambda *xs: tuple(str(x) for x in xs)  # noqa: E731
 
+# ---------------------------------------------------------------- element type
+
+#: the element types of A, B and C a configuration may have, as the harness names them
+DTYPES = ("fp16", "bf16")
+#: the DTYPE knob's values, in DTYPES order
+DTYPE_VALUES = ("DTYPE_F16", "DTYPE_BF16")
+
+# Why a render-time rewrite and not an ``#if`` in every template: the fp16 render must stay the
+# text that was measured (the committed winners are keyed by its sha256), so a template carries
+# fp16 code only and a bf16 render rewrites its element type, token by token, outside comments.
+# Every family's kernels use these CUDA/CUTLASS spellings of fp16 and nothing else; a test
+# renders each family in bf16 and checks that no fp16 spelling is left in its code.
+_BF16_TOKENS: tuple[tuple[str, str], ...] = (
+    (r"\bcutlass::half_t\b", "cutlass::bfloat16_t"),
+    (r"\b__floats2half2_rn\b", "__floats2bfloat162_rn"),
+    (r"\b__float2half_rn\b", "__float2bfloat16_rn"),
+    (r"\b__half_as_ushort\b", "__bfloat16_as_ushort"),
+    (r"\b__half22float2\b", "__bfloat1622float2"),
+    (r"\b(?:__)?half2\b", "__nv_bfloat162"),
+    (r"\b(?:__)?half\b", "__nv_bfloat16"),
+    (r"\.f32\.f16\.f16\.f32\b", ".f32.bf16.bf16.f32"),
+    (r'(extern\s+"C"\s+int\s+)l2_hgemm(?=\s*\()', r"\1l2_hgemm_bf16"),
+)
+#: fp16 spellings that must not survive in the code of a bf16 render (the ACC_F16 mma, which
+#: validate refuses with bf16, is dropped by the preprocessor and so not listed)
+FP16_RESIDUE = re.compile(r"\bcutlass::half_t\b|\b__half2?\b|\bhalf2?\b|__float2half|__floats2half|__half_as|"
+                          r"__half22float2|\.f32\.f16\.f16\.f32")
+_BF16_DTYPE_LINES = "#define DTYPE_F16 1\n#define DTYPE_BF16 2\n"
+
+
+def _split_comment(line: str) -> tuple[str, str]:
+    """A source line as (code, comment): the rewrite leaves what comments say about fp16 alone."""
+    at = line.find("//")
+    return (line, "") if at < 0 else (line[:at], line[at:])
+
+
+def _bf16_code(code: str) -> str:
+    for pattern, repl in _BF16_TOKENS:
+        code = re.sub(pattern, repl, code)
+    return code
+
+
+def to_bf16(source: str) -> str:
+    """The bf16 kernel of an fp16 family render: the element type rewritten, cuda_bf16.h
+    included, the entry point ``l2_hgemm_bf16`` and ``#define DTYPE DTYPE_BF16`` in the knob block."""
+    if "#define DTYPE DTYPE_BF16" in source:
+        return source
+    m = _BLOCK_RE.search(source)
+    if not m:
+        raise FamilyError("source has no '// l2: knobs begin/end' block: render it from a family first")
+    lines = []
+    for line in source.splitlines(keepends=True):
+        code, comment = _split_comment(line)
+        lines.append(_bf16_code(code) + comment)
+    out = "".join(lines).replace("#include <cuda_fp16.h>\n", "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n", 1)
+    m = _BLOCK_RE.search(out)
+    assert m is not None  # the rewrite leaves the block's markers (comments) as they were
+    begin = out.rfind("\n", 0, m.start()) + 1
+    return out[:begin] + _BF16_DTYPE_LINES + out[begin:m.end(1)] + "#define DTYPE DTYPE_BF16\n" + out[m.end(1):]
+
+
+def dtype_of_knobs(knobs: Mapping[str, str]) -> str:
+    """``fp16`` or ``bf16``: a knob assignment without DTYPE is fp16 (every render before bf16)."""
+    return "bf16" if knobs.get("DTYPE") == "DTYPE_BF16" else "fp16"
+
+
+def dtype_knob(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise FamilyError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return DTYPE_VALUES[DTYPES.index(dtype)]
+
+
+
+
 SM90 = Family(
     name="sm90_cutlass",
     file="fam_sm90_cutlass.cu",
@@ -352,6 +426,10 @@ def set_knobs(source: str, changes: Mapping[str, str | int]) -> str:
         raise FamilyError("source has no '// l2: knobs begin/end' block: render it from a family first")
     block = m.group(1)
     present = dict(_DEFINE_RE.findall(block))
+    if "DTYPE" in changes and str(changes["DTYPE"]) != present.get("DTYPE", "DTYPE_F16"):
+        raise FamilyError("DTYPE is not a knob line to edit: render the family with DTYPE set (the element "
+                          "type is rewritten through the whole kernel)")
+    changes = {k: v for k, v in changes.items() if not (k == "DTYPE" and "DTYPE" not in present)}
     for name, value in changes.items():
         if name not in present:
             raise FamilyError(f"knob {name!r} is not in the knob block: use one of {', '.join(present)}")
@@ -382,7 +460,10 @@ def render(family: Family | str, knobs: Mapping[str, str | int] | None = None, *
     problems = validate(fam, full, allow_unsafe=allow_unsafe)
     if problems:
         raise FamilyError(f"{fam.name}: {problems[0]}")
-    return set_knobs(fam.template(), knobs) if knobs else fam.template()
+    dtype = dtype_of_knobs(knobs)
+    knobs.pop("DTYPE", None)
+    fp16 = set_knobs(fam.template(), knobs) if knobs else fam.template()
+    return to_bf16(fp16) if dtype == "bf16" else fp16
 
 
 def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
@@ -687,6 +768,10 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
             problems.append(f"knob {k.name} is missing")
         elif v not in k.values:
             problems.append(f"{k.name}={v} is not legal: use one of {', '.join(k.values)}")
+    if knobs.get("DTYPE", "DTYPE_F16") not in DTYPE_VALUES:
+        problems.append(f"DTYPE={knobs['DTYPE']} is not legal: use one of {', '.join(DTYPE_VALUES)}")
+    elif dtype_of_knobs(knobs) == "bf16" and knobs.get("ACC") == "ACC_F16":
+        problems.append("DTYPE_BF16 accumulates in f32 only: ACC_F16 is an fp16 option (set ACC ACC_F32)")
     if problems:
         return problems
     g = geometry(fam, knobs)
@@ -841,7 +926,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
     """A short stable name for a configuration, e.g. ``sm80_mma-128x128x32-w2x2-s4``."""
     fam = get_family(family) if isinstance(family, str) else family
     k = {**fam.defaults(), **knobs}
-    acc = ("-f16" if k.get("ACC") == "ACC_F16" else "") + ("-nopdl" if k.get("PDL") == "0" else "")
+    acc = (("-f16" if k.get("ACC") == "ACC_F16" else "") + ("-nopdl" if k.get("PDL") == "0" else "")
+           + ("-bf16" if dtype_of_knobs(k) == "bf16" else ""))
     if fam.name == "sm90_cutlass":
         sched = {"PERSISTENT": "p", "STREAMK": "sk", "SPLITK": f"split{k['SPLITS']}",
                  "SPLITK_REDUCE": f"splitr{k['SPLITS']}"}[k["SCHEDULER"]]
@@ -1047,6 +1133,11 @@ class Config:
     def acc(self) -> str:
         return "f16" if self.knob_dict.get("ACC") == "ACC_F16" else "f32"
 
+    @property
+    def dtype(self) -> str:
+        """``fp16`` or ``bf16``, the element type of A, B and C."""
+        return dtype_of_knobs(self.knob_dict)
+
     def source(self) -> str:
         fam = get_family(self.family)
         changes = {k: v for k, v in self.knobs if fam.defaults().get(k) != v}
@@ -1059,7 +1150,9 @@ class Config:
     def of(family: str, knobs: Mapping[str, str]) -> "Config":
         fam = get_family(family)
         full = {**fam.defaults(), **{k: str(v) for k, v in knobs.items()}}
-        return Config(fam.name, tuple((k.name, full[k.name]) for k in fam.knobs))
+        # DTYPE is listed only where it is bf16, so an fp16 configuration is the one it always was
+        bf16 = (("DTYPE", "DTYPE_BF16"),) if dtype_of_knobs(full) == "bf16" else ()
+        return Config(fam.name, tuple((k.name, full[k.name]) for k in fam.knobs) + bf16)
 
     @staticmethod
     def from_source(source: str) -> "Config | None":
@@ -1097,20 +1190,21 @@ def _entry(path: Path, group: str, i: int, raw: object, defaults: Mapping[str, M
 
 
 def load_catalog_file(path: Path = CATALOG_FILE) -> dict[str, list[Entry]]:
-    """The entry lists of a catalog file, twins added: ``{"f32": ..., "f16": ..., "unsafe": ...}``."""
+    """The entry lists of a catalog file, twins added: ``{"f32": ..., "f16": ..., "bf16": ..., "unsafe": ...}``
+    (``bf16``: the configurations built with bf16 elements, all accumulating in f32)."""
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise FamilyError(f"{path.name}: cannot read the catalog: {e}") from None
     defaults = doc.get("entry_defaults", {})
     groups = {g: [_entry(path, g, i, raw, defaults) for i, raw in enumerate(doc.get("catalog", {}).get(g, []))]
-              for g in ("f32", "f16", "unsafe")}
+              for g in ("f32", "f16", "bf16", "unsafe")}
     if "twins" in doc:
         raise FamilyError(f"{path.name}: [twins] is no longer read: every f32 entry launched with PDL gets "
                           "its no-PDL twin (see the file's head)")
-    for g in ("f32", "f16"):
+    for g in ("f32", "f16", "bf16"):
         groups[g] = _with_twins(groups[g], _epilogue_twin_of)
-    for g in ("f32", "f16"):
+    for g in ("f32", "f16", "bf16"):
         groups[g] = _with_twins(groups[g], no_pdl_twin)
     return groups
 
@@ -1120,26 +1214,32 @@ def _catalog_entries() -> dict[str, list[Entry]]:
     return load_catalog_file()
 
 
-def _configs(entries: Sequence[Entry], acc: str, arch: str | int | None) -> list[Config]:
+def _configs(entries: Sequence[Entry], acc: str, arch: str | int | None, dtype: str = "fp16") -> list[Config]:
     out = []
+    element = {"DTYPE": "DTYPE_BF16"} if dtype == "bf16" else {}
     for fam, knobs in entries:
         if arch is not None and not get_family(fam).runs_on(cc_of(arch)):
             continue
         if arch is not None and knobs.get("CLUSTER_K", "1") != "1" and cc_of(arch) < 90:
             continue  # thread-block clusters: sm_90 and later
-        out.append(Config.of(fam, {**knobs, "ACC": acc_knob(acc)}))
+        out.append(Config.of(fam, {**knobs, "ACC": acc_knob(acc), **element}))
     return out
 
 
-def catalog(acc: str = "f32", arch: str | int | None = None) -> list[Config]:
-    """The prebuilt configurations for ``acc`` that run on ``arch`` (all when arch is None)."""
-    return list(_catalog("f16" if acc == "f16" else "f32", arch))
+def catalog(acc: str = "f32", arch: str | int | None = None, dtype: str = "fp16") -> list[Config]:
+    """The prebuilt configurations for ``acc`` and element type ``dtype`` that run on ``arch``
+    (all when arch is None). bf16 accumulates in f32 only: ``acc`` f16 with bf16 is refused."""
+    dtype_knob(dtype)
+    if dtype == "bf16" and acc == "f16":
+        raise FamilyError("bf16 accumulates in f32 only: f16 accumulation is an fp16 option")
+    return list(_catalog("f16" if acc == "f16" else "f32", arch, dtype))
 
 
 @lru_cache(maxsize=64)
-def _catalog(acc: str, arch: str | int | None) -> tuple[Config, ...]:
+def _catalog(acc: str, arch: str | int | None, dtype: str) -> tuple[Config, ...]:
     # memoised like the entries it reads: a sweep asks for the catalog twice per shape
-    return tuple(_configs(_catalog_entries()[acc], acc, arch))
+    group = "bf16" if dtype == "bf16" else acc
+    return tuple(_configs(_catalog_entries()[group], acc, arch, dtype))
 
 
 def unsafe_catalog(acc: str = "f32") -> list[Config]:

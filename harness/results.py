@@ -2,14 +2,15 @@
 
 Schema (version 1)::
 
-    {"meta": {"gpu", "driver", "cuda", "nvcc", "date", "git_rev", "mode", "acc", "method", ...},
+    {"meta": {"gpu", "driver", "cuda", "nvcc", "date", "git_rev", "mode", "acc", "method", "dtype", ...},
      "rows": [{"m", "n", "k", "times_ms": {label: median ms per call or null},
                "roofline_ms": float or null, "checks": {label: {"ok", "failed", "detail", ...}},
                ...extra keys: "status", "spread", "p90_ms", "device_ms", "clocks", ...}]}
 
 ``times_ms`` has one key per baseline (``cublas``, ``cublaslt_heuristic``,
 ``cublaslt_autotune``, ``torch``) and one per candidate label; ``null`` means absent
-or failed (``status`` says which).  Readers must ignore keys they do not know.
+or failed (``status`` says which).  Readers must ignore keys they do not know. ``meta.dtype``
+(``fp16`` or ``bf16``, the element type of A, B and C) is fp16 in a file that lacks it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ SCHEMA_VERSION = 1
 META_REQUIRED = ("gpu", "driver", "cuda", "nvcc", "date", "git_rev", "mode", "acc", "method")
 ROW_REQUIRED = ("m", "n", "k", "times_ms", "roofline_ms", "checks")
 BASELINE_LABELS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
+#: element types a result file may record in ``meta.dtype``; a file without it is fp16 (every
+#: file written before bf16 was measured)
+DTYPES = ("fp16", "bf16")
 
 
 class ResultFormatError(HarnessError):
@@ -43,6 +47,11 @@ class ResultFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"meta": self.meta, "rows": self.rows}
+
+    @property
+    def dtype(self) -> str:
+        """The element type of A, B and C that the figures are for (fp16 where meta lacks it)."""
+        return str(self.meta.get("dtype") or "fp16")
 
     def labels(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -83,6 +92,10 @@ def problems(obj: Any) -> list[str]:
             out.append(f"meta.timing is {meta.get('timing')!r}, not isolated/chained/both/server")
         if meta.get("acc") not in (None, "f32", "f16"):
             out.append(f"meta.acc is {meta.get('acc')!r}, not f32/f16")
+        if meta.get("dtype") not in (None, *DTYPES):
+            out.append(f"meta.dtype is {meta.get('dtype')!r}, not {'/'.join(DTYPES)}")
+        elif meta.get("dtype") == "bf16" and meta.get("acc") == "f16":
+            out.append("meta.dtype is bf16 with meta.acc f16: bf16 accumulates in f32 only")
     if not isinstance(rows, list):
         out.append("missing list 'rows'")
         return out
@@ -117,7 +130,9 @@ def validate(obj: Any, source: str = "result file") -> ResultFile:
     if errs:
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
         raise ResultFormatError(f"{source}: {errs[0]}{more}")
-    return ResultFile(dict(obj["meta"]), list(obj["rows"]))
+    meta = dict(obj["meta"])
+    meta.setdefault("dtype", "fp16")
+    return ResultFile(meta, list(obj["rows"]))
 
 
 def load(path: str | Path) -> ResultFile:
@@ -206,7 +221,7 @@ def subset(rf: ResultFile, labels: list[str], *, source: str = "") -> ResultFile
     return ResultFile(meta, rows)
 
 
-MERGE_SAME = ("gpu", "driver", "mode", "acc", "method")
+MERGE_SAME = ("gpu", "driver", "mode", "acc", "dtype", "method")
 
 
 def _covers(specs: Any, rows: dict[tuple[int, int, int], Any]) -> bool:
@@ -221,21 +236,26 @@ def _covers(specs: Any, rows: dict[tuple[int, int, int], Any]) -> bool:
     return bool(wanted) and all((s.m, s.n, s.k) in rows for s in wanted)
 
 
+def _comparable(rf: ResultFile) -> dict[str, Any]:
+    """``rf``'s meta with its element type spelled out (a file without one is fp16)."""
+    return {**rf.meta, "dtype": rf.dtype}
+
+
 def merge(files: list[tuple[str, ResultFile]]) -> ResultFile:
     """Rows of several runs of the same method on the same GPU, e.g. a run continued later.
 
-    Refuses files whose GPU, driver, mode, accumulator or method differ (they would not be
+    Refuses files whose GPU, driver, mode, accumulator, element type or method differ (they would not be
     comparable); a shape present twice keeps the later file's row.  meta lists every part
     (file, date, git revision).
     """
     if not files:
         raise ResultFormatError("nothing to merge")
-    first = files[0][1].meta
+    first = _comparable(files[0][1])
     rows: dict[tuple[int, int, int], dict[str, Any]] = {}
     parts = []
     for name, rf in files:
         for key in MERGE_SAME:
-            if rf.meta.get(key) != first.get(key):
+            if _comparable(rf).get(key) != first.get(key):
                 raise ResultFormatError(f"cannot merge {name}: its {key} differs from {files[0][0]}'s")
         for r in rf.rows:
             rows[(r["m"], r["n"], r["k"])] = r

@@ -60,6 +60,8 @@ class Winners:
     about: str
     configs: dict[str, Winner]
     shapes: dict[Shape, str]
+    #: the element type of every configuration; a file without ``dtype`` is fp16
+    dtype: str = "fp16"
 
     def by_shape(self) -> dict[Shape, Winner]:
         return {s: self.configs[n] for s, n in self.shapes.items()}
@@ -81,7 +83,7 @@ def _config(name: str, entry: Any, where: str) -> F.Config:
         fam = F.get_family(entry["family"])
     except HarnessError as e:
         raise WinnersError(f"{where}: configuration {name!r}: {e}") from None
-    unknown = set(entry["knobs"]) - set(fam.knob_names)
+    unknown = set(entry["knobs"]) - set(fam.knob_names) - {"DTYPE"}
     if unknown:
         raise WinnersError(f"{where}: configuration {name!r}: unknown knob {sorted(unknown)[0]} for {fam.name}")
     cfg = F.Config.of(fam.name, {k: str(v) for k, v in entry["knobs"].items()})
@@ -97,6 +99,9 @@ def parse(doc: Any, where: str = "winners file") -> Winners:
     acc = doc.get("acc")
     if acc not in ("f32", "f16"):
         raise WinnersError(f"{where}: 'acc' must be f32 or f16")
+    dtype = doc.get("dtype", "fp16")
+    if dtype not in F.DTYPES:
+        raise WinnersError(f"{where}: 'dtype' must be {' or '.join(F.DTYPES)}")
     raw_cfgs, raw_shapes = doc.get("configs"), doc.get("shapes")
     if not isinstance(raw_cfgs, Mapping) or not isinstance(raw_shapes, Mapping):
         raise WinnersError(f"{where}: needs 'configs' and 'shapes' objects")
@@ -105,6 +110,8 @@ def parse(doc: Any, where: str = "winners file") -> Winners:
         cfg = _config(name, entry, where)
         if cfg.acc != acc:
             raise WinnersError(f"{where}: configuration {name!r} accumulates in {cfg.acc}, the file says {acc}")
+        if cfg.dtype != dtype:
+            raise WinnersError(f"{where}: configuration {name!r} takes {cfg.dtype}, the file says {dtype}")
         digest = entry.get("sha256")
         if not isinstance(digest, str) or len(digest) != 64:
             raise WinnersError(f"{where}: configuration {name!r} needs the sha256 of its source")
@@ -118,7 +125,7 @@ def parse(doc: Any, where: str = "winners file") -> Winners:
         if name not in configs:
             raise WinnersError(f"{where}: shape {key} names {name!r}, which is not under 'configs'")
         shapes[shape] = name
-    return Winners(acc, str(doc.get("about", "")), configs, shapes)
+    return Winners(acc, str(doc.get("about", "")), configs, shapes, dtype)
 
 
 def load(path: str | Path) -> Winners:
@@ -136,7 +143,10 @@ def dump(w: Winners) -> str:
             for n, c in sorted(w.configs.items())]
     shapes = [line(f"{s.m}x{s.n}x{s.k}", n)
               for s, n in sorted(w.shapes.items(), key=lambda kv: (kv[0].m, kv[0].n, kv[0].k))]
-    head = f'{{\n "format": {json.dumps(FORMAT)},\n "acc": {json.dumps(w.acc)},\n "about": {json.dumps(w.about)},\n'
+    # fp16 is what a file without dtype means, so an fp16 file keeps the text it always had
+    dtype = f' "dtype": {json.dumps(w.dtype)},\n' if w.dtype != "fp16" else ""
+    head = (f'{{\n "format": {json.dumps(FORMAT)},\n "acc": {json.dumps(w.acc)},\n{dtype}'
+            f' "about": {json.dumps(w.about)},\n')
     return (head + ' "configs": {\n' + ",\n".join(cfgs) + '\n },\n "shapes": {\n'
             + ",\n".join(shapes) + "\n }\n}\n")
 
@@ -179,7 +189,7 @@ def render_dir(winners_file: str | Path, out_dir: str | Path, *, allow_changed: 
     return len(w.shapes)
 
 
-def from_dir(kernels_dir: str | Path, acc: str, about: str = "") -> Winners:
+def from_dir(kernels_dir: str | Path, acc: str, about: str = "", dtype: str = "fp16") -> Winners:
     """A winners file from a folder of ``M_N_K.cu`` family renders (symlinks are followed)."""
     d = Path(kernels_dir)
     files = sorted(d.glob("*_*_*.cu"))   # M_N_K.cu, or M_N_K_f16.cu as a sweep names its f16 winners
@@ -198,18 +208,22 @@ def from_dir(kernels_dir: str | Path, acc: str, about: str = "") -> Winners:
             raise WinnersError(f"{p}: not a seed-family source (no family header or knob block)")
         if cfg.acc != acc:
             raise WinnersError(f"{p}: accumulates in {cfg.acc}, not {acc}")
+        if cfg.dtype != dtype:
+            raise WinnersError(f"{p}: takes {cfg.dtype}, not {dtype} (pass --dtype {cfg.dtype})")
         win = Winner(cfg.name, cfg, sha256(text))
         if win.source() != text:
             raise WinnersError(f"{p}: {cfg.name} does not render this source byte for byte (edited by hand, or an older template)")
         configs[cfg.name] = win
         shapes[shape] = cfg.name
-    return Winners(acc, about, configs, shapes)
+    return Winners(acc, about, configs, shapes, dtype)
 
 
 def with_base(w: Winners, base: Winners) -> tuple[Winners, int]:
     """``w`` plus every shape of ``base`` that ``w`` lacks (with its configuration); how many."""
     if base.acc != w.acc:
         raise WinnersError(f"the base file accumulates in {base.acc}, the kernels in {w.acc}")
+    if base.dtype != w.dtype:
+        raise WinnersError(f"the base file takes {base.dtype}, the kernels {w.dtype}")
     shapes, configs = dict(w.shapes), dict(w.configs)
     kept = 0
     for shape, name in base.shapes.items():
@@ -217,7 +231,8 @@ def with_base(w: Winners, base: Winners) -> tuple[Winners, int]:
             shapes[shape] = name
             configs.setdefault(name, base.configs[name])
             kept += 1
-    return Winners(w.acc, w.about, configs, dict(sorted(shapes.items(), key=lambda kv: (kv[0].m, kv[0].n, kv[0].k)))), kept
+    ordered = dict(sorted(shapes.items(), key=lambda kv: (kv[0].m, kv[0].n, kv[0].k)))
+    return Winners(w.acc, w.about, configs, ordered, w.dtype), kept
 
 
 # ----------------------------------------------------------------------------- command line
@@ -233,6 +248,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = sub.add_parser("from-dir", help="a winners file from a folder of rendered M_N_K.cu sources")
     f.add_argument("--kernels", required=True, metavar="DIR")
     f.add_argument("--acc", choices=("f32", "f16"), default="f32")
+    f.add_argument("--dtype", choices=F.DTYPES, default="fp16", help="element type of the kernels (default fp16)")
     f.add_argument("--about", default="", help="one line: where the winners come from")
     f.add_argument("--base", metavar="FILE", help="a winners file whose shapes the folder lacks are kept as they are")
     f.add_argument("--out", required=True, metavar="FILE")
@@ -243,7 +259,7 @@ def main(args: argparse.Namespace) -> int:
         n = render_dir(args.winners, args.out, allow_changed=args.allow_changed)
         print(f"{n} kernels in {args.out}")
         return 0
-    w = from_dir(args.kernels, args.acc, args.about)
+    w = from_dir(args.kernels, args.acc, args.about, args.dtype)
     kept = 0
     if args.base:
         w, kept = with_base(w, load(args.base))

@@ -33,6 +33,18 @@ def test_catalog_is_unchanged():
     assert hashlib.sha256(json.dumps(dump).encode()).hexdigest() == CATALOG_FINGERPRINT
 
 
+BF16_FINGERPRINT = "6a1d0091386545a9ce872e0e12d7a56a3001d68525a6f0bc3ec9f2de7c73a6cc"
+BF16_SIZES = {"sm_90a": 40, "sm_80": 12, None: 40}
+
+
+def test_bf16_catalog_is_unchanged():
+    """The bf16 list is pinned apart from the fp16 ones, whose fingerprint above stays as it was."""
+    dump = [(arch, [(c.name, c.family, dict(c.knobs)) for c in catalog("f32", arch, "bf16")])
+            for arch in ("sm_90a", "sm_80", None)]
+    assert {arch: len(cfgs) for arch, cfgs in dump} == BF16_SIZES
+    assert hashlib.sha256(json.dumps(dump).encode()).hexdigest() == BF16_FINGERPRINT
+
+
 def test_catalog_names_are_unique_and_valid():
     for acc in ("f32", "f16"):
         cfgs = catalog(acc)
