@@ -64,6 +64,9 @@ class Family:
     # a family that is the same kernel as another with other knob ranges keeps only its header
     # and knob block in ``file`` and borrows the kernel body of ``body_from`` (no copied code)
     body_from: str | None = None
+    # False until a GPU run of the family's GPU test has passed every check: the search and sweep
+    # then time it only where it is named (``--also``, the ``families`` setting), never by default
+    verified_on_gpu: bool = True
 
     @property
     def path(self):
@@ -360,6 +363,9 @@ SKINNY = Family(
         Knob("WAVES", _V(1, 2, 4), "waves of resident CTAs that KCHUNK 0 aims at"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type (slices are added in fp32 either way)"),
     ),
+    # its first GPU run left C tiles unwritten at M = 100 (tickets zeroed off the call's stream);
+    # fixed since, not yet re-run on a GPU (docs/families.md, skinny_splitk)
+    verified_on_gpu=False,
 )
 
 #: the rows skinny_splitk serves (its l2_hgemm returns 2 above)

@@ -168,3 +168,114 @@ def test_the_documented_sweep_names_every_f32_entry_and_reads_the_shapes_file():
     assert {c.name for c in resolve_also(named, ("f32",), "sm_90a")["f32"]} == wanted
     shapes = resolve_shapes([str(root / "results" / "shapes" / "decode-skinny.txt")])
     assert len(shapes) >= 12 and all(is_skinny(s) and F.applicable(FAM, s, "sm_90a") for s in shapes)
+
+
+# ---------------------------------------------------------------- the tiling, replayed on the CPU
+
+#: the GPU test's decode shapes (tests/test_families_gpu.py) and the edges around them: one row, a
+#: row tile and one row more, M = 128, N and K past a multiple of the tiles, an lm_head, K of 8
+MODEL_SHAPES = [Shape(1, 4096, 4096), Shape(7, 4104, 4104), Shape(16, 128256, 4096), Shape(100, 4096, 14336),
+                Shape(128, 4104, 14336), Shape(1, 128256, 4104), Shape(128, 4096, 4104), Shape(7, 4096, 14336),
+                Shape(16, 4104, 4096), Shape(100, 128256, 4096), Shape(17, 4096, 4096), Shape(100, 4104, 4104),
+                Shape(64, 6144, 4096), Shape(1, 64, 8), Shape(128, 8, 4096), Shape(33, 4104, 14336)]
+
+
+def _index_configs() -> list[F.Config]:
+    """One catalog configuration per distinct tiling (BM, BN, BK, KCHUNK, WAVES): the knobs the
+    grid, the slices and the workspace depend on."""
+    seen: dict[tuple[str, ...], F.Config] = {}
+    for c in skinny_catalog():
+        k = c.knob_dict
+        seen.setdefault((k["BM"], k["BN"], k["BK"], k["KCHUNK"], k["WAVES"]), c)
+    return list(seen.values())
+
+
+_MODELS: dict[str, "Path"] = {}
+
+
+def _build_model(cfg: F.Config, tmp: "Path") -> tuple["Path", "Path"]:
+    """tests/fixtures/skinny_tiling_model.cu built with nvcc against ``cfg``'s rendered source:
+    (the host object, the program). Device code is compiled to PTX only (nothing runs on a GPU)."""
+    import subprocess
+    from pathlib import Path
+
+    from harness.build import nvcc_path
+    from harness.paths import PACKAGE_DIR
+
+    model = PACKAGE_DIR.parent / "tests" / "fixtures" / "skinny_tiling_model.cu"
+    d = tmp / cfg.name
+    d.mkdir()
+    (d / "kernel.cu").write_text(cfg.source())
+    obj, exe = d / "model.o", d / "model"
+    nvcc = nvcc_path()
+    for cmd in ([nvcc, "-std=c++17", "-O2", "-arch=compute_80", "-I", str(d), "-c", str(model), "-o", str(obj)],
+                [nvcc, "-arch=compute_80", str(obj), "-o", str(exe)]):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return Path(obj), Path(exe)
+
+
+def _run_model(exe: "Path", lines: list[str]) -> list[str]:
+    import subprocess
+
+    done = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
+@pytest.mark.compile
+@pytest.mark.slow
+def test_every_tiling_writes_each_element_of_c_once_from_the_slices_of_its_own_tile(tmp_path):
+    """The family's own plan_call / work_of / slot_base / slot_offset / c_index, replayed on the
+    CPU for every CTA in a scrambled order (tests/fixtures/skinny_tiling_model.cu): the slices
+    partition K, no two CTAs write the same workspace float, the last CTA of each tile reads only
+    slots its tile's slices wrote in this call, every element of C is stored exactly once, no
+    store leaves its rows or columns, and every ticket is 0 again after the call. On every
+    distinct tiling of the catalog, the GPU test's shapes and their edges (M = 1, 7, 17, 100,
+    128; N and K not multiples of the tiles; 128256 columns) and several resident-CTA counts."""
+    for cfg in _index_configs():
+        _, exe = _build_model(cfg, tmp_path)
+        cps = cfg.geometry().ctas_per_sm
+        lines = [f"{s.m} {s.n} {s.k} {r}" for s in MODEL_SHAPES for r in (1, 132, 132 * cps, 114 * cps, 4 * 132 * cps)]
+        out = _run_model(exe, lines)
+        assert len(out) == len(lines), (cfg.name, out[-3:])
+        bad = [ln for ln in out if not ln.startswith("ok ")]
+        assert not bad, (cfg.name, bad[:5])
+        # the model took the split path where the GPU test's failing shape splits
+        assert any(ln.startswith("ok 100 4096 14336 splits=") and "splits=1 " not in ln for ln in out), cfg.name
+
+
+@pytest.mark.compile
+def test_new_tickets_are_zeroed_on_the_calls_stream(tmp_path):
+    """The tickets each tile's last CTA is elected by must be 0 before the launch that uses them.
+    The worker calls l2_hgemm on a non-blocking stream, which a memset on the legacy default
+    stream (cudaMemset) is not ordered before: the GPU run at M = 100 found C tiles unwritten,
+    the first in launch order. The compiled host code must zero them with cudaMemsetAsync (on the
+    call's stream) and never call cudaMemset."""
+    import subprocess
+
+    cfg = F.Config.of(FAM, BASE)
+    obj, exe = _build_model(cfg, tmp_path)
+    undefined = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True, check=True).stdout.split()
+    assert "cudaMemsetAsync" in undefined
+    assert "cudaMemset" not in undefined
+    # the shape of the GPU failure: 7 row tiles x 32 column tiles, 3 slices each, all written once
+    assert _run_model(exe, ["100 4096 14336 264"]) == ["ok 100 4096 14336 splits=3 tiles=7x32"]
+
+
+# ---------------------------------------------------------------- not verified on a GPU yet
+
+def test_the_family_is_marked_unverified_and_the_search_times_it_only_where_named():
+    """Its fix has not run on a GPU: the search's pool (what the seed, the pick and the sweep's
+    pick draw from) leaves it out on every shape, unless the families setting names it; every
+    other family is verified and stays in."""
+    from l2tui.agent.policies.search import SearchPolicy
+
+    assert F.get_family(FAM).verified_on_gpu is False
+    assert all(f.verified_on_gpu for f in F.families() if f.name != FAM)
+    decode = Shape(8, 4096, 14336)
+    assert F.applicable(FAM, decode, "sm_90a")
+    pool = SearchPolicy().candidates(decode, "f32", "sm_90a")
+    assert pool and all(c.family != FAM for c in pool)
+    named = SearchPolicy(families=[FAM, "sm80_mma"]).candidates(decode, "f32", "sm_90a")
+    assert {c.family for c in named} == {FAM, "sm80_mma"}

@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from harness.families import Config, applicable, catalog, epilogue_siblings, per_call_pool, sans_epilogue
+from harness.families import (Config, applicable, catalog, epilogue_siblings, get_family, per_call_pool,
+                               sans_epilogue)
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import SIBLING, CostModel
 from l2tui.agent.policies.pick import always_time, choose, deep_ring, time_every
@@ -536,7 +537,9 @@ def test_the_search_policy_times_no_pdl_twins_per_call_and_both_launches_back_to
     shape = Shape(1024, 1024, 1024)
     per_call = SearchPolicy(arch="sm_90a").candidates(shape, "f32", "sm_90a")
     both = SearchPolicy(arch="sm_90a", launch="both").candidates(shape, "f32", "sm_90a")
-    served = [c for c in catalog("f32", "sm_90a") if applicable(c.family, shape, "sm_90a")]
+    # the catalog entries that serve the shape, of the families verified on a GPU (Family.verified_on_gpu)
+    served = [c for c in catalog("f32", "sm_90a")
+              if applicable(c.family, shape, "sm_90a") and get_family(c.family).verified_on_gpu]
     assert both == served and per_call == per_call_pool(both)
     assert not any(c.geometry().pdl for c in per_call)
     # the refinement never turns PDL back on when the reward is per call

@@ -21,7 +21,9 @@
 // A is M x K row-major, B is K x N row-major, C is M x N row-major (beta = 0). Needs K and N to
 // be multiples of 8, M <= 128 and 16-byte aligned pointers, otherwise returns 2. The workspace
 // (fp32 slots and one ticket per tile) is allocated on the first call that needs it and only grown;
-// it is shared by every call of this library: never run it on two streams at once.
+// it is shared by every call of this library: never run it on two streams at once. A new ticket
+// buffer is zeroed on the call's own stream, before the launch that uses it (the caller's stream
+// may be non-blocking: a memset on the legacy default stream would not be ordered before it).
 //
 // Knobs (legal values):
 //   BM        16, 32, 64, 128      CTA tile rows (M above BM takes ceil(M / BM) row tiles, each
@@ -145,6 +147,37 @@ __device__ __forceinline__ uint4 to_half8(float4 lo, float4 hi) {
                     *reinterpret_cast<const uint32_t*>(&h2), *reinterpret_cast<const uint32_t*>(&h3));
 }
 
+// Where one CTA works (grid: x = K slice, y = column tile, z = row tile). The kernel and the
+// tests' host model of the tiling call these same functions.
+struct Work {
+  int m0, n0;      // the tile's first row and column of C
+  int k0, k_end;   // the slice's K rows [k0, k_end)
+  int rows, segs;  // rows of the tile below M, 8-column segments left of N
+  int tile;        // the (row tile, column tile) index: its ticket and its group of slots
+};
+__host__ __device__ __forceinline__ Work work_of(int split, int col_tile, int row_tile, int col_tiles, int M, int N,
+                                                 int K, int k_per_split) {
+  Work w;
+  w.m0 = row_tile * BM;
+  w.n0 = col_tile * BN;
+  w.k0 = split * k_per_split;
+  w.k_end = min(K, w.k0 + k_per_split);
+  w.rows = min(BM, M - w.m0);
+  w.segs = min(BN / 8, (N - w.n0) / 8);
+  w.tile = row_tile * col_tiles + col_tile;
+  return w;
+}
+// First float of a slice's slot: the tile's `splits` slots are consecutive, `slot` floats each.
+__host__ __device__ __forceinline__ size_t slot_base(int tile, int split, int splits, int slot) {
+  return ((size_t)tile * splits + split) * slot;
+}
+// Offset of row r, segment s inside a slot (row stride BN).
+__host__ __device__ __forceinline__ int slot_offset(int r, int s) { return r * BN + s * 8; }
+// Element of C at row r, segment s of the tile.
+__host__ __device__ __forceinline__ size_t c_index(const Work& w, int r, int s, int N) {
+  return (size_t)(w.m0 + r) * N + w.n0 + s * 8;
+}
+
 // One pipeline stage: A's BM x BK and B's BK x BN at K row k0, rows at or past k_end and A rows
 // at or past M zero-filled (K % 8 == 0 and N % 8 == 0: a 16-byte copy is all in or all out).
 __device__ __forceinline__ void load_stage(uint32_t s_stage, const half* A, const half* B, int M, int N, int K,
@@ -175,9 +208,8 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
   const int wk = warp / (WARPS_M * WARPS_N);
   const int wm = (warp % (WARPS_M * WARPS_N)) / WARPS_N, wn = warp % WARPS_N;
   const int split = blockIdx.x, splits = gridDim.x;
-  const int n0 = blockIdx.y * BN, m0 = blockIdx.z * BM;
-  const int k0 = split * k_per_split;
-  const int k_end = min(K, k0 + k_per_split);
+  const Work w = work_of(split, blockIdx.y, blockIdx.z, gridDim.y, M, N, K, k_per_split);
+  const int n0 = w.n0, m0 = w.m0, k0 = w.k0, k_end = w.k_end;
   const int ktiles = (k_end - k0 + BK - 1) / BK;
   const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
@@ -230,8 +262,8 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
   // The K warps' fragments into one fp32 tile, added in warp order (bit-reproducible).
   float* tile = reinterpret_cast<float*>(smem);
 #pragma unroll 1
-  for (int w = 0; w < WARPS_K; ++w) {
-    if (wk == w) {
+  for (int kw = 0; kw < WARPS_K; ++kw) {
+    if (wk == kw) {
 #pragma unroll
       for (int i = 0; i < kMI; ++i)
 #pragma unroll
@@ -241,7 +273,7 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
             float2* p = reinterpret_cast<float2*>(
                 tile + (wm * kWM + i * 16 + (lane >> 2) + h * 8) * kLdR + wn * kWN + j * 8 + (lane & 3) * 2);
             float2 v = pair(acc[i][j], h);
-            if (w > 0) {
+            if (kw > 0) {
               const float2 o = *p;
               v.x += o.x;
               v.y += o.y;
@@ -252,27 +284,25 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
     __syncthreads();
   }
 
-  const int rows = min(BM, M - m0);               // rows of this tile below M
-  const int segs = min(kSeg, (N - n0) / 8);       // 8-column segments left of N
+  const int rows = w.rows, segs = w.segs;
   if (splits == 1) {
     for (int e = tid; e < rows * kSeg; e += kThreads) {
       const int r = e / kSeg, s = e % kSeg;
       if (s >= segs) continue;
       const float4* src = reinterpret_cast<const float4*>(tile + r * kLdR + s * 8);
-      *reinterpret_cast<uint4*>(C + (size_t)(m0 + r) * N + n0 + s * 8) = to_half8(src[0], src[1]);
+      *reinterpret_cast<uint4*>(C + c_index(w, r, s, N)) = to_half8(src[0], src[1]);
     }
     return;
   }
 
   // Split tile: this slice's partial into its slot, then the ticket.
-  const int tile_id = blockIdx.z * gridDim.y + blockIdx.y;
-  float* slots = ws + (size_t)tile_id * splits * slot;
-  float* mine = slots + (size_t)split * slot;
+  const int tile_id = w.tile;
+  float* mine = ws + slot_base(tile_id, split, splits, slot);
   for (int e = tid; e < rows * kSeg; e += kThreads) {
     const int r = e / kSeg, s = e % kSeg;
     if (s >= segs) continue;
     const float4* src = reinterpret_cast<const float4*>(tile + r * kLdR + s * 8);
-    float4* dst = reinterpret_cast<float4*>(mine + r * BN + s * 8);
+    float4* dst = reinterpret_cast<float4*>(mine + slot_offset(r, s));
     __stcg(dst, src[0]);
     __stcg(dst + 1, src[1]);
   }
@@ -293,12 +323,12 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
     // unrolled: eight slices' loads in flight before their adds (in slice order)
 #pragma unroll 8
     for (int q = 0; q < splits; ++q) {
-      const float4* p = reinterpret_cast<const float4*>(slots + (size_t)q * slot + r * BN + s * 8);
+      const float4* p = reinterpret_cast<const float4*>(ws + slot_base(tile_id, q, splits, slot) + slot_offset(r, s));
       const float4 a = __ldcg(p), b = __ldcg(p + 1);
       lo.x += a.x; lo.y += a.y; lo.z += a.z; lo.w += a.w;
       hi.x += b.x; hi.y += b.y; hi.z += b.z; hi.w += b.w;
     }
-    *reinterpret_cast<uint4*>(C + (size_t)(m0 + r) * N + n0 + s * 8) = to_half8(lo, hi);
+    *reinterpret_cast<uint4*>(C + c_index(w, r, s, N)) = to_half8(lo, hi);
   }
 }
 
@@ -318,7 +348,7 @@ static State& state() {
 
 // Grow-only workspace: allocated on the first call that needs it, never per call afterwards. A
 // smaller old buffer is not freed: a CUDA graph captured earlier may still point at it.
-static bool ensure_workspace(State& st, size_t floats, size_t tickets) {
+static bool ensure_workspace(State& st, size_t floats, size_t tickets, cudaStream_t stream) {
   if (floats > st.ws_floats) {
     st.ws = nullptr;
     st.ws_floats = 0;
@@ -329,7 +359,8 @@ static bool ensure_workspace(State& st, size_t floats, size_t tickets) {
     st.tickets = nullptr;
     st.ticket_count = 0;
     if (cudaMalloc(&st.tickets, tickets * sizeof(int)) != cudaSuccess) return false;
-    if (cudaMemset(st.tickets, 0, tickets * sizeof(int)) != cudaSuccess) return false;
+    // on the call's stream: the launch after it sees zeros whatever kind of stream it is
+    if (cudaMemsetAsync(st.tickets, 0, tickets * sizeof(int), stream) != cudaSuccess) return false;
     st.ticket_count = tickets;
   }
   return true;
@@ -350,6 +381,32 @@ static int slice_rows(int K, int rows, int tiles, int resident) {
   splits = min(splits, max(1, K / least_rows));
   splits = max(1, min(min(splits, ktiles), kMaxSplits));
   return ((ktiles + splits - 1) / splits) * BK;
+}
+
+// What one call launches: the tile grid, the slices, the workspace it needs.
+struct Plan {
+  int tiles_m, tiles_n;  // row tiles (grid z) and column tiles (grid y)
+  int k_per_split;       // K rows per slice
+  int splits;            // slices (grid x); 1: no workspace, C written directly
+  int slot;              // floats of one slice's fp32 partial of a tile
+  size_t ws_floats;      // the workspace's floats (0 when splits == 1)
+  size_t tickets;        // the tickets (0 when splits == 1)
+};
+
+// 0 and the plan of a call on M x N x K with `resident` CTAs at once, or 2 when its column tiles
+// are more than a grid's y dimension holds (the other refusals come first, in l2_hgemm).
+static int plan_call(int M, int N, int K, int resident, Plan& p) {
+  p.tiles_m = (M + BM - 1) / BM;
+  p.tiles_n = (N + BN - 1) / BN;
+  if (p.tiles_n > 65535) return 2;  // grid.y limit
+  const int rows = min(M, BM);
+  p.k_per_split = slice_rows(K, rows, p.tiles_m * p.tiles_n, resident);
+  p.splits = (K + p.k_per_split - 1) / p.k_per_split;  // no empty slices
+  p.slot = rows * BN;
+  const size_t tiles = (size_t)p.tiles_m * p.tiles_n;
+  p.ws_floats = p.splits > 1 ? tiles * p.splits * p.slot : 0;
+  p.tickets = p.splits > 1 ? tiles : 0;
+  return 0;
 }
 
 }  // namespace l2
@@ -374,20 +431,16 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     st.resident = sms * per_sm;
     st.configured = true;
   }
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  if (tiles_n > 65535) return 2;  // grid.y limit
-  const int rows = min(M, BM);
-  const int k_per_split = slice_rows(K, rows, tiles_m * tiles_n, st.resident);
-  const int splits = (K + k_per_split - 1) / k_per_split;  // no empty slices
-  const int slot = rows * BN;
-  if (splits > 1 && !ensure_workspace(st, (size_t)tiles_m * tiles_n * splits * slot, (size_t)tiles_m * tiles_n))
-    return 3;
+  Plan p;
+  if (plan_call(M, N, K, st.resident, p) != 0) return 2;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.splits > 1 && !ensure_workspace(st, p.ws_floats, p.tickets, s)) return 3;
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(splits, tiles_n, tiles_m);
+  lc.gridDim = dim3(p.splits, p.tiles_n, p.tiles_m);
   lc.blockDim = dim3(kThreads, 1, 1);
   lc.dynamicSmemBytes = kSmemBytes;
-  lc.stream = static_cast<cudaStream_t>(stream);
+  lc.stream = s;
   const cudaError_t err = cudaLaunchKernelEx(&lc, skinny_kernel, static_cast<const half*>(A), static_cast<const half*>(B),
-                                             static_cast<half*>(C), M, N, K, k_per_split, st.ws, st.tickets, slot);
+                                             static_cast<half*>(C), M, N, K, p.k_per_split, st.ws, st.tickets, p.slot);
   return err == cudaSuccess ? 0 : 4;
 }

@@ -179,6 +179,8 @@ class SearchPolicy:
             fams &= self.families
         # a family refuses a shape it cannot run before anything is built (harness.families.applicable)
         fams = {f for f in fams if applicable(f, shape, arch)}
+        # a family no GPU run has verified yet is timed only where the families setting names it
+        fams = {f for f in fams if get_family(f).verified_on_gpu or (self.families and f in self.families)}
         pool = [c for c in catalog(acc, arch) if c.family in fams]
         if self._holds is not None:   # first: a PDL launch stays where the recording lacks its twin
             pool = [c for c in pool if self._holds(_source_of(c), shape, acc)]
