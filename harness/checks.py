@@ -168,28 +168,27 @@ class Separator:
     verified error of every call so far, in call order (inf where a row was NaN or a call was not
     verified). ``steps`` is the number of calls per graph replay."""
 
-    _kernels: dict[int, tuple[Any, Any]] = {}
+    _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int) -> None:
-        import numpy as np
-
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int,
+                 dtype: str = "fp16") -> None:
         self.cp, self.a, self.c, self.stream = cp, a, c, stream
-        key = id(cp)
+        key = (id(cp), dtype)
         if key not in Separator._kernels:
             mod = cp.RawModule(code=SEPARATE_SOURCE)
-            Separator._kernels[key] = (mod.get_function("l2_gemv"), mod.get_function("l2_separate"))
+            Separator._kernels[key] = (mod.get_function(kernel_name("l2_gemv", dtype)),
+                                       mod.get_function(kernel_name("l2_separate", dtype)))
         gemv, self.kernel = Separator._kernels[key]
         self.m, self.k = int(a.shape[0]), int(a.shape[1])
         self.n = int(b.shape[1])
         self.steps = int(steps)
         self.salt = secret_salt()
         signs = secret_signs(self.n)
-        vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
         with stream:
             self.x = cp.asarray(signs)
             self.y = cp.zeros(self.k, dtype=cp.float32)
             gemv(((self.k + 7) // 8,), (256,), (b, self.x, self.y, cp.uint64(0), cp.int32(self.k), cp.int32(self.n)))
-            self.values = cp.asarray(vals.view(np.uint16))
+            self.values = cp.asarray(perturb_bits(dtype))
             self.counter = cp.zeros(1, dtype=cp.uint32)
             self.row = cp.zeros(1, dtype=cp.uint32)
             self.capacity = int(capacity)
@@ -289,6 +288,20 @@ UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 #: the element type (fp16: 11 significand bits, bf16: 8)
 EXACT_TERMS = {"fp16": EXACT_MAX_TERMS, "bf16": 256}
 BF16_NAN_BITS = 0x7FC0
+
+
+def perturb_bits(dtype: str = "fp16") -> Any:
+    """PERTURB_VALUES with either sign as ``dtype`` bits (numpy uint16), what the perturbing
+    kernels write into A (every value is exact in fp16 and bf16)."""
+    import numpy as np
+
+    vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float32)
+    return from_float32(np, vals, dtype).view(np.uint16)
+
+
+def kernel_name(name: str, dtype: str = "fp16") -> str:
+    """The check kernel's entry for ``dtype``: the fp16 name, or the same with ``_bf16``."""
+    return name + "_bf16" if dtype == "bf16" else name
 
 
 def precision_scale(dtype: str) -> float:
@@ -396,16 +409,13 @@ class Perturber:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
-        import numpy as np
-
+    def __init__(self, cp: Any, a: Any, stream: Any, dtype: str = "fp16") -> None:
         self.cp, self.a, self.stream = cp, a, stream
         key = id(cp)
         if key not in Perturber._kernels:
             Perturber._kernels[key] = cp.RawKernel(PERTURB_SOURCE, "l2_perturb")
         self.kernel = Perturber._kernels[key]
-        vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
-        self.values = cp.asarray(vals.view(np.uint16))
+        self.values = cp.asarray(perturb_bits(dtype))
         self.counter = cp.zeros(1, dtype=cp.uint32)
         self.row = cp.zeros(1, dtype=cp.uint32)
         self.n = int(a.size)
@@ -466,14 +476,16 @@ class Verifier:
     launch of VERIFY_ROWS blocks writing each row's |C[r] x - A[r] y| / |C[r]| into ``worst``.
     ``y = B x`` is computed once here; ``b_unchanged`` recomputes it after the graph."""
 
-    _kernels: dict[int, tuple[Any, Any]] = {}
+    _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any) -> None:
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any,
+                 dtype: str = "fp16") -> None:
         self.cp, self.a, self.b, self.c, self.stream = cp, a, b, c, stream
-        key = id(cp)
+        key = (id(cp), dtype)
         if key not in Verifier._kernels:
             mod = cp.RawModule(code=VERIFY_SOURCE)
-            Verifier._kernels[key] = (mod.get_function("l2_gemv"), mod.get_function("l2_verify_rows"))
+            Verifier._kernels[key] = (mod.get_function(kernel_name("l2_gemv", dtype)),
+                                      mod.get_function(kernel_name("l2_verify_rows", dtype)))
         self.gemv, self.rows_kernel = Verifier._kernels[key]
         self.m, self.k = int(a.shape[0]), int(a.shape[1])
         self.n = int(b.shape[1])
