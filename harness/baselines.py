@@ -1,5 +1,5 @@
 """Baselines: cuBLAS and cuBLASLt (heuristic, autotuned) through the C shim's ABI entry points,
-and torch.matmul (the framework path).
+and torch.matmul (the framework path), in fp16 or bf16 (:func:`shim_entry`).
 
 Two halves:
 
@@ -145,6 +145,31 @@ class Subject:
     keep: list[Any] = field(default_factory=list)   # objects whose lifetime the graph needs
 
 
+#: the element types a baseline runs in (the kernel ABI's ``dtype``)
+DTYPES: tuple[str, ...] = ("fp16", "bf16")
+
+
+def shim_entry(base: str, acc: str, dtype: str = "fp16") -> str:
+    """The shim's entry point for baseline ``base`` (``l2_hgemm``, ``l2_hgemm_tn``,
+    ``l2_hgemm_lt_heur``, ``l2_hgemm_lt_auto``) in an accumulation and element type: the suffix
+    ``_f16`` is fp16 with f16 compute, ``_bf16`` bf16 with f32 compute (bf16 has no f16-accumulate
+    mode, so that pair is refused in one line)."""
+    if dtype not in DTYPES:
+        raise HarnessError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
+    if dtype == "bf16":
+        if acc != "f32":
+            raise HarnessError("bf16 accumulates in f32 only: run bf16 with --acc f32")
+        return base + "_bf16"
+    return base if acc == "f32" else base + "_f16"
+
+
+def lt_mode(acc: str, dtype: str = "fp16") -> int:
+    """The shim's cuBLASLt plan mode (``l2_lt_plan``'s fourth argument): 0 fp16 with f32 compute,
+    1 fp16 with f16 compute, 2 bf16 with f32 compute."""
+    suffix = shim_entry("", acc, dtype)
+    return {"": 0, "_f16": 1, "_bf16": 2}[suffix]
+
+
 def ctypes_fn(lib: Any, name: str) -> Callable[..., int]:
     import ctypes
 
@@ -172,11 +197,15 @@ def torch_available() -> str | None:
     return None
 
 
-def torch_subject(label: str, a: Any, b: Any, c: Any, stream_ptr: int, **kw: Any) -> Subject:
-    """torch.matmul(A, B, out=C) on our stream (zero-copy views through DLPack)."""
+def torch_subject(label: str, a: Any, b: Any, c: Any, stream_ptr: int, dtype: str = "fp16",
+                  **kw: Any) -> Subject:
+    """torch.matmul(A, B, out=C) on our stream (zero-copy views through DLPack). bf16 buffers are
+    uint16 storage on the worker (cupy has no bfloat16), so torch views their bits as bfloat16."""
     import torch
 
     ta, tb, tc = (torch.from_dlpack(x) for x in (a, b, c))
+    if dtype == "bf16":
+        ta, tb, tc = (t.view(torch.bfloat16) for t in (ta, tb, tc))
     ext = torch.cuda.ExternalStream(stream_ptr)
 
     def call() -> int:

@@ -49,6 +49,12 @@ checks are identical for all.  Named checks, in the order a failure is reported:
 Bounds (see the README, "Checking and timing kernels"):
   f32:  max(2 * e32, 1e-6)             e32 = the cuBLAS shim's own error (CUBLAS_COMPUTE_32F)
   f16:  max(2 * e16, 2 * e32, 1e-3)    e16 = the cuBLAS shim's error with CUBLAS_COMPUTE_16F
+  bf16: the same rule, e32 from the shim's bf16 GEMM and the floor scaled by the unit roundoff
+        (2^-8 against fp16's 2^-11: max(2 * e32, 8e-6)); the exact check keeps partial sums <= 256
+
+bf16 data lives in uint16 buffers on the worker (cupy has no bfloat16): :func:`to_float32` widens
+the bits (the high half of an fp32) and :func:`from_float32` rounds to nearest even, both as plain
+array operations, so the same code runs under cupy and numpy.
 """
 
 from __future__ import annotations
@@ -162,28 +168,27 @@ class Separator:
     verified error of every call so far, in call order (inf where a row was NaN or a call was not
     verified). ``steps`` is the number of calls per graph replay."""
 
-    _kernels: dict[int, tuple[Any, Any]] = {}
+    _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int) -> None:
-        import numpy as np
-
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int,
+                 dtype: str = "fp16") -> None:
         self.cp, self.a, self.c, self.stream = cp, a, c, stream
-        key = id(cp)
+        key = (id(cp), dtype)
         if key not in Separator._kernels:
             mod = cp.RawModule(code=SEPARATE_SOURCE)
-            Separator._kernels[key] = (mod.get_function("l2_gemv"), mod.get_function("l2_separate"))
+            Separator._kernels[key] = (mod.get_function(kernel_name("l2_gemv", dtype)),
+                                       mod.get_function(kernel_name("l2_separate", dtype)))
         gemv, self.kernel = Separator._kernels[key]
         self.m, self.k = int(a.shape[0]), int(a.shape[1])
         self.n = int(b.shape[1])
         self.steps = int(steps)
         self.salt = secret_salt()
         signs = secret_signs(self.n)
-        vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
         with stream:
             self.x = cp.asarray(signs)
             self.y = cp.zeros(self.k, dtype=cp.float32)
             gemv(((self.k + 7) // 8,), (256,), (b, self.x, self.y, cp.uint64(0), cp.int32(self.k), cp.int32(self.n)))
-            self.values = cp.asarray(vals.view(np.uint16))
+            self.values = cp.asarray(perturb_bits(dtype))
             self.counter = cp.zeros(1, dtype=cp.uint32)
             self.row = cp.zeros(1, dtype=cp.uint32)
             self.capacity = int(capacity)
@@ -277,61 +282,125 @@ class CheckRecord:
         }
 
 
-def fp16_normal(cp: Any, rs: Any, shape: tuple[int, int]) -> Any:
-    return rs.standard_normal(shape, dtype=cp.float32).astype(cp.float16)
+#: the element types the checks take, and each one's unit roundoff (half an ulp of 1)
+UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+#: the most non-zero terms per dot product of the exact check: every integer up to it is exact in
+#: the element type (fp16: 11 significand bits, bf16: 8)
+EXACT_TERMS = {"fp16": EXACT_MAX_TERMS, "bf16": 256}
+BF16_NAN_BITS = 0x7FC0
 
 
-def fill_random(cp: Any, seed: int, a: Any, b: Any) -> None:
+def perturb_bits(dtype: str = "fp16") -> Any:
+    """PERTURB_VALUES with either sign as ``dtype`` bits (numpy uint16), what the perturbing
+    kernels write into A (every value is exact in fp16 and bf16)."""
+    import numpy as np
+
+    vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float32)
+    return from_float32(np, vals, dtype).view(np.uint16)
+
+
+def kernel_name(name: str, dtype: str = "fp16") -> str:
+    """The check kernel's entry for ``dtype``: the fp16 name, or the same with ``_bf16``."""
+    return name + "_bf16" if dtype == "bf16" else name
+
+
+def precision_scale(dtype: str) -> float:
+    """How much coarser ``dtype`` rounds than fp16 (1 for fp16, 8 for bf16): the accuracy floors
+    and the verified rows' floors, set for fp16, grow by it."""
+    if dtype not in UNIT_ROUNDOFF:
+        raise ValueError(f"unknown dtype {dtype!r}: choose from {', '.join(UNIT_ROUNDOFF)}")
+    return UNIT_ROUNDOFF[dtype] / UNIT_ROUNDOFF["fp16"]
+
+
+def storage_dtype(cp: Any, dtype: str = "fp16") -> Any:
+    """The array dtype holding ``dtype`` elements: float16, or uint16 bits for bf16."""
+    precision_scale(dtype)
+    return cp.uint16 if dtype == "bf16" else cp.float16
+
+
+def to_float32(cp: Any, x: Any, dtype: str = "fp16") -> Any:
+    """Elements of ``dtype`` (as stored, :func:`storage_dtype`) widened exactly to float32."""
+    if dtype == "bf16":
+        return (x.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
+    return x.astype(cp.float32)
+
+
+def from_float32(cp: Any, x: Any, dtype: str = "fp16") -> Any:
+    """float32 values rounded to ``dtype``'s storage: bf16 by round-to-nearest-even on the bits
+    (what __float2bfloat16_rn does; a NaN stays a quiet NaN), fp16 by the array's own cast."""
+    if dtype != "bf16":
+        return x.astype(cp.float16)
+    bits = cp.ascontiguousarray(x, dtype=cp.float32).view(cp.uint32)
+    lsb = (bits >> cp.uint32(16)) & cp.uint32(1)
+    rounded = ((bits + cp.uint32(0x7FFF) + lsb) >> cp.uint32(16)).astype(cp.uint16)
+    return cp.where(cp.isnan(x), cp.uint16(BF16_NAN_BITS), rounded).astype(cp.uint16)
+
+
+def nan_value(cp: Any, dtype: str = "fp16") -> Any:
+    """The NaN that poisons C before a call, in ``dtype``'s storage."""
+    return cp.uint16(BF16_NAN_BITS) if dtype == "bf16" else cp.float16(float("nan"))
+
+
+def fp16_normal(cp: Any, rs: Any, shape: tuple[int, int], dtype: str = "fp16") -> Any:
+    return from_float32(cp, rs.standard_normal(shape, dtype=cp.float32), dtype)
+
+
+def fill_random(cp: Any, seed: int, a: Any, b: Any, dtype: str = "fp16") -> None:
     """Fresh random-normal inputs written into the existing buffers (same pointers every time)."""
     rs = cp.random.RandomState(seed)
-    a[...] = fp16_normal(cp, rs, a.shape)
-    b[...] = fp16_normal(cp, rs, b.shape)
+    a[...] = fp16_normal(cp, rs, a.shape, dtype)
+    b[...] = fp16_normal(cp, rs, b.shape, dtype)
 
 
-def fill_binary(cp: Any, seed: int, a: Any, b: Any) -> None:
-    """0/1 inputs; when K > 2048 only 2048 random columns of A are non-zero, so every
-    partial sum is an integer <= 2048 and exact in fp16 whatever the summation order."""
+def fill_binary(cp: Any, seed: int, a: Any, b: Any, dtype: str = "fp16") -> None:
+    """0/1 inputs; when K > EXACT_TERMS[dtype] (2048 in fp16, 256 in bf16) only that many random
+    columns of A are non-zero, so every partial sum is an integer exact in the element type
+    whatever the summation order."""
     rs = cp.random.RandomState(seed)
     m, k = a.shape
+    terms = EXACT_TERMS[dtype]
     a01 = (rs.random_sample((m, k), dtype=cp.float32) < 0.5)
-    if k > EXACT_MAX_TERMS:
+    if k > terms:
         keep = cp.zeros(k, dtype=cp.bool_)
-        keep[rs.permutation(k)[:EXACT_MAX_TERMS]] = True
+        keep[rs.permutation(k)[:terms]] = True
         a01 &= keep[None, :]
-    a[...] = a01.astype(cp.float16)
-    b[...] = (rs.random_sample(b.shape, dtype=cp.float32) < 0.5).astype(cp.float16)
+    a[...] = from_float32(cp, a01.astype(cp.float32), dtype)
+    b[...] = from_float32(cp, (rs.random_sample(b.shape, dtype=cp.float32) < 0.5).astype(cp.float32), dtype)
 
 
-def reference(cp: Any, a: Any, b: Any) -> Any:
+def reference(cp: Any, a: Any, b: Any, dtype: str = "fp16") -> Any:
     """fp32-accumulated reference of the upcast inputs (CUPY_TF32 is 0 in the worker);
     float64 for problems small enough that it costs nothing."""
     m, k = a.shape
     n = b.shape[1]
     dt = cp.float64 if m * n * k <= F64_REF_MAX_MNK else cp.float32
-    return cp.matmul(a.astype(dt), b.astype(dt))
+    return cp.matmul(to_float32(cp, a, dtype).astype(dt), to_float32(cp, b, dtype).astype(dt))
 
 
 def ref_norm(cp: Any, ref: Any) -> float:
     return float(cp.sqrt(cp.sum(cp.square(ref), dtype=cp.float64)))
 
 
-def rel_err(cp: Any, c: Any, ref: Any, norm: float) -> float:
+def rel_err(cp: Any, c: Any, ref: Any, norm: float, dtype: str = "fp16") -> float:
     """||C - ref||_F / ||ref||_F (NaN/Inf anywhere -> inf)."""
-    d = c.astype(ref.dtype) - ref
+    d = to_float32(cp, c, dtype).astype(ref.dtype) - ref
     num = float(cp.sqrt(cp.sum(cp.square(d), dtype=cp.float64)))
     if not math.isfinite(num):
         return math.inf
     return num / norm if norm > 0 else (0.0 if num == 0 else math.inf)
 
 
-def bound_for(acc: str, e32: float, e16: float | None) -> float:
+def bound_for(acc: str, e32: float, e16: float | None, dtype: str = "fp16") -> float:
+    """Twice cuBLAS's own error on the same inputs (in the same element type), never below a
+    floor scaled by the element type's unit roundoff (:func:`precision_scale`)."""
+    scale = precision_scale(dtype)
     if acc == "f16":
-        return max(2 * (e16 if e16 is not None else e32), 2 * e32, F16_FLOOR)
-    return max(2 * e32, F32_FLOOR)
+        return max(2 * (e16 if e16 is not None else e32), 2 * e32, F16_FLOOR * scale)
+    return max(2 * e32, F32_FLOOR * scale)
 
 
-def count_unwritten(cp: Any, c: Any) -> int:
-    return int(cp.count_nonzero(~cp.isfinite(c)))
+def count_unwritten(cp: Any, c: Any, dtype: str = "fp16") -> int:
+    return int(cp.count_nonzero(~cp.isfinite(to_float32(cp, c, dtype))))
 
 
 class Perturber:
@@ -340,16 +409,13 @@ class Perturber:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
-        import numpy as np
-
+    def __init__(self, cp: Any, a: Any, stream: Any, dtype: str = "fp16") -> None:
         self.cp, self.a, self.stream = cp, a, stream
         key = id(cp)
         if key not in Perturber._kernels:
             Perturber._kernels[key] = cp.RawKernel(PERTURB_SOURCE, "l2_perturb")
         self.kernel = Perturber._kernels[key]
-        vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float16)
-        self.values = cp.asarray(vals.view(np.uint16))
+        self.values = cp.asarray(perturb_bits(dtype))
         self.counter = cp.zeros(1, dtype=cp.uint32)
         self.row = cp.zeros(1, dtype=cp.uint32)
         self.n = int(a.size)
@@ -410,14 +476,16 @@ class Verifier:
     launch of VERIFY_ROWS blocks writing each row's |C[r] x - A[r] y| / |C[r]| into ``worst``.
     ``y = B x`` is computed once here; ``b_unchanged`` recomputes it after the graph."""
 
-    _kernels: dict[int, tuple[Any, Any]] = {}
+    _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any) -> None:
+    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any,
+                 dtype: str = "fp16") -> None:
         self.cp, self.a, self.b, self.c, self.stream = cp, a, b, c, stream
-        key = id(cp)
+        key = (id(cp), dtype)
         if key not in Verifier._kernels:
             mod = cp.RawModule(code=VERIFY_SOURCE)
-            Verifier._kernels[key] = (mod.get_function("l2_gemv"), mod.get_function("l2_verify_rows"))
+            Verifier._kernels[key] = (mod.get_function(kernel_name("l2_gemv", dtype)),
+                                      mod.get_function(kernel_name("l2_verify_rows", dtype)))
         self.gemv, self.rows_kernel = Verifier._kernels[key]
         self.m, self.k = int(a.shape[0]), int(a.shape[1])
         self.n = int(b.shape[1])
@@ -464,10 +532,11 @@ class Verifier:
         return [max((float(v) if v == v else math.inf) for v in row) for row in vals]
 
 
-def verify_limit(bound: float, acc: str = "f32") -> float:
+def verify_limit(bound: float, acc: str = "f32", dtype: str = "fp16") -> float:
     """How far one row of C may be off in a timed call's verification (see VERIFY_ROW_*), with
-    ``acc`` the accumulation the shape is evaluated for."""
-    return max(VERIFY_ROW_FACTOR * bound, VERIFY_ROW_FLOOR[acc])
+    ``acc`` the accumulation the shape is evaluated for; the floor grows with the element type's
+    rounding (:func:`precision_scale`) as the accuracy bound does."""
+    return max(VERIFY_ROW_FACTOR * bound, VERIFY_ROW_FLOOR[acc] * precision_scale(dtype))
 
 
 def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[bool, str]:

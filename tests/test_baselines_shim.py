@@ -24,7 +24,8 @@ def test_shim_builds_and_links_cublas(arch):
     res = build_shim(arch)
     assert res.ok and res.so_path.is_file()
     dyn = subprocess.run(["nm", "-D", "--defined-only", str(res.so_path)], capture_output=True, text=True).stdout
-    for sym in ("l2_hgemm", "l2_hgemm_tn", "l2_hgemm_f16", "l2_hgemm_tn_f16"):
+    for sym in ("l2_hgemm", "l2_hgemm_tn", "l2_hgemm_f16", "l2_hgemm_tn_f16", "l2_hgemm_bf16", "l2_hgemm_tn_bf16",
+                "l2_hgemm_lt_heur_bf16", "l2_hgemm_lt_auto_bf16", "l2_lt_plan", "l2_lt_select"):
         assert f" {sym}\n" in dyn + "\n"
     ldd = subprocess.run(["ldd", str(res.so_path)], capture_output=True, text=True).stdout
     assert "libcublas.so" in ldd and "not found" not in ldd, ldd

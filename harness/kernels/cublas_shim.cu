@@ -1,4 +1,4 @@
-// l2tui baselines: cuBLAS and cuBLASLt in the kernel ABI (fp16 in/out).
+// l2tui baselines: cuBLAS and cuBLASLt in the kernel ABI (fp16 or bf16 in/out).
 //
 // Why a shim: the candidate and the cuBLAS baseline are then called, checked and
 // timed by exactly the same code (ctypes call, CUDA-graph capture, guards).
@@ -14,16 +14,25 @@
 //   l2_hgemm_tn_f16   TN, CUBLAS_COMPUTE_16F
 //   l2_hgemm_lt_heur[_f16]  cuBLASLt, the algorithm selected in slot 0 (the heuristic's first)
 //   l2_hgemm_lt_auto[_f16]  cuBLASLt, the algorithm selected in slot 1 (the autotuned one)
-// cuBLASLt needs a plan per shape first: l2_lt_plan(M, N, K, f16, max) asks the heuristic for up
-// to `max` algorithms and returns how many it has (or a negative error); l2_lt_select(M, N, K, f16,
-// slot, index) puts one of them in a slot. The worker chooses (autotunes) before timing, so the
+//   l2_hgemm_bf16, l2_hgemm_tn_bf16, l2_hgemm_lt_heur_bf16, l2_hgemm_lt_auto_bf16
+//                     the same with bf16 A, B and C (CUDA_R_16BF) and CUBLAS_COMPUTE_32F
+// cuBLASLt needs a plan per shape first: l2_lt_plan(M, N, K, mode, max) asks the heuristic for up
+// to `max` algorithms and returns how many it has (or a negative error); l2_lt_select(M, N, K, mode,
+// slot, index) puts one of them in a slot. mode: 0 fp16 with f32 compute, 1 fp16 with f16 compute,
+// 2 bf16 with f32 compute (kModeF32, kModeF16, kModeBF16). The worker chooses (autotunes) before timing, so the
 // timed calls, in every mode, are plain C calls through the same kind of entry point as a candidate.
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace {
+// The element type and compute type of a call (the `mode` argument of l2_lt_plan and l2_lt_select).
+constexpr int kModeF32 = 0, kModeF16 = 1, kModeBF16 = 2;
+
+cudaDataType_t element_type(int mode) { return mode == kModeBF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
 cublasHandle_t g_handle = nullptr;
 void* g_workspace = nullptr;
 const size_t kWorkspaceBytes = size_t(32) << 20;
@@ -38,38 +47,45 @@ int ensure_handle() {
 }
 
 // Row-major C[M,N] = A[M,K] * op(B) is column-major C^T[N,M] = op(B)^T * A^T.
-int gemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream, bool tn, bool f16) {
+int gemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream, bool tn, int mode) {
   if (M <= 0 || N <= 0 || K <= 0) return 1;
   int rc = ensure_handle();
   if (rc) return rc;
   if (cublasSetStream(g_handle, (cudaStream_t)stream) != CUBLAS_STATUS_SUCCESS) return 13;
   cublasOperation_t opb = tn ? CUBLAS_OP_T : CUBLAS_OP_N;
   int ldb = tn ? K : N;
+  const cudaDataType_t et = element_type(mode);
   cublasStatus_t st;
-  if (f16) {
+  if (mode == kModeF16) {
     const __half alpha = __float2half(1.0f), beta = __float2half(0.0f);
     st = cublasGemmEx(g_handle, opb, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, ldb, A, CUDA_R_16F, K,
                       &beta, C, CUDA_R_16F, N, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT);
   } else {
     const float alpha = 1.0f, beta = 0.0f;
-    st = cublasGemmEx(g_handle, opb, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, ldb, A, CUDA_R_16F, K,
-                      &beta, C, CUDA_R_16F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(g_handle, opb, CUBLAS_OP_N, N, M, K, &alpha, B, et, ldb, A, et, K, &beta, C, et, N,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   }
   return st == CUBLAS_STATUS_SUCCESS ? 0 : 100 + (int)st;
 }
 }  // namespace
 
 extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
-  return gemm(A, B, C, M, N, K, stream, false, false);
+  return gemm(A, B, C, M, N, K, stream, false, kModeF32);
 }
 extern "C" int l2_hgemm_tn(const void* A, const void* Bt, void* C, int M, int N, int K, void* stream) {
-  return gemm(A, Bt, C, M, N, K, stream, true, false);
+  return gemm(A, Bt, C, M, N, K, stream, true, kModeF32);
 }
 extern "C" int l2_hgemm_f16(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
-  return gemm(A, B, C, M, N, K, stream, false, true);
+  return gemm(A, B, C, M, N, K, stream, false, kModeF16);
 }
 extern "C" int l2_hgemm_tn_f16(const void* A, const void* Bt, void* C, int M, int N, int K, void* stream) {
-  return gemm(A, Bt, C, M, N, K, stream, true, true);
+  return gemm(A, Bt, C, M, N, K, stream, true, kModeF16);
+}
+extern "C" int l2_hgemm_bf16(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  return gemm(A, B, C, M, N, K, stream, false, kModeBF16);
+}
+extern "C" int l2_hgemm_tn_bf16(const void* A, const void* Bt, void* C, int M, int N, int K, void* stream) {
+  return gemm(A, Bt, C, M, N, K, stream, true, kModeBF16);
 }
 
 // --------------------------------------------------------------------------- cuBLASLt
@@ -118,16 +134,19 @@ int lt_make(LtPlan& p, int M, int N, int K, int f16, int max_algos) {
     g_lt_workspace = nullptr;
     return -21;
   }
-  const cublasComputeType_t ct = f16 ? CUBLAS_COMPUTE_16F : CUBLAS_COMPUTE_32F;
-  const cudaDataType_t st = f16 ? CUDA_R_16F : CUDA_R_32F;
+  if (f16 != kModeF32 && f16 != kModeF16 && f16 != kModeBF16) return -25;
+  const bool half_compute = f16 == kModeF16;
+  const cublasComputeType_t ct = half_compute ? CUBLAS_COMPUTE_16F : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t st = half_compute ? CUDA_R_16F : CUDA_R_32F;
+  const cudaDataType_t et = element_type(f16);
   const cublasOperation_t op_n = CUBLAS_OP_N;
   p.M = M; p.N = N; p.K = K; p.f16 = f16;
   if (cublasLtMatmulDescCreate(&p.op, ct, st) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_n, sizeof op_n) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16F, N, K, N) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16F, K, M, K) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16F, N, M, N) != CUBLAS_STATUS_SUCCESS) {
+      cublasLtMatrixLayoutCreate(&p.a, et, N, K, N) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p.b, et, K, M, K) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p.c, et, N, M, N) != CUBLAS_STATUS_SUCCESS) {
     lt_release(p);
     return -22;
   }
@@ -136,9 +155,9 @@ int lt_make(LtPlan& p, int M, int N, int K, int f16, int max_algos) {
   const uint64_t ws = kLtWorkspaceBytes;
   bool ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
             CUBLAS_STATUS_SUCCESS;
-  if (!f16) {
+  if (!half_compute) {
     // split-K partial sums only in the fp32 compute type: the in-place and output-type schemes add
-    // them up in fp16, which would break the fp32-accumulate contract the checks hold every subject to
+    // them up in the element type (fp16 or bf16), which would break the fp32-accumulate contract the checks hold every subject to
     const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
                                                     sizeof mask) == CUBLAS_STATUS_SUCCESS;
@@ -167,7 +186,7 @@ int lt_run(int slot, const void* A, const void* B, void* C, int M, int N, int K,
   if (!p) return 30;  // no plan for this shape: l2_lt_plan first (never planned inside a call)
   const int i = p->slot[slot];
   cublasStatus_t st;
-  if (f16) {
+  if (f16 == kModeF16) {
     const __half alpha = __float2half(1.0f), beta = __float2half(0.0f);
     st = cublasLtMatmul(g_lt, p->op, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algos[i].algo,
                         g_lt_workspace, kLtWorkspaceBytes, (cudaStream_t)stream);
@@ -211,6 +230,12 @@ extern "C" int l2_hgemm_lt_heur_f16(const void* A, const void* B, void* C, int M
 }
 extern "C" int l2_hgemm_lt_auto_f16(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
   return lt_run(1, A, B, C, M, N, K, stream, 1);
+}
+extern "C" int l2_hgemm_lt_heur_bf16(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  return lt_run(0, A, B, C, M, N, K, stream, 2);
+}
+extern "C" int l2_hgemm_lt_auto_bf16(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
+  return lt_run(1, A, B, C, M, N, K, stream, 2);
 }
 
 // An empty kernel for the roofline's launch floor (no NVRTC needed in the worker).
