@@ -155,6 +155,10 @@ struct Work {
   int rows, segs;  // rows of the tile below M, 8-column segments left of N
   int tile;        // the (row tile, column tile) index: its ticket and its group of slots
 };
+// Rows of a tile below M and its 8-column segments left of N: the kernel computes them after its
+// main loop (kept live across it they cost two registers and spill), work_of for the host model.
+__host__ __device__ __forceinline__ int tile_rows(int m0, int M) { return min(BM, M - m0); }
+__host__ __device__ __forceinline__ int tile_segs(int n0, int N) { return min(BN / 8, (N - n0) / 8); }
 __host__ __device__ __forceinline__ Work work_of(int split, int col_tile, int row_tile, int col_tiles, int M, int N,
                                                  int K, int k_per_split) {
   Work w;
@@ -162,8 +166,8 @@ __host__ __device__ __forceinline__ Work work_of(int split, int col_tile, int ro
   w.n0 = col_tile * BN;
   w.k0 = split * k_per_split;
   w.k_end = min(K, w.k0 + k_per_split);
-  w.rows = min(BM, M - w.m0);
-  w.segs = min(BN / 8, (N - w.n0) / 8);
+  w.rows = tile_rows(w.m0, M);
+  w.segs = tile_segs(w.n0, N);
   w.tile = row_tile * col_tiles + col_tile;
   return w;
 }
@@ -284,7 +288,7 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
     __syncthreads();
   }
 
-  const int rows = w.rows, segs = w.segs;
+  const int rows = tile_rows(m0, M), segs = tile_segs(n0, N);
   if (splits == 1) {
     for (int e = tid; e < rows * kSeg; e += kThreads) {
       const int r = e / kSeg, s = e % kSeg;
