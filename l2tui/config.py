@@ -121,6 +121,10 @@ DAY_S = 86_400.0
 MAX_WALL_S = 30 * DAY_S
 MAX_TOKENS = 10_000_000
 MAX_TOKEN_BUDGET = 10**12
+#: the LLM reply cap in characters (``[llm] max_reply_chars``) and its bounds
+REPLY_CAP_CHARS = 512 * 1024
+REPLY_CAP_MIN_CHARS = 16 * 1024
+REPLY_CAP_MAX_CHARS = 8 * 1024 * 1024
 
 def _theme(x: Any) -> str:
     name = _str(True)(x)
@@ -154,6 +158,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "temperature": Key(0.2, _float(0.0, 2.0), "sampling temperature"),
         "max_tokens": Key(4096, _int(1, MAX_TOKENS), "completion token limit per call"),
         "stream": Key(True, _bool, "stream tokens (shown live as llm_delta events)"),
+        "max_reply_chars": Key(REPLY_CAP_CHARS, _int(REPLY_CAP_MIN_CHARS, REPLY_CAP_MAX_CHARS),
+                               "a reply longer than this many characters is refused and reading stops there"),
     },
     "loop": {
         "max_steps": Key(20, _int(1, MAX_STEPS), "refinement steps per track"),
