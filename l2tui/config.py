@@ -426,37 +426,39 @@ def check_untrusted(cfg: Config, where: str) -> None:
                           "your own config (l2tui doctor names it) or pass --config FILE")
 
 
-def check_seed(seed: str, where: str, *, base: Path | None = None) -> None:
+def check_seed(seed: str, where: str, *, base: Path | None = None, key: str = "[loop] seed") -> None:
     """A seed that is a file must be a ``.cu`` kernel with the ABI entry point that the source
     policy admits, checked when the config is read (before any LLM call or build): its text goes
     into prompts, the session and RL data. A harness family name passes (it is checked where it
-    is looked up)."""
+    is looked up). ``key`` names the setting in the message (``--seed`` for the command line's
+    option, with an empty ``where``)."""
     if not seed or not (any(c in seed for c in "/.\\") or Path(seed).expanduser().is_file()):
         return
     from harness.build import check_abi
     from harness.errors import KernelSourceError
     from harness.source_policy import violations
 
+    said = f"{where}: {key}" if where else key
     p = Path(seed).expanduser()
     if base is not None and not p.is_absolute():
         p = base / p
     if p.suffix != ".cu":
-        raise ConfigError(f"{where}: [loop] seed: expected a .cu kernel file or a harness family name")
+        raise ConfigError(f"{said}: expected a .cu kernel file or a harness family name")
     try:
         st = p.stat()
         if not p.is_file() or st.st_size > MAX_SEED_BYTES:
-            raise ConfigError(f"{where}: [loop] seed {p.name}: not a kernel file of at most 1 MiB")
+            raise ConfigError(f"{said} {p.name}: not a kernel file of at most 1 MiB")
         source = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{where}: [loop] seed {p.name}: cannot read it ({getattr(e, 'strerror', None) or 'not UTF-8 text'})") from None
+        raise ConfigError(f"{said} {p.name}: cannot read it ({getattr(e, 'strerror', None) or 'not UTF-8 text'})") from None
     try:
         check_abi(source)
     except KernelSourceError:
-        raise ConfigError(f"{where}: [loop] seed {p.name}: no extern \"C\" l2_hgemm entry point; not a kernel") from None
+        raise ConfigError(f"{said} {p.name}: no extern \"C\" l2_hgemm entry point; not a kernel") from None
     bad = violations(source)
     if bad:
         line, _, msg = bad[0]
-        raise ConfigError(f"{where}: [loop] seed {p.name} line {line}: {msg}")
+        raise ConfigError(f"{said} {p.name} line {line}: {msg}")
 
 
 def example_toml() -> str:

@@ -250,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
 
     from .. import compose
-    from ..config import load_config
+    from ..config import check_seed, load_config
     from ..errors import UserError
     from ..paths import sessions_root
 
@@ -272,6 +272,8 @@ def _run(args: argparse.Namespace) -> int:
         return int(launch_app(args) or 0)
 
     cfg = load_config(config_path)
+    if args.seed_kernel:
+        check_seed(args.seed_kernel, "", key="--seed")   # before any session, build or LLM call
     cfg = cfg.with_overrides({
         "loop.max_steps": args.max_steps, "loop.seed": args.seed_kernel, "loop.acc": args.acc,
         "harness.baseline": args.baseline, "harness.mode": args.mode,
