@@ -170,7 +170,10 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
     shapes = resolve_shapes(getattr(args, "shapes", None), default="sample100")
     gpu: dict = {}
     if recorded:
-        meta = compose.recorded_evaluator(recorded, build=False).meta  # one-line error for an unreadable file
+        replay = compose.recorded_evaluator(recorded, build=False)  # one-line error for an unreadable file
+        if not resume and getattr(args, "shapes", None):
+            compose.require_recorded_shapes(replay.records, shapes, cfg.loop["acc"], recorded)
+        meta = replay.meta
         gpu = compose.recorded_gpu(meta, recorded)
     elif not gpu_present():
         raise UserError(no_gpu_message())
