@@ -192,12 +192,6 @@ def _run(args: argparse.Namespace) -> int:
     tp = getattr(args, "sweep_tp", None) or saved.get("tp")
     args.sweep_tokens, args.sweep_tp = tokens, tp
     shapes = resolve_shapes(spec, default="grid", tokens=parse_tokens(tokens) if tokens else None, tp=tp)
-    if args.recorded:
-        from ..compose import recorded_evaluator, require_recorded_shapes
-
-        records = recorded_evaluator(args.recorded, build=False).records
-        for acc in accs:
-            require_recorded_shapes(records, shapes, acc, args.recorded)
     arch = args.arch or saved.get("arch")
     if arch is None:
         try:
@@ -286,6 +280,12 @@ def _run(args: argparse.Namespace) -> int:
                if pre.unbuilt_at_limit else ""))
         return 1 if bad else 0
 
+    if args.recorded:   # after every argument's own check, before the executor and a new session
+        from ..compose import recorded_evaluator, require_recorded_shapes
+
+        records = recorded_evaluator(args.recorded, build=False).records
+        for acc in accs:
+            require_recorded_shapes(records, shapes, acc, args.recorded)
     executor = _executor(args, arch)
     try:
         return _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say, started)

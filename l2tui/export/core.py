@@ -126,7 +126,8 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
     return {
         "shape": [c.shape.m, c.shape.n, c.shape.k],
         "name": name,
-        "file": f"kernels/{name}.cu",
+        # only a kernel the dispatcher calls is shipped; a fallback shape keeps its kernel's digest
+        "file": None if fallback else f"kernels/{name}.cu",
         "sha256": c.sha,
         "symbol": symbol_name(c.shape.m, c.shape.n, c.shape.k),
         "acc": c.acc,
@@ -228,7 +229,8 @@ def export_session(
     margin: float = DEFAULT_FALLBACK_MARGIN,
     progress: Callable[[str], None] | None = None,
 ) -> ExportResult:
-    """Write ``out/kernels/M_N_K.cu`` + ``out/manifest.json`` (+ C dispatcher sources, + the .so with ``build``).
+    """Write ``out/kernels/M_N_K.cu`` for each shape that runs its kernel + ``out/manifest.json`` (+ C
+    dispatcher sources, + the .so with ``build``).
 
     ``margin``: a kernel is dispatched only where the session measured it faster than every
     cuBLAS-family library by at least this fraction; elsewhere the fallback runs the shape."""
@@ -252,7 +254,7 @@ def export_session(
     manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch, margin=margin)
     for e in manifest["kernels"]:
         cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
-        if not e.get("fallback"):   # a kernel the library runs; a fallback shape never compiles or calls it
+        if e["file"]:   # a kernel the library runs; a fallback shape's kernel is neither shipped nor built
             check_policy(sources[e["sha256"]], f"{e['track']} kernel {e['sha256'][:12]}")
     validate(manifest, None)  # names, symbols and shapes are checked before any of them reaches a build file
     try:
@@ -264,7 +266,8 @@ def export_session(
     try:
         (tmp / "kernels").mkdir()
         for e in manifest["kernels"]:
-            (tmp / e["file"]).write_text(sources[e["sha256"]], encoding="utf-8")
+            if e["file"]:
+                (tmp / e["file"]).write_text(sources[e["sha256"]], encoding="utf-8")
         cdispatch.write_sources(tmp, manifest, arch_flags)
         if build:
             lb = cdispatch.build_library(tmp, manifest, arch=manifest["arch"], jobs=jobs, progress=progress)
