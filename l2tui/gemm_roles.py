@@ -12,8 +12,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-#: the longest role kept (a model's roles for one shape joined by commas stay well under it)
-MAX_ROLE_CHARS = 120
+from harness.shapes import MAX_ROLE_CHARS
 #: at most this many shapes' roles are read from one session
 MAX_ROLES = 100_000
 _SHAPE_KEY = re.compile(r"[1-9]\d{0,6}x[1-9]\d{0,6}x[1-9]\d{0,6}")

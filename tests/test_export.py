@@ -309,3 +309,16 @@ def test_a_manifest_with_a_bad_margin_is_refused(session, tmp_path):
         validate({**man, "fallback_margin": -0.1})
     legacy = {k: v for k, v in man.items() if k != "fallback_margin"}
     assert validate(legacy) is legacy
+
+
+def test_the_manifest_names_each_shape_by_the_role_the_session_knows(tmp_path):
+    roles = {"128x128x128": "toy-model qkv t128", "512x256x128": "toy-model o t512", "../../etc": "ignored"}
+    sess = fx.make_session(tmp_path / "model", roles=roles)
+    man = export_session(sess, tmp_path / "exp").manifest
+    got = {"x".join(map(str, e["shape"])): e.get("role") for e in man["kernels"]}
+    assert got["128x128x128"] == "toy-model qkv t128" and got["512x256x128"] == "toy-model o t512"
+    assert all(role is None for shape, role in got.items() if shape not in roles)
+    assert load_manifest(tmp_path / "exp")["kernels"] == man["kernels"]
+    entry = next(e for e in man["kernels"] if e.get("role"))
+    with pytest.raises(ManifestError, match="role"):
+        validate({**man, "kernels": [{**entry, "role": "qkv\x1b[2J"}]})

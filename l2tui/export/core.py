@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.shapes import Shape
+from l2tui.gemm_roles import session_roles
 from l2tui.errors import UserError
 
 from . import cdispatch
@@ -156,12 +157,20 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
     }
 
 
+def _with_role(entry: dict, roles: dict[str, str]) -> dict:
+    """Name the entry's shape by its GEMM role where the session knows it (a model's shapes), so a
+    reader of the manifest sees which layer's GEMM each kernel serves."""
+    role = roles.get("x".join(str(d) for d in entry["shape"]))
+    return {**entry, "role": role} if role else entry
+
+
 def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[str, str], *,
                    only_accepted: bool, arch: str | None, margin: float = DEFAULT_FALLBACK_MARGIN) -> dict:
     from l2tui import __version__
     from l2tui.paths import REPO_ROOT
 
     gpu = {k: view.gpu.get(k) for k in ("name", "driver", "arch", "uuid")}
+    roles = session_roles(view.config)
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -177,7 +186,7 @@ def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[s
         "abi": ABI,
         "only_accepted": only_accepted,
         "fallback_margin": margin,
-        "kernels": [_entry(view, c, sources[c.sha], margin) for c in choices],
+        "kernels": [_with_role(_entry(view, c, sources[c.sha], margin), roles) for c in choices],
         "library": None,
     }
 

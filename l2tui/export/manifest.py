@@ -33,6 +33,7 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "fastest_baseline": label | null,
       "slower_than": [labels of baselines that were faster than the kernel],
       "fallback": null | "cublaslt" | "cublas",
+      "role": "llama-3-8b qkv t16",             # optional: the shape's GEMM role, where the session knows it
       "fallback_pin": null | {"library": "cublas", "measured": label}   # optional (older exports: absent)
                     | {"library": "cublaslt", "measured": label, "index": i, "count": n,
                        "requested": r, "cublaslt_version": v}
@@ -61,6 +62,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.shapes import MAX_ROLE_CHARS
 from harness.stats import speedup
 from l2tui.errors import UserError
 
@@ -271,6 +273,9 @@ def validate(doc: Any, root: Path | None = None) -> dict:
         _req(e, "rel_err", (int, float), w, nullable=True)
         _req(e, "family", (str,), w, nullable=True)
         _req(e, "nondeterministic", (bool,), w)
+        if "role" in e and not (isinstance(e["role"], str) and 0 < len(e["role"]) <= MAX_ROLE_CHARS
+                                and e["role"].isprintable()):
+            raise ManifestError(f"{w}: role must be one line of at most {MAX_ROLE_CHARS} printable characters")
         if e.get("fallback") not in (None, *FALLBACK_MARKERS):
             raise ManifestError(f"{w}: fallback must be null, \"cublaslt\" or \"cublas\"")
         check_pin(e.get("fallback_pin"), w)
