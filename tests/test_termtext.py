@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from harness.build import build
 from harness.termtext import VisibleStream, visible
 from harness.testkernels import source as kernel_source
@@ -24,6 +26,7 @@ def test_visible_escapes_c0_c1_del_and_bidi_and_keeps_plain_text():
     assert visible("a\nb") == "a\\x0ab" and visible("a\nb", single_line=False) == "a\nb"
 
 
+@pytest.mark.compile
 def test_a_compile_error_quoting_escape_sequences_prints_escaped(tmp_path):
     src = f'#error "{HOSTILE}"\n' + kernel_source("testgood_simple")
     res = build(src, arch="sm_90a", use_cache=False)
@@ -75,8 +78,6 @@ def test_python_m_harness_escapes_what_it_prints(capsys):
 
 
 def test_a_python_m_harness_mistake_is_one_line_without_the_usage_block(capsys):
-    import pytest
-
     from harness.__main__ import main as harness_main
 
     for argv in (["bench", "--mode", "fast"], ["frobnicate"], ["bench", "--replays", "many"]):
