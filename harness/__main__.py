@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
+from typing import NoReturn
 
 from .errors import HarnessError
+from .termtext import VisibleStream, visible
 
 COMMANDS = {
     "bench": ("harness.bench", "time kernels and baselines on shapes"),
@@ -18,8 +21,26 @@ COMMANDS = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line that points at ``--help``.
+
+    argparse's own ``error`` prints the whole usage block before the one line that matters;
+    sub-command parsers are made of the same class. (l2tui has its own: the harness does not
+    import l2tui.)"""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {visible(message)} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    """Run one command; its output goes through :class:`~harness.termtext.VisibleStream`, since
+    result tables, build reports and errors quote kernel names, compiler and worker text."""
+    with contextlib.redirect_stdout(VisibleStream(sys.stdout)), contextlib.redirect_stderr(VisibleStream(sys.stderr)):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = OneLineParser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     mods = {}
     for name, (modname, help_) in COMMANDS.items():
@@ -36,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(mods[args.command].main(args) or 0)
     except HarnessError as e:
-        print(f"harness: error: {e}", file=sys.stderr)
+        print(f"harness: error: {visible(str(e))}", file=sys.stderr)
         return 2
 
 

@@ -22,7 +22,7 @@ from . import roofline
 from .baselines import BASELINES, parse_baselines
 from .errors import HarnessError, KernelSourceError
 from .results import BASELINE_LABELS, DTYPES, ResultFile, save
-from .shapes import Shape, parse_accumulator, parse_shape, resolve_shapes
+from .shapes import MAX_ROLE_CHARS, Shape, parse_accumulator, parse_shape, resolve_shapes, shape_roles
 from .stats import geomean, speedup
 from .timing import DEFAULT_TIMING, MODE_LABELS, TIMINGS
 
@@ -258,6 +258,14 @@ def _row_from(res: dict[str, Any], shape: Shape) -> dict[str, Any]:
     return row
 
 
+def with_role(row: dict[str, Any], role: str | None) -> dict[str, Any]:
+    """Name the row's shape by its role (a model's GEMM: ``llama-3-8b qkv t16``), where known."""
+    text = " ".join((role or "").split())
+    if text:
+        row["role"] = text if len(text) <= MAX_ROLE_CHARS else text[:MAX_ROLE_CHARS - 1] + "…"
+    return row
+
+
 def _mark(row: dict[str, Any], label: str, status: str, message: str) -> None:
     """Record that ``label``'s kernel has no time on this row, and why."""
     row["times_ms"][label] = None
@@ -371,7 +379,8 @@ def main(args: argparse.Namespace) -> int:
         }
         rf = ResultFile(meta, [])
         try:
-            stopped = _run_shapes(args, ev, shapes, acc, baselines, sets, so_for, build_fail, rf, out, t0)
+            stopped = _run_shapes(args, ev, shapes, acc, baselines, sets, so_for, build_fail, rf, out, t0,
+                                  roles=shape_roles(args.shapes) if args.shapes else {})
         except KeyboardInterrupt:
             rf.meta["elapsed_s"] = round(time.monotonic() - t0, 1)
             if rf.rows:
@@ -390,8 +399,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str, baselines: list[str],
                 sets: list[tuple[str, dict[Shape, Path]]], so_for: dict[Shape, list[dict[str, Any]]],
-                build_fail: dict[tuple[Shape, str], str], rf: ResultFile, out: Path, t0: float) -> bool:
-    """One request per shape; returns True when --limit-seconds stopped it early."""
+                build_fail: dict[tuple[Shape, str], str], rf: ResultFile, out: Path, t0: float,
+                roles: dict[Shape, str] | None = None) -> bool:
+    """One request per shape; returns True when --limit-seconds stopped it early. ``roles``: what
+    each shape is for (a model's GEMM roles), kept in its row."""
     from .worker import WorkerError
 
     prog = Progress(len(shapes))
@@ -415,6 +426,7 @@ def _run_shapes(args: argparse.Namespace, ev: Any, shapes: list[Shape], acc: str
             elif shape not in ks:
                 row["times_ms"].setdefault(label, None)
                 row["status"][label] = "absent"
+        with_role(row, (roles or {}).get(shape))
         rf.rows.append(row)
         note = f"{shape}"
         t = row["times_ms"]

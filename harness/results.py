@@ -25,6 +25,7 @@ from typing import Any
 
 from .errors import HarnessError
 from .jsonfile import read_json
+from .shapes import MAX_ROLE_CHARS
 from .shapes import MAX_DIM
 
 SCHEMA_VERSION = 1
@@ -122,7 +123,14 @@ def problems(obj: Any) -> list[str]:
             out.append(f"rows[{i}].roofline_ms is not a non-negative number or null")
         if "checks" in r and not isinstance(r["checks"], dict):
             out.append(f"rows[{i}].checks is not an object")
+        if "role" in r and not _is_role(r["role"]):
+            out.append(f"rows[{i}].role is not one line of at most {MAX_ROLE_CHARS} printable characters")
     return out
+
+
+def _is_role(v: Any) -> bool:
+    """A shape's GEMM role (``llama-3-8b qkv t16``), as :func:`harness.shapes.shape_roles` gives it."""
+    return isinstance(v, str) and 0 < len(v) <= MAX_ROLE_CHARS and v.isprintable()
 
 
 def validate(obj: Any, source: str = "result file") -> ResultFile:
@@ -175,11 +183,13 @@ def save(rf: ResultFile, path: str | Path, *, write_csv: bool = True) -> tuple[P
 
 
 def write_csv_file(rf: ResultFile, path: Path) -> None:
-    """One line per shape: m,n,k,size_class,roofline_ms, then <label>_ms and <label>_status."""
+    """One line per shape: m,n,k,[role,]size_class,roofline_ms, then <label>_ms and <label>_status
+    (``role`` where the shapes came with roles: a model's, or a shapes file's comments)."""
     from .shapes import Shape
 
     labels = rf.labels()
-    cols = ["m", "n", "k", "size_class", "roofline_ms"]
+    roles = any(r.get("role") for r in rf.rows)   # a model's shapes: what each GEMM is for
+    cols = ["m", "n", "k", *(["role"] if roles else []), "size_class", "roofline_ms"]
     for lb in labels:
         cols += [f"{lb}_ms", f"{lb}_status"]
     tmp = path.with_name(path.name + ".tmp")
@@ -188,7 +198,8 @@ def write_csv_file(rf: ResultFile, path: Path) -> None:
         w.writerow(cols)
         for r in rf.rows:
             st = r.get("status") or {}
-            line = [r["m"], r["n"], r["k"], Shape(r["m"], r["n"], r["k"]).size_class, _fmt(r.get("roofline_ms"))]
+            line = [r["m"], r["n"], r["k"], *([r.get("role", "")] if roles else []),
+                    Shape(r["m"], r["n"], r["k"]).size_class, _fmt(r.get("roofline_ms"))]
             for lb in labels:
                 line += [_fmt(r["times_ms"].get(lb)), st.get(lb, "")]
             w.writerow(line)

@@ -40,7 +40,10 @@ class VisibleStream(io.TextIOBase):
         self._target = target
 
     def write(self, s: str) -> int:
-        self._target.write(visible(s, single_line=False))
+        # a write that starts with a carriage return is a progress bar redrawing its line: that
+        # one is kept, every other control character in the text is shown escaped
+        redraw = s.startswith("\r")
+        self._target.write(("\r" if redraw else "") + visible(s[1:] if redraw else s, single_line=False))
         return len(s)
 
     def flush(self) -> None:

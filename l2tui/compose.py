@@ -36,6 +36,45 @@ def recorded_evaluator(path: str | Path, *, arch: str | None = None, build: bool
     return RecordedEvaluator(path, arch=arch, build=build)
 
 
+def recorded_shapes(records: Mapping[str, object]) -> set[str]:
+    """The ``MxNxK:acc`` pairs a recording holds results for (its keys are ``sha:MxNxK:acc``)."""
+    out: set[str] = set()
+    for key in records:
+        parts = key.split(":") if isinstance(key, str) else []
+        if len(parts) == 3:
+            out.add(f"{parts[1]}:{parts[2]}")
+    return out
+
+
+def _volume(shape: str) -> int:
+    """M*N*K of an ``MxNxK`` text (0 for anything else), to list a recording's smallest shapes first."""
+    dims = shape.split("x")
+    import math
+
+    return math.prod(int(d) for d in dims) if len(dims) == 3 and all(d.isdigit() for d in dims) else 0
+
+
+def require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any], acc: str, path: str) -> None:
+    """Refuse, in one line, shapes the recording has nothing for.
+
+    Replaying a recording can only give results it holds: a shape without any would seed from
+    the reference kernel, come back ``not_recorded`` at every step and end with no best, so
+    the run is refused before a session is created. ``l2tui run``, ``l2tui sweep`` and the app
+    all refuse through here."""
+    from .errors import UserError
+
+    held = recorded_shapes(records)
+    missing = [str(s) for s in shapes if f"{s}:{acc}" not in held]
+    if not missing:
+        return
+    sizes = sorted({h.split(":")[0] for h in held if h.endswith(f":{acc}")}, key=_volume)
+    listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    having = (f"it has {len(sizes)} shape(s) ({', '.join(sizes[:3])}{', ...' if len(sizes) > 3 else ''})"
+              if sizes else "it has none")
+    raise UserError(f"the recording {path} has no evaluations for {listed} ({acc}): {having}; "
+                    f"pick a recorded shape or record this one on a GPU (tools/record_evaluations.py)")
+
+
 def recorded_gpu(meta: Mapping[str, Any], path: str | Path, *, provisional: bool = False) -> dict:
     """The session's ``gpu`` entry for a replay: the recording's GPU, and where it came from."""
     gpu = dict(meta.get("gpu") or {})

@@ -121,6 +121,10 @@ DAY_S = 86_400.0
 MAX_WALL_S = 30 * DAY_S
 MAX_TOKENS = 10_000_000
 MAX_TOKEN_BUDGET = 10**12
+#: the LLM reply cap in characters (``[llm] max_reply_chars``) and its bounds
+REPLY_CAP_CHARS = 512 * 1024
+REPLY_CAP_MIN_CHARS = 16 * 1024
+REPLY_CAP_MAX_CHARS = 8 * 1024 * 1024
 
 def _theme(x: Any) -> str:
     name = _str(True)(x)
@@ -154,6 +158,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "temperature": Key(0.2, _float(0.0, 2.0), "sampling temperature"),
         "max_tokens": Key(4096, _int(1, MAX_TOKENS), "completion token limit per call"),
         "stream": Key(True, _bool, "stream tokens (shown live as llm_delta events)"),
+        "max_reply_chars": Key(REPLY_CAP_CHARS, _int(REPLY_CAP_MIN_CHARS, REPLY_CAP_MAX_CHARS),
+                               "a reply longer than this many characters is refused and reading stops there"),
     },
     "loop": {
         "max_steps": Key(20, _int(1, MAX_STEPS), "refinement steps per track"),
@@ -420,37 +426,39 @@ def check_untrusted(cfg: Config, where: str) -> None:
                           "your own config (l2tui doctor names it) or pass --config FILE")
 
 
-def check_seed(seed: str, where: str, *, base: Path | None = None) -> None:
+def check_seed(seed: str, where: str, *, base: Path | None = None, key: str = "[loop] seed") -> None:
     """A seed that is a file must be a ``.cu`` kernel with the ABI entry point that the source
     policy admits, checked when the config is read (before any LLM call or build): its text goes
     into prompts, the session and RL data. A harness family name passes (it is checked where it
-    is looked up)."""
+    is looked up). ``key`` names the setting in the message (``--seed`` for the command line's
+    option, with an empty ``where``)."""
     if not seed or not (any(c in seed for c in "/.\\") or Path(seed).expanduser().is_file()):
         return
     from harness.build import check_abi
     from harness.errors import KernelSourceError
     from harness.source_policy import violations
 
+    said = f"{where}: {key}" if where else key
     p = Path(seed).expanduser()
     if base is not None and not p.is_absolute():
         p = base / p
     if p.suffix != ".cu":
-        raise ConfigError(f"{where}: [loop] seed: expected a .cu kernel file or a harness family name")
+        raise ConfigError(f"{said}: expected a .cu kernel file or a harness family name")
     try:
         st = p.stat()
         if not p.is_file() or st.st_size > MAX_SEED_BYTES:
-            raise ConfigError(f"{where}: [loop] seed {p.name}: not a kernel file of at most 1 MiB")
+            raise ConfigError(f"{said} {p.name}: not a kernel file of at most 1 MiB")
         source = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{where}: [loop] seed {p.name}: cannot read it ({getattr(e, 'strerror', None) or 'not UTF-8 text'})") from None
+        raise ConfigError(f"{said} {p.name}: cannot read it ({getattr(e, 'strerror', None) or 'not UTF-8 text'})") from None
     try:
         check_abi(source)
     except KernelSourceError:
-        raise ConfigError(f"{where}: [loop] seed {p.name}: no extern \"C\" l2_hgemm entry point; not a kernel") from None
+        raise ConfigError(f"{said} {p.name}: no extern \"C\" l2_hgemm entry point; not a kernel") from None
     bad = violations(source)
     if bad:
         line, _, msg = bad[0]
-        raise ConfigError(f"{where}: [loop] seed {p.name} line {line}: {msg}")
+        raise ConfigError(f"{said} {p.name} line {line}: {msg}")
 
 
 def example_toml() -> str:

@@ -8,6 +8,7 @@ seconds of nvcc each), so CI stays quick; the CUTLASS configurations build the s
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -88,6 +89,37 @@ def test_the_progress_bar_is_one_updating_line_with_an_eta_from_real_builds():
     assert "3/3" in text.split("\r")[-1] and "nvcc 9s in all" in text
 
 
+class _BuildClock:
+    """A ``time`` module for the sweep and the build driver whose ``monotonic()`` moves only when
+    a real nvcc build finishes, by ``build_s`` seconds: a time limit then falls between builds
+    by construction, not by how fast the machine compiles."""
+
+    MODULES = ("harness.build", "l2tui.agent.sweep", "l2tui.commands.sweep")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, build_s: float) -> None:
+        import harness.build as build_mod
+
+        self.now, self.builds = 1000.0, 0
+        real_build = build_mod.build
+
+        def timed_build(*args, **kwargs):
+            try:
+                return real_build(*args, **kwargs)
+            finally:
+                self.builds += 1
+                self.now += build_s
+
+        monkeypatch.setattr(build_mod, "build", timed_build)
+        for name in self.MODULES:
+            monkeypatch.setattr(f"{name}.time", self)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
 @pytest.mark.compile
 def test_a_time_limited_prebuild_stops_between_builds_and_a_second_run_finishes_it(tmp_path, monkeypatch, capsys):
     """``--max-seconds`` bounds the catalog build too: builds go in rounds as wide as ``--jobs``
@@ -99,8 +131,13 @@ def test_a_time_limited_prebuild_stops_between_builds_and_a_second_run_finishes_
     argv = ["sweep", "--prebuild-only", "--shapes", "64x64x64", "--families", "sm80_mma", "--acc", "f16",
             "--arch", "sm_80", "--jobs", "1"]
     n = len(subset())
-    # the first round (one build: --jobs 1) starts at once and takes longer than the limit
-    assert main(argv + ["--max-seconds", "0.5"]) == 0
+    # the sweep's clock stands still except that each real nvcc build takes an hour of it, so
+    # the first round (one build: --jobs 1) starts inside the limit and ends past it, whatever
+    # this machine's pace
+    with pytest.MonkeyPatch.context() as mp:
+        clock = _BuildClock(mp, build_s=3600.0)
+        assert main(argv + ["--max-seconds", "60"]) == 0
+    assert clock.builds == 1
     out = capsys.readouterr().out
     assert f"catalog: 1 of {n} configurations built for sm_80; {n - 1} not started before --max-seconds" in out
     assert f"time limit: {n - 1} of {n} catalog builds not started" in out

@@ -65,7 +65,7 @@ def test_a_recording_without_the_shape_is_refused_once(tmp_path: Path, capsys: p
 
 
 def test_recorded_shapes_reads_only_well_formed_keys() -> None:
-    from l2tui.commands.run import recorded_shapes
+    from l2tui.compose import recorded_shapes
 
     records = {"ab:64x64x64:f32": {}, "cd:64x64x64:f16": {}, "garbage": {}, "a:b:c:d": {}}
     assert recorded_shapes(records) == {"64x64x64:f32", "64x64x64:f16"}
@@ -168,3 +168,33 @@ def test_profile_says_ncu_is_missing_before_building(tmp_path: Path, monkeypatch
     lines = _stderr_lines(capsys)
     assert rc == 2 and len(lines) == 1 and "ncu (Nsight Compute CLI) not found" in lines[0]
     assert not list(cache.rglob("*.so")) and not list(cache.rglob("*.cu"))   # nvcc never ran
+
+
+def test_a_sweep_of_a_recording_without_the_shape_is_refused_once(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    session = tmp_path / "s"
+    rc = main(["sweep", "--recorded", str(DEMO_RECORDING), "--shapes", "4096x4096x4096", "--steps", "0",
+               "--session", str(session)])
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1, (lines, captured.out)
+    assert "has no evaluations for 4096x4096x4096 (f32)" in lines[0] and RECORDED_SHAPE in lines[0]
+    assert "None" not in captured.out and not session.exists()
+
+
+def test_the_app_on_a_recording_without_the_shape_is_refused_before_it_starts(tmp_path: Path) -> None:
+    import argparse
+
+    from l2tui.config import parse_config
+    from l2tui.errors import UserError
+    from l2tui.tui.launch import make_live_app
+
+    session = tmp_path / "s"
+    args = argparse.Namespace(session=str(session), resume=False, shapes=["4096x4096x4096"], policy="search",
+                              app_recorded=str(DEMO_RECORDING), no_sandbox=False)
+    with pytest.raises(UserError, match=r"has no evaluations for 4096x4096x4096 \(f32\)") as e:
+        make_live_app(args, parse_config({}))
+    assert RECORDED_SHAPE in str(e.value) and not session.exists()
+    args.shapes = [RECORDED_SHAPE]
+    app = make_live_app(args, parse_config({}))   # a recorded shape still opens the app
+    app.ctx.session.close()

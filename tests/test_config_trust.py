@@ -94,3 +94,23 @@ def test_doctor_reports_a_broken_working_directory_config(workdir, capsys):
     assert cli_main(["doctor", "--json"]) == 1
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
     assert not checks["l2tui.toml"]["ok"] and "unknown key [loop] max_stepz" in checks["l2tui.toml"]["detail"]
+
+
+@pytest.mark.parametrize("seed, needle", [
+    ("notes.txt", "--seed: expected a .cu kernel file"),
+    ("notes.cu", "--seed notes.cu: no extern \"C\" l2_hgemm entry point"),
+    ("evil.cu", "--seed evil.cu line 9: source policy (host-io)"),
+])
+def test_the_command_lines_seed_is_checked_like_a_configs(workdir, scripted_server, capsys, seed, needle):
+    """``l2tui run --seed FILE`` is held to the config seed's check, before a session or an LLM call."""
+    (workdir / "notes.cu").write_text("my private notes\n")
+    (workdir / "notes.txt").write_text("my private notes\n")
+    good = kernel_source("testgood_simple")
+    (workdir / "evil.cu").write_text(good.replace("{\n", '{\n  (void)getenv("HOME");\n', 1))
+    recording = Path(__file__).resolve().parent.parent / "sessions" / "demo-h200" / "evaluations.json"
+    rc = cli_main(["run", "--headless", "--policy", "llm", "--recorded", str(recording), "--shapes", "128x128x128",
+                   "--base-url", scripted_server.base_url, "--seed", seed, "--session", str(workdir / "s")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+    assert "private notes" not in err[0] and "Traceback" not in err[0]
+    assert not (workdir / "s").exists() and scripted_server.requests == []

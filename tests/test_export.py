@@ -35,13 +35,17 @@ def test_export_picks_per_rules_and_writes_manifest(session, tmp_path):
     assert set(got) == set(fx.EXPECTED)
     for shape, (what, how, fallback) in fx.EXPECTED.items():
         e = got[shape]
-        text = (out / e["file"]).read_text()
-        assert text == _expected_source(what), shape
+        text = _expected_source(what)
         assert e["sha256"] == hashlib.sha256(text.encode()).hexdigest()
         assert e["selected_by"] == how, shape
         assert e["accepted_by"] == ("user" if how == "accepted" else None)
         assert e["fallback"] == fallback, shape
-        assert e["file"] == f"kernels/{shape[0]}_{shape[1]}_{shape[2]}.cu"
+        # only what the dispatcher calls is shipped: a fallback shape's kernel is not copied
+        name = f"{shape[0]}_{shape[1]}_{shape[2]}"
+        if fallback:
+            assert e["file"] is None and not (out / "kernels" / f"{name}.cu").exists(), shape
+        else:
+            assert e["file"] == f"kernels/{name}.cu" and (out / e["file"]).read_text() == text, shape
         assert e["acc"] == "f32"  # the f16 track of 128^3 is faster, but f32 is preferred
         assert e["rel_err"] == pytest.approx(2.1e-4)
         assert set(e["speedup"]) == {"cublas", "cublaslt_heuristic", "torch"}
@@ -83,7 +87,8 @@ def test_non_empty_target_needs_force(session, tmp_path):
     res = export_session(session, out, force=True)
     assert len(res.manifest["kernels"]) == len(fx.EXPECTED)
     assert out.stat().st_ino == ino  # replaced in place: a shell sitting in DIR stays valid
-    assert not (out / "kernels" / "64_64_64.cu").read_text() == ""
+    kept = next(e["file"] for e in res.manifest["kernels"] if e["file"])
+    assert (out / kept).read_text() != ""
     # --force never deletes a folder that is not an export
     other = tmp_path / "notes"
     other.mkdir()
@@ -149,7 +154,7 @@ def test_manifest_schema_rejects_bad_documents(session, tmp_path):
     bad(lambda d: d["kernels"][0].update(fallback="torch"), "fallback")
     bad(lambda d: d["kernels"].append(dict(d["kernels"][0])), "twice")
     bad(lambda d: d["kernels"][0].update(sha256="zz"), "sha256")
-    (out / man["kernels"][1]["file"]).unlink()
+    (out / next(e["file"] for e in man["kernels"] if e["file"])).unlink()
     with pytest.raises(ManifestError, match="missing"):
         load_manifest(out)
     with pytest.raises(ManifestError, match="no manifest.json"):
@@ -271,6 +276,25 @@ def test_export_margin_is_recorded_and_changes_the_routes(session, tmp_path):
         >= sum(r is None for r in routes["50"].values())
 
 
+def test_a_fallback_shapes_kernel_is_neither_shipped_nor_checked(session, tmp_path):
+    """The fixture's cuBLAS shim (a kernel the source policy refuses) ties cuBLAS, so at the
+    default margin its shape runs the fallback: the export goes through and ships no copy of it,
+    since the dispatcher never calls it; dispatched at margin 0 it is refused (see the margin test)."""
+    out = tmp_path / "exp"
+    man = export_session(session, out).manifest
+    shim = next(e for e in man["kernels"] if tuple(e["shape"]) == (512, 256, 128))
+    assert shim["fallback"] == "cublaslt" and shim["file"] is None
+    assert shim["sha256"] == hashlib.sha256(fx.SHIM.encode()).hexdigest()
+    shipped = sorted(p.name for p in (out / "kernels").iterdir())
+    assert shipped == sorted(f"{e['name']}.cu" for e in man["kernels"] if not e["fallback"])
+    assert all("cublas" not in (out / "kernels" / name).read_text().lower() for name in shipped)
+    dispatched = next(e for e in man["kernels"] if not e["fallback"])
+    with pytest.raises(ManifestError, match="file"):
+        validate({**man, "kernels": [{**dispatched, "file": None}]})
+    older = {**shim, "file": "kernels/512_256_128.cu"}   # older exports shipped fallback kernels too
+    assert validate({**man, "kernels": [older]})
+
+
 @pytest.mark.parametrize("bad", ["-1", "100", "nan"])
 def test_export_cli_refuses_a_bad_margin_in_one_line(session, tmp_path, capsys, bad):
     rc = cli_main(["export", str(session), "--out", str(tmp_path / "x"), f"--margin={bad}"])
@@ -285,3 +309,16 @@ def test_a_manifest_with_a_bad_margin_is_refused(session, tmp_path):
         validate({**man, "fallback_margin": -0.1})
     legacy = {k: v for k, v in man.items() if k != "fallback_margin"}
     assert validate(legacy) is legacy
+
+
+def test_the_manifest_names_each_shape_by_the_role_the_session_knows(tmp_path):
+    roles = {"128x128x128": "toy-model qkv t128", "512x256x128": "toy-model o t512", "../../etc": "ignored"}
+    sess = fx.make_session(tmp_path / "model", roles=roles)
+    man = export_session(sess, tmp_path / "exp").manifest
+    got = {"x".join(map(str, e["shape"])): e.get("role") for e in man["kernels"]}
+    assert got["128x128x128"] == "toy-model qkv t128" and got["512x256x128"] == "toy-model o t512"
+    assert all(role is None for shape, role in got.items() if shape not in roles)
+    assert load_manifest(tmp_path / "exp")["kernels"] == man["kernels"]
+    entry = next(e for e in man["kernels"] if e.get("role"))
+    with pytest.raises(ManifestError, match="role"):
+        validate({**man, "kernels": [{**entry, "role": "qkv\x1b[2J"}]})

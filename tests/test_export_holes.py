@@ -52,6 +52,7 @@ def test_export_refuses_a_kernel_that_includes_a_file_elsewhere(recorded, tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(not sandbox.probe().works, reason="bubblewrap cannot start a sandbox here")
 @pytest.mark.compile
 def test_a_kernel_is_compiled_in_the_sandbox_without_the_callers_environment(tmp_path, monkeypatch):

@@ -47,7 +47,9 @@ def test_export_of_a_loop_session_builds_and_matches_its_events(loop_session, tm
     m, n, k = entry["shape"]
     assert f"{m}x{n}x{k}" == "512x512x512"
     assert entry["sha256"] == decisions[-1]["sha"] and entry["selected_by"] == "accepted"
-    assert (res.out / entry["file"]).read_text() == s.get_kernel(entry["sha256"])
+    assert (entry["file"] is None) == bool(entry["fallback"])   # a fallback shape's kernel is not shipped
+    if entry["file"]:
+        assert (res.out / entry["file"]).read_text() == s.get_kernel(entry["sha256"])
     timed = [e for e in s.events if e["type"] == "timed" and e["sha"] == entry["sha256"]]
     assert timed and entry["times_ms"] == {k2: v for k2, v in timed[-1]["times_ms"].items()}
     table = parse_table((res.out / "src" / "l2hgemm_dispatch.cu").read_text())

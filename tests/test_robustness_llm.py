@@ -100,19 +100,20 @@ def ctx_for(session: Session) -> TrackContext:
                         speedup=1.2, emit=emit)
 
 
-@pytest.mark.parametrize("max_tokens", [4096, 200_000], ids=["refused-as-too-long", "accepted"])
-def test_a_5mb_reply_becomes_a_bounded_number_of_events(scripted_server, tmp_path, max_tokens):
+@pytest.mark.parametrize("max_reply_chars", [None, 8 * 1024 * 1024], ids=["refused-as-too-long", "accepted"])
+def test_a_5mb_reply_becomes_a_bounded_number_of_events(scripted_server, tmp_path, max_reply_chars):
     big = "x" * 5_000_000
     scripted_server.add(Reply(content=big, chunk_chars=4096), role="planner")
     scripted_server.defaults["coder"] = "no code"
     session = Session.create(tmp_path / "s", config={}, gpu={}, versions={})
-    policy = LLMPolicy(client_for(scripted_server, timeout_s=120.0, max_tokens=max_tokens))
+    cap = {} if max_reply_chars is None else {"max_reply_chars": max_reply_chars}
+    policy = LLMPolicy(client_for(scripted_server, timeout_s=120.0, max_tokens=200_000, **cap))
     props = policy.propose(ctx_for(session))
     deltas = [e for e in Session.open(session.path).events if e["type"] == "llm_delta"]
     assert 1 <= len(deltas) < 50
     assert (session.path / "events.jsonl").stat().st_size < 1_000_000
-    if max_tokens == 4096:
-        assert props[0].error and "characters" in props[0].error       # far past max_tokens: not a reply
+    if max_reply_chars is None:
+        assert props[0].error and "max_reply_chars" in props[0].error  # past the default cap: not a reply
     else:
         assert props[0].plan == big                                     # the whole reply still comes back
 
@@ -132,3 +133,32 @@ def test_the_llm_policy_without_the_openai_package_is_one_line_before_any_step(t
     assert rc == 2 and "\n" not in err
     assert "openai package" in err and "pip install openai" in err and "sk-test" not in err
     assert not sess.exists()
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_an_over_long_reply_is_refused_in_one_line_and_reading_stops(scripted_server, stream):
+    """A reply past ``max_reply_chars`` fails the call in one line, streamed or not, however many
+    characters max_tokens would allow."""
+    scripted_server.add(Reply(content="y" * 4_000_000, chunk_chars=65536))
+    r = client_for(scripted_server, timeout_s=120.0, max_tokens=10_000_000, stream=stream,
+                   max_reply_chars=32 * 1024).chat(MSGS)
+    assert not r.ok and r.text == "" and r.attempts == 1
+    assert "passed 32768 characters" in r.error and "max_reply_chars" in r.error and "\n" not in r.error
+
+
+def test_a_reply_under_the_cap_is_whole_when_not_streamed(scripted_server):
+    body = "z" * 100_000
+    scripted_server.add(Reply(content=body))
+    r = client_for(scripted_server, stream=False, max_reply_chars=128 * 1024).chat(MSGS)
+    assert r.ok and r.text == body and r.finish_reason == "stop"
+
+
+def test_the_reply_cap_is_a_bounded_config_key(tmp_path):
+    from l2tui.config import parse_config
+    from l2tui.errors import ConfigError
+
+    cfg = parse_config({"llm": {"max_reply_chars": 65536}})
+    assert LLMClient.from_config(cfg).max_reply_chars == 65536
+    for bad in (10, 10**12):
+        with pytest.raises(ConfigError, match="max_reply_chars"):
+            parse_config({"llm": {"max_reply_chars": bad}})

@@ -7,6 +7,8 @@ import pytest
 
 import io
 
+import pytest
+
 from harness.build import build
 from harness.termtext import VisibleStream, visible
 from harness.testkernels import source as kernel_source
@@ -57,3 +59,32 @@ def test_the_visible_stream_keeps_newlines_and_escapes_the_rest():
     buf = io.StringIO()
     VisibleStream(buf).write("row 1\x1b[31m\nrow 2\n")
     assert buf.getvalue() == "row 1\\x1b[31m\nrow 2\n"
+
+
+def test_the_visible_stream_keeps_a_progress_bars_leading_carriage_return_only():
+    buf = io.StringIO()
+    VisibleStream(buf).write("\r[###...] 1/3 k\r\x1b[2Jevil")
+    assert buf.getvalue() == "\r[###...] 1/3 k\\x0d\\x1b[2Jevil"
+
+
+def test_python_m_harness_escapes_what_it_prints(capsys):
+    """``python -m harness`` writes through the same escaping as ``l2tui bench``: an error quoting
+    text from the command line (or a kernel, a worker) reaches the terminal escaped, in one line."""
+    from harness.__main__ import main as harness_main
+
+    hostile = "k" + HOSTILE
+    rc = harness_main(["bench", "--kernels", "d1", "--kernels", "d2", "--label", hostile, "--label", hostile])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--label values must differ" in err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]52;c;" in err
+
+
+def test_a_python_m_harness_mistake_is_one_line_without_the_usage_block(capsys):
+    from harness.__main__ import main as harness_main
+
+    for argv in (["bench", "--mode", "fast"], ["frobnicate"], ["bench", "--replays", "many"]):
+        with pytest.raises(SystemExit) as e:
+            harness_main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith("python -m harness") and "usage:" not in err and "--help" in err

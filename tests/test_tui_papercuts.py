@@ -169,3 +169,34 @@ def test_a_shadowing_remap_stops_the_app_with_one_line(tmp_path):
         "l2tui: using ./l2tui.toml from the working directory",
         f'l2tui: error: {tmp_path / "l2tui.toml"}: [keys] accept = "q" shadows quit (Quit, also on "q"): '
         "give one of them another key"]
+
+
+def _session_of_a_models_shapes(path: Path) -> Path:
+    """Three decode GEMMs of a model, their roles kept in the session's config as `l2tui run` keeps
+    them; a fourth shape without a role, and a malformed roles entry that must be ignored."""
+    roles = {"16x6144x4096": "llama-3-8b qkv t16", "16x4096x4096": "llama-3-8b o t16",
+             "16x28672x4096": "llama-3-8b gate_up t16", "../x": "bad", "16x4096x14336": 7}
+    s = Session.create(path, config={"policy": "search", "run": {"policy": "search", "roles": roles}},
+                       gpu={}, versions={})
+    for m, n, k in ((16, 6144, 4096), (16, 4096, 4096), (16, 28672, 4096), (16, 4096, 14336)):
+        s.append("track_added", track=f"{m}x{n}x{k}-f32", shape=[m, n, k], acc="f32", baseline="cublas")
+    s.close()
+    return path
+
+
+async def test_the_list_view_names_a_models_shapes_by_their_role(tmp_path):
+    src = _session_of_a_models_shapes(tmp_path / "model")
+    app = replay_app(src, start=10**6)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        scr = app.screen
+        for _ in range(3):
+            if scr.view == "list":
+                break
+            await pilot.press("v")
+            await settle(pilot, 2)
+        assert scr.view == "list"
+        tl = scr.query_one(TrackList)
+        role = {str(tl.get_cell(row, "shape")): str(tl.get_cell(row, "role")) for row in tl.rows}
+        assert role == {"16x6144x4096": "llama-3-8b qkv t16", "16x4096x4096": "llama-3-8b o t16",
+                        "16x28672x4096": "llama-3-8b gate_up t16", "16x4096x14336": ""}

@@ -25,6 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+# a reply longer than ``[llm] max_reply_chars`` (within these bounds) is not a model's answer
+from l2tui.config import REPLY_CAP_CHARS, REPLY_CAP_MAX_CHARS, REPLY_CAP_MIN_CHARS
+
 RETRY_CAP_S = 60.0
 #: streamed text reaches the session as one ``llm_delta`` event per DELTA_BATCH_S seconds or
 #: DELTA_BATCH_CHARS characters, whichever comes first: each event is an fsynced line, so a
@@ -33,9 +36,10 @@ DELTA_BATCH_CHARS = 16384
 DELTA_BATCH_S = 0.25
 #: live deltas of one call stop after this much text (the whole reply still comes back)
 DELTA_LIVE_CAP_CHARS = 256 * 1024
-#: a reply longer than this many characters per max_tokens token is not a model's answer
-REPLY_CHARS_PER_TOKEN = 64
-REPLY_MIN_CAP_CHARS = 256 * 1024
+#: a non-streamed body may take this many bytes per character of text (JSON's ``\uXXXX``
+#: escapes) plus this much for the envelope before reading stops
+REPLY_BYTES_PER_CHAR = 6
+REPLY_ENVELOPE_BYTES = 64 * 1024
 
 
 class CallFailed(Exception):
@@ -120,6 +124,19 @@ class DeltaBatcher:
         self.last = now if now is not None else time.monotonic()
 
 
+def _completion_fields(data: dict[str, Any]) -> tuple[str, dict | None, str | None]:
+    """(text, usage, finish reason) of a chat completion's JSON, each field checked for its type."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the endpoint answered something that is not a chat completion")
+    message = choices[0].get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    finish = choices[0].get("finish_reason")
+    usage = data.get("usage")
+    return (text if isinstance(text, str) else "", usage if isinstance(usage, dict) else None,
+            finish if isinstance(finish, str) and finish else None)
+
+
 def _in_thread(fn: Callable[[], Any], out: "queue.Queue[tuple[str, Any]]", cancel: threading.Event) -> threading.Thread:
     """Run ``fn`` (which feeds ``out``) in a daemon thread; its exceptions arrive as ``("error", exc)``."""
 
@@ -150,6 +167,7 @@ class LLMClient:
         temperature: float = 0.2,
         max_tokens: int = 4096,
         stream: bool = True,
+        max_reply_chars: int = REPLY_CAP_CHARS,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.base_url = base_url
@@ -161,6 +179,7 @@ class LLMClient:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.stream = stream
+        self.max_reply_chars = min(REPLY_CAP_MAX_CHARS, max(REPLY_CAP_MIN_CHARS, int(max_reply_chars)))
         self._sleep = sleep
         self._client: Any = None
         self._stream_options_ok = True
@@ -173,6 +192,7 @@ class LLMClient:
             base_url=llm["base_url"], model=llm["model"], api_key_env=llm["api_key_env"],
             timeout_s=llm["timeout_s"], max_retries=llm["max_retries"], backoff_s=llm["backoff_s"],
             temperature=llm["temperature"], max_tokens=llm["max_tokens"], stream=llm["stream"],
+            max_reply_chars=llm.get("max_reply_chars", REPLY_CAP_CHARS),
         )
 
     # -------------------------------------------------------------- internals
@@ -233,7 +253,32 @@ class LLMClient:
         return False, f"{type(exc).__name__}: {_one_line(str(exc), 200)}"
 
     def _reply_cap(self) -> int:
-        return max(REPLY_MIN_CAP_CHARS, REPLY_CHARS_PER_TOKEN * int(self.max_tokens or 0))
+        return self.max_reply_chars
+
+    def _too_long(self) -> CallFailed:
+        return CallFailed(f"the reply passed {self._reply_cap()} characters ([llm] max_reply_chars); "
+                          "reading stopped, the reply is ignored", False)
+
+    def _read_bounded(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        """A non-streamed completion read as raw bytes that stop at the cap, then parsed as JSON.
+
+        The SDK's own ``create`` reads the whole body into memory first, whatever its size."""
+        import json
+
+        limit = REPLY_BYTES_PER_CHAR * self._reply_cap() + REPLY_ENVELOPE_BYTES
+        body = bytearray()
+        with client.chat.completions.with_streaming_response.create(**kw) as resp:
+            for piece in resp.iter_bytes():
+                body += piece
+                if len(body) > limit:
+                    raise self._too_long()
+        try:
+            data = json.loads(bytes(body))
+        except (UnicodeDecodeError, ValueError):
+            raise ValueError("the endpoint answered something that is not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("the endpoint answered something that is not a chat completion")
+        return data
 
     def _deadline_error(self) -> CallFailed:
         return CallFailed(f"timed out after {self.timeout_s:g} s without a complete reply "
@@ -278,7 +323,7 @@ class LLMClient:
                     pass
 
         if not self.stream:
-            _in_thread(lambda: out.put(("done", client.chat.completions.create(**kw))), out, cancel)
+            _in_thread(lambda: out.put(("done", self._read_bounded(client, kw))), out, cancel)
             try:
                 kind, resp = out.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
@@ -287,17 +332,11 @@ class LLMClient:
             if kind == "error":
                 raise resp
             self.answered = True
-            if isinstance(resp, str) or not getattr(resp, "choices", None):
-                raise ValueError("the endpoint answered something that is not a chat completion")
-            choice = resp.choices[0]
-            text = getattr(choice.message, "content", None) or ""
-            finish = getattr(choice, "finish_reason", None)
+            text, usage, finish = _completion_fields(resp)
             if not finish:
                 raise CallFailed("the reply has no finish reason (cut short)", True)
             if len(text) > self._reply_cap():
-                raise CallFailed(f"the reply is over {self._reply_cap()} characters (max_tokens {self.max_tokens}); "
-                                 "ignored", False)
-            usage = resp.usage.model_dump() if getattr(resp, "usage", None) is not None else None
+                raise self._too_long()
             if on_delta and text:
                 shown = DeltaBatcher(on_delta)
                 shown.add(text)
@@ -350,8 +389,7 @@ class LLMClient:
                         parts.append(piece)
                         size += len(piece)
                         if size > cap:
-                            raise CallFailed(f"the reply passed {cap} characters (max_tokens {self.max_tokens}); "
-                                             "ignored", False)
+                            raise self._too_long()
                         batch.add(piece)
                     if getattr(ch, "finish_reason", None):
                         finish = ch.finish_reason

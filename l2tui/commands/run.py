@@ -12,13 +12,12 @@ resumable.
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from harness.termtext import visible
 
@@ -196,42 +195,6 @@ def _stop_on_endpoint_error(loop: Any, event: dict) -> None:
         loop.request_stop()
 
 
-def recorded_shapes(records: Mapping[str, object]) -> set[str]:
-    """The ``MxNxK:acc`` pairs a recording holds results for (its keys are ``sha:MxNxK:acc``)."""
-    out: set[str] = set()
-    for key in records:
-        parts = key.split(":") if isinstance(key, str) else []
-        if len(parts) == 3:
-            out.add(f"{parts[1]}:{parts[2]}")
-    return out
-
-
-def _volume(shape: str) -> int:
-    """M*N*K of an ``MxNxK`` text (0 for anything else), to list a recording's smallest shapes first."""
-    dims = shape.split("x")
-    return math.prod(int(d) for d in dims) if len(dims) == 3 and all(d.isdigit() for d in dims) else 0
-
-
-def _require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any], acc: str, path: str) -> None:
-    """Refuse, in one line, shapes the recording has nothing for.
-
-    Replaying a recording can only give results it holds: a shape without any would seed from
-    the reference kernel, come back ``not_recorded`` at every step and end with no best, so
-    the run is refused before a session is created."""
-    from ..errors import UserError
-
-    held = recorded_shapes(records)
-    missing = [str(s) for s in shapes if f"{s}:{acc}" not in held]
-    if not missing:
-        return
-    sizes = sorted({h.split(":")[0] for h in held if h.endswith(f":{acc}")}, key=_volume)
-    listed = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-    having = (f"it has {len(sizes)} shape(s) ({', '.join(sizes[:3])}{', ...' if len(sizes) > 3 else ''})"
-              if sizes else "it has none")
-    raise UserError(f"the recording {path} has no evaluations for {listed} ({acc}): {having}; "
-                    f"pick a recorded shape or record this one on a GPU (tools/record_evaluations.py)")
-
-
 def run(args: argparse.Namespace) -> int:
     """The llm policy runs model-written kernels only inside the sandbox (harness.sandbox), unless
     --no-sandbox; the app path checks it itself."""
@@ -250,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.shapes import resolve_shapes
 
     from .. import compose
-    from ..config import load_config
+    from ..config import check_seed, load_config
     from ..errors import UserError
     from ..paths import sessions_root
 
@@ -272,6 +235,8 @@ def _run(args: argparse.Namespace) -> int:
         return int(launch_app(args) or 0)
 
     cfg = load_config(config_path)
+    if args.seed_kernel:
+        check_seed(args.seed_kernel, "", key="--seed")   # before any session, build or LLM call
     cfg = cfg.with_overrides({
         "loop.max_steps": args.max_steps, "loop.seed": args.seed_kernel, "loop.acc": args.acc,
         "harness.baseline": args.baseline, "harness.mode": args.mode,
@@ -310,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
                             f"(or use --policy search)")
         policy, factory = compose.policies(policy_name, cfg, gpu)
         if args.recorded:
-            _require_recorded_shapes(evaluator.records, shapes, cfg.loop["acc"], args.recorded)
+            compose.require_recorded_shapes(evaluator.records, shapes, cfg.loop["acc"], args.recorded)
         if resume:
             session = compose.open_session(session_dir, writer="run")
             cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))

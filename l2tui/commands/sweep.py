@@ -280,6 +280,12 @@ def _run(args: argparse.Namespace) -> int:
                if pre.unbuilt_at_limit else ""))
         return 1 if bad else 0
 
+    if args.recorded:   # after every argument's own check, before the executor and a new session
+        from ..compose import recorded_evaluator, require_recorded_shapes
+
+        records = recorded_evaluator(args.recorded, build=False).records
+        for acc in accs:
+            require_recorded_shapes(records, shapes, acc, args.recorded)
     executor = _executor(args, arch)
     try:
         return _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say, started)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.shapes import Shape
+from l2tui.gemm_roles import session_roles
 from l2tui.errors import UserError
 
 from . import cdispatch
@@ -126,7 +127,8 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
     return {
         "shape": [c.shape.m, c.shape.n, c.shape.k],
         "name": name,
-        "file": f"kernels/{name}.cu",
+        # only a kernel the dispatcher calls is shipped; a fallback shape keeps its kernel's digest
+        "file": None if fallback else f"kernels/{name}.cu",
         "sha256": c.sha,
         "symbol": symbol_name(c.shape.m, c.shape.n, c.shape.k),
         "acc": c.acc,
@@ -155,12 +157,20 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
     }
 
 
+def _with_role(entry: dict, roles: dict[str, str]) -> dict:
+    """Name the entry's shape by its GEMM role where the session knows it (a model's shapes), so a
+    reader of the manifest sees which layer's GEMM each kernel serves."""
+    role = roles.get("x".join(str(d) for d in entry["shape"]))
+    return {**entry, "role": role} if role else entry
+
+
 def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[str, str], *,
                    only_accepted: bool, arch: str | None, margin: float = DEFAULT_FALLBACK_MARGIN) -> dict:
     from l2tui import __version__
     from l2tui.paths import REPO_ROOT
 
     gpu = {k: view.gpu.get(k) for k in ("name", "driver", "arch", "uuid")}
+    roles = session_roles(view.config)
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -176,7 +186,7 @@ def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[s
         "abi": ABI,
         "only_accepted": only_accepted,
         "fallback_margin": margin,
-        "kernels": [_entry(view, c, sources[c.sha], margin) for c in choices],
+        "kernels": [_with_role(_entry(view, c, sources[c.sha], margin), roles) for c in choices],
         "library": None,
     }
 
@@ -228,7 +238,8 @@ def export_session(
     margin: float = DEFAULT_FALLBACK_MARGIN,
     progress: Callable[[str], None] | None = None,
 ) -> ExportResult:
-    """Write ``out/kernels/M_N_K.cu`` + ``out/manifest.json`` (+ C dispatcher sources, + the .so with ``build``).
+    """Write ``out/kernels/M_N_K.cu`` for each shape that runs its kernel + ``out/manifest.json`` (+ C
+    dispatcher sources, + the .so with ``build``).
 
     ``margin``: a kernel is dispatched only where the session measured it faster than every
     cuBLAS-family library by at least this fraction; elsewhere the fallback runs the shape."""
@@ -252,7 +263,7 @@ def export_session(
     manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch, margin=margin)
     for e in manifest["kernels"]:
         cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
-        if not e.get("fallback"):   # a kernel the library runs; a fallback shape never compiles or calls it
+        if e["file"]:   # a kernel the library runs; a fallback shape's kernel is neither shipped nor built
             check_policy(sources[e["sha256"]], f"{e['track']} kernel {e['sha256'][:12]}")
     validate(manifest, None)  # names, symbols and shapes are checked before any of them reaches a build file
     try:
@@ -264,7 +275,8 @@ def export_session(
     try:
         (tmp / "kernels").mkdir()
         for e in manifest["kernels"]:
-            (tmp / e["file"]).write_text(sources[e["sha256"]], encoding="utf-8")
+            if e["file"]:
+                (tmp / e["file"]).write_text(sources[e["sha256"]], encoding="utf-8")
         cdispatch.write_sources(tmp, manifest, arch_flags)
         if build:
             lb = cdispatch.build_library(tmp, manifest, arch=manifest["arch"], jobs=jobs, progress=progress)

@@ -20,7 +20,8 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
     }
 
     entry = {
-      "shape": [M, N, K], "name": "M_N_K", "file": "kernels/M_N_K.cu", "sha256": …,
+      "shape": [M, N, K], "name": "M_N_K", "sha256": …,
+      "file": "kernels/M_N_K.cu" | null (a fallback shape: its kernel is not shipped),
       "symbol": "l2_hgemm_M_N_K", "acc": "f32" | "f16", "family": … | null,
       "flags": [nvcc flags], "track": "MxNxK-acc", "step": int | null,
       "origin": …, "policy": …, "selected_by": "accepted" | "best_passed",
@@ -32,6 +33,7 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "fastest_baseline": label | null,
       "slower_than": [labels of baselines that were faster than the kernel],
       "fallback": null | "cublaslt" | "cublas",
+      "role": "llama-3-8b qkv t16",             # optional: the shape's GEMM role, where the session knows it
       "fallback_pin": null | {"library": "cublas", "measured": label}   # optional (older exports: absent)
                     | {"library": "cublaslt", "measured": label, "index": i, "count": n,
                        "requested": r, "cublaslt_version": v}
@@ -60,6 +62,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.shapes import MAX_ROLE_CHARS
 from harness.stats import speedup
 from l2tui.errors import UserError
 
@@ -255,8 +258,7 @@ def validate(doc: Any, root: Path | None = None) -> dict:
         name = _req(e, "name", (str,), w)
         if not _NAME_RE.match(name) or name != kernel_name(*shape):
             raise ManifestError(f"{w}: name {name!r} does not match shape {t}")
-        if _req(e, "file", (str,), w) != f"kernels/{name}.cu":
-            raise ManifestError(f"{w}: file must be kernels/{name}.cu")
+        _check_file(e, name, w)
         if _req(e, "symbol", (str,), w) != symbol_name(*shape):
             raise ManifestError(f"{w}: symbol must be {symbol_name(*shape)}")
         if not _SHA_RE.match(_req(e, "sha256", (str,), w)):
@@ -271,12 +273,23 @@ def validate(doc: Any, root: Path | None = None) -> dict:
         _req(e, "rel_err", (int, float), w, nullable=True)
         _req(e, "family", (str,), w, nullable=True)
         _req(e, "nondeterministic", (bool,), w)
+        if "role" in e and not (isinstance(e["role"], str) and 0 < len(e["role"]) <= MAX_ROLE_CHARS
+                                and e["role"].isprintable()):
+            raise ManifestError(f"{w}: role must be one line of at most {MAX_ROLE_CHARS} printable characters")
         if e.get("fallback") not in (None, *FALLBACK_MARKERS):
             raise ManifestError(f"{w}: fallback must be null, \"cublaslt\" or \"cublas\"")
         check_pin(e.get("fallback_pin"), w)
-        if root is not None and not (root / e["file"]).is_file():
+        if root is not None and e["file"] and not (root / e["file"]).is_file():
             raise ManifestError(f"{w}: {e['file']} is missing from {root}; re-run l2tui export")
     return doc
+
+
+def _check_file(e: dict, name: str, w: str) -> None:
+    """A shape that runs its kernel names ``kernels/M_N_K.cu``; a fallback shape names none (its
+    kernel is not shipped: the library never calls it), or that file (older exports)."""
+    file = _req(e, "file", (str,), w, nullable=bool(e.get("fallback")))
+    if file is not None and file != f"kernels/{name}.cu":
+        raise ManifestError(f"{w}: file must be kernels/{name}.cu" + (" or null" if e.get("fallback") else ""))
 
 
 def load(root: str | Path) -> dict:

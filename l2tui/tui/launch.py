@@ -127,6 +127,13 @@ def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, r
     return build
 
 
+def _roles(spec: list[str] | None) -> dict[str, str]:
+    """What each ``--shapes`` shape is for, where the spec says (a model, a shapes file's comments)."""
+    from harness.shapes import shape_roles
+
+    return {str(s): r for s, r in shape_roles(spec).items()} if spec else {}
+
+
 def wants_live(args: argparse.Namespace) -> bool:
     """True when the command line asks for a live run (any of the run's own options);
     only a plain ``l2tui`` (``--config`` at most) may fall back to the demo replay."""
@@ -170,7 +177,10 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
     shapes = resolve_shapes(getattr(args, "shapes", None), default="sample100")
     gpu: dict = {}
     if recorded:
-        meta = compose.recorded_evaluator(recorded, build=False).meta  # one-line error for an unreadable file
+        replay = compose.recorded_evaluator(recorded, build=False)  # one-line error for an unreadable file
+        if not resume and getattr(args, "shapes", None):
+            compose.require_recorded_shapes(replay.records, shapes, cfg.loop["acc"], recorded)
+        meta = replay.meta
         gpu = compose.recorded_gpu(meta, recorded)
     elif not gpu_present():
         raise UserError(no_gpu_message())
@@ -186,6 +196,9 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
         snap = {**cfg.snapshot(), "policy": policy}
         if recorded:
             snap["run"] = {"policy": policy, "shapes": [str(s) for s in shapes], "recorded": str(recorded)}
+        roles = _roles(getattr(args, "shapes", None))
+        if roles:   # the list view, the export and rl-data name a model's shapes by their role
+            snap.setdefault("run", {"policy": policy, "shapes": [str(s) for s in shapes]})["roles"] = roles
         session = compose.create_session(path, writer="app", config=snap, gpu=gpu, versions={"l2tui": __version__})
     ctx = UIContext(session=session, events=list(session.events), replay=False, handle=LoopHandle(),
                     loop_factory=_loop_factory(cfg, session, policy, shapes, cfg.loop["acc"], resume,

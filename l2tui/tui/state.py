@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
+from ..gemm_roles import session_roles
 
 TRACK_STATES = ("queued", "running", "paused", "done", "failed", "stopped")
 CANDIDATE_LABEL = "candidate"
@@ -182,6 +183,7 @@ class SessionModel:
         self.t_last: float = 0.0
         self.last_seq: int = -1
         self.config: dict = {}
+        self.roles: dict[str, str] = {}   # "MxNxK" -> a model's GEMM role (l2tui.gemm_roles)
         self.gpu: dict = {}
         self.versions: dict = {}
         self.ended: str | None = None
@@ -261,6 +263,7 @@ class SessionModel:
 
     def _on_session_started(self, ev: dict, changes: Changes) -> None:
         self.config = dict(ev.get("config") or {})
+        self.roles = session_roles(self.config)
         self.gpu = dict(ev.get("gpu") or {})
         self.versions = dict(ev.get("versions") or {})
         self.policy = str(self.config.get("policy") or self.policy)

@@ -13,11 +13,15 @@ from .. import keymap
 from ..state import SessionModel, Track, fmt_speedup
 from .colors import speedup_style
 
-COLUMNS = ("shape", "acc", "state", "step", "stage", "best", "baseline")
+COLUMNS = ("shape", "role", "acc", "state", "step", "stage", "best", "baseline")
+#: the columns of a session whose shapes have no roles (a grid's, a hand-written list)
+PLAIN_COLUMNS = tuple(c for c in COLUMNS if c != "role")
 
 
 class TrackList(DataTable):
-    """One row per track, in queue order; highlighting a row focuses that track."""
+    """One row per track, in queue order; highlighting a row focuses that track. A model's shapes
+    are named by their GEMM role (``role``: qkv, o, gate_up, down, lm_head), which the grid cannot
+    show."""
 
     DEFAULT_CSS = """
     TrackList { height: 1fr; }
@@ -37,13 +41,25 @@ class TrackList(DataTable):
         self.baseline: str | None = None
 
     def on_mount(self) -> None:
-        for col in COLUMNS:
-            self.add_column(col, key=col)
+        self._set_columns()
+
+    def _columns(self) -> tuple[str, ...]:
+        return COLUMNS if self.model.roles else PLAIN_COLUMNS
+
+    def _set_columns(self) -> None:
+        """The role column only where the session knows roles, so a grid's list stays narrow."""
+        want = self._columns()
+        if tuple(str(k.value) for k in self.columns) != want:
+            self.clear(columns=True)
+            for col in want:
+                self.add_column(col, key=col)
 
     def _cells(self, tr: Track) -> list:
         sp = tr.speedup_vs(self.baseline)
-        return [tr.label, tr.acc, tr.state, str(tr.step), tr.stage,
-                Text(fmt_speedup(sp), style=speedup_style(sp)), self.baseline or tr.baseline]
+        cells = {"shape": tr.label, "role": Text(self.model.roles.get(tr.label, "")), "acc": tr.acc,
+                 "state": tr.state, "step": str(tr.step), "stage": tr.stage,
+                 "best": Text(fmt_speedup(sp), style=speedup_style(sp)), "baseline": self.baseline or tr.baseline}
+        return [cells[c] for c in self._columns()]
 
     def sync(self, changed: set[str], added: bool) -> None:
         """Add rows for new tracks, update rows of changed ones (nothing while hidden:
@@ -51,6 +67,7 @@ class TrackList(DataTable):
         if not self.display:
             return
         if added:
+            self._set_columns()
             for tid, tr in self.model.tracks.items():
                 if tid not in self.rows:
                     self.add_row(*self._cells(tr), key=tid)
@@ -58,7 +75,7 @@ class TrackList(DataTable):
             tr = self.model.tracks.get(tid)
             if tr is None or tid not in self.rows:
                 continue
-            for col, val in zip(COLUMNS, self._cells(tr)):
+            for col, val in zip(self._columns(), self._cells(tr)):
                 self.update_cell(tid, col, val)
 
     def resync(self) -> None:
