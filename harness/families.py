@@ -403,7 +403,7 @@ def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
         old = lines[name]
         if old is None:
             raise FamilyError(f"knob {name!r} is not in the knob block")
-        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", lambda mm: mm.group(1) + str(value), old)
+        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", lambda mm, v=str(value): mm.group(1) + v, old)
         blocks.append(f"<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE")
     if "ACC" in changes:
         am = _ACC_RE.search(source)

@@ -70,7 +70,7 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
             c = cp.empty((n, n), dtype=cp.float16)
         sp = stream.ptr
 
-        def call(a=a, b=b, c=c, n=n) -> int:
+        def call(a=a, b=b, c=c, n=n, sp=sp) -> int:
             return shim_fn(a.data.ptr, b.data.ptr, c.data.ptr, n, n, n, sp)
 
         g = timing.make_graph(cp, stream, "peak", call, target_ms=5.0)

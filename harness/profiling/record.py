@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,15 +194,18 @@ def record_no_kernel_text(out: Path, so_dir: Path) -> None:
     (d / "no_kernel.txt").write_text(f"$ {' '.join(cmd)}\n# exit status {p.returncode}\n" + p.stdout + p.stderr)
 
 
+def _cell(metrics: dict[str, Any], key: str) -> str:
+    """One table cell: the metric's value, or a dash where ncu did not report it."""
+    x = metrics.get(key)
+    return fmt_value(x) if x is not None else "-"
+
+
 def table(calls: list[dict[str, Any]], clf: Classifier) -> str:
     rows = [("shape", "kernel", "verdict", "kernels", "time", "SM%", "tensor%", "mem%", "DRAM%", "occ%", "memstall")]
     for c in calls:
-        m = c["metrics"]
+        m: dict[str, Any] = c["metrics"]
         v = clf.classify(m)
-
-        def g(k: str) -> str:
-            x = m.get(k)
-            return fmt_value(x) if x is not None else "-"
+        g = partial(_cell, m)
         rows.append(("x".join(map(str, c["shape"])), c["label"], v.cls, g("kernels"), g("duration_us"),
                      g("sm_throughput_pct"), g("tensor_pipe_pct"), g("memory_throughput_pct"),
                      g("dram_throughput_pct"), g("achieved_occupancy_pct"), g("stall_memory_frac")))
