@@ -4,21 +4,19 @@ shares and one function per check of the ``runs`` ... ``deterministic`` list of 
 
 harness.worker_main.evaluate_shape runs these in order, then harness.shape_timing times the
 subjects that passed and harness.shape_result assembles the answer. Nothing here imports cupy:
-``cp`` comes from the worker's harness.worker_main.Gpu.
+``cp`` comes from the worker's harness.gpu.Gpu.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from . import baselines as bl
 from . import checks as ck
 from .cuda_errors import Sticky, is_sticky
-
-if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
-    from .worker_main import Gpu
+from .gpu import Gpu
 
 
 # --------------------------------------------------------------------------- buffers
@@ -97,15 +95,16 @@ class ShapeContext:
 def shape_ctx(g: Gpu, m: int, n: int, k: int) -> ShapeContext:
     """The worker's buffers for this shape: the last request's when it was the same shape (no
     reallocation between the evaluations of one shape), else fresh ones after freeing the old."""
-    if g.ctx is not None and g.ctx.key == (m, n, k):
+    if isinstance(g.ctx, ShapeContext) and g.ctx.key == (m, n, k):
         return g.ctx
     if g.ctx is not None:
         g.stream.synchronize()
         g.ctx.close()
         g.ctx = None
         g.cp.get_default_memory_pool().free_all_blocks()
-    g.ctx = ShapeContext(g, m, n, k)
-    return g.ctx
+    ctx = ShapeContext(g, m, n, k)
+    g.ctx = ctx
+    return ctx
 
 
 # --------------------------------------------------------------------------- subjects

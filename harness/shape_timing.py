@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from . import baselines as bl
 from . import checks as ck
@@ -26,9 +26,7 @@ from .cuda_errors import Sticky, is_sticky
 from .shape_eval import FOREIGN_WORK_MS, GRAPH_REPLAYS, SeedChecks, ShapeChecks, ShapeContext, Subjects, \
     device_busy_ms, foreign_work_detail
 from .shape_fresh import dense_checks, fresh_checks
-
-if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
-    from .worker_main import Gpu
+from .gpu import Gpu
 
 SEPARATOR_LABEL = "(separator)"
 PER_CALL_PREFIX = "(per call) "

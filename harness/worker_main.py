@@ -22,8 +22,7 @@ from typing import Any, Callable
 from . import channel
 from .channel import FrameError
 from .cuda_errors import Sticky, is_sticky
-
-IDLE_REWARM_S = 2.0          # re-warm the GPU after this much idle time
+from .gpu import LIBS, Gpu, load_lib
 MAX_LIBS = 256               # exit (parent restarts lazily) after loading this many kernel libraries
 #: the most the worker writes to any one file. Its log is the one it grows: a candidate's host
 #: prints and device printf (flushed by the driver to stdout, which is the log) land there, and a
@@ -33,147 +32,6 @@ MAX_FILE_BYTES = 64 << 20
 
 
 # --------------------------------------------------------------------------- GPU state
-
-#: every library this process has loaded, by path (shared by the GPU state and the ops that load
-#: candidates before it exists)
-_LIBS: dict[str, ctypes.CDLL] = {}
-
-
-def load_lib(path: str) -> ctypes.CDLL:
-    """The library at ``path``, loaded once per process."""
-    lib = _LIBS.get(path)
-    if lib is None:
-        lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
-        _LIBS[path] = lib
-    return lib
-
-
-class Gpu:
-    """Per-process CUDA state: cupy, our non-blocking stream, the shim, caches."""
-
-    def __init__(self) -> None:
-        import cupy as cp
-
-        self.cp = cp
-        cp.cuda.Device(0).use()
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        props = cp.cuda.runtime.getDeviceProperties(0)
-        self.name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        self.cc = (int(props["major"]), int(props["minor"]))
-        self.sms = int(props["multiProcessorCount"])
-        raw_uuid = props.get("uuid", b"")
-        self.uuid = "GPU-" + _fmt_uuid(raw_uuid) if raw_uuid else f"GPU-{self.name}-{os.getpid()}"
-        self.cuda_runtime = _ver(cp.cuda.runtime.runtimeGetVersion())
-        self.cuda_driver = _ver(cp.cuda.runtime.driverGetVersion())
-        self.libs = _LIBS
-        self.autotune: dict[tuple, int] = {}
-        self.roofline: dict[str, Any] | None = None
-        self.nvml = _Nvml(self.uuid)
-        self.warmed = False
-        self.last_active = 0.0
-        self.ctx: Any = None   # last harness.shape_eval.ShapeContext (buffers reused when the next request is the same shape)
-
-    def lib(self, path: str) -> Any:
-        return load_lib(path)
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "uuid": self.uuid, "cc": f"{self.cc[0]}.{self.cc[1]}", "sms": self.sms,
-            "cuda_runtime": self.cuda_runtime, "cuda_driver": self.cuda_driver,
-            "driver": self.nvml.driver(), "cupy": self.cp.__version__,
-        }
-
-    def warm_up(self, shim_fn: Callable[..., int], min_s: float = 0.2, max_s: float = 1.5) -> None:
-        """Run big GEMMs until the SM clock is up (it idles at a few hundred MHz).
-
-        Done when the worker starts and again whenever the GPU sat idle for more than
-        IDLE_REWARM_S (an agent thinking between evaluations lets the clock drop).
-        """
-        now = time.monotonic()
-        if self.warmed and now - self.last_active < IDLE_REWARM_S:
-            self.last_active = now
-            return
-        cp, s = self.cp, self.stream
-        n = 4096
-        with s:
-            a = cp.ones((n, n), dtype=cp.float16)
-            c = cp.empty((n, n), dtype=cp.float16)
-        target = self.nvml.max_sm_mhz()
-        t0 = time.monotonic()
-        while True:
-            for _ in range(10):
-                shim_fn(a.data.ptr, a.data.ptr, c.data.ptr, n, n, n, s.ptr)
-            s.synchronize()
-            el = time.monotonic() - t0
-            if el >= max_s:
-                break
-            if el >= min_s:
-                clk = self.nvml.clocks().get("sm_mhz") if target else None
-                if not target or clk is None or clk >= 0.9 * target:
-                    break
-        self.warmed = True
-        self.last_active = time.monotonic()
-
-
-def _fmt_uuid(raw: Any) -> str:
-    b = bytes(raw)[:16]
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def _ver(v: int) -> str:
-    return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-class _Nvml:
-    """Clocks and driver through NVML when pynvml imports; every answer may be None."""
-
-    def __init__(self, uuid: str) -> None:
-        self.h = None
-        self.mod = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.mod = pynvml
-            try:
-                self.h = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
-            except Exception:
-                self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:
-            self.h = None
-
-    def driver(self) -> str | None:
-        if self.mod is None:
-            return None
-        try:
-            v = self.mod.nvmlSystemGetDriverVersion()
-            return v.decode() if isinstance(v, bytes) else v
-        except Exception:
-            return None
-
-    def max_sm_mhz(self) -> int | None:
-        if self.h is None:
-            return None
-        try:
-            return int(self.mod.nvmlDeviceGetMaxClockInfo(self.h, self.mod.NVML_CLOCK_SM))
-        except Exception:
-            return None
-
-    def clocks(self) -> dict[str, Any]:
-        if self.h is None:
-            return {}
-        m = self.mod
-        out: dict[str, Any] = {}
-        for key, fn in (("sm_mhz", lambda: m.nvmlDeviceGetClockInfo(self.h, m.NVML_CLOCK_SM)),
-                        ("mem_mhz", lambda: m.nvmlDeviceGetClockInfo(self.h, m.NVML_CLOCK_MEM)),
-                        ("temp_c", lambda: m.nvmlDeviceGetTemperature(self.h, m.NVML_TEMPERATURE_GPU)),
-                        ("power_w", lambda: m.nvmlDeviceGetPowerUsage(self.h) / 1000.0)):
-            try:
-                out[key] = fn()
-            except Exception:
-                out[key] = None
-        return out
 
 
 _GPU: Gpu | None = None
@@ -430,7 +288,7 @@ def serve() -> int:
             continue
         try:
             result = fn(**args)
-            retire = _RETIRE_NEXT or len(_LIBS) > MAX_LIBS
+            retire = _RETIRE_NEXT or len(LIBS) > MAX_LIBS
             _write(out_fd, {"id": rid, "ok": True, "result": result, "retire": retire})
             if _GPU is not None:
                 _GPU.last_active = time.monotonic()
