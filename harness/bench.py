@@ -264,9 +264,38 @@ def candidate_sets(kernels: list[str] | str | None, labels: list[str] | str | No
     return list(zip(names, dirs))
 
 
+def _build_sets(shapes: list[Shape], sets: list[tuple[str, dict[Shape, Path]]],
+                arch: str) -> tuple[dict[Shape, list[dict[str, Any]]], dict[tuple[Shape, str], str]]:
+    """Build every distinct candidate source of the sets once, in parallel: per shape, the
+    candidates that built (as the worker takes them), and the first error of each that did not."""
+    from . import build as buildmod
+    from .evaluate import is_nondeterministic, uses_pdl
+
+    so_for: dict[Shape, list[dict[str, Any]]] = {}
+    build_fail: dict[tuple[Shape, str], str] = {}
+    wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
+    if not wanted:
+        return so_for, build_fail
+    sources = []
+    for _, _, path in wanted:
+        try:
+            sources.append(path.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise KernelSourceError(f"cannot read kernel file {str(path)!r}: {e}") from None
+    print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
+    results = buildmod.build_many(sources, arch=arch)
+    for (s, label, _), src, br in zip(wanted, sources, results):
+        if br.ok:
+            so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
+                                             "nondeterministic": is_nondeterministic(src), "pdl": uses_pdl(src)})
+        else:
+            build_fail[(s, label)] = str(br.errors[0]) if br.errors else "compile error"
+    return so_for, build_fail
+
+
 def main(args: argparse.Namespace) -> int:
     from . import build as buildmod
-    from .evaluate import Evaluator, is_nondeterministic, uses_pdl
+    from .evaluate import Evaluator
     from .gpuinfo import require_gpu
     from .worker import WorkerError
 
@@ -288,25 +317,7 @@ def main(args: argparse.Namespace) -> int:
     gpu = require_gpu(args.device or 0)
     arch = args.arch or gpu.arch
 
-    # build every distinct candidate source once, in parallel
-    so_for: dict[Shape, list[dict[str, Any]]] = {}
-    build_fail: dict[tuple[Shape, str], str] = {}
-    wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
-    if wanted:
-        sources = []
-        for _, _, path in wanted:
-            try:
-                sources.append(path.read_text())
-            except (OSError, UnicodeDecodeError) as e:
-                raise KernelSourceError(f"cannot read kernel file {str(path)!r}: {e}") from None
-        print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
-        results = buildmod.build_many(sources, arch=arch)
-        for (s, label, _), src, br in zip(wanted, sources, results):
-            if br.ok:
-                so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
-                                                 "nondeterministic": is_nondeterministic(src), "pdl": uses_pdl(src)})
-            else:
-                build_fail[(s, label)] = str(br.errors[0]) if br.errors else "compile error"
+    so_for, build_fail = _build_sets(shapes, sets, arch)
 
     out = Path(args.out) if args.out else Path(
         f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")

@@ -691,93 +691,131 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
         return problems
     g = geometry(fam, knobs)
     if fam.name == "sm90_cutlass":
-        basic = knobs["SCHEDULE"] == "BASIC"
-        if basic and g.tile_m not in (64, 128):
-            problems.append(f"BASIC needs TILE_M 64 or 128 (one consumer warpgroup), not {g.tile_m}")
-        if basic and knobs["SCHEDULER"] not in ("PERSISTENT", "SPLITK_REDUCE"):
-            problems.append("BASIC runs a CTA per tile: use SCHEDULER PERSISTENT (no tile loop) or SPLITK_REDUCE")
-        if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m < 128:
-            problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
-        if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m % 128:
-            problems.append(f"COOPERATIVE needs a TILE_M that is a multiple of 128 (two warpgroups of 64-row WGMMAs), "
-                            f"not {g.tile_m}: use PINGPONG")
-        if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
-            problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
-        if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") and knobs["SPLITS"] == "1":
-            problems.append(f"{knobs['SCHEDULER']} needs SPLITS > 1 (or 0 = automatic)")
-        if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
-            problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
-                            "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see the unsafe list of catalog.toml)")
-        epi_n = _i(knobs, "EPI_TILE_N")
-        if epi_n and knobs["EPILOGUE"] == "EPI_NOSMEM":
-            problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
-        if epi_n and g.tile_n % epi_n:
-            problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
-        problems += _cutlass_resource_problems(g)
-    elif fam.name == "sm90_cutlass_t":
-        sched = knobs["SCHEDULE"]
-        if sched in ("BASIC", "PINGPONG") and g.tile_n not in (64, 128):
-            problems.append(f"{sched} needs TILE_N 64 or 128 (one consumer warpgroup holds the tile's columns), "
-                            f"not {g.tile_n}")
-        if sched == "COOPERATIVE" and g.tile_n % 128:
-            problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
-        problems += _cutlass_resource_problems(g)
-    elif fam.name == "sm90_ksplit":
-        if g.smem_bytes > SMEM_PER_SM:
-            problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
-        if g.tile_m % g.split_k:
-            problems.append("each CTA of the cluster reduces TILE_M / CLUSTER_K rows: CLUSTER_K must divide TILE_M")
-        wgk = int(knobs.get("WG_K", "1"))
-        if g.stages <= wgk or g.stages % wgk:
-            problems.append(f"WG_K {wgk} sets of consumers need STAGES > WG_K (each holds a stage while it waits for "
-                            "its next) and a multiple of WG_K (each stage serves one set)")
-    elif fam.name == "skinny_splitk":
-        problems += _skinny_problems(knobs, g)
-    elif fam.name == "tiny_mma":
-        wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
-        if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
-            problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
-            return problems
-        if g.smem_bytes > 48 * 1024:
-            problems.append(f"two {g.tile_m}x{g.tile_k} + {g.tile_k}x{g.tile_n} buffers need {g.smem_bytes} B "
-                            "of static shared memory (> 48 KB): lower BK or the tile")
-        per = -(-g.tile_m * g.tile_k // 8 // g.threads) + -(-g.tile_k * g.tile_n // 8 // g.threads)
-        per *= int(knobs.get("AHEAD", "1"))
-        if per > 16:
-            problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps, lower BK or AHEAD")
-        if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
-            problems.append("warp tile too large (over 64 accumulators per thread): add warps")
-        wk = int(knobs["WARPS_K"])
-        if (g.tile_k // 16) % wk:
-            problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
-        if wk > 1 and (wk - 1) * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:  # padded fp32 rows
-            problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
-        if knobs.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM":
-            if wk > 1 or int(knobs.get("CLUSTER_K", "1")) > 1:
-                problems.append("EPI_SMEM stores a tile one CTA computed whole: WARPS_K 1 and CLUSTER_K 1 only")
-            if g.tile_m * (g.tile_n + 8) * 2 > g.smem_bytes:  # padded fp16 rows
-                problems.append("EPI_SMEM: the fp16 output tile does not fit in the two chunk buffers")
-        ck = int(knobs.get("CLUSTER_K", "1"))
-        if ck > 1 and wk * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:
-            problems.append("with CLUSTER_K every K warp's fp32 partial tile stays in the chunk buffers: they do "
-                            "not fit, lower WARPS_K")
-        if (g.tile_m * g.tile_n // 4) % ck:
-            problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
-    else:
-        wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
-        if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
-            problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
-        if g.smem_bytes > SMEM_PER_SM:
-            problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
-        mi, ni = g.tile_m // wm // 16, g.tile_n // wn // 8
-        if mi * ni * 4 > 128:
-            problems.append("warp tile too large (over 128 accumulators per thread): add warps")
-        if wm * wn > 16:
-            problems.append("at most 16 warps per CTA")
-        if knobs.get("CLUSTER_K", "1") != "1" and knobs["SPLIT_K"] != "1":
-            problems.append("CLUSTER_K slices replace SPLIT_K: use SPLIT_K 1 with CLUSTER_K > 1")
-        if (g.tile_m * g.tile_n // 4) % int(knobs.get("CLUSTER_K", "1")):
-            problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
+        return _sm90_cutlass_problems(knobs, g, allow_unsafe)
+    if fam.name == "sm90_cutlass_t":
+        return _sm90_cutlass_t_problems(knobs, g)
+    if fam.name == "sm90_ksplit":
+        return _sm90_ksplit_problems(knobs, g)
+    if fam.name == "skinny_splitk":
+        return _skinny_problems(knobs, g)
+    if fam.name == "tiny_mma":
+        return _tiny_mma_problems(knobs, g)
+    return _mma_problems(knobs, g)
+
+
+def _sm90_cutlass_problems(knobs: Mapping[str, str], g: Geometry, allow_unsafe: bool) -> list[str]:
+    """Problems of the CUTLASS sm90 kernel: schedule, scheduler and epilogue combinations that CUTLASS
+    refuses or that hang, then its resources."""
+    problems: list[str] = []
+    basic = knobs["SCHEDULE"] == "BASIC"
+    if basic and g.tile_m not in (64, 128):
+        problems.append(f"BASIC needs TILE_M 64 or 128 (one consumer warpgroup), not {g.tile_m}")
+    if basic and knobs["SCHEDULER"] not in ("PERSISTENT", "SPLITK_REDUCE"):
+        problems.append("BASIC runs a CTA per tile: use SCHEDULER PERSISTENT (no tile loop) or SPLITK_REDUCE")
+    if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m < 128:
+        problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
+    if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m % 128:
+        problems.append(f"COOPERATIVE needs a TILE_M that is a multiple of 128 (two warpgroups of 64-row WGMMAs), "
+                        f"not {g.tile_m}: use PINGPONG")
+    if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
+        problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
+    if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") and knobs["SPLITS"] == "1":
+        problems.append(f"{knobs['SCHEDULER']} needs SPLITS > 1 (or 0 = automatic)")
+    if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
+        problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
+                        "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see the unsafe list of catalog.toml)")
+    epi_n = _i(knobs, "EPI_TILE_N")
+    if epi_n and knobs["EPILOGUE"] == "EPI_NOSMEM":
+        problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
+    if epi_n and g.tile_n % epi_n:
+        problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
+    problems += _cutlass_resource_problems(g)
+    return problems
+
+
+def _sm90_cutlass_t_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the transposed CUTLASS sm90 kernel: which schedules hold which tile widths, then its
+    resources."""
+    problems: list[str] = []
+    sched = knobs["SCHEDULE"]
+    if sched in ("BASIC", "PINGPONG") and g.tile_n not in (64, 128):
+        problems.append(f"{sched} needs TILE_N 64 or 128 (one consumer warpgroup holds the tile's columns), "
+                        f"not {g.tile_n}")
+    if sched == "COOPERATIVE" and g.tile_n % 128:
+        problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
+    problems += _cutlass_resource_problems(g)
+    return problems
+
+
+def _sm90_ksplit_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the cluster split-K kernel: shared memory, the cluster's share of rows and the consumer
+    sets' stages."""
+    problems: list[str] = []
+    if g.smem_bytes > SMEM_PER_SM:
+        problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
+    if g.tile_m % g.split_k:
+        problems.append("each CTA of the cluster reduces TILE_M / CLUSTER_K rows: CLUSTER_K must divide TILE_M")
+    wgk = int(knobs.get("WG_K", "1"))
+    if g.stages <= wgk or g.stages % wgk:
+        problems.append(f"WG_K {wgk} sets of consumers need STAGES > WG_K (each holds a stage while it waits for "
+                        "its next) and a multiple of WG_K (each stage serves one set)")
+    return problems
+
+
+def _tiny_mma_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the small-tile mma.sync kernel: warp tiling, static shared memory, staged loads, the K
+    warps and cluster shares."""
+    problems: list[str] = []
+    wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
+    if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+        problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
+        return problems
+    if g.smem_bytes > 48 * 1024:
+        problems.append(f"two {g.tile_m}x{g.tile_k} + {g.tile_k}x{g.tile_n} buffers need {g.smem_bytes} B "
+                        "of static shared memory (> 48 KB): lower BK or the tile")
+    per = -(-g.tile_m * g.tile_k // 8 // g.threads) + -(-g.tile_k * g.tile_n // 8 // g.threads)
+    per *= int(knobs.get("AHEAD", "1"))
+    if per > 16:
+        problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps, lower BK or AHEAD")
+    if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
+        problems.append("warp tile too large (over 64 accumulators per thread): add warps")
+    wk = int(knobs["WARPS_K"])
+    if (g.tile_k // 16) % wk:
+        problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
+    if wk > 1 and (wk - 1) * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:  # padded fp32 rows
+        problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
+    if knobs.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM":
+        if wk > 1 or int(knobs.get("CLUSTER_K", "1")) > 1:
+            problems.append("EPI_SMEM stores a tile one CTA computed whole: WARPS_K 1 and CLUSTER_K 1 only")
+        if g.tile_m * (g.tile_n + 8) * 2 > g.smem_bytes:  # padded fp16 rows
+            problems.append("EPI_SMEM: the fp16 output tile does not fit in the two chunk buffers")
+    ck = int(knobs.get("CLUSTER_K", "1"))
+    if ck > 1 and wk * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:
+        problems.append("with CLUSTER_K every K warp's fp32 partial tile stays in the chunk buffers: they do "
+                        "not fit, lower WARPS_K")
+    if (g.tile_m * g.tile_n // 4) % ck:
+        problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
+    return problems
+
+
+def _mma_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the pipelined mma.sync families: warp tiling, shared memory, accumulators per thread,
+    split-K against cluster slices."""
+    problems: list[str] = []
+    wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
+    if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+        problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
+    if g.smem_bytes > SMEM_PER_SM:
+        problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
+    mi, ni = g.tile_m // wm // 16, g.tile_n // wn // 8
+    if mi * ni * 4 > 128:
+        problems.append("warp tile too large (over 128 accumulators per thread): add warps")
+    if wm * wn > 16:
+        problems.append("at most 16 warps per CTA")
+    if knobs.get("CLUSTER_K", "1") != "1" and knobs["SPLIT_K"] != "1":
+        problems.append("CLUSTER_K slices replace SPLIT_K: use SPLIT_K 1 with CLUSTER_K > 1")
+    if (g.tile_m * g.tile_n // 4) % int(knobs.get("CLUSTER_K", "1")):
+        problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
     return problems
 
 
