@@ -202,7 +202,7 @@ def summary_table(rf: ResultFile) -> str:
                          if r["times_ms"].get(lb) and r.get("roofline_ms")])
             cells.append(f"{100 * g:>9.1f}%" if g else f"{'-':>10}")
         lines.append(f"{('roofline fraction ' + lb)[:33]:34}" + "".join(cells))
-    bad = {}
+    bad: dict[str, dict[str, int]] = {}
     for r in rf.rows:
         for lb, st in (r.get("status") or {}).items():
             if st not in ("ok", "absent"):
@@ -285,11 +285,11 @@ def _build_sets(shapes: list[Shape], sets: list[tuple[str, dict[Shape, Path]]],
     print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
     results = buildmod.build_many(sources, arch=arch)
     for (s, label, _), src, br in zip(wanted, sources, results):
-        if br.ok:
+        if br is not None and br.ok:
             so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
                                              "nondeterministic": is_nondeterministic(src), "pdl": uses_pdl(src)})
         else:
-            build_fail[(s, label)] = str(br.errors[0]) if br.errors else "compile error"
+            build_fail[(s, label)] = str(br.errors[0]) if br is not None and br.errors else "compile error"
     return so_for, build_fail
 
 

@@ -645,12 +645,12 @@ class BuildInterrupted(HarnessError):
 
 _WORK_PREFIX = ".work-"
 _WORK_RE = re.compile(r"^\.work-.*-(\d+)-[^-]+$")
-_LIVE: dict[int, subprocess.Popen] = {}
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
 _KILLED: set[int] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the compiler's whole process group (nvcc, cicc, ptxas, the host compiler; or bwrap,
     whose sandbox dies with it)."""
     try:

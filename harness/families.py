@@ -18,7 +18,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -66,7 +66,7 @@ class Family:
     body_from: str | None = None
 
     @property
-    def path(self):
+    def path(self) -> Path:
         return KERNELS_DIR / self.file
 
     def template(self) -> str:
@@ -104,7 +104,9 @@ def _read_template(file: str) -> str:
     return (KERNELS_DIR / file).read_text()
 
 
-_V = lambda *xs: tuple(str(x) for x in xs)  # noqa: E731
+def _V(*xs: int | str) -> tuple[str, ...]:
+    """A knob's legal values as the strings its #define takes."""
+    return tuple(str(x) for x in xs)
 
 SM90 = Family(
     name="sm90_cutlass",
@@ -377,12 +379,17 @@ def render(family: Family | str, knobs: Mapping[str, str | int] | None = None, *
     (``allow_unsafe`` as in :func:`validate`).
     """
     fam = get_family(family) if isinstance(family, str) else family
-    knobs = {k: str(v) for k, v in (knobs or {}).items()}
-    full = {**fam.defaults(), **knobs}
+    given = {k: str(v) for k, v in (knobs or {}).items()}
+    full = {**fam.defaults(), **given}
     problems = validate(fam, full, allow_unsafe=allow_unsafe)
     if problems:
         raise FamilyError(f"{fam.name}: {problems[0]}")
-    return set_knobs(fam.template(), knobs) if knobs else fam.template()
+    return set_knobs(fam.template(), given) if given else fam.template()
+
+
+def _define_with_value(value: str, define: re.Match[str]) -> str:
+    """A ``#define NAME`` prefix matched in a knob line, followed by its new value."""
+    return define.group(1) + value
 
 
 def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
@@ -393,7 +400,7 @@ def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
     m = _BLOCK_RE.search(source)
     if not m:
         raise FamilyError("source has no knob block")
-    lines = {name: None for name in changes}
+    lines: dict[str, str | None] = {name: None for name in changes}
     for line in m.group(1).splitlines():
         dm = _DEFINE_RE.match(line)
         if dm and dm.group(1) in lines:
@@ -403,7 +410,7 @@ def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
         old = lines[name]
         if old is None:
             raise FamilyError(f"knob {name!r} is not in the knob block")
-        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", lambda mm, v=str(value): mm.group(1) + v, old)
+        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", partial(_define_with_value, str(value)), old)
         blocks.append(f"<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE")
     if "ACC" in changes:
         am = _ACC_RE.search(source)
@@ -930,15 +937,17 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
 # Positional shorthands for one configuration's knobs, for tests and probes that name a
 # configuration in code; the catalog itself is data (catalog.toml) and uses none of them.
 
-def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="PERSISTENT",
-          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA", epi_n=0, pdl=1) -> dict[str, str]:
+def _sm90(tm: int, tn: int, tk: int = 64, cm: int = 1, cn: int = 1, sched: str = "COOPERATIVE", stages: int = 0,
+          scheduler: str = "PERSISTENT", splits: int = 1, raster: str = "RASTER_HEURISTIC", swizzle: int = 1,
+          epi: str = "EPI_TMA", epi_n: int = 0, pdl: int = 1) -> dict[str, str]:
     return {"PDL": str(pdl), "TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": str(tk), "CLUSTER_M": str(cm),
             "CLUSTER_N": str(cn), "SCHEDULE": sched, "STAGES": str(stages), "SCHEDULER": scheduler,
             "SPLITS": str(splits), "RASTER": raster, "SWIZZLE": str(swizzle), "EPILOGUE": epi,
             "EPI_TILE_N": str(epi_n)}
 
 
-def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
+def _mma(bm: int, bn: int, bk: int, wm: int, wn: int, st: int, sw: int, sk: int, pdl: int = 1,
+         ck: int = 1) -> dict[str, str]:
     k = {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
          "STAGES": str(st), "SWIZZLE": str(sw), "SPLIT_K": str(sk)}
     if ck != 1:  # small_splitk only
@@ -946,8 +955,8 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=1,
-         release="RELEASE_BY_THREAD") -> dict[str, str]:
+def _ksp(tm: int, tn: int, st: int, ck: int, pdl: int = 1, depth: int = 1, raster: str = "RASTER_ALONG_M",
+         groups: int = 1, wgk: int = 1, release: str = "RELEASE_BY_THREAD") -> dict[str, str]:
     k = {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": "64", "STAGES": str(st), "CLUSTER_K": str(ck),
          "RASTER": raster, "PDL": str(pdl), "MMA_DEPTH": str(depth)}
     if groups != 1:
@@ -959,7 +968,8 @@ def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=
     return k
 
 
-def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
+def _tiny(bm: int, bn: int, bk: int, wm: int, wn: int, wk: int = 1, pdl: int = 1, ahead: int = 1,
+          ck: int = 1) -> dict[str, str]:
     return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
             "WARPS_K": str(wk), "AHEAD": str(ahead), "CLUSTER_K": str(ck)}
 
@@ -968,6 +978,9 @@ def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
 
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")
+
+#: a family and some of its (knob, value) pairs: what two configurations are compared by
+ConfigKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def epilogue_twin(knobs: Mapping[str, str]) -> dict[str, str] | None:
@@ -987,7 +1000,9 @@ Entry = tuple[str, dict[str, str]]
 def _with_twins(entries: Sequence[Entry], twin_of: Callable[[str, dict[str, str]], dict[str, str] | None]) -> list[Entry]:
     """``entries`` plus ``twin_of`` each of them (in their order), where it has one and the list
     does not hold it yet."""
-    key = lambda fam, knobs: (fam, tuple(sorted(knobs.items())))  # noqa: E731
+    def key(fam: str, knobs: dict[str, str]) -> ConfigKey:
+        return fam, tuple(sorted(knobs.items()))
+
     out = list(entries)
     have = {key(f, k) for f, k in out}
     for fam, knobs in entries:
@@ -1033,7 +1048,7 @@ def per_call_pool(configs: Sequence["Config"]) -> list["Config"]:
     return out
 
 
-def sans_epilogue(cfg: "Config") -> tuple:
+def sans_epilogue(cfg: "Config") -> ConfigKey:
     """``cfg`` up to its epilogue knobs: configurations with equal keys are epilogue variants
     of one kernel, which the cost model barely tells apart (the pick times them together, the
     search counts them once per step)."""
@@ -1048,7 +1063,7 @@ def differing_only_in(cfg: "Config", pool: Sequence["Config"], knobs: Sequence[s
 
 
 @lru_cache(maxsize=65536)
-def _stripped(cfg: "Config", knobs: tuple[str, ...]) -> tuple:
+def _stripped(cfg: "Config", knobs: tuple[str, ...]) -> ConfigKey:
     """``cfg`` without ``knobs`` (memoised: the pick compares every catalog entry with each chosen one)."""
     return (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in knobs))
 

@@ -15,6 +15,7 @@ are charged to; the order of GPU work is the order of the calls here.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Any, Callable
@@ -84,7 +85,7 @@ def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, 
             if per_call:
                 graphs, gb = timing.isolated_graphs(cp, s, {str(idx): call}, {str(idx): separator}, separator, reps,
                                                     base_label="base")
-                t = timing.offline(cp, s, [*graphs, gb], replays=3)
+                t = timing.offline(cp, s, [*graphs, *([gb] if gb is not None else [])], replays=3)
                 ms = timing.per_call(t, [str(idx)], "base")[str(idx)]["median_ms"]
             else:
                 gr = timing.Graph(str(idx), timing.capture(cp, s, call, reps), reps, est)
@@ -118,7 +119,7 @@ def autotune_baseline(g: Gpu, shim: Any, ctx: ShapeContext, subs: Subjects, acc:
         budget = bl.AUTOTUNE_SCREEN_BUDGET_S if budget_s is None else budget_s
         # screened per call behind the same separator as the timing (its verifications unread)
         sep = ck.Separator(cp, A.data, B.data, C.data, s, 1, 1 << 30)
-        _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count,
+        _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count or 0,
                            timing_mode, (sep.step, sep.tail), budget)
         return info
     except Exception as e:
@@ -345,11 +346,18 @@ def _chained_graphs(sc: ShapeChecks, labels: list[str]) -> list[Any]:
     return graphs
 
 
+def _bound(seeds: SeedChecks) -> float:
+    """The accuracy bound the seeds set; NaN (every comparison with it fails) when no seed ran, so
+    nothing passes a check that had no bound to hold to."""
+    return seeds.bound if seeds.bound is not None else math.nan
+
+
 def _replay_chained(sc: ShapeChecks, graphs: list[Any], seeds: SeedChecks) -> None:
     """``graph_replay`` of the back-to-back graphs: each once more on poisoned C and re-verified."""
-    bound = seeds.bound
+    bound = _bound(seeds)
     for gr in graphs:
-        err = sc.replay_graph(gr.graph, gr.label, "graph replay", seeds.ref, seeds.norm)
+        err = sc.replay_graph(gr.graph, gr.label, "graph replay", seeds.ref,
+                              seeds.norm if seeds.norm is not None else math.nan)
         sc.charge(gr.label, "graph_replay", err <= bound,
                   f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
 
@@ -396,12 +404,12 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
         A.data[...] = a0
     _replay_chained(sc, graphs, seeds)
     if iso is not None and iso.graphs:
-        timed = _per_call_checks(sc, iso, raw, replays, limit, a0, seeds.bound, errors)
+        timed = _per_call_checks(sc, iso, raw, replays, limit, a0, _bound(seeds), errors)
         dense = iso.dense_verdicts(raw, timed, replays, limit)
         iso.close()
     else:
         timed, dense = chained, {}
-    fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng, dense, limit)
+    fresh_checks(sc, labels, timing_mode, graphs, timed, chained, _bound(seeds), rng, dense, limit)
     del graphs
     return timed, chained
 

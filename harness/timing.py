@@ -84,7 +84,7 @@ def estimate_ms(cp: Any, stream: Any, call: Callable[[], int], n: int = 3) -> fl
         call()
     e1.record(stream)
     e1.synchronize()
-    return max(cp.cuda.get_elapsed_time(e0, e1) / n, 1e-4)
+    return max(float(cp.cuda.get_elapsed_time(e0, e1)) / n, 1e-4)
 
 
 def reps_for(est_ms: float, target_ms: float = TARGET_REPLAY_MS, cap: int = MAX_REPS) -> int:
@@ -197,7 +197,7 @@ def per_call(timed: dict[str, dict[str, Any]], labels: list[str], base_label: st
 
 def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_REPLAYS,
             rng: random.Random | None = None, warmup: int = 1,
-            primed: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
+            primed: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, Any]]:
     """Interleaved replays of every graph; per-call median/p10/p90 in ms.
 
     A graph whose label is in ``primed`` is replayed once, untimed, right before each of its
@@ -227,7 +227,7 @@ def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_RE
     reps = {g.label: g.reps for g in graphs}
     for label, e0, e1 in marks:
         per[label].append(cp.cuda.get_elapsed_time(e0, e1) / reps[label])
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for label, xs in per.items():
         med = quantile(xs, 0.5)
         p10, p90 = quantile(xs, 0.1), quantile(xs, 0.9)

@@ -213,6 +213,22 @@ def table(calls: list[dict[str, Any]], clf: Classifier) -> str:
     return "\n".join("  ".join(x.ljust(w[i]) for i, x in enumerate(r)) for r in rows)
 
 
+def _rebuilt(out: Path) -> int:
+    """``--rebuild``: prior_profiles.json and the tables again from the CSVs already in ``out``."""
+    from collections import Counter
+
+    fx, prior, meta = rebuild(out)
+    if prior:
+        (out / "prior_profiles.json").write_text(json.dumps(body_json(prior, meta), separators=(",", ":")))
+    clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
+    print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}))
+    if fx:
+        print(table(fx, clf))
+    if prior:
+        print("prior verdicts:", dict(Counter((c["label"], clf.classify(c["metrics"]).cls) for c in prior)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, type=Path)
@@ -227,20 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.rebuild:
-        fx, prior, meta = rebuild(a.out)
-        if prior:
-            (a.out / "prior_profiles.json").write_text(json.dumps(body_json(prior, meta), separators=(",", ":")))
-        clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
-        print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}))
-        if fx:
-            print(table(fx, clf))
-        if prior:
-            from collections import Counter
-
-            print("prior verdicts:", dict(Counter((c["label"], clf.classify(c["metrics"]).cls) for c in prior)))
-        return 0
+        return _rebuilt(a.out)
     ncu = find_ncu()
-    info = {"ncu": ncu_version(ncu), "sections": choose_sections(ncu), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    info: dict[str, object] = {"ncu": ncu_version(ncu), "sections": choose_sections(ncu), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         from ..gpuinfo import list_gpus
 

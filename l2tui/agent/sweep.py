@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from harness.families import Config, applicable, build_arch_for, catalog, no_pdl_twin, validate
 from harness.shapes import Shape
-from harness.stats import speedup
+from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
 from .needed_builds import NeededBuilds, no_builds
