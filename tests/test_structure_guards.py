@@ -165,6 +165,16 @@ def test_the_allowed_cycles_still_exist() -> None:
     assert not gone, f"no longer cycles, remove from ALLOWED_CYCLES: {gone}"
 
 
+def test_the_batched_evaluation_is_the_harness_one_and_imports_no_l2tui() -> None:
+    from harness import batch
+    from l2tui.executors import batch as executors_batch
+
+    assert executors_batch.evaluate_many is batch.evaluate_many
+    graph = import_graph()
+    assert not {m for m in graph["harness.batch"] if m.startswith("l2tui")}
+    assert graph["l2tui.executors.batch"] == {"harness.batch"}
+
+
 @dataclass(frozen=True)
 class Function:
     where: str     # path:name, the key of LONG_FUNCTIONS_TO_SPLIT
