@@ -58,6 +58,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cupy_types import CudaStream, CupyModule, DeviceArray
 from .paths import KERNELS_DIR
 
 #: the CUDA of the checks' own kernels (package data); cupy compiles each text with NVRTC as it is
@@ -164,7 +165,7 @@ class Separator:
 
     _kernels: dict[int, tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int) -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, b: DeviceArray, c: DeviceArray, stream: CudaStream, capacity: int, steps: int) -> None:
         import numpy as np
 
         self.cp, self.a, self.c, self.stream = cp, a, c, stream
@@ -220,7 +221,7 @@ class Separator:
 class GuardedBuffer:
     """A device array with sentinel-filled guard regions on both sides."""
 
-    def __init__(self, cp: Any, shape: tuple[int, int], dtype: Any) -> None:
+    def __init__(self, cp: CupyModule, shape: tuple[int, int], dtype: Any) -> None:
         self.cp = cp
         itemsize = cp.dtype(dtype).itemsize
         self.nbytes = shape[0] * shape[1] * itemsize
@@ -277,18 +278,18 @@ class CheckRecord:
         }
 
 
-def fp16_normal(cp: Any, rs: Any, shape: tuple[int, int]) -> Any:
+def fp16_normal(cp: CupyModule, rs: Any, shape: tuple[int, int]) -> DeviceArray:
     return rs.standard_normal(shape, dtype=cp.float32).astype(cp.float16)
 
 
-def fill_random(cp: Any, seed: int, a: Any, b: Any) -> None:
+def fill_random(cp: CupyModule, seed: int, a: DeviceArray, b: DeviceArray) -> None:
     """Fresh random-normal inputs written into the existing buffers (same pointers every time)."""
     rs = cp.random.RandomState(seed)
     a[...] = fp16_normal(cp, rs, a.shape)
     b[...] = fp16_normal(cp, rs, b.shape)
 
 
-def fill_binary(cp: Any, seed: int, a: Any, b: Any) -> None:
+def fill_binary(cp: CupyModule, seed: int, a: DeviceArray, b: DeviceArray) -> None:
     """0/1 inputs; when K > 2048 only 2048 random columns of A are non-zero, so every
     partial sum is an integer <= 2048 and exact in fp16 whatever the summation order."""
     rs = cp.random.RandomState(seed)
@@ -302,7 +303,7 @@ def fill_binary(cp: Any, seed: int, a: Any, b: Any) -> None:
     b[...] = (rs.random_sample(b.shape, dtype=cp.float32) < 0.5).astype(cp.float16)
 
 
-def reference(cp: Any, a: Any, b: Any) -> Any:
+def reference(cp: CupyModule, a: DeviceArray, b: DeviceArray) -> DeviceArray:
     """fp32-accumulated reference of the upcast inputs (CUPY_TF32 is 0 in the worker);
     float64 for problems small enough that it costs nothing."""
     m, k = a.shape
@@ -311,11 +312,11 @@ def reference(cp: Any, a: Any, b: Any) -> Any:
     return cp.matmul(a.astype(dt), b.astype(dt))
 
 
-def ref_norm(cp: Any, ref: Any) -> float:
+def ref_norm(cp: CupyModule, ref: DeviceArray) -> float:
     return float(cp.sqrt(cp.sum(cp.square(ref), dtype=cp.float64)))
 
 
-def rel_err(cp: Any, c: Any, ref: Any, norm: float) -> float:
+def rel_err(cp: CupyModule, c: DeviceArray, ref: DeviceArray, norm: float) -> float:
     """||C - ref||_F / ||ref||_F (NaN/Inf anywhere -> inf)."""
     d = c.astype(ref.dtype) - ref
     num = float(cp.sqrt(cp.sum(cp.square(d), dtype=cp.float64)))
@@ -330,7 +331,7 @@ def bound_for(acc: str, e32: float, e16: float | None) -> float:
     return max(2 * e32, F32_FLOOR)
 
 
-def count_unwritten(cp: Any, c: Any) -> int:
+def count_unwritten(cp: CupyModule, c: DeviceArray) -> int:
     return int(cp.count_nonzero(~cp.isfinite(c)))
 
 
@@ -340,7 +341,7 @@ class Perturber:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, stream: CudaStream) -> None:
         import numpy as np
 
         self.cp, self.a, self.stream = cp, a, stream
@@ -376,7 +377,7 @@ class SignFlipper:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, stream: CudaStream) -> None:
         self.cp, self.a, self.stream = cp, a, stream
         key = id(cp)
         if key not in SignFlipper._kernels:
@@ -412,7 +413,7 @@ class Verifier:
 
     _kernels: dict[int, tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any) -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, b: DeviceArray, c: DeviceArray, stream: CudaStream, capacity: int, changed_row: DeviceArray) -> None:
         self.cp, self.a, self.b, self.c, self.stream = cp, a, b, c, stream
         key = id(cp)
         if key not in Verifier._kernels:
@@ -482,7 +483,7 @@ def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[boo
                    f"a row off by {v:.3g} of its norm > {limit:.3g}): the kernel skips work on some calls")
 
 
-def sparse_change(cp: Any, a: Any, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:
+def sparse_change(cp: CupyModule, a: DeviceArray, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:
     """Set ``count`` random elements of ``a`` (in place, same buffer) to +-``value``; returns how many."""
     n = int(a.size)
     idx = sorted({rng.randrange(n) for _ in range(count)})

@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from .cupy_types import CudaStream, CupyModule
 from .shapes import Shape
 
 CACHE_VERSION = 3
@@ -60,7 +61,7 @@ def save(path: Path, rf: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def measure(cp: Any, stream: Any, shim_fn: Callable[..., int], shim_lib: ctypes.CDLL) -> dict[str, Any]:
+def measure(cp: CupyModule, stream: CudaStream, shim_fn: Callable[..., int], shim_lib: ctypes.CDLL) -> dict[str, Any]:
     """Worker side: measure the three ceilings (about a second of GPU time)."""
     from . import timing
 

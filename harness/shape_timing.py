@@ -15,11 +15,13 @@ are charged to; the order of GPU work is the order of the calls here.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import random
 import time
 from typing import Any, Callable
 
+from .cupy_types import DeviceArray
 from . import baselines as bl
 from . import checks as ck
 from . import timing
@@ -38,7 +40,7 @@ DENSE_SEPARATOR_LABEL = "(separator, dense)"
 # --------------------------------------------------------------------------- cuBLASLt autotune
 
 
-def _lt_version(shim: Any) -> int | None:
+def _lt_version(shim: ctypes.CDLL) -> int | None:
     """cuBLASLt's version: an export pins an autotuned index only for the library that listed it."""
     try:
         return int(shim.l2_lt_version())
@@ -46,7 +48,7 @@ def _lt_version(shim: Any) -> int | None:
         return None
 
 
-def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
+def autotune(g: Gpu, shim: ctypes.CDLL, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
              timing_mode: str, separator: tuple[Callable[[], int], Callable[[], int]],
              budget_s: float) -> tuple[int, dict[str, Any]]:
     """Screen cuBLASLt's heuristic algorithms (in heuristic order) with the headline's method,
@@ -106,7 +108,7 @@ def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, 
                   "seconds": round(time.monotonic() - t0, 3)}
 
 
-def autotune_baseline(g: Gpu, shim: Any, ctx: ShapeContext, subs: Subjects, acc: str, seed: int, timing_mode: str,
+def autotune_baseline(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, subs: Subjects, acc: str, seed: int, timing_mode: str,
                       budget_s: float | None) -> dict[str, Any] | None:
     """Autotune the ``cublaslt_autotune`` subject before it is checked, so the checked algorithm
     is the timed one; returns the screening's record, or None when it failed (the subject is
@@ -287,12 +289,12 @@ class PerCallGraphs:
             out[gr.subject] = (ok, det, fields)
         return out
 
-    def _reset(self, a0: Any, sep: Any) -> None:
+    def _reset(self, a0: DeviceArray, sep: Any) -> None:
         with self.g.stream:
             self.ctx.A.data[...] = a0
         sep.reset()
 
-    def replay_checks(self, sc: ShapeChecks, a0: Any, bound: float) -> dict[str, tuple[bool, str]]:
+    def replay_checks(self, sc: ShapeChecks, a0: DeviceArray, bound: float) -> dict[str, tuple[bool, str]]:
         """Each per-call graph replayed GRAPH_REPLAYS times more from the same start, C poisoned
         before the first: C must be fully written, the guards and inputs untouched, and C right for
         the inputs the graph's last call saw (one reference for all: every graph changes A the
@@ -363,7 +365,7 @@ def _replay_chained(sc: ShapeChecks, graphs: list[Any], seeds: SeedChecks) -> No
 
 
 def _per_call_checks(sc: ShapeChecks, iso: PerCallGraphs, raw: dict[str, dict[str, Any]], replays: int,
-                     limit: float, a0: Any, bound: float, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
+                     limit: float, a0: DeviceArray, bound: float, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The per-call times (a subject whose time is not measurable goes to ``errors``), then
     ``timed_calls`` and ``graph_replay`` of the per-call graphs."""
     per = iso.per_call(raw)
@@ -429,7 +431,7 @@ class ServerVerification:
     (:meth:`inputs_kept`)."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
-                 nan: Any, candidates: frozenset[str] | set[str] = frozenset(),
+                 nan: DeviceArray, candidates: frozenset[str] | set[str] = frozenset(),
                  leave_work: Callable[[list[str]], dict[str, float]] | None = None) -> None:
         cp, s = g.cp, g.stream
         self.cp, self.s, self.C, self.nan = cp, s, ctx.C, nan

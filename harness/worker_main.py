@@ -54,43 +54,43 @@ def gpu() -> Gpu:
 # --------------------------------------------------------------------------- ops
 
 
-def op_ping(**_: Any) -> dict[str, Any]:
+def op_ping(**_: object) -> dict[str, Any]:
     return {"pid": os.getpid(), "python": sys.version.split()[0]}
 
 
-def op_debug_segfault(**_: Any) -> None:
+def op_debug_segfault(**_: object) -> None:
     ctypes.string_at(0)          # really dies: SIGSEGV
 
 
-def op_debug_hang(**_: Any) -> None:
+def op_debug_hang(**_: object) -> None:
     while True:                  # really hangs
         time.sleep(1)
 
 
-def op_debug_sleep(seconds: float = 1.0, **_: Any) -> float:
+def op_debug_sleep(seconds: float = 1.0, **_: object) -> float:
     time.sleep(seconds)
     return seconds
 
 
-def op_debug_raise(message: str = "boom", **_: Any) -> None:
+def op_debug_raise(message: str = "boom", **_: object) -> None:
     raise ValueError(message)
 
 
-def op_debug_exit(code: int = 3, **_: Any) -> None:
+def op_debug_exit(code: int = 3, **_: object) -> None:
     os._exit(code)
 
 
 _RETIRE_NEXT = False
 
 
-def op_debug_retire(**_: Any) -> str:
+def op_debug_retire(**_: object) -> str:
     """Answer, then retire like a worker that loaded too many libraries (CI test of the restart)."""
     global _RETIRE_NEXT
     _RETIRE_NEXT = True
     return "retiring"
 
 
-def op_debug_load(path: str, **_: Any) -> str:
+def op_debug_load(path: str, **_: object) -> str:
     """Load a library with ctypes and call nothing (CPU tests of load-time code: constructors and
     static initialisers run here, as they would before a GPU evaluation). A ``label`` argument
     only names the library in the parent's messages."""
@@ -98,7 +98,7 @@ def op_debug_load(path: str, **_: Any) -> str:
     return path
 
 
-def op_debug_print(nbytes: int, **_: Any) -> int:
+def op_debug_print(nbytes: int, **_: object) -> int:
     """Print ``nbytes`` to stdout (the worker's log) as a candidate's printf would, failures
     ignored; returns how many bytes were written (CPU test of MAX_FILE_BYTES)."""
     chunk, written = b"x" * 1023 + b"\n", 0
@@ -111,17 +111,17 @@ def op_debug_print(nbytes: int, **_: Any) -> int:
     return written
 
 
-def op_debug_oom_score(**_: Any) -> str:
+def op_debug_oom_score(**_: object) -> str:
     """This process's oom_score_adj as the kernel holds it (CPU test of first_to_go_on_oom)."""
     with open("/proc/self/oom_score_adj", encoding="ascii") as f:
         return f.read().strip()
 
 
-def op_gpu_info(**_: Any) -> dict[str, Any]:
+def op_gpu_info(**_: object) -> dict[str, Any]:
     return gpu().info()
 
 
-def op_debug_sticky(**_: Any) -> None:
+def op_debug_sticky(**_: object) -> None:
     """Launch a kernel that writes through a bad pointer (GPU tests of restart)."""
     g = gpu()
     k = g.cp.RawKernel(r'extern "C" __global__ void l2_bad(int* p) { p[threadIdx.x] = 1; }', "l2_bad")
@@ -130,7 +130,7 @@ def op_debug_sticky(**_: Any) -> None:
     g.stream.synchronize()
 
 
-def op_roofline(shim_path: str, force: bool = False, **_: Any) -> dict[str, Any]:
+def op_roofline(shim_path: str, force: bool = False, **_: object) -> dict[str, Any]:
     from . import baselines, roofline
     from .paths import roofline_cache_file
 
@@ -318,7 +318,7 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
                    candidates: list[dict[str, Any]] = (), baselines: list[str] = (),  # type: ignore[assignment]
                    mode: str = "offline", checks: str = "full", seeds: tuple[int, ...] = (1, 2, 3),
                    replays: int = 7, qps: float = 100.0, server_calls: int = 20, seed: int = 0,
-                   autotune_budget_s: float | None = None, timing: str = "isolated", **_: Any) -> dict[str, Any]:
+                   autotune_budget_s: float | None = None, timing: str = "isolated", **_: object) -> dict[str, Any]:
     """Check and time candidates and baselines on one shape (see harness.checks / harness.timing).
 
     ``timing`` (offline mode): "isolated" (per call, the headline), "chained" (back to back) or
