@@ -191,7 +191,7 @@ class Evaluator:
     def __enter__(self) -> "Evaluator":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

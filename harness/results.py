@@ -61,11 +61,11 @@ class ResultFile:
         return None
 
 
-def _num_or_none(x: Any) -> bool:
+def _num_or_none(x: object) -> bool:
     return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and (math.isfinite(x) and x >= 0))
 
 
-def problems(obj: Any) -> list[str]:
+def problems(obj: object) -> list[str]:
     """Every schema violation, as short strings (empty list: valid)."""
     out: list[str] = []
     if not isinstance(obj, dict):
@@ -112,11 +112,12 @@ def problems(obj: Any) -> list[str]:
     return out
 
 
-def validate(obj: Any, source: str = "result file") -> ResultFile:
+def validate(obj: object, source: str = "result file") -> ResultFile:
     errs = problems(obj)
     if errs:
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
         raise ResultFormatError(f"{source}: {errs[0]}{more}")
+    assert isinstance(obj, dict)   # problems() reports anything else
     return ResultFile(dict(obj["meta"]), list(obj["rows"]))
 
 
@@ -180,7 +181,7 @@ def write_csv_file(rf: ResultFile, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: object) -> str:
     return "" if x is None else f"{x:.6g}"
 
 

@@ -168,7 +168,7 @@ class _Choice:
     def __enter__(self) -> "_Choice":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         set_mode(self.prev)
 
     def restore(self) -> None:

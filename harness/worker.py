@@ -402,7 +402,7 @@ class GpuWorker:
     def __enter__(self) -> "GpuWorker":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
