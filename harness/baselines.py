@@ -24,10 +24,13 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .errors import HarnessError
 from .paths import KERNELS_DIR, cache_dir
+
+if TYPE_CHECKING:
+    from .build import BuildResult
 
 #: every baseline name ``--baselines`` accepts
 BASELINES: tuple[str, ...] = ("cublas", "cublaslt_heuristic", "cublaslt_autotune", "torch")
@@ -114,7 +117,7 @@ def cublas_build_flags() -> list[str]:
     return [f"-I{inc}", f"-L{linkdir}", f"-Xlinker=-rpath={lib}"]
 
 
-def build_shim(arch: str | None = None):
+def build_shim(arch: str | None = None) -> BuildResult:
     """Build (or fetch from the cache) the cuBLAS shim; returns the lead's ``BuildResult``."""
     from .build import build
 
@@ -176,7 +179,8 @@ def ctypes_fn(lib: Any, name: str) -> Callable[..., int]:
     fn = getattr(lib, name)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     fn.restype = ctypes.c_int
-    return fn
+    call: Callable[..., int] = fn
+    return call
 
 
 def abi_subject(label: str, fn: Callable[..., int], a_ptr: int, b_ptr: int, c_ptr: int,

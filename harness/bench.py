@@ -234,7 +234,7 @@ def summary_table(rf: ResultFile) -> str:
                          if r["times_ms"].get(lb) and r.get("roofline_ms")])
             cells.append(f"{100 * g:>9.1f}%" if g else f"{'-':>10}")
         lines.append(f"{('roofline fraction ' + lb)[:33]:34}" + "".join(cells))
-    bad = {}
+    bad: dict[str, dict[str, int]] = {}
     for r in rf.rows:
         for lb, st in (r.get("status") or {}).items():
             if st not in ("ok", "absent"):
@@ -304,9 +304,32 @@ def candidate_sets(kernels: list[str] | str | None, labels: list[str] | str | No
     return list(zip(names, dirs))
 
 
+def _build_sets(wanted: list[tuple[Shape, str, Path]], sources: list[str],
+                arch: str) -> tuple[dict[Shape, list[dict[str, Any]]], dict[tuple[Shape, str], str]]:
+    """Build every distinct candidate source once, in parallel (``sources[i]`` is ``wanted[i]``'s
+    text, read and checked by :func:`read_sources`): per shape, the candidates that built (as the
+    worker takes them), and the first error of each that did not."""
+    from . import build as buildmod
+    from .evaluate import is_nondeterministic, uses_pdl
+
+    so_for: dict[Shape, list[dict[str, Any]]] = {}
+    build_fail: dict[tuple[Shape, str], str] = {}
+    if not wanted:
+        return so_for, build_fail
+    print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
+    results = buildmod.build_many(sources, arch=arch)
+    for (s, label, _), src, br in zip(wanted, sources, results):
+        if br is not None and br.ok:
+            so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
+                                             "nondeterministic": is_nondeterministic(src), "pdl": uses_pdl(src)})
+        else:
+            build_fail[(s, label)] = str(br.errors[0]) if br is not None and br.errors else "compile error"
+    return so_for, build_fail
+
+
 def main(args: argparse.Namespace) -> int:
     from . import build as buildmod
-    from .evaluate import Evaluator, is_nondeterministic, uses_pdl
+    from .evaluate import Evaluator
     from .gpuinfo import require_gpu
     from .worker import WorkerError
 
@@ -334,18 +357,7 @@ def main(args: argparse.Namespace) -> int:
     gpu = require_gpu(args.device or 0)
     arch = args.arch or gpu.arch
 
-    # build every distinct candidate source once, in parallel
-    so_for: dict[Shape, list[dict[str, Any]]] = {}
-    build_fail: dict[tuple[Shape, str], str] = {}
-    if wanted:
-        print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
-        results = buildmod.build_many(sources, arch=arch)
-        for (s, label, _), src, br in zip(wanted, sources, results):
-            if br.ok:
-                so_for.setdefault(s, []).append({"label": label, "so_path": str(br.so_path),
-                                                 "nondeterministic": is_nondeterministic(src), "pdl": uses_pdl(src)})
-            else:
-                build_fail[(s, label)] = str(br.errors[0]) if br.errors else "compile error"
+    so_for, build_fail = _build_sets(wanted, sources, arch)
 
     out = Path(args.out) if args.out else Path(
         f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")

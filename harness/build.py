@@ -564,14 +564,9 @@ def build(
     flags_v = validate_flags(flags)
     ver = _nvcc_version_of(nvcc)
     if not trusted:
-        from .source_policy import violations
-
-        bad = violations(source)
-        if bad:
-            errs = [CompileError(SOURCE_NAME, line, col, "error", msg) for line, col, msg in bad]
-            return BuildResult(ok=False, key="", so_path=None, ptxas=None, errors=errs,
-                               log="\n".join(str(e) for e in errs), seconds=0.0, cached=False, arch=arch_n,
-                               flags=flags_v, nvcc_version=ver)
+        refused = _policy_refusal(source, arch_n, flags_v, ver)
+        if refused is not None:
+            return refused
     key = build_key(source, arch_n, flags_v, ver)
     if use_cache:
         hit = _load_cached(key)
@@ -581,7 +576,6 @@ def build(
     root = build_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     _sweep_stale_work(root)
-    sandboxed = _sandbox.use_sandbox(trusted)
     work = Path(tempfile.mkdtemp(prefix=f"{_WORK_PREFIX}{name}-{os.getpid()}-", dir=root))
     src = work / SOURCE_NAME
     src.write_text(source)
@@ -589,7 +583,7 @@ def build(
     cmd = nvcc_command(nvcc, arch_n, flags_v, src, so, source)
     t0 = time.monotonic()
     try:
-        if sandboxed:
+        if _sandbox.use_sandbox(trusted):
             ro = _toolchain_roots(nvcc) + (_flag_dirs(flags_v) if trusted else [])
             cmd = _sandbox.build_argv(cmd, work, ro=ro)
         rc, log = _run_compiler(cmd, work, timeout_s)
@@ -601,47 +595,64 @@ def build(
     shutil.rmtree(work / "tmp", ignore_errors=True)
     seconds = time.monotonic() - t0
     log = scrub_log(log, str(work), nvcc)
-    errors = parse_diagnostics(log, str(work))
+    ok, errors = _judge(rc, log, so, str(work), entry)
+    result = BuildResult(ok=ok, key=key, so_path=so if ok else None, ptxas=parse_ptxas(log), errors=errors,
+                         log=log, seconds=seconds, cached=False, arch=arch_n, flags=flags_v, nvcc_version=ver)
+    return _store(result, work)
+
+
+def _policy_refusal(source: str, arch: str, flags: list[str], ver: str) -> BuildResult | None:
+    """The failed build of a source that calls what a candidate may not (harness.source_policy),
+    made before nvcc runs; None for a source the policy lets through."""
+    from .source_policy import violations
+
+    bad = violations(source)
+    if not bad:
+        return None
+    errs = [CompileError(SOURCE_NAME, line, col, "error", msg) for line, col, msg in bad]
+    return BuildResult(ok=False, key="", so_path=None, ptxas=None, errors=errs,
+                       log="\n".join(str(e) for e in errs), seconds=0.0, cached=False, arch=arch,
+                       flags=flags, nvcc_version=ver)
+
+
+def _judge(rc: int, log: str, so: Path, work: str, entry: str) -> tuple[bool, list[CompileError]]:
+    """Did the compile give a usable library, and its diagnostics: nvcc's own, plus one line for
+    a library without its ``entry`` point (``l2_hgemm`` or ``l2_hgemm_bf16``) or a failure nvcc gave
+    no error line for."""
+    errors = parse_diagnostics(log, work)
     ok = rc == 0 and so.is_file()
     if ok:
         syms = _exported_symbols(so)
         if syms is not None and entry not in syms:
             ok = False
-            errors.append(CompileError(SOURCE_NAME, None, None, "error", f'the library does not export {entry}: declare it extern "C" and not static'))
+            errors.append(CompileError(SOURCE_NAME, None, None, "error",
+                                       f'the library does not export {entry}: declare it extern "C" and not static'))
     elif not any(e.severity in ("error", "fatal") for e in errors):
         tail = log.strip().splitlines()[-1] if log.strip() else f"nvcc exited with status {rc}"
         errors.append(CompileError("nvcc", None, None, "error", tail))
-    result = BuildResult(
-        ok=ok,
-        key=key,
-        so_path=so if ok else None,
-        ptxas=parse_ptxas(log),
-        errors=errors,
-        log=log,
-        seconds=seconds,
-        cached=False,
-        arch=arch_n,
-        flags=flags_v,
-        nvcc_version=ver,
-    )
-    if not ok and not _source_caused(errors):
-        # a timeout or a broken toolchain/environment: retrying later may work, so no entry
+    return ok, errors
+
+
+def _store(result: BuildResult, work: Path) -> BuildResult:
+    """Move a finished build's work folder into the cache under its key and return the result as
+    cached. A failure the source did not cause (a timeout, a broken toolchain) is not cached:
+    retrying later may work. Where another process stored the same build first, theirs is kept."""
+    if not result.ok and not _source_caused(result.errors):
         shutil.rmtree(work, ignore_errors=True)
         return result
     (work / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
-    entry = _cache_entry(key)
+    entry = _cache_entry(result.key)
     entry.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(work, entry)
     except OSError:
-        # another process finished the same build first: keep theirs
         shutil.rmtree(work, ignore_errors=True)
-        hit = _load_cached(key)
+        hit = _load_cached(result.key)
         if hit is not None:
             hit.cached = False
             return hit
         return result
-    if ok:
+    if result.ok:
         result.so_path = entry / LIB_NAME
         (entry / "build.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result
@@ -654,12 +665,12 @@ class BuildInterrupted(HarnessError):
 
 _WORK_PREFIX = ".work-"
 _WORK_RE = re.compile(r"^\.work-.*-(\d+)-[^-]+$")
-_LIVE: dict[int, subprocess.Popen] = {}
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
 _KILLED: set[int] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the compiler's whole process group (nvcc, cicc, ptxas, the host compiler; or bwrap,
     whose sandbox dies with it)."""
     try:

@@ -28,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
             print(json.dumps({"file": f, **r.to_dict()}))
             continue
         state = "ok" if r.ok else "FAILED"
-        extra = f" (cached)" if r.cached else f" in {r.seconds:.1f}s"
+        extra = " (cached)" if r.cached else f" in {r.seconds:.1f}s"
         print(f"{state:6} {f} [{r.arch}]{extra}")
         if r.ptxas:
             print(f"       {r.ptxas.summary()}")

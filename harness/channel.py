@@ -56,7 +56,8 @@ def loads(data: bytes | str, limit: int = MAX_FRAME_BYTES) -> Json:
         raise FrameError(f"{len(data)} bytes, more than the limit of {limit}")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(text, object_pairs_hook=_reject_duplicates)
+        value: Json = json.loads(text, object_pairs_hook=_reject_duplicates)
+        return value
     except FrameError:
         raise
     except RecursionError:
@@ -118,7 +119,7 @@ def frame_length(header: bytes) -> int:
         raise FrameError(f"not a frame (it starts with {header[:8].hex()})")
     if n > MAX_FRAME_BYTES:
         raise FrameError(f"a frame of {n} bytes announced, more than the limit of {MAX_FRAME_BYTES}")
-    return n
+    return int(n)
 
 
 # --------------------------------------------------------------------------- schemas

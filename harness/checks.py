@@ -64,6 +64,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cupy_types import CudaStream, CupyModule, DeviceArray
 from .paths import KERNELS_DIR
 
 #: the CUDA of the checks' own kernels (package data); cupy compiles each text with NVRTC as it is
@@ -170,8 +171,8 @@ class Separator:
 
     _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, steps: int,
-                 dtype: str = "fp16") -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, b: DeviceArray, c: DeviceArray, stream: CudaStream,
+                 capacity: int, steps: int, dtype: str = "fp16") -> None:
         self.cp, self.a, self.c, self.stream = cp, a, c, stream
         key = (id(cp), dtype)
         if key not in Separator._kernels:
@@ -225,7 +226,7 @@ class Separator:
 class GuardedBuffer:
     """A device array with sentinel-filled guard regions on both sides."""
 
-    def __init__(self, cp: Any, shape: tuple[int, int], dtype: Any) -> None:
+    def __init__(self, cp: CupyModule, shape: tuple[int, int], dtype: Any) -> None:
         self.cp = cp
         itemsize = cp.dtype(dtype).itemsize
         self.nbytes = shape[0] * shape[1] * itemsize
@@ -312,20 +313,20 @@ def precision_scale(dtype: str) -> float:
     return UNIT_ROUNDOFF[dtype] / UNIT_ROUNDOFF["fp16"]
 
 
-def storage_dtype(cp: Any, dtype: str = "fp16") -> Any:
+def storage_dtype(cp: CupyModule, dtype: str = "fp16") -> Any:
     """The array dtype holding ``dtype`` elements: float16, or uint16 bits for bf16."""
     precision_scale(dtype)
     return cp.uint16 if dtype == "bf16" else cp.float16
 
 
-def to_float32(cp: Any, x: Any, dtype: str = "fp16") -> Any:
+def to_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> Any:
     """Elements of ``dtype`` (as stored, :func:`storage_dtype`) widened exactly to float32."""
     if dtype == "bf16":
         return (x.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
     return x.astype(cp.float32)
 
 
-def from_float32(cp: Any, x: Any, dtype: str = "fp16") -> Any:
+def from_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> Any:
     """float32 values rounded to ``dtype``'s storage: bf16 by round-to-nearest-even on the bits
     (what __float2bfloat16_rn does; a NaN stays a quiet NaN), fp16 by the array's own cast."""
     if dtype != "bf16":
@@ -336,23 +337,23 @@ def from_float32(cp: Any, x: Any, dtype: str = "fp16") -> Any:
     return cp.where(cp.isnan(x), cp.uint16(BF16_NAN_BITS), rounded).astype(cp.uint16)
 
 
-def nan_value(cp: Any, dtype: str = "fp16") -> Any:
+def nan_value(cp: CupyModule, dtype: str = "fp16") -> Any:
     """The NaN that poisons C before a call, in ``dtype``'s storage."""
     return cp.uint16(BF16_NAN_BITS) if dtype == "bf16" else cp.float16(float("nan"))
 
 
-def fp16_normal(cp: Any, rs: Any, shape: tuple[int, int], dtype: str = "fp16") -> Any:
+def fp16_normal(cp: CupyModule, rs: Any, shape: tuple[int, int], dtype: str = "fp16") -> Any:
     return from_float32(cp, rs.standard_normal(shape, dtype=cp.float32), dtype)
 
 
-def fill_random(cp: Any, seed: int, a: Any, b: Any, dtype: str = "fp16") -> None:
+def fill_random(cp: CupyModule, seed: int, a: DeviceArray, b: DeviceArray, dtype: str = "fp16") -> None:
     """Fresh random-normal inputs written into the existing buffers (same pointers every time)."""
     rs = cp.random.RandomState(seed)
     a[...] = fp16_normal(cp, rs, a.shape, dtype)
     b[...] = fp16_normal(cp, rs, b.shape, dtype)
 
 
-def fill_binary(cp: Any, seed: int, a: Any, b: Any, dtype: str = "fp16") -> None:
+def fill_binary(cp: CupyModule, seed: int, a: DeviceArray, b: DeviceArray, dtype: str = "fp16") -> None:
     """0/1 inputs; when K > EXACT_TERMS[dtype] (2048 in fp16, 256 in bf16) only that many random
     columns of A are non-zero, so every partial sum is an integer exact in the element type
     whatever the summation order."""
@@ -368,7 +369,7 @@ def fill_binary(cp: Any, seed: int, a: Any, b: Any, dtype: str = "fp16") -> None
     b[...] = from_float32(cp, (rs.random_sample(b.shape, dtype=cp.float32) < 0.5).astype(cp.float32), dtype)
 
 
-def reference(cp: Any, a: Any, b: Any, dtype: str = "fp16") -> Any:
+def reference(cp: CupyModule, a: DeviceArray, b: DeviceArray, dtype: str = "fp16") -> Any:
     """fp32-accumulated reference of the upcast inputs (CUPY_TF32 is 0 in the worker);
     float64 for problems small enough that it costs nothing."""
     m, k = a.shape
@@ -377,11 +378,11 @@ def reference(cp: Any, a: Any, b: Any, dtype: str = "fp16") -> Any:
     return cp.matmul(to_float32(cp, a, dtype).astype(dt), to_float32(cp, b, dtype).astype(dt))
 
 
-def ref_norm(cp: Any, ref: Any) -> float:
+def ref_norm(cp: CupyModule, ref: DeviceArray) -> float:
     return float(cp.sqrt(cp.sum(cp.square(ref), dtype=cp.float64)))
 
 
-def rel_err(cp: Any, c: Any, ref: Any, norm: float, dtype: str = "fp16") -> float:
+def rel_err(cp: CupyModule, c: DeviceArray, ref: DeviceArray, norm: float, dtype: str = "fp16") -> float:
     """||C - ref||_F / ||ref||_F (NaN/Inf anywhere -> inf)."""
     d = to_float32(cp, c, dtype).astype(ref.dtype) - ref
     num = float(cp.sqrt(cp.sum(cp.square(d), dtype=cp.float64)))
@@ -399,7 +400,7 @@ def bound_for(acc: str, e32: float, e16: float | None, dtype: str = "fp16") -> f
     return max(2 * e32, F32_FLOOR * scale)
 
 
-def count_unwritten(cp: Any, c: Any, dtype: str = "fp16") -> int:
+def count_unwritten(cp: CupyModule, c: DeviceArray, dtype: str = "fp16") -> int:
     return int(cp.count_nonzero(~cp.isfinite(to_float32(cp, c, dtype))))
 
 
@@ -409,7 +410,7 @@ class Perturber:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any, dtype: str = "fp16") -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, stream: CudaStream, dtype: str = "fp16") -> None:
         self.cp, self.a, self.stream = cp, a, stream
         key = id(cp)
         if key not in Perturber._kernels:
@@ -442,7 +443,7 @@ class SignFlipper:
 
     _kernels: dict[int, Any] = {}
 
-    def __init__(self, cp: Any, a: Any, stream: Any) -> None:
+    def __init__(self, cp: CupyModule, a: DeviceArray, stream: CudaStream) -> None:
         self.cp, self.a, self.stream = cp, a, stream
         key = id(cp)
         if key not in SignFlipper._kernels:
@@ -478,7 +479,7 @@ class Verifier:
 
     _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
 
-    def __init__(self, cp: Any, a: Any, b: Any, c: Any, stream: Any, capacity: int, changed_row: Any,
+    def __init__(self, cp: CupyModule, a: DeviceArray, b: DeviceArray, c: DeviceArray, stream: CudaStream, capacity: int, changed_row: DeviceArray,
                  dtype: str = "fp16") -> None:
         self.cp, self.a, self.b, self.c, self.stream = cp, a, b, c, stream
         key = (id(cp), dtype)
@@ -551,7 +552,7 @@ def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[boo
                    f"a row off by {v:.3g} of its norm > {limit:.3g}): the kernel skips work on some calls")
 
 
-def sparse_change(cp: Any, a: Any, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:
+def sparse_change(cp: CupyModule, a: DeviceArray, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:
     """Set ``count`` random elements of ``a`` (in place, same buffer) to +-``value``; returns how many."""
     n = int(a.size)
     idx = sorted({rng.randrange(n) for _ in range(count)})

@@ -191,7 +191,7 @@ class Evaluator:
     def __enter__(self) -> "Evaluator":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -208,12 +208,13 @@ class Evaluator:
                  timeout_s: float | None) -> dict[str, Any]:
         n = len(candidates) + len(baselines) + 1
         t = timeout_s if timeout_s is not None else request_timeout_s(shape, self.timeout_s, n)
-        return self.worker.call(
+        answer: dict[str, Any] = self.worker.call(
             "evaluate_shape", timeout_s=t, m=shape.m, n=shape.n, k=shape.k, acc=acc,
             candidates=candidates, baselines=list(baselines), shim_path=str(self.shim.so_path),
             mode=self.mode, checks=self.checks, seed=self.seed, qps=self.qps,
             server_calls=self.server_calls, replays=self.replays, timing=self.timing,
         )
+        return answer
 
     def run_shape(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
                   timeout_s: float | None = None) -> dict[str, Any]:
@@ -259,7 +260,8 @@ class Evaluator:
         return res
 
     def gpu_info(self) -> dict[str, Any]:
-        return self.worker.call("gpu_info", timeout_s=120)
+        info: dict[str, Any] = self.worker.call("gpu_info", timeout_s=120)
+        return info
 
     def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
                  label: str = "candidate", time_baselines: bool = True, trusted: bool = False) -> Evaluation:

@@ -25,7 +25,7 @@ An evaluator must
 * declare its capabilities:
 
   - ``can_batch``: ``run_shape`` checks and times several candidates and the baselines in one
-    worker request (``l2tui.executors.batch``, the search policy's pick). When False,
+    worker request (``harness.batch``, the search policy's pick). When False,
     ``run_shape`` is not called; callers evaluate one kernel at a time.
   - ``replays_recording``: its figures come from a recording of another machine's GPU, so this
     machine's GPU telemetry says nothing about them, and ``recorded_build`` / ``profile`` answer
@@ -98,7 +98,7 @@ class ReplayEvaluator(Evaluator, Protocol):
     ``profile(source, shape, acc)``: the recorded profile, or None when there is none (never
     raises for a missing one)."""
 
-    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Sequence[str] = ()) -> dict | None: ...
+    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Sequence[str] = ()) -> dict[str, object] | None: ...
 
     def profile(self, source: str, shape: Any, acc: str = "f32") -> Any: ...
 

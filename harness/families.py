@@ -18,7 +18,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -69,7 +69,7 @@ class Family:
     verified_on_gpu: bool = True
 
     @property
-    def path(self):
+    def path(self) -> Path:
         return KERNELS_DIR / self.file
 
     def template(self) -> str:
@@ -107,7 +107,9 @@ def _read_template(file: str) -> str:
     return (KERNELS_DIR / file).read_text()
 
 
-_V = lambda *xs: tuple(str(x) for x in xs)  # noqa: E731
+def _V(*xs: int | str) -> tuple[str, ...]:
+    """A knob's legal values as the strings its #define takes."""
+    return tuple(str(x) for x in xs)
 
 # ---------------------------------------------------------------- element type
 
@@ -461,15 +463,20 @@ def render(family: Family | str, knobs: Mapping[str, str | int] | None = None, *
     (``allow_unsafe`` as in :func:`validate`).
     """
     fam = get_family(family) if isinstance(family, str) else family
-    knobs = {k: str(v) for k, v in (knobs or {}).items()}
-    full = {**fam.defaults(), **knobs}
+    given = {k: str(v) for k, v in (knobs or {}).items()}
+    full = {**fam.defaults(), **given}
     problems = validate(fam, full, allow_unsafe=allow_unsafe)
     if problems:
         raise FamilyError(f"{fam.name}: {problems[0]}")
-    dtype = dtype_of_knobs(knobs)
-    knobs.pop("DTYPE", None)
-    fp16 = set_knobs(fam.template(), knobs) if knobs else fam.template()
+    dtype = dtype_of_knobs(given)
+    given.pop("DTYPE", None)
+    fp16 = set_knobs(fam.template(), given) if given else fam.template()
     return to_bf16(fp16) if dtype == "bf16" else fp16
+
+
+def _define_with_value(value: str, define: re.Match[str]) -> str:
+    """A ``#define NAME`` prefix matched in a knob line, followed by its new value."""
+    return define.group(1) + value
 
 
 def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
@@ -480,7 +487,7 @@ def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
     m = _BLOCK_RE.search(source)
     if not m:
         raise FamilyError("source has no knob block")
-    lines = {name: None for name in changes}
+    lines: dict[str, str | None] = {name: None for name in changes}
     for line in m.group(1).splitlines():
         dm = _DEFINE_RE.match(line)
         if dm and dm.group(1) in lines:
@@ -490,7 +497,7 @@ def knob_patch(source: str, changes: Mapping[str, str | int]) -> str:
         old = lines[name]
         if old is None:
             raise FamilyError(f"knob {name!r} is not in the knob block")
-        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", lambda mm: mm.group(1) + str(value), old)
+        new = re.sub(rf"^([ \t]*#define[ \t]+{re.escape(name)}[ \t]+)[^\s/]+", partial(_define_with_value, str(value)), old)
         blocks.append(f"<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE")
     if "ACC" in changes:
         am = _ACC_RE.search(source)
@@ -782,93 +789,131 @@ def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bo
         return problems
     g = geometry(fam, knobs)
     if fam.name == "sm90_cutlass":
-        basic = knobs["SCHEDULE"] == "BASIC"
-        if basic and g.tile_m not in (64, 128):
-            problems.append(f"BASIC needs TILE_M 64 or 128 (one consumer warpgroup), not {g.tile_m}")
-        if basic and knobs["SCHEDULER"] not in ("PERSISTENT", "SPLITK_REDUCE"):
-            problems.append("BASIC runs a CTA per tile: use SCHEDULER PERSISTENT (no tile loop) or SPLITK_REDUCE")
-        if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m < 128:
-            problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
-        if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m % 128:
-            problems.append(f"COOPERATIVE needs a TILE_M that is a multiple of 128 (two warpgroups of 64-row WGMMAs), "
-                            f"not {g.tile_m}: use PINGPONG")
-        if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
-            problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
-        if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") and knobs["SPLITS"] == "1":
-            problems.append(f"{knobs['SCHEDULER']} needs SPLITS > 1 (or 0 = automatic)")
-        if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
-            problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
-                            "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see the unsafe list of catalog.toml)")
-        epi_n = _i(knobs, "EPI_TILE_N")
-        if epi_n and knobs["EPILOGUE"] == "EPI_NOSMEM":
-            problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
-        if epi_n and g.tile_n % epi_n:
-            problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
-        problems += _cutlass_resource_problems(g)
-    elif fam.name == "sm90_cutlass_t":
-        sched = knobs["SCHEDULE"]
-        if sched in ("BASIC", "PINGPONG") and g.tile_n not in (64, 128):
-            problems.append(f"{sched} needs TILE_N 64 or 128 (one consumer warpgroup holds the tile's columns), "
-                            f"not {g.tile_n}")
-        if sched == "COOPERATIVE" and g.tile_n % 128:
-            problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
-        problems += _cutlass_resource_problems(g)
-    elif fam.name == "sm90_ksplit":
-        if g.smem_bytes > SMEM_PER_SM:
-            problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
-        if g.tile_m % g.split_k:
-            problems.append("each CTA of the cluster reduces TILE_M / CLUSTER_K rows: CLUSTER_K must divide TILE_M")
-        wgk = int(knobs.get("WG_K", "1"))
-        if g.stages <= wgk or g.stages % wgk:
-            problems.append(f"WG_K {wgk} sets of consumers need STAGES > WG_K (each holds a stage while it waits for "
-                            "its next) and a multiple of WG_K (each stage serves one set)")
-    elif fam.name == "skinny_splitk":
-        problems += _skinny_problems(knobs, g)
-    elif fam.name == "tiny_mma":
-        wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
-        if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
-            problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
-            return problems
-        if g.smem_bytes > 48 * 1024:
-            problems.append(f"two {g.tile_m}x{g.tile_k} + {g.tile_k}x{g.tile_n} buffers need {g.smem_bytes} B "
-                            "of static shared memory (> 48 KB): lower BK or the tile")
-        per = -(-g.tile_m * g.tile_k // 8 // g.threads) + -(-g.tile_k * g.tile_n // 8 // g.threads)
-        per *= int(knobs.get("AHEAD", "1"))
-        if per > 16:
-            problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps, lower BK or AHEAD")
-        if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
-            problems.append("warp tile too large (over 64 accumulators per thread): add warps")
-        wk = int(knobs["WARPS_K"])
-        if (g.tile_k // 16) % wk:
-            problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
-        if wk > 1 and (wk - 1) * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:  # padded fp32 rows
-            problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
-        if knobs.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM":
-            if wk > 1 or int(knobs.get("CLUSTER_K", "1")) > 1:
-                problems.append("EPI_SMEM stores a tile one CTA computed whole: WARPS_K 1 and CLUSTER_K 1 only")
-            if g.tile_m * (g.tile_n + 8) * 2 > g.smem_bytes:  # padded fp16 rows
-                problems.append("EPI_SMEM: the fp16 output tile does not fit in the two chunk buffers")
-        ck = int(knobs.get("CLUSTER_K", "1"))
-        if ck > 1 and wk * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:
-            problems.append("with CLUSTER_K every K warp's fp32 partial tile stays in the chunk buffers: they do "
-                            "not fit, lower WARPS_K")
-        if (g.tile_m * g.tile_n // 4) % ck:
-            problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
-    else:
-        wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
-        if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
-            problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
-        if g.smem_bytes > SMEM_PER_SM:
-            problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
-        mi, ni = g.tile_m // wm // 16, g.tile_n // wn // 8
-        if mi * ni * 4 > 128:
-            problems.append("warp tile too large (over 128 accumulators per thread): add warps")
-        if wm * wn > 16:
-            problems.append("at most 16 warps per CTA")
-        if knobs.get("CLUSTER_K", "1") != "1" and knobs["SPLIT_K"] != "1":
-            problems.append("CLUSTER_K slices replace SPLIT_K: use SPLIT_K 1 with CLUSTER_K > 1")
-        if (g.tile_m * g.tile_n // 4) % int(knobs.get("CLUSTER_K", "1")):
-            problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
+        return _sm90_cutlass_problems(knobs, g, allow_unsafe)
+    if fam.name == "sm90_cutlass_t":
+        return _sm90_cutlass_t_problems(knobs, g)
+    if fam.name == "sm90_ksplit":
+        return _sm90_ksplit_problems(knobs, g)
+    if fam.name == "skinny_splitk":
+        return _skinny_problems(knobs, g)
+    if fam.name == "tiny_mma":
+        return _tiny_mma_problems(knobs, g)
+    return _mma_problems(knobs, g)
+
+
+def _sm90_cutlass_problems(knobs: Mapping[str, str], g: Geometry, allow_unsafe: bool) -> list[str]:
+    """Problems of the CUTLASS sm90 kernel: schedule, scheduler and epilogue combinations that CUTLASS
+    refuses or that hang, then its resources."""
+    problems: list[str] = []
+    basic = knobs["SCHEDULE"] == "BASIC"
+    if basic and g.tile_m not in (64, 128):
+        problems.append(f"BASIC needs TILE_M 64 or 128 (one consumer warpgroup), not {g.tile_m}")
+    if basic and knobs["SCHEDULER"] not in ("PERSISTENT", "SPLITK_REDUCE"):
+        problems.append("BASIC runs a CTA per tile: use SCHEDULER PERSISTENT (no tile loop) or SPLITK_REDUCE")
+    if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m < 128:
+        problems.append("COOPERATIVE needs TILE_M >= 128 (two consumer warpgroups split M)")
+    if knobs["SCHEDULE"] == "COOPERATIVE" and g.tile_m % 128:
+        problems.append(f"COOPERATIVE needs a TILE_M that is a multiple of 128 (two warpgroups of 64-row WGMMAs), "
+                        f"not {g.tile_m}: use PINGPONG")
+    if knobs["SCHEDULER"] in ("STREAMK", "SPLITK") and g.pingpong:
+        problems.append("STREAMK/SPLITK need SCHEDULE COOPERATIVE")
+    if knobs["SCHEDULER"] in ("SPLITK", "SPLITK_REDUCE") and knobs["SPLITS"] == "1":
+        problems.append(f"{knobs['SCHEDULER']} needs SPLITS > 1 (or 0 = automatic)")
+    if knobs["SCHEDULER"] in UNSAFE_SCHEDULERS and knobs["SPLITS"] != "0" and not allow_unsafe:
+        problems.append(f"SCHEDULER {knobs['SCHEDULER']} with fixed SPLITS hung once on the H200 under repeated calls: "
+                        "use SPLITS 0 (one wave, no CTA waits on one not yet resident), PERSISTENT or STREAMK (see the unsafe list of catalog.toml)")
+    epi_n = _i(knobs, "EPI_TILE_N")
+    if epi_n and knobs["EPILOGUE"] == "EPI_NOSMEM":
+        problems.append("EPI_TILE_N applies to the TMA epilogues only: use 0 with EPI_NOSMEM")
+    if epi_n and g.tile_n % epi_n:
+        problems.append(f"TILE_N {g.tile_n} is not a multiple of EPI_TILE_N {epi_n}")
+    problems += _cutlass_resource_problems(g)
+    return problems
+
+
+def _sm90_cutlass_t_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the transposed CUTLASS sm90 kernel: which schedules hold which tile widths, then its
+    resources."""
+    problems: list[str] = []
+    sched = knobs["SCHEDULE"]
+    if sched in ("BASIC", "PINGPONG") and g.tile_n not in (64, 128):
+        problems.append(f"{sched} needs TILE_N 64 or 128 (one consumer warpgroup holds the tile's columns), "
+                        f"not {g.tile_n}")
+    if sched == "COOPERATIVE" and g.tile_n % 128:
+        problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
+    problems += _cutlass_resource_problems(g)
+    return problems
+
+
+def _sm90_ksplit_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the cluster split-K kernel: shared memory, the cluster's share of rows and the consumer
+    sets' stages."""
+    problems: list[str] = []
+    if g.smem_bytes > SMEM_PER_SM:
+        problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
+    if g.tile_m % g.split_k:
+        problems.append("each CTA of the cluster reduces TILE_M / CLUSTER_K rows: CLUSTER_K must divide TILE_M")
+    wgk = int(knobs.get("WG_K", "1"))
+    if g.stages <= wgk or g.stages % wgk:
+        problems.append(f"WG_K {wgk} sets of consumers need STAGES > WG_K (each holds a stage while it waits for "
+                        "its next) and a multiple of WG_K (each stage serves one set)")
+    return problems
+
+
+def _tiny_mma_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the small-tile mma.sync kernel: warp tiling, static shared memory, staged loads, the K
+    warps and cluster shares."""
+    problems: list[str] = []
+    wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
+    if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+        problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
+        return problems
+    if g.smem_bytes > 48 * 1024:
+        problems.append(f"two {g.tile_m}x{g.tile_k} + {g.tile_k}x{g.tile_n} buffers need {g.smem_bytes} B "
+                        "of static shared memory (> 48 KB): lower BK or the tile")
+    per = -(-g.tile_m * g.tile_k // 8 // g.threads) + -(-g.tile_k * g.tile_n // 8 // g.threads)
+    per *= int(knobs.get("AHEAD", "1"))
+    if per > 16:
+        problems.append(f"{per} staged 16-byte loads per thread (> 16): add warps, lower BK or AHEAD")
+    if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
+        problems.append("warp tile too large (over 64 accumulators per thread): add warps")
+    wk = int(knobs["WARPS_K"])
+    if (g.tile_k // 16) % wk:
+        problems.append(f"BK / 16 = {g.tile_k // 16} k-steps do not split over WARPS_K {wk} warps")
+    if wk > 1 and (wk - 1) * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:  # padded fp32 rows
+        problems.append("the K warps' fp32 partial tiles do not fit in the two chunk buffers: lower WARPS_K")
+    if knobs.get("EPILOGUE", "EPI_REGS") == "EPI_SMEM":
+        if wk > 1 or int(knobs.get("CLUSTER_K", "1")) > 1:
+            problems.append("EPI_SMEM stores a tile one CTA computed whole: WARPS_K 1 and CLUSTER_K 1 only")
+        if g.tile_m * (g.tile_n + 8) * 2 > g.smem_bytes:  # padded fp16 rows
+            problems.append("EPI_SMEM: the fp16 output tile does not fit in the two chunk buffers")
+    ck = int(knobs.get("CLUSTER_K", "1"))
+    if ck > 1 and wk * g.tile_m * (g.tile_n + 8) * 4 > g.smem_bytes:
+        problems.append("with CLUSTER_K every K warp's fp32 partial tile stays in the chunk buffers: they do "
+                        "not fit, lower WARPS_K")
+    if (g.tile_m * g.tile_n // 4) % ck:
+        problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
+    return problems
+
+
+def _mma_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
+    """Problems of the pipelined mma.sync families: warp tiling, shared memory, accumulators per thread,
+    split-K against cluster slices."""
+    problems: list[str] = []
+    wm, wn = int(knobs["WARPS_M"]), int(knobs["WARPS_N"])
+    if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
+        problems.append("BM/WARPS_M and BN/WARPS_N must be multiples of 16")
+    if g.smem_bytes > SMEM_PER_SM:
+        problems.append(f"shared memory {g.smem_bytes} B > {SMEM_PER_SM} B: lower STAGES or the tile")
+    mi, ni = g.tile_m // wm // 16, g.tile_n // wn // 8
+    if mi * ni * 4 > 128:
+        problems.append("warp tile too large (over 128 accumulators per thread): add warps")
+    if wm * wn > 16:
+        problems.append("at most 16 warps per CTA")
+    if knobs.get("CLUSTER_K", "1") != "1" and knobs["SPLIT_K"] != "1":
+        problems.append("CLUSTER_K slices replace SPLIT_K: use SPLIT_K 1 with CLUSTER_K > 1")
+    if (g.tile_m * g.tile_n // 4) % int(knobs.get("CLUSTER_K", "1")):
+        problems.append("the tile must split into CLUSTER_K equal shares of 4 outputs")
     return problems
 
 
@@ -984,15 +1029,17 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
 # Positional shorthands for one configuration's knobs, for tests and probes that name a
 # configuration in code; the catalog itself is data (catalog.toml) and uses none of them.
 
-def _sm90(tm, tn, tk=64, cm=1, cn=1, sched="COOPERATIVE", stages=0, scheduler="PERSISTENT",
-          splits=1, raster="RASTER_HEURISTIC", swizzle=1, epi="EPI_TMA", epi_n=0, pdl=1) -> dict[str, str]:
+def _sm90(tm: int, tn: int, tk: int = 64, cm: int = 1, cn: int = 1, sched: str = "COOPERATIVE", stages: int = 0,
+          scheduler: str = "PERSISTENT", splits: int = 1, raster: str = "RASTER_HEURISTIC", swizzle: int = 1,
+          epi: str = "EPI_TMA", epi_n: int = 0, pdl: int = 1) -> dict[str, str]:
     return {"PDL": str(pdl), "TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": str(tk), "CLUSTER_M": str(cm),
             "CLUSTER_N": str(cn), "SCHEDULE": sched, "STAGES": str(stages), "SCHEDULER": scheduler,
             "SPLITS": str(splits), "RASTER": raster, "SWIZZLE": str(swizzle), "EPILOGUE": epi,
             "EPI_TILE_N": str(epi_n)}
 
 
-def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
+def _mma(bm: int, bn: int, bk: int, wm: int, wn: int, st: int, sw: int, sk: int, pdl: int = 1,
+         ck: int = 1) -> dict[str, str]:
     k = {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
          "STAGES": str(st), "SWIZZLE": str(sw), "SPLIT_K": str(sk)}
     if ck != 1:  # small_splitk only
@@ -1000,8 +1047,8 @@ def _mma(bm, bn, bk, wm, wn, st, sw, sk, pdl=1, ck=1) -> dict[str, str]:
     return k
 
 
-def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=1,
-         release="RELEASE_BY_THREAD") -> dict[str, str]:
+def _ksp(tm: int, tn: int, st: int, ck: int, pdl: int = 1, depth: int = 1, raster: str = "RASTER_ALONG_M",
+         groups: int = 1, wgk: int = 1, release: str = "RELEASE_BY_THREAD") -> dict[str, str]:
     k = {"TILE_M": str(tm), "TILE_N": str(tn), "TILE_K": "64", "STAGES": str(st), "CLUSTER_K": str(ck),
          "RASTER": raster, "PDL": str(pdl), "MMA_DEPTH": str(depth)}
     if groups != 1:
@@ -1013,7 +1060,8 @@ def _ksp(tm, tn, st, ck, pdl=1, depth=1, raster="RASTER_ALONG_M", groups=1, wgk=
     return k
 
 
-def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
+def _tiny(bm: int, bn: int, bk: int, wm: int, wn: int, wk: int = 1, pdl: int = 1, ahead: int = 1,
+          ck: int = 1) -> dict[str, str]:
     return {"PDL": str(pdl), "BM": str(bm), "BN": str(bn), "BK": str(bk), "WARPS_M": str(wm), "WARPS_N": str(wn),
             "WARPS_K": str(wk), "AHEAD": str(ahead), "CLUSTER_K": str(ck)}
 
@@ -1022,6 +1070,9 @@ def _tiny(bm, bn, bk, wm, wn, wk=1, pdl=1, ahead=1, ck=1) -> dict[str, str]:
 
 
 EPILOGUE_KNOBS = ("EPILOGUE", "EPI_TILE_N")
+
+#: a family and some of its (knob, value) pairs: what two configurations are compared by
+ConfigKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def epilogue_twin(knobs: Mapping[str, str]) -> dict[str, str] | None:
@@ -1041,7 +1092,9 @@ Entry = tuple[str, dict[str, str]]
 def _with_twins(entries: Sequence[Entry], twin_of: Callable[[str, dict[str, str]], dict[str, str] | None]) -> list[Entry]:
     """``entries`` plus ``twin_of`` each of them (in their order), where it has one and the list
     does not hold it yet."""
-    key = lambda fam, knobs: (fam, tuple(sorted(knobs.items())))  # noqa: E731
+    def key(fam: str, knobs: dict[str, str]) -> ConfigKey:
+        return fam, tuple(sorted(knobs.items()))
+
     out = list(entries)
     have = {key(f, k) for f, k in out}
     for fam, knobs in entries:
@@ -1087,7 +1140,7 @@ def per_call_pool(configs: Sequence["Config"]) -> list["Config"]:
     return out
 
 
-def sans_epilogue(cfg: "Config") -> tuple:
+def sans_epilogue(cfg: "Config") -> ConfigKey:
     """``cfg`` up to its epilogue knobs: configurations with equal keys are epilogue variants
     of one kernel, which the cost model barely tells apart (the pick times them together, the
     search counts them once per step)."""
@@ -1102,7 +1155,7 @@ def differing_only_in(cfg: "Config", pool: Sequence["Config"], knobs: Sequence[s
 
 
 @lru_cache(maxsize=65536)
-def _stripped(cfg: "Config", knobs: tuple[str, ...]) -> tuple:
+def _stripped(cfg: "Config", knobs: tuple[str, ...]) -> ConfigKey:
     """``cfg`` without ``knobs`` (memoised: the pick compares every catalog entry with each chosen one)."""
     return (cfg.family, tuple((k, v) for k, v in cfg.knobs if k not in knobs))
 

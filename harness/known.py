@@ -218,13 +218,14 @@ def _bench_rows(path: Path, baseline: str) -> dict[Shape, tuple[float, float | N
     for r in rows if isinstance(rows, list) else []:
         if not isinstance(r, dict) or not isinstance(r.get("times_ms"), dict):
             continue
-        dims, t = (r.get("m"), r.get("n"), r.get("k")), r["times_ms"]
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in dims):
+        dims, t = [r.get("m"), r.get("n"), r.get("k")], r["times_ms"]
+        m, n, k = (x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else 0 for x in dims)
+        if not (m and n and k):
             continue
         ms, base = t.get("l2"), t.get(baseline)
         if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0:
             sp = base / ms if isinstance(base, (int, float)) and math.isfinite(base) and base > 0 else None
-            out[Shape(*dims)] = (float(ms), sp)
+            out[Shape(m, n, k)] = (float(ms), sp)
     return out
 
 

@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 
 from .errors import ShapeError
 from .paths import PACKAGE_DIR
-from .shapes import MAX_DIM, Shape
+from .gemm_shape import MAX_DIM, Shape
 
 MODELS_FILE = PACKAGE_DIR / "data" / "models.toml"
 MAX_CONFIG_BYTES = 1 << 20

@@ -71,11 +71,11 @@ class ResultFile:
         return None
 
 
-def _num_or_none(x: Any) -> bool:
+def _num_or_none(x: object) -> bool:
     return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and (math.isfinite(x) and x >= 0))
 
 
-def problems(obj: Any) -> list[str]:
+def problems(obj: object) -> list[str]:
     """Every schema violation, as short strings (empty list: valid)."""
     out: list[str] = []
     if not isinstance(obj, dict):
@@ -128,16 +128,17 @@ def problems(obj: Any) -> list[str]:
     return out
 
 
-def _is_role(v: Any) -> bool:
+def _is_role(v: object) -> bool:
     """A shape's GEMM role (``llama-3-8b qkv t16``), as :func:`harness.shapes.shape_roles` gives it."""
     return isinstance(v, str) and 0 < len(v) <= MAX_ROLE_CHARS and v.isprintable()
 
 
-def validate(obj: Any, source: str = "result file") -> ResultFile:
+def validate(obj: object, source: str = "result file") -> ResultFile:
     errs = problems(obj)
     if errs:
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
         raise ResultFormatError(f"{source}: {errs[0]}{more}")
+    assert isinstance(obj, dict)   # problems() reports anything else
     meta = dict(obj["meta"])
     meta.setdefault("dtype", "fp16")
     return ResultFile(meta, list(obj["rows"]))
@@ -206,7 +207,7 @@ def write_csv_file(rf: ResultFile, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: object) -> str:
     return "" if x is None else f"{x:.6g}"
 
 

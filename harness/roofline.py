@@ -18,14 +18,17 @@ dense fp16 tensor rate is the same with fp16 or fp32 accumulation).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from .cupy_types import CudaStream, CupyModule
 from .shapes import Shape
 
 CACHE_VERSION = 3
@@ -36,7 +39,7 @@ def roofline_ms(shape: Shape, rf: dict[str, Any] | None) -> float | None:
         return None
     t_flop = shape.flops / (rf["peak_tflops"] * 1e12) * 1e3
     t_mem = shape.min_bytes / (rf["bw_gbs"] * 1e9) * 1e3
-    return max(t_flop, t_mem, rf["floor_ms"])
+    return float(max(t_flop, t_mem, rf["floor_ms"]))
 
 
 def load(path: Path) -> dict[str, Any] | None:
@@ -44,7 +47,8 @@ def load(path: Path) -> dict[str, Any] | None:
         d = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-    if d.get("version") != CACHE_VERSION or not all(k in d for k in ("peak_tflops", "bw_gbs", "floor_ms")):
+    if not isinstance(d, dict) or d.get("version") != CACHE_VERSION \
+            or not all(k in d for k in ("peak_tflops", "bw_gbs", "floor_ms")):
         return None
     return d
 
@@ -57,7 +61,7 @@ def save(path: Path, rf: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]:
+def measure(cp: CupyModule, stream: CudaStream, shim_fn: Callable[..., int], shim_lib: ctypes.CDLL) -> dict[str, Any]:
     """Worker side: measure the three ceilings (about a second of GPU time)."""
     from . import timing
 
@@ -68,17 +72,11 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
             a = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
             b = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
             c = cp.empty((n, n), dtype=cp.float16)
-        sp = stream.ptr
-
-        def call(a=a, b=b, c=c, n=n) -> int:
-            return shim_fn(a.data.ptr, b.data.ptr, c.data.ptr, n, n, n, sp)
-
+        call = partial(shim_fn, int(a.data.ptr), int(b.data.ptr), int(c.data.ptr), n, n, n, int(stream.ptr))
         g = timing.make_graph(cp, stream, "peak", call, target_ms=5.0)
         r = timing.offline(cp, stream, [g], replays=5)["peak"]
         peak = max(peak, 2.0 * n ** 3 / (r["median_ms"] * 1e-3) / 1e12)
         del a, b, c, g
-    import ctypes
-
     nbytes = 1 << 30
     with stream:
         src = cp.ones(nbytes // 4, dtype=cp.float32)
@@ -89,31 +87,31 @@ def measure(cp: Any, stream: Any, shim_fn: Any, shim_lib: Any) -> dict[str, Any]
     sptr, dptr = int(src.data.ptr), int(dst.data.ptr)
 
     def copy() -> int:
-        return kcopy(dptr, sptr, nbytes, stream.ptr)
+        return int(kcopy(dptr, sptr, nbytes, stream.ptr))
 
     g = timing.make_graph(cp, stream, "copy", copy, target_ms=2.0)
     r = timing.offline(cp, stream, [g], replays=7)["copy"]
     bw_copy = 2.0 * nbytes / (r["median_ms"] * 1e-3) / 1e9
-    g = None
+    del g
     kread = shim_lib.l2_read
     kread.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
     kread.restype = ctypes.c_int
 
     def read() -> int:
-        return kread(sptr, nbytes, dptr, stream.ptr)
+        return int(kread(sptr, nbytes, dptr, stream.ptr))
 
     g = timing.make_graph(cp, stream, "read", read, target_ms=2.0)
     r = timing.offline(cp, stream, [g], replays=7)["read"]
     bw_read = nbytes / (r["median_ms"] * 1e-3) / 1e9
     bw = max(bw_copy, bw_read)
-    g = None
+    del g
     src = dst = None
     empty = shim_lib.l2_empty
     empty.argtypes = [ctypes.c_void_p]
     empty.restype = ctypes.c_int
 
     def launch() -> int:
-        return empty(stream.ptr)
+        return int(empty(stream.ptr))
 
     g = timing.capture(cp, stream, launch, 1000)
     res = timing.offline(cp, stream, [timing.Graph("floor", g, 1000, 0.0)], replays=7)["floor"]
@@ -177,12 +175,12 @@ def b_floor_fractions(rows: Sequence[Mapping[str, Any]], rf: Mapping[str, object
         floor = b_read_floor_ms(shape, rf) if is_skinny(shape) else None
         if floor is None:
             continue
-        times = r.get("times_ms") if isinstance(r.get("times_ms"), Mapping) else {}
+        raw_times = r.get("times_ms")
+        times: Mapping[str, object] = raw_times if isinstance(raw_times, Mapping) else {}
         fr: dict[str, float | None] = {}
         for lb in labels:
             t = times.get(lb)
-            ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
-            fr[lb] = floor / t if ok else None
+            fr[lb] = floor / t if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else None
         out.append((shape, floor, fr))
     return out
 
@@ -203,7 +201,7 @@ def b_floor_table(rows: Sequence[Mapping[str, Any]], rf: Mapping[str, object] | 
         lines.append(f"{str(shape):22}{floor * 1e3:>10.1f}" + cells)
     geo = []
     for lb in labels:
-        xs = [fr[lb] for _, _, fr in per if fr[lb]]
+        xs = [x for _, _, fr in per if (x := fr[lb])]
         geo.append(f"{math.exp(sum(math.log(x) for x in xs) / len(xs)):>15.2f}" if xs else f"{'-':>15}")
     lines.append(f"{'geomean':22}{'':>10}" + "".join(geo))
     return lines

@@ -38,7 +38,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from .errors import HarnessError
 
@@ -168,7 +168,7 @@ class _Choice:
     def __enter__(self) -> "_Choice":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         set_mode(self.prev)
 
     def restore(self) -> None:
@@ -381,7 +381,10 @@ def worker_argv(cmd: Sequence[str], scratch: Path, *, ro: Sequence[Path] = (), e
 
 # --------------------------------------------------------------------------- spawning
 
-_SPAWN_Q: "queue.Queue[tuple[Any, ...]]" = queue.Queue()
+#: a spawn request: argv, Popen's keywords, the box that receives the process (or the error) and
+#: the event set once it is there
+_SpawnJob = tuple[list[str], dict[str, Any], list["subprocess.Popen[bytes] | BaseException"], threading.Event]
+_SPAWN_Q: "queue.Queue[_SpawnJob]" = queue.Queue()
 _SPAWNER: threading.Thread | None = None
 _SPAWN_LOCK = threading.Lock()
 
@@ -390,14 +393,15 @@ def _spawner() -> None:
     while True:
         argv, kw, box, done = _SPAWN_Q.get()
         try:
-            box.append(subprocess.Popen(argv, **kw))
+            # the callers pass no text/encoding keyword: the pipes carry bytes
+            box.append(cast("subprocess.Popen[bytes]", subprocess.Popen(argv, **kw)))
         except BaseException as e:  # noqa: BLE001 - handed back to the caller
             box.append(e)
         done.set()
 
 
-def spawn(argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen:
-    """``subprocess.Popen`` from one long-lived thread.
+def spawn(argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen[bytes]`` from one long-lived thread.
 
     Why: ``--die-with-parent`` is the kernel's parent-death signal, which fires when the *thread*
     that started bwrap ends. A worker started from a short-lived thread (an executor's, the app's
@@ -409,7 +413,7 @@ def spawn(argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen:
         if _SPAWNER is None or not _SPAWNER.is_alive():
             _SPAWNER = threading.Thread(target=_spawner, name="l2tui-sandbox-spawner", daemon=True)
             _SPAWNER.start()
-    box: list[Any] = []
+    box: list[subprocess.Popen[bytes] | BaseException] = []
     done = threading.Event()
     _SPAWN_Q.put((list(argv), popen_kw, box, done))
     done.wait()

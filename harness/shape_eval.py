@@ -4,21 +4,21 @@ shares and one function per check of the ``runs`` ... ``deterministic`` list of 
 
 harness.worker_main.evaluate_shape runs these in order, then harness.shape_timing times the
 subjects that passed and harness.shape_result assembles the answer. Nothing here imports cupy:
-``cp`` comes from the worker's harness.worker_main.Gpu.
+``cp`` comes from the worker's harness.gpu.Gpu.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from .cupy_types import CudaGraph, CudaStream, CupyModule, DeviceArray
 from . import baselines as bl
 from . import checks as ck
 from .cuda_errors import Sticky, is_sticky
-
-if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
-    from .worker_main import Gpu
+from .gpu import Gpu
 
 
 # --------------------------------------------------------------------------- buffers
@@ -36,7 +36,7 @@ GRAPH_REPLAYS = 2
 FOREIGN_WORK_MS = 20.0
 
 
-def device_busy_ms(cp: Any, s: Any) -> float:
+def device_busy_ms(cp: CupyModule, s: CudaStream) -> float:
     """Milliseconds the device stays busy after ``s`` has finished (a device-wide synchronise).
 
     Why: a candidate's host code can launch a kernel on a stream other than the caller's (the
@@ -97,15 +97,16 @@ class ShapeContext:
 def shape_ctx(g: Gpu, m: int, n: int, k: int) -> ShapeContext:
     """The worker's buffers for this shape: the last request's when it was the same shape (no
     reallocation between the evaluations of one shape), else fresh ones after freeing the old."""
-    if g.ctx is not None and g.ctx.key == (m, n, k):
+    if isinstance(g.ctx, ShapeContext) and g.ctx.key == (m, n, k):
         return g.ctx
     if g.ctx is not None:
         g.stream.synchronize()
         g.ctx.close()
         g.ctx = None
         g.cp.get_default_memory_pool().free_all_blocks()
-    g.ctx = ShapeContext(g, m, n, k)
-    return g.ctx
+    ctx = ShapeContext(g, m, n, k)
+    g.ctx = ctx
+    return ctx
 
 
 # --------------------------------------------------------------------------- subjects
@@ -127,7 +128,7 @@ class Subjects:
     autotune_pending: bool = False
 
 
-def lt_plan(shim: Any, m: int, n: int, k: int, acc: str) -> int:
+def lt_plan(shim: ctypes.CDLL, m: int, n: int, k: int, acc: str) -> int:
     """cuBLASLt's heuristic algorithms for this shape, planned in the shim; returns how many."""
     count = int(shim.l2_lt_plan(m, n, k, int(acc == "f16"), bl.AUTOTUNE_MAX_CANDIDATES))
     if count <= 0:
@@ -135,7 +136,7 @@ def lt_plan(shim: Any, m: int, n: int, k: int, acc: str) -> int:
     return count
 
 
-def build_subjects(g: Gpu, shim: Any, ctx: ShapeContext, acc: str, candidates: list[dict[str, Any]],
+def build_subjects(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, acc: str, candidates: list[dict[str, Any]],
                    baselines: list[str], light: bool) -> Subjects:
     """One subject per candidate library and per baseline, all on the same guarded buffers and
     stream, so every one of them is checked and timed by the same code."""
@@ -197,7 +198,7 @@ class ShapeChecks:
     further nor timed); ``status`` is filled by :meth:`set_statuses` once the checks before the
     timing are done, and a later failure (``charge``) turns an ``ok`` into ``wrong``."""
 
-    def __init__(self, cp: Any, s: Any, ctx: ShapeContext, subjects: dict[str, bl.Subject],
+    def __init__(self, cp: CupyModule, s: CudaStream, ctx: ShapeContext, subjects: dict[str, bl.Subject],
                  status: dict[str, str]) -> None:
         self.cp, self.s, self.ctx = cp, s, ctx
         self.m, self.n, self.k = ctx.key
@@ -337,7 +338,7 @@ class ShapeChecks:
         self.recs[label].put("graph_replay", False, f"CUDA graph capture failed: {type(e).__name__}: {str(e)[:200]}")
         self.status[label] = "wrong"
 
-    def replay_graph(self, graph: Any, label: str, tag: str, ref: Any, norm: float) -> float:
+    def replay_graph(self, graph: CudaGraph, label: str, tag: str, ref: DeviceArray, norm: float) -> float:
         """GRAPH_REPLAYS more launches of a timed graph, alone, C poisoned before the first, with
         what they wrote and overwrote charged to ``graph_replay``; returns C's relative error
         against ``ref`` (the reference for the inputs after that many launches)."""
@@ -366,7 +367,7 @@ class SeedChecks:
     reference (the graph replays are checked against it), its norm and bound, and every
     seed's bound and cuBLAS shim errors (``e16s`` only with fp16 accumulation)."""
 
-    ref: Any = None
+    ref: DeviceArray = None
     norm: float | None = None
     bound: float | None = None
     bounds: list[float] = field(default_factory=list)
@@ -399,7 +400,7 @@ def check_exact(sc: ShapeChecks, seed: int) -> None:
 
 
 def shim_errors(sc: ShapeChecks, fn32: Callable[..., int], fn16: Callable[..., int], acc: str, sp: int,
-                ref: Any, norm: float) -> tuple[float, float | None]:
+                ref: DeviceArray, norm: float) -> tuple[float, float | None]:
     """The cuBLAS shim's own relative errors on the current inputs (fp32 accumulation, and fp16
     when ``acc`` is f16): they set the accuracy bound (harness.checks.bound_for)."""
     cp, s, C = sc.cp, sc.s, sc.ctx.C
@@ -421,7 +422,7 @@ def shim_errors(sc: ShapeChecks, fn32: Callable[..., int], fn16: Callable[..., i
     return e32, e16
 
 
-def check_accuracy(sc: ShapeChecks, label: str, tag: str, ref: Any, norm: float, bound: float) -> None:
+def check_accuracy(sc: ShapeChecks, label: str, tag: str, ref: DeviceArray, norm: float, bound: float) -> None:
     """The ``accuracy`` check of the call just made; the record keeps the worst error."""
     err = ck.rel_err(sc.cp, sc.ctx.C.data, ref, norm)
     rec = sc.recs[label]
@@ -431,7 +432,7 @@ def check_accuracy(sc: ShapeChecks, label: str, tag: str, ref: Any, norm: float,
             rel_err=err, bound=bound)
 
 
-def check_deterministic(sc: ShapeChecks, label: str, subj: bl.Subject, tag: str, ref: Any, norm: float,
+def check_deterministic(sc: ShapeChecks, label: str, subj: bl.Subject, tag: str, ref: DeviceArray, norm: float,
                         bound: float) -> None:
     """The ``deterministic`` check: a second run on the same inputs agrees bit for bit (within
     the bound for a source marked nondeterministic). C holds the first run's output."""
@@ -473,7 +474,7 @@ def check_seeds(sc: ShapeChecks, seeds: tuple[int, ...], fn32: Callable[..., int
         sc.keep_inputs()
         # the cuBLAS shim's own error on these inputs sets the bound
         e32, e16 = shim_errors(sc, fn32, fn16, acc, sp, ref, norm)
-        if acc == "f16":
+        if acc == "f16" and e16 is not None:
             out.e16s.append(e16)
         out.e32s.append(e32)
         bound = ck.bound_for(acc, e32, e16)

@@ -13,14 +13,15 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+from .cupy_types import CudaGraph, CudaStream, CupyModule, DeviceArray
 from . import checks as ck
 from . import timing
 from .cuda_errors import Sticky, is_sticky
 from .shape_eval import FOREIGN_WORK_MS, ShapeChecks, ShapeContext, device_busy_ms, foreign_work_detail
 
 
-def _fresh_replay(cp: Any, s: Any, ctx: ShapeContext, gr: Any, bound: float, rng: random.Random,
-                  nan: Any) -> tuple[str | None, float]:
+def _fresh_replay(cp: CupyModule, s: CudaStream, ctx: ShapeContext, gr: CudaGraph, bound: float, rng: random.Random,
+                  nan: DeviceArray) -> tuple[str | None, float]:
     """Part (1) of ``fresh``: a few elements of A changed in place, the timed graph replayed on
     poisoned C; returns (why it failed or None, the relative error)."""
     A, B, C = ctx.A, ctx.B, ctx.C
@@ -49,8 +50,8 @@ def _plain_call_detail(change: str, worst: list[float], limit: float) -> str:
     return f"a single call right after a {change} change of A: {det}"
 
 
-def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr: Any, timed_ms: float,
-                bound: float, rng: random.Random, nan: Any, limit: float) -> tuple[bool, str, dict[str, Any]]:
+def check_fresh(cp: CupyModule, s: CudaStream, ctx: ShapeContext, call: Callable[[], int], gr: CudaGraph, timed_ms: float,
+                bound: float, rng: random.Random, nan: DeviceArray, limit: float) -> tuple[bool, str, dict[str, Any]]:
     """The ``fresh`` check of harness.checks for one candidate: (ok, detail, recorded numbers)."""
     A, B, C = ctx.A, ctx.B, ctx.C
     stale, err = _fresh_replay(cp, s, ctx, gr, bound, rng, nan)
@@ -95,7 +96,7 @@ def check_fresh(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], gr:
     return ok, det, fields
 
 
-def check_dense(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, limit: float,
+def check_dense(cp: CupyModule, s: CudaStream, ctx: ShapeContext, call: Callable[[], int], label: str, limit: float,
                 rng: random.Random) -> tuple[bool, str, dict[str, Any]]:
     """Part (3) of ``fresh`` (every timing mode): calls right after a dense change of A against
     calls right after a one-element change, both graphs timed in the same rounds with their
@@ -115,7 +116,7 @@ def check_dense(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], lab
         s.synchronize()
 
 
-def _dense_timed(cp: Any, s: Any, ctx: ShapeContext, call: Callable[[], int], label: str, limit: float,
+def _dense_timed(cp: CupyModule, s: CudaStream, ctx: ShapeContext, call: Callable[[], int], label: str, limit: float,
                  rng: random.Random) -> tuple[bool, str, dict[str, Any]]:
     A, B, C = ctx.A, ctx.B, ctx.C
     reps = min(timing.reps_for(timing.estimate_ms(cp, s, call)), ck.FRESH_MAX_REPS)

@@ -15,10 +15,13 @@ are charged to; the order of GPU work is the order of the calls here.
 
 from __future__ import annotations
 
+import ctypes
+import math
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from .cupy_types import DeviceArray
 from . import baselines as bl
 from . import checks as ck
 from . import timing
@@ -26,9 +29,7 @@ from .cuda_errors import Sticky, is_sticky
 from .shape_eval import FOREIGN_WORK_MS, GRAPH_REPLAYS, SeedChecks, ShapeChecks, ShapeContext, Subjects, \
     device_busy_ms, foreign_work_detail
 from .shape_fresh import dense_checks, fresh_checks
-
-if TYPE_CHECKING:   # the worker's own module: imported for the annotations only
-    from .worker_main import Gpu
+from .gpu import Gpu
 
 SEPARATOR_LABEL = "(separator)"
 PER_CALL_PREFIX = "(per call) "
@@ -39,7 +40,7 @@ DENSE_SEPARATOR_LABEL = "(separator, dense)"
 # --------------------------------------------------------------------------- cuBLASLt autotune
 
 
-def _lt_version(shim: Any) -> int | None:
+def _lt_version(shim: ctypes.CDLL) -> int | None:
     """cuBLASLt's version: an export pins an autotuned index only for the library that listed it."""
     try:
         return int(shim.l2_lt_version())
@@ -47,7 +48,7 @@ def _lt_version(shim: Any) -> int | None:
         return None
 
 
-def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
+def autotune(g: Gpu, shim: ctypes.CDLL, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
              timing_mode: str, separator: tuple[Callable[[], int], Callable[[], int]],
              budget_s: float) -> tuple[int, dict[str, Any]]:
     """Screen cuBLASLt's heuristic algorithms (in heuristic order) with the headline's method,
@@ -86,7 +87,7 @@ def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, 
             if per_call:
                 graphs, gb = timing.isolated_graphs(cp, s, {str(idx): call}, {str(idx): separator}, separator, reps,
                                                     base_label="base")
-                t = timing.offline(cp, s, [*graphs, gb], replays=3)
+                t = timing.offline(cp, s, [*graphs, *([gb] if gb is not None else [])], replays=3)
                 ms = timing.per_call(t, [str(idx)], "base")[str(idx)]["median_ms"]
             else:
                 gr = timing.Graph(str(idx), timing.capture(cp, s, call, reps), reps, est)
@@ -107,7 +108,7 @@ def autotune(g: Gpu, shim: Any, call: Callable[[], int], shape: tuple[int, int, 
                   "seconds": round(time.monotonic() - t0, 3)}
 
 
-def autotune_baseline(g: Gpu, shim: Any, ctx: ShapeContext, subs: Subjects, acc: str, seed: int, timing_mode: str,
+def autotune_baseline(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, subs: Subjects, acc: str, seed: int, timing_mode: str,
                       budget_s: float | None) -> dict[str, Any] | None:
     """Autotune the ``cublaslt_autotune`` subject before it is checked, so the checked algorithm
     is the timed one; returns the screening's record, or None when it failed (the subject is
@@ -120,7 +121,7 @@ def autotune_baseline(g: Gpu, shim: Any, ctx: ShapeContext, subs: Subjects, acc:
         budget = bl.AUTOTUNE_SCREEN_BUDGET_S if budget_s is None else budget_s
         # screened per call behind the same separator as the timing (its verifications unread)
         sep = ck.Separator(cp, A.data, B.data, C.data, s, 1, 1 << 30)
-        _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count,
+        _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count or 0,
                            timing_mode, (sep.step, sep.tail), budget)
         return info
     except Exception as e:
@@ -288,12 +289,12 @@ class PerCallGraphs:
             out[gr.subject] = (ok, det, fields)
         return out
 
-    def _reset(self, a0: Any, sep: Any) -> None:
+    def _reset(self, a0: DeviceArray, sep: Any) -> None:
         with self.g.stream:
             self.ctx.A.data[...] = a0
         sep.reset()
 
-    def replay_checks(self, sc: ShapeChecks, a0: Any, bound: float) -> dict[str, tuple[bool, str]]:
+    def replay_checks(self, sc: ShapeChecks, a0: DeviceArray, bound: float) -> dict[str, tuple[bool, str]]:
         """Each per-call graph replayed GRAPH_REPLAYS times more from the same start, C poisoned
         before the first: C must be fully written, the guards and inputs untouched, and C right for
         the inputs the graph's last call saw (one reference for all: every graph changes A the
@@ -347,17 +348,24 @@ def _chained_graphs(sc: ShapeChecks, labels: list[str]) -> list[Any]:
     return graphs
 
 
+def _bound(seeds: SeedChecks) -> float:
+    """The accuracy bound the seeds set; NaN (every comparison with it fails) when no seed ran, so
+    nothing passes a check that had no bound to hold to."""
+    return seeds.bound if seeds.bound is not None else math.nan
+
+
 def _replay_chained(sc: ShapeChecks, graphs: list[Any], seeds: SeedChecks) -> None:
     """``graph_replay`` of the back-to-back graphs: each once more on poisoned C and re-verified."""
-    bound = seeds.bound
+    bound = _bound(seeds)
     for gr in graphs:
-        err = sc.replay_graph(gr.graph, gr.label, "graph replay", seeds.ref, seeds.norm)
+        err = sc.replay_graph(gr.graph, gr.label, "graph replay", seeds.ref,
+                              seeds.norm if seeds.norm is not None else math.nan)
         sc.charge(gr.label, "graph_replay", err <= bound,
                   f"after the timed graph: rel. error {err:.3g} > bound {bound:.3g}" if err > bound else "")
 
 
 def _per_call_checks(sc: ShapeChecks, iso: PerCallGraphs, raw: dict[str, dict[str, Any]], replays: int,
-                     limit: float, a0: Any, bound: float, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
+                     limit: float, a0: DeviceArray, bound: float, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The per-call times (a subject whose time is not measurable goes to ``errors``), then
     ``timed_calls`` and ``graph_replay`` of the per-call graphs."""
     per = iso.per_call(raw)
@@ -398,12 +406,12 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
         A.data[...] = a0
     _replay_chained(sc, graphs, seeds)
     if iso is not None and iso.graphs:
-        timed = _per_call_checks(sc, iso, raw, replays, limit, a0, seeds.bound, errors)
+        timed = _per_call_checks(sc, iso, raw, replays, limit, a0, _bound(seeds), errors)
         dense = iso.dense_verdicts(raw, timed, replays, limit)
         iso.close()
     else:
         timed, dense = chained, {}
-    fresh_checks(sc, labels, timing_mode, graphs, timed, chained, seeds.bound, rng, dense, limit)
+    fresh_checks(sc, labels, timing_mode, graphs, timed, chained, _bound(seeds), rng, dense, limit)
     del graphs
     return timed, chained
 
@@ -423,7 +431,7 @@ class ServerVerification:
     (:meth:`inputs_kept`)."""
 
     def __init__(self, g: Gpu, ctx: ShapeContext, labels: list[str], calls_per_subject: int,
-                 nan: Any, candidates: frozenset[str] | set[str] = frozenset(),
+                 nan: DeviceArray, candidates: frozenset[str] | set[str] = frozenset(),
                  leave_work: Callable[[list[str]], dict[str, float]] | None = None) -> None:
         cp, s = g.cp, g.stream
         self.cp, self.s, self.C, self.nan = cp, s, ctx.C, nan

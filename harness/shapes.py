@@ -12,55 +12,16 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import ShapeError
+from .gemm_shape import MAX_DIM as MAX_DIM
+from .gemm_shape import Shape as Shape
+from .models import model_spec
 
 GRID_DIMS: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
 ACCUMULATORS: tuple[str, ...] = ("f32", "f16")
-MAX_DIM = 1 << 18   # vocabularies up to 256k (an LM head GEMM's N)
-
-
-@dataclass(frozen=True, order=True)
-class Shape:
-    """One GEMM problem size."""
-
-    m: int
-    n: int
-    k: int
-
-    def __str__(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
-
-    @property
-    def min_bytes(self) -> int:
-        """Bytes every kernel must move at least: read A and B once, write C once (fp16)."""
-        return 2 * (self.m * self.k + self.k * self.n + self.m * self.n)
-
-    @property
-    def size_class(self) -> str:
-        """small / mid / big by work, used for summary tables.
-
-        small: under 2^30 flop (tens of microseconds at most on an H200, where
-        launch and tail effects dominate); big: 2^37 flop or more; mid: between.
-        """
-        if self.flops < 1 << 30:
-            return "small"
-        if self.flops >= 1 << 37:
-            return "big"
-        return "mid"
-
-    @property
-    def file_stem(self) -> str:
-        """Name used for kernel files in a kernels directory: ``M_N_K``."""
-        return f"{self.m}_{self.n}_{self.k}"
-
 
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x×X,*]\s*(\d+)\s*[x×X,*]\s*(\d+)\s*$")
 
@@ -198,8 +159,6 @@ def shape_roles(specs: Iterable[str] | str | None, *, tokens: Sequence[int] | No
 
 def _resolve(specs: Iterable[str] | str | None, default: str, tokens: Sequence[int] | None,
              tp: int | None) -> dict[Shape, str]:
-    from .models import model_spec
-
     if specs is None:
         specs = [default]
     elif isinstance(specs, str):

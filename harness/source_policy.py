@@ -384,7 +384,7 @@ def _static_member_why(stmt: str) -> str | None:
     if "{" in decl and _calls_something(decl[decl.index("{"):]):
         return "has an initialiser that calls a function"
     if re.search(r"\binline\b", decl):
-        words = re.findall(r"[A-Za-z_]\w*", re.split(r"[({\[]", decl, 1)[0])
+        words = re.findall(r"[A-Za-z_]\w*", re.split(r"[({\[]", decl, maxsplit=1)[0])
         if "*" not in decl and any(w not in _SCALAR_WORDS for w in words[:-1]):
             return "is an object of a class type (its constructor runs)"
         if "(" in decl:
@@ -431,7 +431,7 @@ def _object_why(body: str) -> str | None:
         return "has an initialiser that calls a function"
     if init and re.fullmatch(r"\s*(?:nullptr|NULL|[-+]?[\d.]+[uUlLfF]*|true|false)\s*", init):
         return None          # a constant: no code runs
-    head = re.split(r"[({\[]", decl, 1)[0]
+    head = re.split(r"[({\[]", decl, maxsplit=1)[0]
     words = re.findall(r"[A-Za-z_]\w*", head)
     if "*" not in head and words[:-1] and any(w not in _SCALAR_WORDS for w in words[:-1]):
         return "is an object of a class type (its constructor runs)"

@@ -32,7 +32,7 @@ def compose(text: str, known: dict[str, str] | None = None) -> str:
     known = parts() if known is None else known
 
     def expand(t: str, within: tuple[str, ...]) -> str:
-        def one(m: re.Match) -> str:
+        def one(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in known:
                 raise ValueError(f"{MARKER} {name}: {HEADER.name} has no part {name!r} (it has {sorted(known)})")

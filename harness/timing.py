@@ -32,6 +32,7 @@ import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+from .cupy_types import CudaGraph, CudaStream, CupyModule
 
 TARGET_REPLAY_MS = 1.0
 MAX_REPS = 2000
@@ -59,7 +60,7 @@ class Graph:
     label is not the subject's own)."""
 
     label: str
-    graph: Any
+    graph: CudaGraph
     reps: int
     est_ms: float
     subject: str = ""
@@ -75,7 +76,7 @@ def quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def estimate_ms(cp: Any, stream: Any, call: Callable[[], int], n: int = 3) -> float:
+def estimate_ms(cp: CupyModule, stream: CudaStream, call: Callable[[], int], n: int = 3) -> float:
     """Eager per-call estimate (after one warm call), events around n back-to-back calls."""
     call()
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -84,14 +85,14 @@ def estimate_ms(cp: Any, stream: Any, call: Callable[[], int], n: int = 3) -> fl
         call()
     e1.record(stream)
     e1.synchronize()
-    return max(cp.cuda.get_elapsed_time(e0, e1) / n, 1e-4)
+    return max(float(cp.cuda.get_elapsed_time(e0, e1)) / n, 1e-4)
 
 
 def reps_for(est_ms: float, target_ms: float = TARGET_REPLAY_MS, cap: int = MAX_REPS) -> int:
     return int(min(cap, max(1, math.ceil(target_ms / est_ms))))
 
 
-def capture(cp: Any, stream: Any, call: Callable[[], int], reps: int, tail: Callable[[], int] | None = None) -> Any:
+def capture(cp: CupyModule, stream: CudaStream, call: Callable[[], int], reps: int, tail: Callable[[], int] | None = None) -> CudaGraph:
     """Capture ``reps`` calls (and an optional tail) into a graph; the capture is always ended,
     even if a call raises."""
     stream.begin_capture()
@@ -107,20 +108,20 @@ def capture(cp: Any, stream: Any, call: Callable[[], int], reps: int, tail: Call
     return graph
 
 
-def _uploaded(graph: Any, stream: Any) -> Any:
+def _uploaded(graph: CudaGraph, stream: CudaStream) -> CudaGraph:
     if hasattr(graph, "upload"):
         graph.upload(stream)
     return graph
 
 
-def make_graph(cp: Any, stream: Any, label: str, call: Callable[[], int],
+def make_graph(cp: CupyModule, stream: CudaStream, label: str, call: Callable[[], int],
                target_ms: float = TARGET_REPLAY_MS, cap: int = MAX_REPS) -> Graph:
     est = estimate_ms(cp, stream, call)
     reps = reps_for(est, target_ms, cap)
     return Graph(label, _uploaded(capture(cp, stream, call, reps), stream), reps, est)
 
 
-def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], perturb: Callable[[], int],
+def fresh_graphs(cp: CupyModule, stream: CudaStream, label: str, call: Callable[[], int], perturb: Callable[[], int],
                  reps: int, verify: Callable[[], int] | None = None,
                  verify_base: Callable[[], int] | None = None) -> tuple[Graph, Graph]:
     """Two graphs of ``reps`` steps: perturb-then-call(-then-verify), and the same without the
@@ -151,7 +152,7 @@ def fresh_graphs(cp: Any, stream: Any, label: str, call: Callable[[], int], pert
     return Graph(f"{label}:fresh", gf, reps, 0.0), Graph(f"{label}:perturb", gp, reps, 0.0)
 
 
-def isolated_graphs(cp: Any, stream: Any, calls: dict[str, Callable[[], int]],
+def isolated_graphs(cp: CupyModule, stream: CudaStream, calls: dict[str, Callable[[], int]],
                     separators: dict[str, tuple[Callable[[], int], Callable[[], int]]],
                     base: tuple[Callable[[], int], Callable[[], int]] | None, reps: int,
                     base_label: str = "separator") -> tuple[list[Graph], Graph | None]:
@@ -195,9 +196,9 @@ def per_call(timed: dict[str, dict[str, Any]], labels: list[str], base_label: st
     return out
 
 
-def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_REPLAYS,
+def offline(cp: CupyModule, stream: CudaStream, graphs: list[Graph], replays: int = DEFAULT_REPLAYS,
             rng: random.Random | None = None, warmup: int = 1,
-            primed: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, float]]:
+            primed: frozenset[str] | set[str] = frozenset()) -> dict[str, dict[str, Any]]:
     """Interleaved replays of every graph; per-call median/p10/p90 in ms.
 
     A graph whose label is in ``primed`` is replayed once, untimed, right before each of its
@@ -227,7 +228,7 @@ def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_RE
     reps = {g.label: g.reps for g in graphs}
     for label, e0, e1 in marks:
         per[label].append(cp.cuda.get_elapsed_time(e0, e1) / reps[label])
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for label, xs in per.items():
         med = quantile(xs, 0.5)
         p10, p90 = quantile(xs, 0.1), quantile(xs, 0.9)
@@ -239,7 +240,7 @@ def offline(cp: Any, stream: Any, graphs: list[Graph], replays: int = DEFAULT_RE
     return out
 
 
-def server(cp: Any, stream: Any, calls: dict[str, Callable[[], int]], qps: float = 100.0,
+def server(cp: CupyModule, stream: CudaStream, calls: dict[str, Callable[[], int]], qps: float = 100.0,
            calls_per_subject: int = 20, rng: random.Random | None = None,
            before: Callable[[str, bool], None] | None = None,
            after: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:

@@ -125,6 +125,11 @@ def _subject_of(op: str, args: Mapping[str, object]) -> str:
     return op
 
 
+def _text(value: Json) -> str | None:
+    """A string field of an answer, or None (the schema allows null where the worker had none)."""
+    return value if isinstance(value, str) else None
+
+
 def check_answer(op: str, resp: Json, rid: str, args: Mapping[str, object]) -> dict[str, Json]:
     """``resp`` as a checked answer to request ``rid`` (op ``op`` with ``args``). Raises FrameError
     for a malformed answer, and :class:`OutOfTurn` for a well-formed one that carries another id."""
@@ -217,7 +222,7 @@ class GpuWorker:
         self.default_timeout_s = default_timeout_s
         self.start_timeout_s = start_timeout_s
         self.starts = 0
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._wfd: int | None = None
         self._rfd: int | None = None
         self._stderr_path: Path | None = None
@@ -261,7 +266,7 @@ class GpuWorker:
             self._kill()
             raise WorkerCrashed(f"GPU worker sent a bad greeting: {' '.join(str(e).split())[:120]}") from None
 
-    def _exit_status(self, proc: subprocess.Popen | None) -> int | None:
+    def _exit_status(self, proc: subprocess.Popen[bytes] | None) -> int | None:
         """The worker's exit status; bwrap reports a child killed by signal N as 128 + N."""
         if proc is None:
             return None
@@ -297,7 +302,7 @@ class GpuWorker:
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
 
-    def _spawn_sandboxed(self, stderr_fd: int) -> subprocess.Popen:
+    def _spawn_sandboxed(self, stderr_fd: int) -> subprocess.Popen[bytes]:
         """bwrap around ``python -m harness.worker_main``: the build cache read-only (the worker loads
         libraries from it), a private scratch folder as HOME and the only writable place, the
         allow-listed environment, the NVIDIA device nodes."""
@@ -397,7 +402,7 @@ class GpuWorker:
     def __enter__(self) -> "GpuWorker":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
@@ -530,7 +535,7 @@ class GpuWorker:
                 return result
             kind = resp["kind"]
             err = visible(str(resp["error"]))
-            kw = dict(label=resp.get("label"), remote_type=resp["type"], remote_traceback=resp.get("traceback"))
+            label, rtype, rtb = _text(resp.get("label")), _text(resp["type"]), _text(resp.get("traceback"))
             if kind == "crashed":
                 # the worker exits by itself after a sticky CUDA error; make sure of it
                 if self._proc is not None:
@@ -539,5 +544,6 @@ class GpuWorker:
                     except subprocess.TimeoutExpired:
                         pass
                 self._kill()
-                raise WorkerCrashed(f"{op}: CUDA context poisoned ({err}); the GPU worker was restarted", **kw)
-            raise WorkerRemoteError(f"{op}: {err}", **kw)
+                raise WorkerCrashed(f"{op}: CUDA context poisoned ({err}); the GPU worker was restarted",
+                                    label=label, remote_type=rtype, remote_traceback=rtb)
+            raise WorkerRemoteError(f"{op}: {err}", label=label, remote_type=rtype, remote_traceback=rtb)

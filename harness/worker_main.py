@@ -22,8 +22,7 @@ from typing import Any, Callable
 from . import channel
 from .channel import FrameError
 from .cuda_errors import Sticky, is_sticky
-
-IDLE_REWARM_S = 2.0          # re-warm the GPU after this much idle time
+from .gpu import LIBS, Gpu, load_lib
 MAX_LIBS = 256               # exit (parent restarts lazily) after loading this many kernel libraries
 #: the most the worker writes to any one file. Its log is the one it grows: a candidate's host
 #: prints and device printf (flushed by the driver to stdout, which is the log) land there, and a
@@ -33,147 +32,6 @@ MAX_FILE_BYTES = 64 << 20
 
 
 # --------------------------------------------------------------------------- GPU state
-
-#: every library this process has loaded, by path (shared by the GPU state and the ops that load
-#: candidates before it exists)
-_LIBS: dict[str, ctypes.CDLL] = {}
-
-
-def load_lib(path: str) -> ctypes.CDLL:
-    """The library at ``path``, loaded once per process."""
-    lib = _LIBS.get(path)
-    if lib is None:
-        lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
-        _LIBS[path] = lib
-    return lib
-
-
-class Gpu:
-    """Per-process CUDA state: cupy, our non-blocking stream, the shim, caches."""
-
-    def __init__(self) -> None:
-        import cupy as cp
-
-        self.cp = cp
-        cp.cuda.Device(0).use()
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        props = cp.cuda.runtime.getDeviceProperties(0)
-        self.name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        self.cc = (int(props["major"]), int(props["minor"]))
-        self.sms = int(props["multiProcessorCount"])
-        raw_uuid = props.get("uuid", b"")
-        self.uuid = "GPU-" + _fmt_uuid(raw_uuid) if raw_uuid else f"GPU-{self.name}-{os.getpid()}"
-        self.cuda_runtime = _ver(cp.cuda.runtime.runtimeGetVersion())
-        self.cuda_driver = _ver(cp.cuda.runtime.driverGetVersion())
-        self.libs = _LIBS
-        self.autotune: dict[tuple, int] = {}
-        self.roofline: dict[str, Any] | None = None
-        self.nvml = _Nvml(self.uuid)
-        self.warmed = False
-        self.last_active = 0.0
-        self.ctx: Any = None   # last harness.shape_eval.ShapeContext (buffers reused when the next request is the same shape)
-
-    def lib(self, path: str) -> Any:
-        return load_lib(path)
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "uuid": self.uuid, "cc": f"{self.cc[0]}.{self.cc[1]}", "sms": self.sms,
-            "cuda_runtime": self.cuda_runtime, "cuda_driver": self.cuda_driver,
-            "driver": self.nvml.driver(), "cupy": self.cp.__version__,
-        }
-
-    def warm_up(self, shim_fn: Callable[..., int], min_s: float = 0.2, max_s: float = 1.5) -> None:
-        """Run big GEMMs until the SM clock is up (it idles at a few hundred MHz).
-
-        Done when the worker starts and again whenever the GPU sat idle for more than
-        IDLE_REWARM_S (an agent thinking between evaluations lets the clock drop).
-        """
-        now = time.monotonic()
-        if self.warmed and now - self.last_active < IDLE_REWARM_S:
-            self.last_active = now
-            return
-        cp, s = self.cp, self.stream
-        n = 4096
-        with s:
-            a = cp.ones((n, n), dtype=cp.float16)
-            c = cp.empty((n, n), dtype=cp.float16)
-        target = self.nvml.max_sm_mhz()
-        t0 = time.monotonic()
-        while True:
-            for _ in range(10):
-                shim_fn(a.data.ptr, a.data.ptr, c.data.ptr, n, n, n, s.ptr)
-            s.synchronize()
-            el = time.monotonic() - t0
-            if el >= max_s:
-                break
-            if el >= min_s:
-                clk = self.nvml.clocks().get("sm_mhz") if target else None
-                if not target or clk is None or clk >= 0.9 * target:
-                    break
-        self.warmed = True
-        self.last_active = time.monotonic()
-
-
-def _fmt_uuid(raw: Any) -> str:
-    b = bytes(raw)[:16]
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def _ver(v: int) -> str:
-    return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-class _Nvml:
-    """Clocks and driver through NVML when pynvml imports; every answer may be None."""
-
-    def __init__(self, uuid: str) -> None:
-        self.h = None
-        self.mod = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.mod = pynvml
-            try:
-                self.h = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
-            except Exception:
-                self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:
-            self.h = None
-
-    def driver(self) -> str | None:
-        if self.mod is None:
-            return None
-        try:
-            v = self.mod.nvmlSystemGetDriverVersion()
-            return v.decode() if isinstance(v, bytes) else v
-        except Exception:
-            return None
-
-    def max_sm_mhz(self) -> int | None:
-        if self.h is None:
-            return None
-        try:
-            return int(self.mod.nvmlDeviceGetMaxClockInfo(self.h, self.mod.NVML_CLOCK_SM))
-        except Exception:
-            return None
-
-    def clocks(self) -> dict[str, Any]:
-        if self.h is None:
-            return {}
-        m = self.mod
-        out: dict[str, Any] = {}
-        for key, fn in (("sm_mhz", lambda: m.nvmlDeviceGetClockInfo(self.h, m.NVML_CLOCK_SM)),
-                        ("mem_mhz", lambda: m.nvmlDeviceGetClockInfo(self.h, m.NVML_CLOCK_MEM)),
-                        ("temp_c", lambda: m.nvmlDeviceGetTemperature(self.h, m.NVML_TEMPERATURE_GPU)),
-                        ("power_w", lambda: m.nvmlDeviceGetPowerUsage(self.h) / 1000.0)):
-            try:
-                out[key] = fn()
-            except Exception:
-                out[key] = None
-        return out
 
 
 _GPU: Gpu | None = None
@@ -196,43 +54,43 @@ def gpu() -> Gpu:
 # --------------------------------------------------------------------------- ops
 
 
-def op_ping(**_: Any) -> dict[str, Any]:
+def op_ping(**_: object) -> dict[str, Any]:
     return {"pid": os.getpid(), "python": sys.version.split()[0]}
 
 
-def op_debug_segfault(**_: Any) -> None:
+def op_debug_segfault(**_: object) -> None:
     ctypes.string_at(0)          # really dies: SIGSEGV
 
 
-def op_debug_hang(**_: Any) -> None:
+def op_debug_hang(**_: object) -> None:
     while True:                  # really hangs
         time.sleep(1)
 
 
-def op_debug_sleep(seconds: float = 1.0, **_: Any) -> float:
+def op_debug_sleep(seconds: float = 1.0, **_: object) -> float:
     time.sleep(seconds)
     return seconds
 
 
-def op_debug_raise(message: str = "boom", **_: Any) -> None:
+def op_debug_raise(message: str = "boom", **_: object) -> None:
     raise ValueError(message)
 
 
-def op_debug_exit(code: int = 3, **_: Any) -> None:
+def op_debug_exit(code: int = 3, **_: object) -> None:
     os._exit(code)
 
 
 _RETIRE_NEXT = False
 
 
-def op_debug_retire(**_: Any) -> str:
+def op_debug_retire(**_: object) -> str:
     """Answer, then retire like a worker that loaded too many libraries (CI test of the restart)."""
     global _RETIRE_NEXT
     _RETIRE_NEXT = True
     return "retiring"
 
 
-def op_debug_load(path: str, **_: Any) -> str:
+def op_debug_load(path: str, **_: object) -> str:
     """Load a library with ctypes and call nothing (CPU tests of load-time code: constructors and
     static initialisers run here, as they would before a GPU evaluation). A ``label`` argument
     only names the library in the parent's messages."""
@@ -240,7 +98,7 @@ def op_debug_load(path: str, **_: Any) -> str:
     return path
 
 
-def op_debug_print(nbytes: int, **_: Any) -> int:
+def op_debug_print(nbytes: int, **_: object) -> int:
     """Print ``nbytes`` to stdout (the worker's log) as a candidate's printf would, failures
     ignored; returns how many bytes were written (CPU test of MAX_FILE_BYTES)."""
     chunk, written = b"x" * 1023 + b"\n", 0
@@ -253,17 +111,17 @@ def op_debug_print(nbytes: int, **_: Any) -> int:
     return written
 
 
-def op_debug_oom_score(**_: Any) -> str:
+def op_debug_oom_score(**_: object) -> str:
     """This process's oom_score_adj as the kernel holds it (CPU test of first_to_go_on_oom)."""
     with open("/proc/self/oom_score_adj", encoding="ascii") as f:
         return f.read().strip()
 
 
-def op_gpu_info(**_: Any) -> dict[str, Any]:
+def op_gpu_info(**_: object) -> dict[str, Any]:
     return gpu().info()
 
 
-def op_debug_sticky(**_: Any) -> None:
+def op_debug_sticky(**_: object) -> None:
     """Launch a kernel that writes through a bad pointer (GPU tests of restart)."""
     g = gpu()
     k = g.cp.RawKernel(r'extern "C" __global__ void l2_bad(int* p) { p[threadIdx.x] = 1; }', "l2_bad")
@@ -272,7 +130,7 @@ def op_debug_sticky(**_: Any) -> None:
     g.stream.synchronize()
 
 
-def op_roofline(shim_path: str, force: bool = False, **_: Any) -> dict[str, Any]:
+def op_roofline(shim_path: str, force: bool = False, **_: object) -> dict[str, Any]:
     from . import baselines, roofline
     from .paths import roofline_cache_file
 
@@ -430,7 +288,7 @@ def serve() -> int:
             continue
         try:
             result = fn(**args)
-            retire = _RETIRE_NEXT or len(_LIBS) > MAX_LIBS
+            retire = _RETIRE_NEXT or len(LIBS) > MAX_LIBS
             _write(out_fd, {"id": rid, "ok": True, "result": result, "retire": retire})
             if _GPU is not None:
                 _GPU.last_active = time.monotonic()
@@ -460,7 +318,7 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
                    candidates: list[dict[str, Any]] = (), baselines: list[str] = (),  # type: ignore[assignment]
                    mode: str = "offline", checks: str = "full", seeds: tuple[int, ...] = (1, 2, 3),
                    replays: int = 7, qps: float = 100.0, server_calls: int = 20, seed: int = 0,
-                   autotune_budget_s: float | None = None, timing: str = "isolated", **_: Any) -> dict[str, Any]:
+                   autotune_budget_s: float | None = None, timing: str = "isolated", **_: object) -> dict[str, Any]:
     """Check and time candidates and baselines on one shape (see harness.checks / harness.timing).
 
     ``timing`` (offline mode): "isolated" (per call, the headline), "chained" (back to back) or

@@ -132,7 +132,6 @@ def test_a_program_links_against_the_library(built, tmp_path):
 def test_bench_forwarder_compiles():
     """The export bench times the library through a forwarding ABI kernel; it must build."""
     from harness.build import build
-    from pathlib import Path
 
     from l2tui.export.cdispatch import render_bench_forwarder
 

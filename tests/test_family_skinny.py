@@ -43,7 +43,7 @@ def test_applicability_refuses_more_than_128_rows_and_unaligned_n_or_k():
     assert not F.applicable(FAM, Shape(16, 4096, 4100), "sm_90a")   # K % 8
     assert not F.applicable(FAM, Shape(16, 4096, 4096), "sm_75")    # no cp.async / ldmatrix path before Ampere
     # the kernel says the same: M above its limit returns 2 before any launch
-    assert f"if (K % 8 != 0 || N % 8 != 0 || M > kMaxM) return 2;" in F.get_family(FAM).template()
+    assert "if (K % 8 != 0 || N % 8 != 0 || M > kMaxM) return 2;" in F.get_family(FAM).template()
     assert f"constexpr int kMaxM = {F.SKINNY_MAX_M};" in F.get_family(FAM).template()
 
 

@@ -6,7 +6,6 @@ truncate, append to or write through its target (issue 51)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tracemalloc

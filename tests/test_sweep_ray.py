@@ -108,7 +108,7 @@ def test_tracks_spread_over_gpu_actors_never_split_and_a_killed_actors_track_is_
 
     done = json.loads((s.path / RESULTS_FILE).read_text())["tracks"]
     assert set(done) == {f"{sh}-f32" for sh in SHAPES} and len(out) == len(SHAPES)
-    for tid, row in done.items():
+    for row in done.values():
         assert row["best_name"] and row["speedup"] and row["evaluated"] >= 2
         assert row["gpu"] == "NVIDIA H200" and row["gpu_uuid"].startswith("GPU-recorded-")
     # the lost track finished on a live GPU, after a requeued state naming the lost one
@@ -157,7 +157,7 @@ def test_the_command_sweeps_on_simulated_gpus_and_resume_evaluates_nothing_again
     assert s.gpu.get("executor") == "ray" and s.gpu.get("count") == 2
     n_candidates = sum(1 for e in s.events if e["type"] == "candidate")
     assert n_candidates >= len(SHAPES) * 2
-    for tid, tries in attempts(s).items():
+    for tries in attempts(s).values():
         assert len(tries) == 1 and len(gpus_of(tries[0])) == 1
     (run,) = json.loads((sdir / RESULTS_FILE).read_text())["runs"]     # this run's times
     cat = run["catalog"]

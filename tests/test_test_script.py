@@ -54,3 +54,52 @@ def test_the_fast_loop_runs_pytest_with_its_own_cache_and_no_real_model_requirem
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f'pytest -m "not gpu and not compile and not slow" on 1 worker(s); build cache {cache}' in r.stdout
     assert "1 passed" in r.stdout and "installing" not in r.stdout   # the fast loop installs nothing
+
+
+def _tiny_project(root: Path, module: str) -> None:
+    """A project of one package, tools/test.sh and lint settings like the repository's, so that
+    the script's lint step runs for real on code the test chooses."""
+    (root / "tools").mkdir(parents=True)
+    (root / "tools" / "test.sh").write_text(SCRIPT.read_text())
+    (root / "pyproject.toml").write_text(
+        '[tool.ruff.lint]\nselect = ["F", "E9", "B"]\n\n'
+        '[tool.mypy]\nfiles = ["pkg"]\n\n[[tool.mypy.overrides]]\nmodule = ["pkg.*"]\ndisallow_untyped_defs = true\n'
+        '\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text(module)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_probe.py").write_text("def test_ran() -> None:\n    pass\n")
+
+
+def _fast_run(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env.update(L2TUI_TEST_WORKERS="1", L2TUI_TEST_CACHE_DIR=str(root / "cache"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return subprocess.run(["bash", str(root / "tools" / "test.sh"), "--fast", "-p", "no:cacheprovider"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_lint_finding_stops_the_run_before_any_test(tmp_path: Path) -> None:
+    _tiny_project(tmp_path, "import os\n\n\ndef f(x: int) -> int:\n    return x\n")
+    r = _fast_run(tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "F401" in r.stdout and "`os` imported but unused" in r.stdout
+    assert "ruff found the problems above" in r.stdout and "pytest -m" not in r.stdout
+
+
+def test_a_type_error_stops_the_run_before_any_test(tmp_path: Path) -> None:
+    _tiny_project(tmp_path, "def f(x: int) -> str:\n    return x\n\n\ndef g(y):\n    return y\n")
+    r = _fast_run(tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "pkg/mod.py:2: error: Incompatible return value type" in r.stdout
+    assert "pkg/mod.py:5: error: Function is missing a type annotation" in r.stdout
+    assert "mypy found the type errors above" in r.stdout and "pytest -m" not in r.stdout
+
+
+def test_clean_code_passes_the_lint_step_and_the_tests_run(tmp_path: Path) -> None:
+    _tiny_project(tmp_path, "def f(x: int) -> int:\n    return x\n")
+    r = _fast_run(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.index("ruff check .") < r.stdout.index("mypy (harness/ strict") < r.stdout.index("pytest -m")
+    assert "1 passed" in r.stdout

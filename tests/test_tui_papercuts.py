@@ -10,7 +10,6 @@ from l2tui.errors import ConfigError
 from l2tui.session import Session
 from l2tui.tui.app import L2App, UIContext
 from l2tui.tui.keymap import validate_keymap
-from l2tui.tui.screens.main import MainScreen
 from l2tui.tui.screens.replay import ReplayScreen
 from l2tui.tui.sessionio import open_session
 from l2tui.tui.widgets.agent_log import AgentLog

@@ -89,7 +89,6 @@ def test_close_ends_process():
 
 
 def test_gpu_op_without_gpu_reports_no_gpu(worker):
-    pytest.importorskip  # keep the name used
     try:
         import cupy  # noqa: F401
         pytest.skip("cupy installed: this checks the message on a machine without it")

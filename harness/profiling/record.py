@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,20 +194,39 @@ def record_no_kernel_text(out: Path, so_dir: Path) -> None:
     (d / "no_kernel.txt").write_text(f"$ {' '.join(cmd)}\n# exit status {p.returncode}\n" + p.stdout + p.stderr)
 
 
+def _cell(metrics: dict[str, Any], key: str) -> str:
+    """One table cell: the metric's value, or a dash where ncu did not report it."""
+    x = metrics.get(key)
+    return fmt_value(x) if x is not None else "-"
+
+
 def table(calls: list[dict[str, Any]], clf: Classifier) -> str:
     rows = [("shape", "kernel", "verdict", "kernels", "time", "SM%", "tensor%", "mem%", "DRAM%", "occ%", "memstall")]
     for c in calls:
-        m = c["metrics"]
+        m: dict[str, Any] = c["metrics"]
         v = clf.classify(m)
-
-        def g(k: str) -> str:
-            x = m.get(k)
-            return fmt_value(x) if x is not None else "-"
+        g = partial(_cell, m)
         rows.append(("x".join(map(str, c["shape"])), c["label"], v.cls, g("kernels"), g("duration_us"),
                      g("sm_throughput_pct"), g("tensor_pipe_pct"), g("memory_throughput_pct"),
                      g("dram_throughput_pct"), g("achieved_occupancy_pct"), g("stall_memory_frac")))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(x.ljust(w[i]) for i, x in enumerate(r)) for r in rows)
+
+
+def _rebuilt(out: Path) -> int:
+    """``--rebuild``: prior_profiles.json and the tables again from the CSVs already in ``out``."""
+    from collections import Counter
+
+    fx, prior, meta = rebuild(out)
+    if prior:
+        (out / "prior_profiles.json").write_text(json.dumps(body_json(prior, meta), separators=(",", ":")))
+    clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
+    print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}))
+    if fx:
+        print(table(fx, clf))
+    if prior:
+        print("prior verdicts:", dict(Counter((c["label"], clf.classify(c["metrics"]).cls) for c in prior)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,20 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.rebuild:
-        fx, prior, meta = rebuild(a.out)
-        if prior:
-            (a.out / "prior_profiles.json").write_text(json.dumps(body_json(prior, meta), separators=(",", ":")))
-        clf = Classifier([c["metrics"] for c in prior]) if prior else Classifier.from_prior()
-        print("thresholds:", json.dumps({k: round(v, 3) for k, v in clf.thresholds.items()}))
-        if fx:
-            print(table(fx, clf))
-        if prior:
-            from collections import Counter
-
-            print("prior verdicts:", dict(Counter((c["label"], clf.classify(c["metrics"]).cls) for c in prior)))
-        return 0
+        return _rebuilt(a.out)
     ncu = find_ncu()
-    info = {"ncu": ncu_version(ncu), "sections": choose_sections(ncu), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    info: dict[str, object] = {"ncu": ncu_version(ncu), "sections": choose_sections(ncu), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         from ..gpuinfo import list_gpus
 

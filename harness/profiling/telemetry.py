@@ -182,5 +182,5 @@ class TelemetrySampler:
     def __enter__(self) -> "TelemetrySampler":
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..paths import PROFILING_DATA_DIR
-from .metrics import Metric, label_of
+from .metrics import label_of
+from .parse import Metric
 from .otsu import otsu_threshold
 
 PRIOR_FILE = PROFILING_DATA_DIR / "prior_profiles.json"
@@ -212,10 +213,12 @@ class Classifier:
     @staticmethod
     def _metrics_of(p: Any) -> Mapping[str, Any]:
         if hasattr(p, "metrics") and not isinstance(p, Mapping):
-            return p.metrics
+            metrics: Mapping[str, Any] = p.metrics
+            return metrics
         if isinstance(p, Mapping) and "metrics" in p and isinstance(p["metrics"], Mapping):
             return {k: (v["value"] if isinstance(v, Mapping) else v) for k, v in p["metrics"].items()}
-        return p
+        plain: Mapping[str, Any] = p
+        return plain
 
     def update(self, profiles: Iterable[Any]) -> "Classifier":
         new = [dict(self._metrics_of(p)) for p in profiles]

@@ -6,7 +6,6 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from . import keymap
 
 EXTRA = (
     ("Hint for every track", "hint_all", "steer"),

@@ -1,0 +1,205 @@
+"""Structural guardrails on harness/ and l2tui/, read from the source with ``ast`` (nothing is
+imported): no import cycle between modules, counting every import wherever it sits (a
+function-level or TYPE_CHECKING import makes the modules just as dependent on each other, and
+only hides the circle from Python at load time), and no function longer than 80 lines."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("harness", "l2tui")
+MAX_FUNCTION_LINES = 80
+
+#: import cycles that are allowed to remain, as frozensets of module names, each with its reason
+ALLOWED_CYCLES: dict[frozenset[str], str] = {}
+
+#: l2tui functions over MAX_FUNCTION_LINES today (issue 54's split of the agent loop, the sweep
+#: and the commands shrinks them; a function leaves this list when it does). harness/ has none.
+LONG_FUNCTIONS_TO_SPLIT: frozenset[str] = frozenset({
+    "l2tui/agent/llm_client.py:_once",
+    "l2tui/agent/loop.py:_restore",
+    "l2tui/agent/policies/search.py:neighbours",
+    "l2tui/agent/sweep.py:_run_track",
+    "l2tui/agent/sweep.py:run",
+    "l2tui/commands/run.py:_run",
+    "l2tui/commands/sweep.py:_run",
+    "l2tui/export/bench.py:main",
+})
+
+
+def module_name(path: Path) -> str:
+    """``harness/profiling/api.py`` -> ``harness.profiling.api``; a package's ``__init__`` is the package."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> dict[str, Path]:
+    """Every module of the packages, by dotted name."""
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _base_of(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a ``from X import ...`` names (relative levels resolved against ``module``)."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    anchor = package[: len(package) - (node.level - 1)]
+    return ".".join(anchor + ([node.module] if node.module else []))
+
+
+def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
+    """The modules among ``known`` that ``path`` imports anywhere in the file (top level, in a
+    function, under TYPE_CHECKING). ``from pkg import name`` counts ``pkg.name`` when that is a
+    module, else ``pkg``."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _base_of(node, module, is_package)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in known else base)
+    return {m for m in out if m in known and m != module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = source_files()
+    known = set(files)
+    return {mod: imported_modules(path, mod, known) for mod, path in files.items()}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's strongly connected components of ``graph`` (iterative: no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp: set[str] = set()
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        comp.add(top)
+                        if top == node:
+                            break
+                    found.append(frozenset(comp))
+            elif nxt not in index:
+                index[nxt] = low[nxt] = counter
+                counter += 1
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    return [c for c in strongly_connected(graph) if len(c) > 1]
+
+
+# --------------------------------------------------------------------------- the checker itself
+
+
+def test_the_cycle_finder_sees_a_function_level_import_and_a_relative_one(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .c import thing\n    return thing\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\nthing = 1\n")
+    (pkg / "d.py").write_text("import pkg.a\n")
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.d"}
+    graph = {m: set() for m in known}
+    for name in ("a", "b", "c", "d"):
+        path = pkg / f"{name}.py"
+        mod = f"pkg.{name}"
+        graph[mod] = imported_modules(path, mod, known)
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.c"} and graph["pkg.c"] == {"pkg.a"}
+    assert cycles(graph) == [frozenset({"pkg.a", "pkg.b", "pkg.c"})]
+
+
+def test_the_cycle_finder_passes_a_chain() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# --------------------------------------------------------------------------- the repository
+
+
+def test_no_import_cycle_in_harness_or_l2tui() -> None:
+    found = [c for c in cycles(import_graph()) if c not in ALLOWED_CYCLES]
+    assert not found, "import cycles (every import counted, function-level too):\n" + "\n".join(
+        "  " + " <-> ".join(sorted(c)) for c in found)
+
+
+def test_the_allowed_cycles_still_exist() -> None:
+    present = set(cycles(import_graph()))
+    gone = [sorted(c) for c in ALLOWED_CYCLES if c not in present]
+    assert not gone, f"no longer cycles, remove from ALLOWED_CYCLES: {gone}"
+
+
+def test_the_batched_evaluation_is_the_harness_one_and_imports_no_l2tui() -> None:
+    from harness import batch
+    from l2tui.executors import batch as executors_batch
+
+    assert executors_batch.evaluate_many is batch.evaluate_many
+    graph = import_graph()
+    assert not {m for m in graph["harness.batch"] if m.startswith("l2tui")}
+    assert graph["l2tui.executors.batch"] == {"harness.batch"}
+
+
+@dataclass(frozen=True)
+class Function:
+    where: str     # path:name, the key of LONG_FUNCTIONS_TO_SPLIT
+    lineno: int
+    lines: int
+
+
+def functions(pkg: str) -> list[Function]:
+    out = []
+    for path in sorted((ROOT / pkg).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                out.append(Function(f"{rel}:{node.name}", node.lineno, node.end_lineno - node.lineno + 1))
+    return out
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_no_function_over_80_lines(pkg: str) -> None:
+    long = [f for f in functions(pkg) if f.lines > MAX_FUNCTION_LINES and f.where not in LONG_FUNCTIONS_TO_SPLIT]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(
+        f"  {f.where} (line {f.lineno}): {f.lines} lines" for f in long)
+
+
+def test_the_long_function_list_only_names_long_functions() -> None:
+    long = {f.where for pkg in PACKAGES for f in functions(pkg) if f.lines > MAX_FUNCTION_LINES}
+    stale = sorted(LONG_FUNCTIONS_TO_SPLIT - long)
+    assert not stale, f"now {MAX_FUNCTION_LINES} lines or fewer (or gone), remove from LONG_FUNCTIONS_TO_SPLIT: {stale}"
