@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from pathlib import Path
 
 from harness import families as F
 from harness.shapes import Shape

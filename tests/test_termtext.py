@@ -7,7 +7,6 @@ import pytest
 
 import io
 
-import pytest
 
 from harness.build import build
 from harness.termtext import VisibleStream, visible
