@@ -21,7 +21,6 @@ tokens, wall_s), ``llm_retry`` (one per retried LLM request), and ``origin`` /
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -37,7 +36,8 @@ from ..steering import WAKE, LoopCommand
 from .llm_client import EndpointUnusable
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
-from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
+from .rewards import RewardConfig, code_lines
+from .step import StepInfo, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
 
 if TYPE_CHECKING:
@@ -170,19 +170,6 @@ def _live(t: Track) -> bool:
     return t.done_reason is None
 
 
-def _one_line(s: Any, limit: int = 400) -> str:
-    s = " ".join(str(s).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _speedup(times: dict, baseline: str, label: str = "candidate") -> float | None:
-    try:
-        v = float(times[baseline]) / float(times[label])
-        return v if math.isfinite(v) and v > 0 else None
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-
-
 def profile_payload(p: Any) -> dict | None:
     """``{"verdict": str, "metrics": {name: {value, unit}}}`` from a harness Profile or a dict."""
     if p is None:
@@ -201,6 +188,19 @@ def profile_payload(p: Any) -> dict | None:
         else:
             out[k] = {"value": v, "unit": None}
     return {"verdict": verdict, "metrics": out}
+
+
+class _LoopSink:
+    """The loop's session as a reward sink: rows go to the session, events through ``_emit`` (subscribers see them)."""
+
+    def __init__(self, loop: "AgentLoop"):
+        self.loop = loop
+
+    def append(self, type: str, **payload: Any) -> dict:
+        return self.loop._emit(type, **payload)
+
+    def append_reward(self, row: dict) -> dict:
+        return self.loop.session.append_reward(row)
 
 
 class AgentLoop:
@@ -369,7 +369,7 @@ class AgentLoop:
         self._emit(ev_schema.TRACK_STATE, track=t.id, state=state)
 
     def _error(self, t: Track | None, message: str) -> None:
-        self._emit(ev_schema.ERROR, track=t.id if t else None, message=_one_line(message))
+        self._emit(ev_schema.ERROR, track=t.id if t else None, message=one_line(message))
 
     def _stage(self, t: Track, step: int, stage: str, status: str, detail: str | None = None) -> None:
         p: dict[str, Any] = {"track": t.id, "step": step, "stage": stage, "status": status}
@@ -546,10 +546,10 @@ class AgentLoop:
             except Exception as e:   # a GPU worker that cannot say which GPU it is: seed as before
                 if _interrupted(e):
                     raise
-                self._error(None, f"known kernels unavailable: {_one_line(e, 200)}")
+                self._error(None, f"known kernels unavailable: {one_line(e, 200)}")
                 self.known_store = None
             for line in getattr(self.known_store, "problems", ()):
-                self._error(None, f"known kernels: {_one_line(line, 300)}")
+                self._error(None, f"known kernels: {one_line(line, 300)}")
         return self.known_store, self.known_gpu
 
     def _known_seeds(self, t: Track) -> "list[KnownKernel]":
@@ -639,7 +639,7 @@ class AgentLoop:
         except Exception as e:   # the GPU worker went away after the track: nothing to record
             if _interrupted(e):
                 raise
-            self._error(t, f"known kernels: not recorded ({_one_line(e, 200)})")
+            self._error(t, f"known kernels: not recorded ({one_line(e, 200)})")
 
     def _seed(self, t: Track) -> Gen:
         step = t.step = 0
@@ -814,7 +814,7 @@ class AgentLoop:
         b = ev.get("build") or {}
         errs = [e for e in (b.get("errors") or []) if e.get("severity") != "warning"] if kind == "compile_error" else []
         log = (b.get("log") or "")[-4000:] if kind == "compile_error" else ""
-        return Failure(kind=kind, message=_one_line(ev.get("message") or kind), source=src, sha=sha,
+        return Failure(kind=kind, message=one_line(ev.get("message") or kind), source=src, sha=sha,
                        parent_source=parent, errors=errs, check=ev.get("check"), log=log, round=rnd,
                        feedback=feedback)
 
@@ -832,7 +832,7 @@ class AgentLoop:
             if _interrupted(e):
                 self._stage(t, step, "compile", "end", "interrupted")
                 raise StepInterrupted(f"step {step} compile interrupted") from None
-            msg = _one_line(e)
+            msg = one_line(e)
             b = {"ok": False, "ptxas": None, "errors": [{"file": "kernel.cu", "line": None, "col": None,
                                                           "severity": "error", "message": msg}],
                  "log": msg, "seconds": 0.0, "cached": False}
@@ -851,13 +851,13 @@ class AgentLoop:
             if _interrupted(e):
                 self._stage(t, step, "check", "end", "interrupted")
                 raise StepInterrupted(f"step {step} evaluation interrupted") from None
-            ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": _one_line(f"evaluator failed: {e}")}
+            ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": one_line(f"evaluator failed: {e}")}
         if not ev.get("build"):
             ev["build"] = b
         status = ev.get("status") or "crashed"
         chk = ev.get("check") or {}
         self._emit(ev_schema.CHECKED, track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
-                   failed=chk.get("failed"), detail=_one_line(chk.get("detail") or ev.get("message") or ""),
+                   failed=chk.get("failed"), detail=one_line(chk.get("detail") or ev.get("message") or ""),
                    rel_err=chk.get("rel_err"), bound=chk.get("bound"))
         self._stage(t, step, "check", "end", status)
         if status != "ok":
@@ -865,7 +865,7 @@ class AgentLoop:
         yield
         self._stage(t, step, "time", "start")
         times = dict(ev.get("times_ms") or {})
-        sp = _speedup(times, t.baseline)
+        sp = speedup(times, t.baseline)
         self._emit(ev_schema.TIMED, track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
                    times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp,
                    **ev_schema.library_fields(ev.get("extra")))
@@ -876,56 +876,39 @@ class AgentLoop:
     def _row(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None, kind: str,
              reward: float, parts: dict, speedup: float | None) -> None:
         pol = self._policy(t)
-        usage = {"prompt_tokens": int((prop.usage or {}).get("prompt_tokens", 0)),
-                 "completion_tokens": int((prop.usage or {}).get("completion_tokens", 0))}
-        if (prop.usage or {}).get("estimated"):
-            usage["estimated"] = True   # counted by the client, not reported by the server
-        self.session.append_reward({
-            "track": t.id, "shape": [t.shape.m, t.shape.n, t.shape.k], "acc": t.acc, "step": step,
-            "role": prop.role, "policy": pol.name, "model": prop.model or getattr(pol, "model", None),
-            "messages": prop.messages, "completion": prop.completion, "reward": reward, "parts": parts,
-            "kind": kind, "parent_sha": parent, "child_sha": child, "usage": usage,
-            "baseline": t.baseline, "speedup": speedup, "origin": prop.origin, "plan": prop.plan,
-        })
-        self._emit(ev_schema.REWARD, track=t.id, step=step, sha=child, reward=reward, parts=parts, kind=kind,
-                   role=prop.role, origin=prop.origin, plan=_one_line(prop.plan, 200), speedup=speedup)
+        info = StepInfo(track=t.id, shape=(t.shape.m, t.shape.n, t.shape.k), acc=t.acc, baseline=t.baseline,
+                        policy=pol.name, model=getattr(pol, "model", None))
+        record_reward(_LoopSink(self), info, step, prop, parent=parent, child=child, kind=kind, reward=reward,
+                      parts=parts, speedup=speedup, seed_lines=t.seed_lines)
 
     def _reward_failure(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None,
                         kind: str, why: str) -> None:
-        r, parts = failure_reward(kind, self.config.rewards)
-        parts["reason"] = _one_line(why, 300)
+        r, parts = score(kind, speedup=None, check=None, source="", seed_lines=t.seed_lines,
+                         cfg=self.config.rewards, message=why)
         self._row(t, step, prop, parent, child, kind, r, parts, None)
-        t.history.append(Attempt(step, prop.plan, prop.origin, kind, child, None, r, _one_line(why, 160)))
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, child, None, r, one_line(why, 160)))
 
     def _reward_outcome(self, t: Track, step: int, prop: Proposal, parent: str | None, sha: str, kind: str,
                         ev: dict, src: str, flags: list[str]) -> None:
+        sp = speedup(ev.get("times_ms"), t.baseline) if kind == "ok" else None
+        r, parts = score(kind, speedup=sp, check=ev.get("check"), source=src, seed_lines=t.seed_lines,
+                         cfg=self.config.rewards, message=ev.get("message") or "")
+        self._row(t, step, prop, parent, sha, kind, r, parts, sp)
         if kind == "ok":
-            times = ev.get("times_ms") or {}
-            sp = _speedup(times, t.baseline)
-            chk = ev.get("check") or {}
-            seed_lines = t.seed_lines or code_lines(src)
-            r, parts = success_reward(speedup=sp, rel_err=chk.get("rel_err"), ref_err=reference_error(chk),
-                                      lines=code_lines(src), seed_lines=seed_lines, cfg=self.config.rewards)
-            self._row(t, step, prop, parent, sha, kind, r, parts, sp)
             t.known[sha] = {"eval": ev, "speedup": sp, "flags": flags}
             better = t.best_sha is None or (sp is not None and (t.best_speedup is None or sp > t.best_speedup))
-            note = f"{ev.get('message') or 'ok'}"
             if better:
                 self._set_best(t, sha, src, ev, sp, flags, by="policy")
-            t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, sp, r, _one_line(note, 160), better))
+            note = one_line(ev.get("message") or "ok", 160)
+            t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, sp, r, note, better))
             return
         if kind == NOT_RECORDED:
-            parts = {"not_recorded": True}
-            self._row(t, step, prop, parent, sha, kind, 0.0, parts, None)
             if t.best_sha is None and prop.origin == "seed":
                 # an unrecorded seed still anchors the track (no speedup known)
                 self._set_best(t, sha, src, ev, None, flags, by="policy")
             t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, 0.0, "no recorded GPU result"))
             return
-        r, parts = failure_reward(kind, self.config.rewards)
-        parts["reason"] = _one_line(ev.get("message") or kind, 300)
-        self._row(t, step, prop, parent, sha, kind, r, parts, None)
-        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, _one_line(ev.get("message") or kind, 160)))
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, one_line(ev.get("message") or kind, 160)))
 
     def _set_best(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str], by: str) -> None:
         if t.best_sha and t.best_sha != sha:
@@ -1088,7 +1071,7 @@ class AgentLoop:
         for t in self._targets(tid):
             t.baseline = value
             if t.best_eval:
-                t.best_speedup = _speedup(t.best_eval.get("times_ms") or {}, value)
+                t.best_speedup = speedup(t.best_eval.get("times_ms") or {}, value)
                 self._emit(ev_schema.BEST, track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
                            times_ms=dict(t.best_eval.get("times_ms") or {}))
         if tid is None:
@@ -1164,7 +1147,7 @@ class AgentLoop:
             self.evaluator.mode = old
         times = dict(ev.get("times_ms") or {})
         self._emit(ev_schema.TIMED, track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
-                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=_speedup(times, t.baseline))
+                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=speedup(times, t.baseline))
 
     # ================================================================== resume
     def _restore(self) -> None:
@@ -1258,7 +1241,7 @@ class AgentLoop:
                     t.best_eval = evals.get(t.best_sha, {})
                     t.flags = cand_flags.get(t.best_sha, [])
                     if t.best_eval.get("times_ms"):
-                        t.best_speedup = _speedup(t.best_eval["times_ms"], t.baseline)
+                        t.best_speedup = speedup(t.best_eval["times_ms"], t.baseline)
                 else:
                     t.best_sha = None
             for a in t.history:

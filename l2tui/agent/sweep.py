@@ -50,6 +50,9 @@ from .needed_builds import NeededBuilds, no_builds
 from .policies.base import Attempt, Failure, Proposal, TrackContext
 from .policies.pick import PickSettings, choose
 from .policies.search import SearchPolicy
+from .rewards import RewardConfig, code_lines
+from .step import StepInfo, record_reward, score
+from .step import speedup as step_speedup
 
 RESULTS_FILE = "sweep.json"
 WINNERS_DIR = "winners"
@@ -117,6 +120,7 @@ class SweepConfig:
     known: Any = None
     known_gpu: Any = None
     known_info: dict | None = None     # the GPU as its worker describes it (driver, name): provenance
+    rewards: RewardConfig = field(default_factory=RewardConfig)   # the session's [rewards]
 
 
 @dataclass
@@ -370,6 +374,9 @@ class Sweep:
         base_tune: dict = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
         best_src: str | None = None
         best_ms = math.inf
+        info = StepInfo(track=track, shape=(shape.m, shape.n, shape.k), acc=acc, baseline=cfg.baseline,
+                        policy="search")
+        seed_lines = 0   # the pick's candidates are seeds; refinements measure against the pick's winner
 
         def consider(prop: Proposal, source: str, parent: str | None, step: int, ev: Any = None) -> None:
             nonlocal best_src, best_ms, base_ms, base_tune
@@ -391,20 +398,16 @@ class Sweep:
                 base_tune = ev_schema.library_fields(_get(ev, "extra"))
             t = times.get("candidate")
             status = _get(ev, "status")
-            ref = base_ms.get(cfg.baseline)
-            sp = speedup(ref, t) if status == "ok" else None
+            sp = step_speedup({**base_ms, **times}, cfg.baseline) if status == "ok" else None
             if status == "ok":
                 s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
                          roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=sp,
                          gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"),
                          **base_tune)
-            reward, parts = self._reward(status, sp, _get(ev, "check"))
-            s.append(ev_schema.REWARD, track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
-            s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
-                             "role": prop.role, "policy": "search", "model": None, "messages": prop.messages,
-                             "completion": prop.completion, "reward": reward, "parts": parts, "kind": status,
-                             "parent_sha": sha256(parent) if parent else None, "child_sha": sha,
-                             "usage": prop.usage, "baseline": cfg.baseline, "speedup": sp})
+            reward, parts = score(status, speedup=sp, check=_get(ev, "check"), source=source,
+                                  seed_lines=seed_lines, cfg=cfg.rewards, message=_get(ev, "message") or "")
+            record_reward(s, info, step, prop, parent=sha256(parent) if parent else None, child=sha, kind=status,
+                          reward=reward, parts=parts, speedup=sp, seed_lines=seed_lines)
             improved = status == "ok" and t is not None and t < best_ms
             ctx.history.append(Attempt(step=step, plan=prop.plan, origin=prop.origin, kind=status, sha=sha,
                                        speedup=sp, reward=reward, note=_get(ev, "message", ""),
@@ -446,6 +449,7 @@ class Sweep:
             for (label, _, _), p in zip(items, seeds):
                 consider(p, p.source, None, 0, ev=evs[label])
         s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")
+        seed_lines = code_lines(best_src or "")
         # refinement steps
         stale = 0
         for step in range(1, cfg.steps + 1):
@@ -607,19 +611,6 @@ class Sweep:
             wdir = self.out_dir / WINNERS_DIR
             wdir.mkdir(parents=True, exist_ok=True)
             (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
-
-    @staticmethod
-    def _reward(status: str, speedup: float | None, check: Any) -> tuple[float, dict]:
-        try:
-            from .rewards import RewardConfig, failure_reward, reference_error, success_reward
-        except ImportError:  # pragma: no cover
-            return (speedup or 0.0) if status == "ok" else -1.0, {}
-        rc = RewardConfig()
-        if status != "ok":
-            return failure_reward(status, rc)
-        chk = check or {}
-        return success_reward(speedup=speedup, rel_err=chk.get("rel_err"), ref_err=reference_error(chk),
-                              lines=0, seed_lines=0, cfg=rc)
 
     # ------------------------------------------------------------ all tracks
 
