@@ -37,7 +37,7 @@ from .llm_client import EndpointUnusable
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines
-from .step import StepInfo, one_line, record_reward, score, speedup
+from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
 
 if TYPE_CHECKING:
@@ -155,16 +155,6 @@ def track_id(shape: Any, acc: str) -> str:
     return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
 
 
-def as_dict(obj: Any) -> dict:
-    if obj is None:
-        return {}
-    if isinstance(obj, dict):
-        return dict(obj)
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return dict(vars(obj))
-
-
 def _live(t: Track) -> bool:
     """A track still open to steering (not finished)."""
     return t.done_reason is None
@@ -176,7 +166,7 @@ def profile_payload(p: Any) -> dict | None:
         return None
     if hasattr(p, "event_payload"):
         return p.event_payload()
-    d = as_dict(p)
+    d = dict(p) if isinstance(p, Mapping) else {}
     verdict = d.get("verdict")
     if isinstance(verdict, dict):
         verdict = verdict.get("cls") or verdict.get("class") or verdict.get("verdict")
@@ -846,7 +836,7 @@ class AgentLoop:
         yield
         self._stage(t, step, "check", "start")
         try:
-            ev = as_dict(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate"))
+            ev = evaluation_of(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate")).to_dict()
         except Exception as e:  # the worker died, the GPU went away...
             if _interrupted(e):
                 self._stage(t, step, "check", "end", "interrupted")
@@ -1142,7 +1132,8 @@ class AgentLoop:
         old = self.evaluator.mode
         try:
             self.evaluator.mode = "server"
-            ev = as_dict(self.evaluator.evaluate(t.best_source, t.shape, t.acc, flags=t.flags, label="candidate"))
+            ev = evaluation_of(self.evaluator.evaluate(t.best_source, t.shape, t.acc, flags=t.flags,
+                                                       label="candidate")).to_dict()
         finally:
             self.evaluator.mode = old
         times = dict(ev.get("times_ms") or {})

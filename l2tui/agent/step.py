@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from harness.channel import FrameError
+from harness.evaluate import Evaluation, evaluation_from_data
+
 from .. import events as ev_schema
 from .policies.base import Proposal
 from .recorded import NOT_RECORDED
@@ -48,6 +51,18 @@ def speedup(times: Mapping[str, object] | None, baseline: str, label: str = "can
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
     return v if math.isfinite(v) and v > 0 else None
+
+
+def evaluation_of(raw: Evaluation | Mapping[str, object], where: str = "evaluation") -> Evaluation:
+    """The one door to an :class:`Evaluation` in l2tui: one as is, or its dict form (a recording,
+    a Ray actor's answer) read as untrusted data against ``harness.evaluate.EVALUATION_SCHEMA``;
+    a dict that does not fit is a ``crashed`` evaluation whose message names the field."""
+    if isinstance(raw, Evaluation):
+        return raw
+    try:
+        return evaluation_from_data(dict(raw), where)
+    except (FrameError, TypeError, ValueError) as e:
+        return Evaluation("crashed", None, message=one_line(f"a malformed {where} came back: {e}", 300))
 
 
 def one_line(s: object, limit: int = 400) -> str:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from harness.evaluate import Evaluation
 from harness.families import Config, applicable, build_arch_for, catalog, no_pdl_twin, validate
 from harness.shapes import Shape
 from harness.stats import geomean, speedup
@@ -51,7 +52,7 @@ from .policies.base import Attempt, Failure, Proposal, TrackContext
 from .policies.pick import PickSettings, choose
 from .policies.search import SearchPolicy
 from .rewards import RewardConfig, code_lines
-from .step import StepInfo, record_reward, score
+from .step import StepInfo, evaluation_of, record_reward, score
 from .step import speedup as step_speedup
 
 RESULTS_FILE = "sweep.json"
@@ -81,12 +82,6 @@ def sha256(text: str) -> str:
 
 def track_id(shape: Shape, acc: str) -> str:
     return f"{shape}-{acc}"
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 @dataclass
@@ -326,22 +321,19 @@ class Sweep:
                  origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
         return sha
 
-    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Any, slot: Any) -> None:
+    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Evaluation, slot: Any) -> None:
         s = self.session
-        b = _get(ev, "build")
-        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(_get(b, "ok", False)),
-                 ptxas=(b.ptxas.to_dict() if getattr(b, "ptxas", None) is not None and hasattr(b.ptxas, "to_dict")
-                        else _get(b, "ptxas")),
-                 errors=[e.to_dict() if hasattr(e, "to_dict") else e for e in (_get(b, "errors") or [])],
-                 seconds=_get(b, "seconds", 0.0), cached=_get(b, "cached", False))
-        status = _get(ev, "status")
-        chk = _get(ev, "check") or {}
-        extra = _get(ev, "extra") or {}
-        if status != "compile_error":
-            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
+        b = ev.build
+        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
+                 ptxas=b.ptxas.to_dict() if b is not None and b.ptxas is not None else None,
+                 errors=[e.to_dict() for e in b.errors] if b is not None else [],
+                 seconds=b.seconds if b is not None else 0.0, cached=bool(b and b.cached))
+        chk = ev.check or {}
+        if ev.status != "compile_error":
+            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=ev.status == "ok", status=ev.status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
-                     bound=chk.get("bound"), worker_s=extra.get("seconds"), phases=extra.get("phases"),
-                     gpu=getattr(slot, "uuid", None), batch=extra.get("batch"))
+                     bound=chk.get("bound"), worker_s=ev.extra.get("seconds"), phases=ev.extra.get("phases"),
+                     gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch"))
 
     def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
         """One track on one GPU slot, from the pick to its last refinement step; its session
@@ -378,42 +370,40 @@ class Sweep:
                         policy="search")
         seed_lines = 0   # the pick's candidates are seeds; refinements measure against the pick's winner
 
-        def consider(prop: Proposal, source: str, parent: str | None, step: int, ev: Any = None) -> None:
+        def consider(prop: Proposal, source: str, parent: str | None, step: int, raw: Any = None) -> None:
             nonlocal best_src, best_ms, base_ms, base_tune
-            if ev is None:
-                sha = self._announce(ctx, prop, source, parent, step)
+            sha = self._announce(ctx, prop, source, parent, step)
+            if raw is None:
                 s.append(ev_schema.STAGE, track=ctx.track, step=step, stage="compile", status="start")
-                ev = slot.evaluate(source, shape, acc, flags=tuple(prop.flags), time_baselines=not base_ms)
-            else:
-                sha = self._announce(ctx, prop, source, parent, step)
+                raw = slot.evaluate(source, shape, acc, flags=tuple(prop.flags), time_baselines=not base_ms)
+            ev = evaluation_of(raw)
             self._record(ctx, step, sha, ev, slot)
             res.evaluated += 1
-            b = _get(ev, "build")
-            if b is not None and not _get(b, "cached", False):
-                res.build_s += float(_get(b, "seconds", 0.0) or 0.0)
-            res.gpu_s += float((_get(ev, "extra") or {}).get("seconds") or 0.0)
-            times = dict(_get(ev, "times_ms") or {})
+            if ev.build is not None and not ev.build.cached:
+                res.build_s += float(ev.build.seconds or 0.0)
+            res.gpu_s += float(ev.extra.get("seconds") or 0.0)
+            times = dict(ev.times_ms)
             if not base_ms:
                 base_ms = {k: v for k, v in times.items() if k != "candidate" and v}
-                base_tune = ev_schema.library_fields(_get(ev, "extra"))
+                base_tune = ev_schema.library_fields(ev.extra)
             t = times.get("candidate")
-            status = _get(ev, "status")
+            status = ev.status
             sp = step_speedup({**base_ms, **times}, cfg.baseline) if status == "ok" else None
             if status == "ok":
                 s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
-                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=sp,
-                         gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"),
+                         roofline_ms=ev.roofline_ms, baseline=cfg.baseline, speedup=sp,
+                         gpu=slot.uuid, timing=ev.extra.get("timing"),
                          **base_tune)
-            reward, parts = score(status, speedup=sp, check=_get(ev, "check"), source=source,
-                                  seed_lines=seed_lines, cfg=cfg.rewards, message=_get(ev, "message") or "")
+            reward, parts = score(status, speedup=sp, check=ev.check, source=source,
+                                  seed_lines=seed_lines, cfg=cfg.rewards, message=ev.message)
             record_reward(s, info, step, prop, parent=sha256(parent) if parent else None, child=sha, kind=status,
                           reward=reward, parts=parts, speedup=sp, seed_lines=seed_lines)
             improved = status == "ok" and t is not None and t < best_ms
             ctx.history.append(Attempt(step=step, plan=prop.plan, origin=prop.origin, kind=status, sha=sha,
-                                       speedup=sp, reward=reward, note=_get(ev, "message", ""),
+                                       speedup=sp, reward=reward, note=ev.message,
                                        accepted=improved))
             if status != "ok" and status != "unsupported":
-                pol.debug(ctx, Failure(kind=status, message=_get(ev, "message", ""), source=source, sha=sha,
+                pol.debug(ctx, Failure(kind=status, message=ev.message, source=source, sha=sha,
                                        parent_source=parent))
             if improved:
                 best_src, best_ms = source, t
@@ -447,7 +437,7 @@ class Sweep:
             items = [(f"pick{i}", p.source, tuple(p.flags)) for i, p in enumerate(seeds)]
             evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline, *cfg.libraries))
             for (label, _, _), p in zip(items, seeds):
-                consider(p, p.source, None, 0, ev=evs[label])
+                consider(p, p.source, None, 0, raw=evs[label])
         s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")
         seed_lines = code_lines(best_src or "")
         # refinement steps
