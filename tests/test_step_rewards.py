@@ -142,6 +142,8 @@ def test_the_length_penalty_is_measured_against_the_seed():
     ({"cublas": "x", "candidate": 1.0}, None),
     ({"cublas": 2.0, "candidate": 0.0}, None),
     ({"cublas": -2.0, "candidate": 1.0}, None),
+    ({"cublas": True, "candidate": 1.0}, None),
+    ({"cublas": float("inf"), "candidate": 1.0}, None),
     (None, None),
 ])
 def test_speedup_is_a_positive_finite_ratio_or_none(times, want):

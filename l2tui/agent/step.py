@@ -22,6 +22,7 @@ from typing import Protocol
 
 from harness.channel import FrameError
 from harness.evaluate import Evaluation, evaluation_from_data
+from harness.stats import speedup as stats_speedup
 
 from .. import events as ev_schema
 from .policies.base import Proposal
@@ -42,15 +43,20 @@ class RewardSink(Protocol):
     def append_reward(self, row: dict) -> dict: ...
 
 
+def _ms(value: object) -> float | None:
+    """A time from ``times_ms`` when it is a finite number (a hostile file may hold anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def speedup(times: Mapping[str, object] | None, baseline: str, label: str = "candidate") -> float | None:
-    """``times[baseline] / times[label]``: None when either is missing, not a number or not positive."""
+    """``times[baseline] / times[label]`` (``harness.stats.speedup``, the one ratio): None when
+    either is missing, not a finite number or not positive."""
     if not times:
         return None
-    try:
-        v = float(times[baseline]) / float(times[label])  # type: ignore[arg-type]
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
+    v = stats_speedup(_ms(times.get(baseline)), _ms(times.get(label)))
+    return v if v is not None and math.isfinite(v) else None
 
 
 def evaluation_of(raw: Evaluation | Mapping[str, object], where: str = "evaluation") -> Evaluation:
