@@ -42,14 +42,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from harness.evaluate import Evaluation
-from harness.families import Config, applicable, build_arch_for, catalog, no_pdl_twin, validate
+from harness.families import Config, applicable, build_arch_for, catalog
 from harness.shapes import Shape
 from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
 from .needed_builds import NeededBuilds, no_builds
 from .policies.base import Attempt, Failure, Proposal, TrackContext
-from .policies.pick import PickSettings, choose
+from .policies.pick import PickSettings, Subject, subjects
 from .policies.search import SearchPolicy
 from .rewards import RewardConfig, code_lines
 from .step import StepInfo, evaluation_of, record_reward, score
@@ -499,41 +499,42 @@ class Sweep:
         return self.builds.first_ready([track_id(s, a) for s, a in queue])
 
     def _pick_proposals(self, ctx: TrackContext) -> list[Proposal]:
-        """What the pick times on the track's shape: the policy's seed, the catalog configurations
-        ``choose`` adds (``policies/pick.py``) and the incumbent, each once, best-first."""
+        """What the pick times on the track's shape: the policy's seed, then the known kernels and
+        the catalog configurations of the pick's pipeline (``policies/pick.py``: ``subjects``, with
+        the incumbent, its no-PDL twin and ``--also``), each once."""
         cfg, pol, shape, acc = self.cfg, self.policy, ctx.shape, ctx.acc
+        arch = cfg.arch or "sm_90a"
         seed = pol.seed(ctx)
-        seeds: list[Proposal] = [seed] if seed.source else []
-        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, cfg.arch or "sm_90a"), shape)]
-        settings = PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds, siblings=cfg.pick_kinds)
-        chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
-        held = (cfg.incumbents or {}).get((shape, acc))
-        if held is not None and held not in chosen:
-            chosen.append(held)
-        # an incumbent launched with PDL is timed beside its no-PDL twin (the per-call pool's launch)
-        twin_knobs = no_pdl_twin(held.family, held.knob_dict) \
-            if held is not None and getattr(pol, "launch", "per_call") == "per_call" else None
-        held_twin = Config.of(held.family, twin_knobs) if twin_knobs and not validate(held.family, twin_knobs) else None
-        if held_twin is not None and held_twin not in chosen:
-            chosen.append(held_twin)
-        also = [c for c in (cfg.also or {}).get(acc, ()) if applicable(c.family, shape, cfg.arch or "sm_90a")]
-        for c in also:
-            if c not in chosen:
-                chosen.append(c)
-        seeds += self._known_proposals(shape, acc, seeds, seed)
-        for c in chosen:
-            src = c.source()
-            if any(p.source == src for p in seeds):
+        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch), shape)]
+        picked = subjects(ranked, shape, PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds,
+                                                      siblings=cfg.pick_kinds),
+                          incumbent=(cfg.incumbents or {}).get((shape, acc)),
+                          per_call=getattr(pol, "launch", "per_call") == "per_call",
+                          also=[c for c in (cfg.also or {}).get(acc, ()) if applicable(c.family, shape, arch)],
+                          known=self._known_kernels(shape, acc))
+        out: list[Proposal] = [seed] if seed.source else []
+        for sub in [s for s in picked if s.known is not None] + [s for s in picked if s.known is None]:
+            if any(p.source == sub.source for p in out):
                 continue
-            why = ("the incumbent (it holds this shape now)" if c == held else
-                   "the incumbent's launch without PDL" if c == held_twin else
-                   "named by --also" if c in also else pol.cost.estimate(c, shape).rationale())
-            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
-                                  family=c.family, origin="seed",
-                                  role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
-        return seeds
+            out.append(Proposal(source=sub.source, plan=self._pick_plan(sub, shape),
+                                family=sub.config.family if sub.config else None, origin="seed", role="seed",
+                                messages=seed.messages, completion=f"```cuda\n{sub.source}```\n"))
+        return out
 
-    def _known_proposals(self, shape: Shape, acc: str, have: Sequence[Proposal], seed: Proposal) -> list[Proposal]:
+    def _pick_plan(self, sub: Subject, shape: Shape) -> str:
+        """The plan line of one of the pick's proposals: what it is and why it is timed."""
+        if sub.known is not None:
+            k = sub.known
+            where = "this shape" if k.shape == shape else f"the neighbouring shape {k.shape}"
+            return f"pick: time the known kernel {k.name} ({k.layer}, best on {where})"
+        c = sub.config
+        if c is None:
+            return "pick: time a kernel beside the others"
+        why = {"incumbent": "the incumbent (it holds this shape now)",
+               "twin": "the incumbent's launch without PDL", "also": "named by --also"}.get(sub.reason)
+        return f"pick: time {c.name} beside the others: {why or self.policy.cost.estimate(c, shape).rationale()}"
+
+    def _known_kernels(self, shape: Shape, acc: str) -> list[Any]:
         """The known kernels for ``shape`` (``KnownStore.seeds``) the pick times beside its own
         choices; a replayed recording is asked only for kernels it holds."""
         cfg = self.cfg
@@ -543,17 +544,8 @@ class Sweep:
 
         fam_ok = family_usable(shape, cfg.arch or "sm_90a")
         holds = getattr(self.policy, "_holds", None)
-        out: list[Proposal] = []
-        for k in cfg.known.seeds(shape, acc, cfg.known_gpu,
-                                 usable=lambda k: fam_ok(k) and (holds is None or holds(k.source, shape, acc))):
-            if any(p.source == k.source for p in (*have, *out)):
-                continue
-            c = Config.from_source(k.source)
-            where = "this shape" if k.shape == shape else f"the neighbouring shape {k.shape}"
-            out.append(Proposal(source=k.source, plan=f"pick: time the known kernel {k.name} ({k.layer}, best on {where})",
-                                family=c.family if c else None, origin="seed", role="seed", messages=seed.messages,
-                                completion=f"```cuda\n{k.source}```\n"))
-        return out
+        return list(cfg.known.seeds(shape, acc, cfg.known_gpu,
+                                    usable=lambda k: fam_ok(k) and (holds is None or holds(k.source, shape, acc))))
 
     def _record_known(self, shape: Shape, acc: str, best_src: str, best_ms: float, sp: float | None) -> None:
         """A track's verified winner into the local layer of the known kernels (not from a replay:
