@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generator, Iterable, Mapping, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generator, Mapping, cast
 
 from .. import events as ev_schema
 from ..errors import SessionError
@@ -1146,7 +1146,6 @@ class AgentLoop:
         events = self.session.events
         if not any(e.get("type") == ev_schema.TRACK_ADDED for e in events):
             return
-        from harness.shapes import Shape
 
         evals: dict[str, dict] = {}
         cand_flags: dict[str, list] = {}

@@ -44,16 +44,15 @@ from typing import Any, Callable, Iterator, Sequence
 from harness.evaluate import Evaluation
 from harness.families import Config, applicable, build_arch_for, catalog
 from harness.shapes import Shape
-from harness.stats import geomean, speedup
+from harness.stats import speedup
 
 from .. import events as ev_schema
 from .needed_builds import NeededBuilds, no_builds
-from .policies.base import Attempt, Failure, Proposal, TrackContext
+from .policies.base import Proposal, TrackContext
 from .policies.pick import PickSettings, Subject, subjects
 from .policies.search import SearchPolicy
-from .rewards import RewardConfig, code_lines
-from .step import StepInfo, evaluation_of, record_reward, score
-from .step import speedup as step_speedup
+from .rewards import RewardConfig
+from .sweep_track import TrackDriver
 
 RESULTS_FILE = "sweep.json"
 WINNERS_DIR = "winners"
@@ -353,121 +352,10 @@ class Sweep:
 
                 raise UserError("no GPU to evaluate on: pass --recorded FILE or run on a GPU box")
             slot = slots[0]
-        cfg, s, pol = self.cfg, self.session, self.policy
         track = track_id(shape, acc)
-        t0 = time.monotonic()
-        s.append(ev_schema.TRACK_ADDED, track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline,
-                 gpu=slot.uuid)
-        s.append(ev_schema.TRACK_STATE, track=track, state="running")
-        ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=cfg.baseline, step=0, arch=cfg.arch)
         res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu or getattr(slot, "name", None),
                           gpu_uuid=slot.uuid)
-        base_ms: dict[str, float] = {}
-        base_tune: dict = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
-        best_src: str | None = None
-        best_ms = math.inf
-        info = StepInfo(track=track, shape=(shape.m, shape.n, shape.k), acc=acc, baseline=cfg.baseline,
-                        policy="search")
-        seed_lines = 0   # the pick's candidates are seeds; refinements measure against the pick's winner
-
-        def consider(prop: Proposal, source: str, parent: str | None, step: int, raw: Any = None) -> None:
-            nonlocal best_src, best_ms, base_ms, base_tune
-            sha = self._announce(ctx, prop, source, parent, step)
-            if raw is None:
-                s.append(ev_schema.STAGE, track=ctx.track, step=step, stage="compile", status="start")
-                raw = slot.evaluate(source, shape, acc, flags=tuple(prop.flags), time_baselines=not base_ms)
-            ev = evaluation_of(raw)
-            self._record(ctx, step, sha, ev, slot)
-            res.evaluated += 1
-            if ev.build is not None and not ev.build.cached:
-                res.build_s += float(ev.build.seconds or 0.0)
-            res.gpu_s += float(ev.extra.get("seconds") or 0.0)
-            times = dict(ev.times_ms)
-            if not base_ms:
-                base_ms = {k: v for k, v in times.items() if k != "candidate" and v}
-                base_tune = ev_schema.library_fields(ev.extra)
-            t = times.get("candidate")
-            status = ev.status
-            sp = step_speedup({**base_ms, **times}, cfg.baseline) if status == "ok" else None
-            if status == "ok":
-                s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
-                         roofline_ms=ev.roofline_ms, baseline=cfg.baseline, speedup=sp,
-                         gpu=slot.uuid, timing=ev.extra.get("timing"),
-                         **base_tune)
-            reward, parts = score(status, speedup=sp, check=ev.check, source=source,
-                                  seed_lines=seed_lines, cfg=cfg.rewards, message=ev.message)
-            record_reward(s, info, step, prop, parent=sha256(parent) if parent else None, child=sha, kind=status,
-                          reward=reward, parts=parts, speedup=sp, seed_lines=seed_lines)
-            improved = status == "ok" and t is not None and t < best_ms
-            ctx.history.append(Attempt(step=step, plan=prop.plan, origin=prop.origin, kind=status, sha=sha,
-                                       speedup=sp, reward=reward, note=ev.message,
-                                       accepted=improved))
-            if status != "ok" and status != "unsupported":
-                pol.debug(ctx, Failure(kind=status, message=ev.message, source=source, sha=sha,
-                                       parent_source=parent))
-            if improved:
-                best_src, best_ms = source, t
-                ctx.source, ctx.sha = source, sha
-                ctx.times_ms = {**base_ms, **times}
-                ctx.speedup = sp
-                ctx.evaluation = ev
-                s.append(ev_schema.BEST, track=track, sha=sha, speedup=sp, baseline=cfg.baseline,
-                         times_ms=ctx.times_ms)
-
-        # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
-        # checked and timed together (with the baselines) in one request on this track's GPU
-        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="start")
-        with self._plans_lock:
-            seeds = self._plans.pop(track, None)
-        if seeds is None:
-            seeds = self._pick_proposals(ctx)
-        res.picked = len(seeds)
-        if seeds:
-            s.append(ev_schema.PLAN, track=track, step=0, role="planner",
-                     text=f"pick: timing {len(seeds)} catalog configurations together on {slot.uuid}: "
-                          + ", ".join((Config.from_source(p.source).name if Config.from_source(p.source) else "seed")
-                                      for p in seeds))
-            t_build = time.monotonic()
-            if self.builds is not None:
-                self.builds.wait(track)
-            if cfg.build_batches:
-                self._build([p.source for p in seeds])
-            res.build_s += time.monotonic() - t_build
-            s.append(ev_schema.STAGE, track=track, step=0, stage="compile", status="start")
-            items = [(f"pick{i}", p.source, tuple(p.flags)) for i, p in enumerate(seeds)]
-            evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline, *cfg.libraries))
-            for (label, _, _), p in zip(items, seeds):
-                consider(p, p.source, None, 0, raw=evs[label])
-        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")
-        seed_lines = code_lines(best_src or "")
-        # refinement steps
-        stale = 0
-        for step in range(1, cfg.steps + 1):
-            if best_src is None:
-                break
-            ctx.step = step
-            props = pol.propose(ctx)
-            if not props:
-                break
-            sources = self._sources_of(props, best_src, track, step)
-            t_build = time.monotonic()
-            self._build_batch([src for _, src in sources])
-            res.build_s += time.monotonic() - t_build
-            before = best_ms
-            parent = best_src
-            for p, src in sources:
-                consider(p, src, parent, step)
-            stale = stale + 1 if best_ms >= before else 0
-            if stale >= cfg.patience:
-                break
-        res.seconds = round(time.monotonic() - t0, 2)
-        res.build_s, res.gpu_s = round(res.build_s, 2), round(res.gpu_s, 2)
-        if best_src is not None:
-            self._keep_winner(res, shape, acc, best_src, best_ms, base_ms)
-        s.append(ev_schema.TRACK_DONE, track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
-                 best_speedup=res.speedup, gpu=slot.uuid)
-        s.append(ev_schema.TRACK_STATE, track=track, state="done" if best_src else "failed")
-        return res
+        return TrackDriver(self, shape, acc, slot, track, res).run()
 
     def _plan(self, tid: str) -> list[str]:
         """The planner's call (``NeededBuilds``): the track's pick, computed once and kept for the
