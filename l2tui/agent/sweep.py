@@ -9,7 +9,7 @@ grid has to share work across shapes.  It
    (``needed_builds``: a track starts once its own builds are done), with a progress bar; then
    builds each step's proposals as a batch, so a configuration proposed for many shapes
    compiles once (content-addressed cache);
-2. runs, per track (shape, accumulator), the ``search`` policy: first the pick
+2. runs, per track (shape, accumulator; ``sweep_track.TrackDriver``), the ``search`` policy: first the pick
    (``policies/pick.py``: the catalog configurations the cost model and its known blind spots
    choose, checked and timed together with the baselines in one request of the harness), the
    fastest that passes every check kept; then up to ``steps`` refinement steps of ``width``
@@ -19,8 +19,9 @@ grid has to share work across shapes.  It
    (its Ray actor died) gives its track, from the start, to another slot;
 4. logs everything (from the driver alone) as session events (``track_added``, ``candidate``, ``compiled``, ``checked``,
    ``timed``, ``best``, ``track_done``) and one ``rewards.jsonl`` row per evaluated proposal,
-   with the policy's textual rationale as messages and its patch as completion, so a sweep is
-   RL data like an LLM session;
+   with the policy's textual rationale as messages and its patch as completion, scored and
+   written by ``step.py`` with the session's ``[rewards]`` as the agent loop's are, so a sweep is
+   RL data like an LLM session, row for row;
 5. keeps a resumable results file (``sweep.json`` in the session folder, keyed by track; each
    row names the GPU model and UUID that timed it); ``--resume`` skips finished tracks;
 6. writes the winners as ``kernels/M_N_K.cu`` (``winners/`` in the session folder) for
