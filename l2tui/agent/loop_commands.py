@@ -17,7 +17,7 @@ from ..steering import WAKE
 from .step import evaluation_of, speedup
 
 if TYPE_CHECKING:
-    from .loop import Track
+    from .track import Track
 
 
 def _live(t: "Track") -> bool:
