@@ -36,6 +36,9 @@ from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
 from .rewards import RewardConfig, code_lines
 from .loop_commands import SteeringCommands, _live
+from .interrupt import StepInterrupted
+from .interrupt import interrupted as _interrupted
+from .loop_profiling import Profiling
 from .loop_restore import Restore
 from .track import Track
 from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
@@ -50,23 +53,6 @@ DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
 NOT_RECORDED = "not_recorded"
 
 Gen = Generator[None, None, Any]
-
-
-class StepInterrupted(Exception):
-    """A compile or evaluation stopped from outside (Ctrl-C, SIGTERM, the run ending).
-
-    Not the kernel's fault: the step leaves no ``compile_error`` (or any) reward, the
-    loop stops at once, and ``--resume`` starts the step afresh.
-    """
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is the harness saying a build or evaluation was stopped from outside."""
-    try:
-        from harness.build import BuildInterrupted
-    except ImportError:  # pragma: no cover - an older harness without it
-        return False
-    return isinstance(exc, BuildInterrupted)
 
 
 @dataclass
@@ -114,26 +100,6 @@ def track_id(shape: Any, acc: str) -> str:
     return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
 
 
-def profile_payload(p: Any) -> dict | None:
-    """``{"verdict": str, "metrics": {name: {value, unit}}}`` from a harness Profile or a dict."""
-    if p is None:
-        return None
-    if hasattr(p, "event_payload"):
-        return p.event_payload()
-    d = dict(p) if isinstance(p, Mapping) else {}
-    verdict = d.get("verdict")
-    if isinstance(verdict, dict):
-        verdict = verdict.get("cls") or verdict.get("class") or verdict.get("verdict")
-    metrics = d.get("filtered") or d.get("metrics") or {}
-    out = {}
-    for k, v in metrics.items():
-        if isinstance(v, dict):
-            out[k] = {"value": v.get("value"), "unit": v.get("unit")}
-        else:
-            out[k] = {"value": v, "unit": None}
-    return {"verdict": verdict, "metrics": out}
-
-
 class _LoopSink:
     """The loop's session as a reward sink: rows go to the session, events through ``_emit`` (subscribers see them)."""
 
@@ -147,7 +113,7 @@ class _LoopSink:
         return self.loop.session.append_reward(row)
 
 
-class AgentLoop(SteeringCommands, Restore):
+class AgentLoop(SteeringCommands, Restore, Profiling):
     """Runs tracks over one evaluator; see the module docstring."""
 
     def __init__(self, session: Session, config: LoopConfig, *, policy: Policy, evaluator: "Evaluator",
@@ -861,53 +827,6 @@ class AgentLoop(SteeringCommands, Restore):
         t.flags = list(flags)
         self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
         self._emit(ev_schema.DECISION, track=t.id, sha=sha, action="accept", by=by)
-
-    # ------------------------------------------------------------------ delayed profiling
-    def _maybe_enable_profiling(self, t: Track, manual: bool = False) -> None:
-        if t.profiling_enabled:
-            return
-        c = self.config
-        reason = None
-        if manual:
-            reason = "manual"
-        elif t.steps_done >= c.profile_after:
-            reason = f"after {t.steps_done} steps"
-        elif c.stable_steps > 0 and t.stable >= c.stable_steps:
-            reason = f"structure stable for {t.stable} steps"
-        if reason:
-            t.profiling_enabled = True
-            self._emit(ev_schema.PROFILING_ENABLED, track=t.id, step=t.step, reason=reason)
-
-    def _profile(self, t: Track) -> Gen:
-        step = t.step
-        sha, src = t.best_sha, t.best_source
-        if sha is None or src is None:
-            return
-        self._stage(t, step, "profile", "start")
-        yield
-        payload = None
-        try:
-            if self.evaluator.own_profiles:   # a recording's profile, or one a recorder keeps
-                payload = profile_payload(cast("ReplayEvaluator", self.evaluator).profile(src, t.shape, t.acc))
-            else:
-                from harness.profiling.api import profile_kernel
-
-                payload = profile_payload(profile_kernel(src, t.shape, t.acc, arch=self.config.arch, flags=t.flags))
-        except Exception as e:
-            if _interrupted(e):
-                raise StepInterrupted("profiling interrupted") from None
-            if not t.profile_error_shown:
-                self._error(t, f"profiling failed: {e}")
-                t.profile_error_shown = True
-        t.profiled_sha = sha
-        if payload is not None:
-            t.profile = payload
-            self._emit(ev_schema.PROFILED, track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
-                       metrics=payload.get("metrics") or {}, in_context=True)
-        elif not t.profile_error_shown:
-            self._error(t, "no profile available for this kernel (no recording / no ncu); the context keeps timings only")
-            t.profile_error_shown = True
-        self._stage(t, step, "profile", "end", "ok" if payload else "unavailable")
 
     def _end_step(self, t: Track) -> None:
         t.steps_done += 1
