@@ -53,6 +53,7 @@ from .policies.base import Proposal, TrackContext
 from .policies.pick import PickSettings, Subject, subjects
 from .policies.search import SearchPolicy
 from .rewards import RewardConfig
+from .sweep_pool import SlotPool
 from .sweep_track import TrackDriver
 
 RESULTS_FILE = "sweep.json"
@@ -496,126 +497,55 @@ class Sweep:
 
     def run(self) -> list[TrackResult]:
         """Every unfinished track, scheduled over the executor's GPU slots (module docstring)."""
-        from l2tui.executors.base import ExecutorError, SlotLost
+        from l2tui.executors.base import ExecutorError
 
         tracks = [(s, a) for a in self.cfg.accs for s in self.cfg.shapes]
         todo = [(s, a) for s, a in tracks if not (self.cache and self.cache.done(track_id(s, a), self.gpu))]
-        skipped = len(tracks) - len(todo)
-        if skipped:
-            self.progress(f"resuming: {skipped} of {len(tracks)} tracks already done")
+        if len(tracks) > len(todo):
+            self.progress(f"resuming: {len(tracks) - len(todo)} of {len(tracks)} tracks already done")
         slots = self.executor.slots()
         if todo and not slots:
             raise ExecutorError("no GPU to evaluate on: pass --recorded FILE or run on a GPU box")
-        queue: collections.deque = collections.deque(todo)
-        lock = threading.Lock()
-        out: list[TrackResult] = []
-        errors: list[BaseException] = []
-        live = {id(sl) for sl in slots}
-        t0 = time.monotonic()
         deadline = self._deadline()
-
-        def report(r: TrackResult) -> None:
-            n = len(out)
-            el = time.monotonic() - t0
-            eta = el / n * (len(todo) - n)
-            sp = f"{r.speedup:.3f}x" if r.speedup else "-"
-            on = f" on {r.gpu_uuid}" if len(slots) > 1 else ""
-            self.progress(f"[{skipped + n}/{len(tracks)}] {r.track}: {r.best_name} {sp} vs {self.cfg.baseline} "
-                          f"({r.evaluated} evaluated, {r.picked} picked, {r.seconds:.1f}s: nvcc {r.build_s:.1f}s, "
-                          f"GPU {r.gpu_s:.1f}s){on}  elapsed {el:.0f}s ETA {eta:.0f}s")
-
-        cond = threading.Condition(lock)
-        inflight = [0]
-
-        def serve(slot: Any) -> None:
-            # a slot waits while others still run tracks: a lost slot's track comes back to the queue;
-            # it takes the first queued track whose builds are done, and waits (lock released) while
-            # none is
-            while True:
-                with cond:
-                    while not queue and inflight[0] and not errors:
-                        cond.wait()
-                    if errors or not queue or (deadline is not None and time.monotonic() >= deadline):
-                        cond.notify_all()
-                        return
-                    i = self._next_track(queue)
-                    if i is None:
-                        waiting = [track_id(s, a) for s, a in queue]
-                    else:
-                        shape, acc = queue[i]
-                        del queue[i]
-                        inflight[0] += 1
-                if i is None:
-                    assert self.builds is not None
-                    self.builds.wait_any(waiting, timeout=1.0)
-                    continue
-                try:
-                    r = self.run_track(shape, acc, slot)
-                except SlotLost as e:
-                    tid = track_id(shape, acc)
-                    with cond:
-                        queue.appendleft((shape, acc))
-                        live.discard(id(slot))
-                        self.requeued.append((tid, slot.uuid))
-                        left = len(live)
-                        inflight[0] -= 1
-                        cond.notify_all()
-                    self.session.append(ev_schema.TRACK_STATE, track=tid, state="queued", requeued=True, gpu=slot.uuid,
-                                        reason=str(e))
-                    self.progress(f"{e}; {tid} goes back to the queue ({left} GPU(s) left)")
-                    return
-                except BaseException as e:  # noqa: BLE001 - stop the other slots, re-raised below
-                    with cond:
-                        errors.append(e)
-                        inflight[0] -= 1
-                        cond.notify_all()
-                    return
-                if self.cache:
-                    self.cache.put(r)
-                with cond:
-                    out.append(r)
-                    report(r)
-                    inflight[0] -= 1
-                    cond.notify_all()
-
+        pool = SlotPool(self, todo, slots, len(tracks), deadline)
         if todo and slots and self.cfg.build_batches:
             self._start_builds(todo, deadline)
         try:
-            if len(slots) <= 1:
-                for sl in slots:
-                    serve(sl)
-            else:
-                threads = [threading.Thread(target=serve, args=(sl,), name=f"sweep-{sl.uuid}", daemon=True)
-                           for sl in slots]
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
+            pool.serve_all()
         except BaseException:
-            # Ctrl-C, SIGTERM: the queued builds never start and the running compilers die now
-            if self.builds is not None:
-                from harness.build import kill_all_builds
-
-                self.builds.stop()
-                kill_all_builds()
-                self.builds.close(wait=False)
+            self._kill_builds()   # Ctrl-C, SIGTERM: the queued builds never start, the running compilers die now
             raise
-        if self.builds is not None:
-            # every track ran (its builds are done) or the sweep stopped early: skip what is queued
-            self.catalog_stats = self.builds.close(wait=not (errors or queue))
-            self.unbuilt_at_limit = self.catalog_stats["not_started"]
-            if self.catalog_stats.get("failed"):
-                self.progress(f"{self.catalog_stats['failed']} of {self.catalog_stats['configs']} builds failed "
-                              f"(their candidates are reported as compile errors)")
-        if errors:
-            raise errors[0]
-        if queue and live and deadline is not None and time.monotonic() >= deadline:
-            self.left_at_limit = len(queue)
-            self.progress(f"time limit: {len(queue)} of {len(tracks)} tracks not started; continue with --resume")
-            return out
-        if queue:
-            raise ExecutorError(f"every GPU was lost with {len(queue)} track(s) left: "
+        self._close_builds(wait=not (pool.errors or pool.queue))
+        if pool.errors:
+            raise pool.errors[0]
+        if pool.queue and pool.live and deadline is not None and time.monotonic() >= deadline:
+            self.left_at_limit = len(pool.queue)
+            self.progress(f"time limit: {len(pool.queue)} of {len(tracks)} tracks not started; continue with --resume")
+            return pool.out
+        if pool.queue:
+            raise ExecutorError(f"every GPU was lost with {len(pool.queue)} track(s) left: "
                                 f"continue with --resume once the GPUs are back")
-        return out
+        return pool.out
+
+    def _kill_builds(self) -> None:
+        """Stop the build queue and kill the running compilers (the sweep is being interrupted)."""
+        if self.builds is None:
+            return
+        from harness.build import kill_all_builds
+
+        self.builds.stop()
+        kill_all_builds()
+        self.builds.close(wait=False)
+
+    def _close_builds(self, *, wait: bool) -> None:
+        """Every track ran (its builds are done) or the sweep stopped early (``wait`` False: what
+        is queued is skipped); the catalog's build figures for ``sweep.json``."""
+        if self.builds is None:
+            return
+        self.catalog_stats = self.builds.close(wait=wait)
+        self.unbuilt_at_limit = self.catalog_stats["not_started"]
+        if self.catalog_stats.get("failed"):
+            self.progress(f"{self.catalog_stats['failed']} of {self.catalog_stats['configs']} builds failed "
+                          f"(their candidates are reported as compile errors)")
 
 
