@@ -175,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     from harness.shapes import resolve_shapes
 
-    from ..agent.sweep import Sweep, SweepConfig
+    from ..agent.sweep import SweepConfig
     from ..errors import UserError
 
     policy = getattr(args, "sweep_policy", None) or getattr(args, "policy", None) or "search"
@@ -202,6 +202,46 @@ def _run(args: argparse.Namespace) -> int:
     tp = getattr(args, "sweep_tp", None) or saved.get("tp")
     args.sweep_tokens, args.sweep_tp = tokens, tp
     shapes = resolve_shapes(spec, default="grid", tokens=parse_tokens(tokens) if tokens else None, tp=tp)
+    arch = _arch(args, saved)
+    _fill_budgets(args, saved)
+    if args.families:
+        from harness.families import get_family
+
+        for f in args.families:
+            get_family(f)   # one line for an unknown family, before anything starts
+    new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
+    _check_limits(args, new_builds)
+    cost_params = _cost_params(args, saved, resume)
+    args.sweep_libraries = _libraries(args, saved, resume)
+    incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
+    args.incumbent_files = incumbent_files
+    args.also_names = [str(n) for n in (getattr(args, "also", None) or saved.get("also") or [])]
+    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
+                      steps=args.steps, width=args.width,
+                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
+                      pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
+                      families=args.families or saved.get("families") or None,
+                      incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
+                      max_seconds=args.max_seconds, cost_params=cost_params,
+                      also=resolve_also(args.also_names, accs, arch) if args.also_names else None)
+    args.rewards_section = _rewards_section(args, session)
+    cfg.rewards = RewardConfig.from_section(args.rewards_section)
+    def say(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {visible(line)}", flush=True)
+
+    if args.prebuild_only:
+        return _prebuild(args, cfg, arch, say)
+
+    executor = _executor(args, arch)
+    try:
+        plan = SweepPlan(args, cfg, spec, accs, shapes, arch, new_builds, session_dir, say, started)
+        return _sweep(plan, executor, session)
+    finally:
+        executor.close()
+
+
+def _arch(args: argparse.Namespace, saved: dict) -> str:
+    """The architecture to build for: ``--arch``, the resumed sweep's, this machine's GPU, else sm_90a."""
     arch = args.arch or saved.get("arch")
     if arch is None:
         try:
@@ -210,19 +250,22 @@ def _run(args: argparse.Namespace) -> int:
             arch = detect_arch()
         except Exception:  # noqa: BLE001 - no GPU tools: build for the project's target
             arch = None
-    arch = arch or "sm_90a"
-    for budget in ("steps", "width", "seeds"):  # a resumed sweep keeps its own budgets unless given here
+    return str(arch or "sm_90a")
+
+
+def _fill_budgets(args: argparse.Namespace, saved: dict) -> None:
+    """``--steps``, ``--width``, ``--seeds`` not given: a resumed sweep keeps its own, else the defaults."""
+    for budget in ("steps", "width", "seeds"):
         if getattr(args, budget) is None:
             v = saved.get(budget)
             setattr(args, budget, v if isinstance(v, int) and not isinstance(v, bool) and v >= 0
                     else {"seeds": 5}.get(budget, 3))
-    if args.families:
-        from harness.families import get_family
 
-        for f in args.families:
-            get_family(f)   # one line for an unknown family, before anything starts
-    new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
+
+def _check_limits(args: argparse.Namespace, new_builds: int | None) -> None:
+    """One line for a budget out of its range, before anything starts."""
     from ..config import MAX_STEPS, MAX_WALL_S
+    from ..errors import UserError
 
     for budget in ("steps", "width", "seeds"):
         if getattr(args, budget) > MAX_STEPS:
@@ -231,6 +274,13 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-seconds must be between 0 and {MAX_WALL_S:.0f} (30 days), not {args.max_seconds:g}")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
+
+
+def _cost_params(args: argparse.Namespace, saved: dict, resume: bool) -> object:
+    """The cost model's constants (``--cost-model``, or the resumed sweep's; None: the committed
+    ones); a resume must use the constants it started with. Sets ``args.cost_file``."""
+    from ..errors import UserError
+
     cost_file = getattr(args, "cost_model", None) or saved.get("cost_model")
     cost_params = None
     if cost_file:
@@ -246,7 +296,15 @@ def _run(args: argparse.Namespace) -> int:
                         + (f"({saved.get('cost_model')}, sha256 {str(saved.get('cost_model_sha256'))[:12]})"
                            if saved.get("cost_model_sha256") else "(the committed ones)")
                         + "; resume with the same, or start a new session")
+    return cost_params
+
+
+def _libraries(args: argparse.Namespace, saved: dict, resume: bool) -> tuple[str, ...]:
+    """The libraries timed beside the baseline (``--libraries``, or the resumed sweep's, which a
+    resume cannot change); one line for an unknown baseline."""
     from harness.baselines import parse_baselines
+
+    from ..errors import UserError
 
     if args.baseline not in parse_baselines("all"):
         raise UserError(f"--baseline {args.baseline!r} is not a library: choose from {', '.join(parse_baselines('all'))}")
@@ -254,50 +312,31 @@ def _run(args: argparse.Namespace) -> int:
     if resume and args.libraries and sorted(libs) != sorted(saved.get("libraries") or []):
         raise UserError(f"--libraries: this sweep started with {','.join(saved.get('libraries') or []) or 'none'}; "
                         "resume with the same, or start a new session")
-    args.sweep_libraries = tuple(lab for lab in libs if lab != args.baseline)
-    incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
-    args.incumbent_files = incumbent_files
-    args.also_names = [str(n) for n in (getattr(args, "also", None) or saved.get("also") or [])]
-    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
-                      steps=args.steps, width=args.width,
-                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
-                      pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
-                      families=args.families or saved.get("families") or None,
-                      incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
-                      max_seconds=args.max_seconds, cost_params=cost_params,
-                      also=resolve_also(args.also_names, accs, arch) if args.also_names else None)
-    args.rewards_section = _rewards_section(args, session)
-    cfg.rewards = RewardConfig.from_section(args.rewards_section)
+    return tuple(lab for lab in libs if lab != args.baseline)
+
+
+def _prebuild(args: argparse.Namespace, cfg: "SweepConfig", arch: str, say: Callable[[str], None]) -> int:
+    """``--prebuild-only``: build the catalog (on the Ray cluster's CPUs with ``--executor ray``)."""
+    from ..agent.sweep import Sweep
     from ..executors.progress import BuildProgress
 
-    def say(line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {visible(line)}", flush=True)
+    builder = None
+    if args.executor == "ray":   # the catalog as tasks of the cluster, no GPU actor
+        from ..executors.ray_executor import RayExecutor
 
-    if args.prebuild_only:
-        builder = None
-        if args.executor == "ray":   # the catalog as tasks of the cluster, no GPU actor
-            from ..executors.ray_executor import RayExecutor
-
-            builder = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
-        try:
-            pre = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder)
-            res = pre.prebuild()
-        finally:
-            if builder is not None:
-                builder.close()
-        bad = [n for n, r in res.items() if not r.ok]
-        total = len(res) + pre.unbuilt_at_limit
-        say(f"catalog: {len(res) - len(bad)} of {total} configurations built for {arch}"
-            + (f"; {pre.unbuilt_at_limit} not started before --max-seconds: run it again to continue"
-               if pre.unbuilt_at_limit else ""))
-        return 1 if bad else 0
-
-    executor = _executor(args, arch)
+        builder = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
     try:
-        plan = SweepPlan(args, cfg, spec, accs, shapes, arch, new_builds, session_dir, say, started)
-        return _sweep(plan, executor, session)
+        pre = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder)
+        res = pre.prebuild()
     finally:
-        executor.close()
+        if builder is not None:
+            builder.close()
+    bad = [n for n, r in res.items() if not r.ok]
+    total = len(res) + pre.unbuilt_at_limit
+    say(f"catalog: {len(res) - len(bad)} of {total} configurations built for {arch}"
+        + (f"; {pre.unbuilt_at_limit} not started before --max-seconds: run it again to continue"
+           if pre.unbuilt_at_limit else ""))
+    return 1 if bad else 0
 
 
 def _rewards_section(args: argparse.Namespace, session: Session | None) -> dict[str, float]:
