@@ -213,6 +213,11 @@ class Candidate(StepEvent):
     family: str | None = None
     diff: str | None = None
     flags: list[str] | None = None
+    # a kernel imported from a bench run (tools/session_from_bench.py): where it came from
+    file: str | None = None
+    link: str | None = None
+    bench_file: str | None = None
+    bench_label: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -241,6 +246,9 @@ class Checked(StepEvent):
     phases: Any = None
     gpu: Any = None
     batch: Any = None
+    # an imported bench result: each check's verdict, and that it was imported (``source``)
+    checks: dict | None = None
+    source: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -260,6 +268,14 @@ class Timed(StepEvent):
     # the layout of the ``cublas`` time ("nn", or "tn" on a transposed copy of B): an export pins
     # cublasGemmEx only for "nn", the call its fallback makes
     cublas_variant: str | None = None
+    # an imported bench result (``source``) keeps the bench's own statistics of its times
+    source: str | None = None
+    p90_ms: Any = None
+    spread: Any = None
+    device_ms: Any = None
+    reps: Any = None
+    clocks: Any = None
+    detail_times_ms: Any = None
 
 
 @dataclass(kw_only=True)
@@ -507,6 +523,10 @@ def parse(obj: Any, *, where: str = "events.jsonl", writing: bool = False) -> Ev
             raise damaged(obj, spec.name, where, writing=writing)
         values[spec.name] = v
     extra = {k: v for k, v in obj.items() if k not in BASE_KEYS and k not in values}
+    if writing and extra and cls is not GenericEvent:
+        raise SessionError(f"{where}: event seq {shown_seq(obj)} ({shown_type(obj)}) would have unknown "
+                           f"field(s) {', '.join(sorted(extra))[:200]}; it was not written (the code that sent it "
+                           "has a bug)")
     ev = cls(seq=seq, time=when, extra=extra, keys=tuple(obj), **values)
     ev.type = typ
     return ev

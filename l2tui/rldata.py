@@ -249,7 +249,7 @@ def _assistant(text: str) -> list[dict]:
 
 
 _META = ("track", "shape", "acc", "step", "role", "policy", "model", "kind", "parent_sha", "child_sha",
-         "baseline", "speedup")
+         "baseline", "speedup", "origin", "plan", "seed_lines")
 
 
 def trl_rows(rows: list[_Row], stats: Stats) -> list[dict]:
@@ -468,15 +468,17 @@ def live_reward(evaluator: Any, *, reward_config: Any = None) -> Any:
     For each generated completion: take the parent kernel (``parent_sha`` from
     ``session``), apply the completion as a patch (or whole-file rewrite), build,
     check and time it with ``evaluator`` (``harness.evaluate.Evaluator`` on a GPU,
-    or a recorded one), and return the loop's reward (speedup over the row's
-    baseline minus error and length penalties; fixed negative rewards for
-    failures).  Reads the columns ``shape``, ``acc``, ``parent_sha``, ``session``,
-    ``baseline`` that ``--format trl`` writes.
+    or a recorded one), and return the reward of ``l2tui.agent.step.score``, the one
+    the loop and the sweep write (speedup over the row's baseline minus error and
+    length penalties, the length against the track's seed, ``seed_lines``; fixed
+    negative rewards for failures).  Reads the columns ``shape``, ``acc``,
+    ``parent_sha``, ``session``, ``baseline``, ``seed_lines`` that ``--format trl``
+    writes (rows written before ``seed_lines`` existed measure against the parent).
     """
     from harness.shapes import Shape as _Shape
     from l2tui.agent.patches import apply_patch
-    from l2tui.agent.rewards import (RewardConfig, code_lines, failure_reward, reference_error,
-                                     success_reward)
+    from l2tui.agent.rewards import RewardConfig, code_lines
+    from l2tui.agent.step import score, speedup
     from l2tui.session import Session
 
     cfg = reward_config or RewardConfig()
@@ -492,24 +494,22 @@ def live_reward(evaluator: Any, *, reward_config: Any = None) -> Any:
 
     def reward_fn(prompts: Any = None, completions: Sequence[Any] = (), shape: Sequence[Any] = (),
                   acc: Sequence[str] = (), parent_sha: Sequence[str | None] = (), session: Sequence[str] = (),
-                  baseline: Sequence[str | None] = (), **_: Any) -> list[float]:
+                  baseline: Sequence[str | None] = (), seed_lines: Sequence[int | None] | None = None,
+                  **_: Any) -> list[float]:
         out: list[float] = []
-        for c, shp, a, psha, sess, base in zip(completions, shape, acc, parent_sha, session, baseline):
+        seeds = seed_lines if seed_lines is not None else [None] * len(completions)
+        for c, shp, a, psha, sess, base, sl in zip(completions, shape, acc, parent_sha, session, baseline, seeds):
             parent = parent_source(sess, psha)
             res = apply_patch(parent, _text(c), allow_rewrite=True)
             if not res.ok:
-                out.append(failure_reward("patch_failed", cfg)[0])
+                out.append(score("patch_failed", speedup=None, check=None, source="", seed_lines=0, cfg=cfg)[0])
                 continue
             ev = evaluator.evaluate(res.source, _Shape(*shp), a or "f32")
-            if ev.status != "ok":
-                out.append(failure_reward(ev.status, cfg)[0])
-                continue
-            check = ev.check or {}
-            lines = code_lines(res.source)
-            r, _parts = success_reward(speedup=ev.speedup(base or "cublas"), rel_err=check.get("rel_err"),
-                                       ref_err=reference_error(check), lines=lines,
-                                       seed_lines=code_lines(parent) or lines, cfg=cfg)
-            out.append(r)
+            status = str(getattr(ev, "status", "crashed"))
+            sp = speedup(getattr(ev, "times_ms", None), base or "cublas") if status == "ok" else None
+            ref = sl if isinstance(sl, int) and not isinstance(sl, bool) and sl > 0 else code_lines(parent)
+            out.append(score(status, speedup=sp, check=getattr(ev, "check", None), source=res.source,
+                             seed_lines=ref, cfg=cfg)[0])
         return out
 
     reward_fn.__name__ = "l2tui_live_reward"

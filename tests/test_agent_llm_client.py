@@ -126,7 +126,7 @@ def test_an_estimated_usage_stays_marked_through_the_policy_and_into_the_reward_
     s = Session.create(tmp_path / "s", config={}, gpu={}, versions={})
     fake = SimpleNamespace(_policy=lambda t: SimpleNamespace(name="llm", model="m"), session=s,
                            _emit=lambda *a, **k: None)
-    track = SimpleNamespace(id="t", shape=Shape(64, 64, 64), acc="f32", baseline="cublas")
+    track = SimpleNamespace(id="t", shape=Shape(64, 64, 64), acc="f32", baseline="cublas", seed_lines=0)
     for usage in (guessed, exact):
         prop = Proposal(plan="p", messages=[], completion="c", usage=usage, role="coder", origin="llm")
         AgentLoop._row(fake, track, 1, prop, None, None, "ok", 1.0, {}, 1.0)

@@ -197,9 +197,15 @@ def test_append_event_writes_a_typed_record(tmp_path):
 
 
 def test_unknown_types_and_fields_survive_a_session_load_and_append(tmp_path):
+    """A field a newer l2tui wrote is kept as ``extra`` on load and in the file after an append."""
     s = _new(tmp_path)
     s.append("from_the_future", payload={"a": 1})
-    s.append(E.TRACK_STATE, track="t", state="queued", requeued=True, gpu="GPU-1", brand_new=3)
+    s.append(E.TRACK_STATE, track="t", state="queued", requeued=True, gpu="GPU-1")
+    s.close()
+    p = s.path / EVENTS_FILE
+    lines = p.read_text().splitlines()
+    newer = {**json.loads(lines[2]), "brand_new": 3}
+    p.write_text("\n".join([*lines[:2], _line(newer)]) + "\n")
     s2 = Session.open(s.path, writer="test")
     try:
         assert type(s2.records[1]) is E.GenericEvent and s2.events[1]["payload"] == {"a": 1}
@@ -209,6 +215,19 @@ def test_unknown_types_and_fields_survive_a_session_load_and_append(tmp_path):
         s2.close()
     rows = [json.loads(x) for x in (s.path / EVENTS_FILE).read_text().splitlines()]
     assert [r["seq"] for r in rows] == [0, 1, 2, 3] and rows[2]["brand_new"] == 3
+
+
+def test_a_writer_with_an_unknown_field_is_refused_in_one_line_and_writes_nothing(tmp_path):
+    """A mistyped key of a known event type is a bug of the code that sent it, not a silent ``extra``."""
+    s = _new(tmp_path)
+    before = (s.path / EVENTS_FILE).read_text()
+    with pytest.raises(SessionError) as ei:
+        s.append(E.REWARD, track="t", step=1, sha=None, reward=1.0, kidn="ok")
+    assert "(reward) would have unknown field(s) kidn; it was not written" in str(ei.value)
+    assert "\n" not in str(ei.value)
+    assert (s.path / EVENTS_FILE).read_text() == before and len(s.events) == 1
+    s.append("from_the_future", anything=1)   # an unknown type keeps its whole payload
+    s.close()
 
 
 def test_every_reader_refuses_a_damaged_field_with_one_line(tmp_path):

@@ -215,7 +215,7 @@ def test_fallback_is_decided_by_what_the_fallback_runs():
 
 def test_old_fallback_marker_still_reads(session, tmp_path):
     """Exports written while the fallback was plain cuBLAS said "cublas": same meaning, still valid."""
-    from l2tui import runtime
+    from l2tui.export import runtime
 
     out = tmp_path / "exp"
     man = export_session(session, out).manifest

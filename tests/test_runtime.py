@@ -1,4 +1,4 @@
-"""l2tui.runtime without a GPU: routing, manifest/hash checks, lazy thread-safe builds with real nvcc."""
+"""l2tui.export.runtime without a GPU: routing, manifest/hash checks, lazy thread-safe builds with real nvcc."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from l2tui import runtime
+from l2tui.export import runtime
 from l2tui.export import export_session
 from l2tui.export.manifest import ManifestError
 from tests.fixtures.export import make_session as fx

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from l2tui import runtime
+from l2tui.export import runtime
 from l2tui.export import export_session
 from tests.fixtures.export import make_session as fx
 

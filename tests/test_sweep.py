@@ -190,3 +190,43 @@ def test_a_resumed_sweep_keeps_its_libraries(capsys, tmp_path, monkeypatch):
     assert rc != 0 and len(err) == 1 and "--libraries" in err[0] and "torch" in err[0]
     assert main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec)]) == 0
     assert Session.open(sdir).config["sweep"]["libraries"] == ["torch"]
+
+
+@pytest.mark.compile
+def test_a_sweep_scores_with_the_config_files_rewards_and_its_resume_keeps_them(capsys, tmp_path, monkeypatch):
+    """The sweep's ``[rewards]`` is the config file's, kept in ``session.toml``: a resume scores with
+    the session's own even under another config file, and a damaged section there is one line."""
+    from l2tui.cli import main
+    from l2tui.session import TOML_FILE
+
+    monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
+    shapes = [Shape(64, 64, 64), Shape(4096, 4096, 4096)]
+    rec = recorded_file(tmp_path, shapes, ["sm80_mma"])
+    doc = json.loads(rec.read_text())
+    for r in doc["records"].values():   # ten times the reference error: the penalty is error_weight
+        r["check"]["rel_err"] = 5e-3
+    rec.write_text(json.dumps(doc))
+    first, other = tmp_path / "first.toml", tmp_path / "other.toml"
+    first.write_text("[rewards]\nerror_weight = 2.0\nlength_weight = 0.3\n")
+    other.write_text("[rewards]\nerror_weight = 0.0\n")
+    sdir = tmp_path / "s"
+    common = ["--recorded", str(rec), "--steps", "0", "--families", "sm80_mma", "--arch", "sm_80", "--seeds", "1",
+              "--no-pick-kinds"]
+    assert main(["--config", str(first), "sweep", "--shapes", "64x64x64", *common, "--session", str(sdir)]) == 0
+    assert Session.open(sdir).config["rewards"]["error_weight"] == 2.0
+    assert main(["--config", str(other), "sweep", "--session", str(sdir), "--resume", "--recorded", str(rec),
+                 "--shapes", "64x64x64,4096x4096x4096"]) == 0
+    s = Session.open(sdir)
+    assert s.config["rewards"]["error_weight"] == 2.0 and s.config["rewards"]["length_weight"] == 0.3
+    rows = s.rewards()
+    assert {r["track"] for r in rows} == {"64x64x64-f32", "4096x4096x4096-f32"}
+    assert all(r["origin"] == "seed" and r["plan"] and "seed_lines" in r for r in rows)
+    ok = [r for r in rows if r["kind"] == "ok"]
+    assert {r["track"] for r in ok} == {"64x64x64-f32", "4096x4096x4096-f32"}
+    assert all(r["parts"]["error_penalty"] == pytest.approx(2.0) for r in ok)
+    capsys.readouterr()
+    toml = sdir / TOML_FILE
+    toml.write_text(toml.read_text().replace("error_weight = 2.0", 'error_weight = "heavy"'))
+    rc = main(["sweep", "--session", str(sdir), "--resume", "--recorded", str(rec)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "error_weight" in err[0], err

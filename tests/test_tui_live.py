@@ -16,7 +16,7 @@ from l2tui.config import parse_config
 from l2tui.session import Session
 from l2tui.tui.app import L2App, UIContext
 from l2tui.tui.screens.main import MainScreen
-from l2tui.tui.widgets.feeds import LoopHandle
+from l2tui.tui.loophandle import LoopHandle
 from tests.openai_server import Reply
 
 from tui_support import SIZE

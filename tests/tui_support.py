@@ -18,7 +18,7 @@ from l2tui.session import Session
 from l2tui.steering import LoopCommand
 from l2tui.tui.app import L2App, UIContext
 from l2tui.tui.sessionio import open_session
-from l2tui.tui.widgets.feeds import LoopHandle
+from l2tui.tui.loophandle import LoopHandle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 GRID = FIXTURES / "tui_grid"

@@ -176,7 +176,7 @@ async def bench_throughput(rate: float, seconds: float) -> dict:
     from l2tui.session import Session
     from l2tui.tui.app import L2App, UIContext
     from l2tui.tui.screens.main import MainScreen
-    from l2tui.tui.widgets.feeds import LoopHandle
+    from l2tui.tui.loophandle import LoopHandle
 
     tmp = Path(tempfile.mkdtemp(prefix="l2tui-bench-"))
     sess = Session.create(tmp / "s", config={}, gpu={}, versions={})

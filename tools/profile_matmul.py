@@ -18,7 +18,7 @@ import time
 def main(argv: list[str]) -> int:
     import cupy as cp
 
-    from l2tui import runtime
+    from l2tui.export import runtime
 
     root = argv[0]
     m, n, k = (int(x) for x in (argv[1] if len(argv) > 1 else "512x128x64").split("x"))

@@ -21,23 +21,27 @@ tokens, wall_s), ``llm_retry`` (one per retried LLM request), and ``origin`` /
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generator, Mapping, cast
+from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, cast
 
 from .. import events as ev_schema
-from ..errors import SessionError
-from ..session import Session, check_shape, sha256_text
-from ..steering import WAKE, LoopCommand
+from ..session import Session, sha256_text
+from ..steering import LoopCommand
 from .llm_client import EndpointUnusable
 from .patches import apply_patch, unified_diff
 from .policies.base import Attempt, Failure, Policy, Proposal, TrackContext
-from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
+from .rewards import RewardConfig, code_lines
+from .loop_commands import SteeringCommands, _live
+from .interrupt import StepInterrupted
+from .interrupt import interrupted as _interrupted
+from .loop_profiling import Profiling
+from .loop_restore import Restore
+from .track import Track
+from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
 
 if TYPE_CHECKING:
@@ -45,29 +49,10 @@ if TYPE_CHECKING:
     from harness.known import GpuKey, KnownKernel, KnownStore
 
 TERMINAL = ("done", "failed", "stopped_final")
-#: track_done reasons that a larger per-track budget on --resume lifts (see _budget)
-BUDGET_REASONS = ("max_steps (", "wall_time (", "token_budget (")
 DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
 NOT_RECORDED = "not_recorded"
 
 Gen = Generator[None, None, Any]
-
-
-class StepInterrupted(Exception):
-    """A compile or evaluation stopped from outside (Ctrl-C, SIGTERM, the run ending).
-
-    Not the kernel's fault: the step leaves no ``compile_error`` (or any) reward, the
-    loop stops at once, and ``--resume`` starts the step afresh.
-    """
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is the harness saying a build or evaluation was stopped from outside."""
-    try:
-        from harness.build import BuildInterrupted
-    except ImportError:  # pragma: no cover - an older harness without it
-        return False
-    return isinstance(exc, BuildInterrupted)
 
 
 @dataclass
@@ -111,99 +96,24 @@ class LoopConfig:
         )
 
 
-@dataclass
-class Track:
-    id: str
-    shape: Any
-    acc: str
-    baseline: str
-    state: str = "queued"
-    step: int = 0                     # last step number used (0 = seed)
-    steps_done: int = 0               # refinement steps completed
-    best_sha: str | None = None
-    best_source: str | None = None
-    best_eval: dict | None = None
-    best_speedup: float | None = None
-    best_stack: list[str] = field(default_factory=list)
-    seed_lines: int = 0
-    family: str | None = None
-    flags: list[str] = field(default_factory=list)
-    history: list[Attempt] = field(default_factory=list)
-    hint: str | None = None
-    feedback: str | None = None
-    profiling_enabled: bool = False
-    profile: dict | None = None
-    profiled_sha: str | None = None
-    profile_error_shown: bool = False
-    stable: int = 0
-    last_structure: str | None = None
-    tokens: int = 0
-    wall_prior: float = 0.0
-    run_started: float | None = None
-    step_once: bool = False
-    pending_edits: list[str] = field(default_factory=list)
-    policy: Any = None
-    gen: Any = None
-    done_reason: str | None = None
-    known: dict = field(default_factory=dict)   # sha -> {"eval": dict, "speedup": float|None}
-
-    def wall_s(self) -> float:
-        return self.wall_prior + (time.monotonic() - self.run_started if self.run_started else 0.0)
-
-
 def track_id(shape: Any, acc: str) -> str:
     return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
 
 
-def as_dict(obj: Any) -> dict:
-    if obj is None:
-        return {}
-    if isinstance(obj, dict):
-        return dict(obj)
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return dict(vars(obj))
+class _LoopSink:
+    """The loop's session as a reward sink: rows go to the session, events through ``_emit`` (subscribers see them)."""
+
+    def __init__(self, loop: "AgentLoop"):
+        self.loop = loop
+
+    def append(self, type: str, **payload: Any) -> dict:
+        return self.loop._emit(type, **payload)
+
+    def append_reward(self, row: dict) -> dict:
+        return self.loop.session.append_reward(row)
 
 
-def _live(t: Track) -> bool:
-    """A track still open to steering (not finished)."""
-    return t.done_reason is None
-
-
-def _one_line(s: Any, limit: int = 400) -> str:
-    s = " ".join(str(s).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _speedup(times: dict, baseline: str, label: str = "candidate") -> float | None:
-    try:
-        v = float(times[baseline]) / float(times[label])
-        return v if math.isfinite(v) and v > 0 else None
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-
-
-def profile_payload(p: Any) -> dict | None:
-    """``{"verdict": str, "metrics": {name: {value, unit}}}`` from a harness Profile or a dict."""
-    if p is None:
-        return None
-    if hasattr(p, "event_payload"):
-        return p.event_payload()
-    d = as_dict(p)
-    verdict = d.get("verdict")
-    if isinstance(verdict, dict):
-        verdict = verdict.get("cls") or verdict.get("class") or verdict.get("verdict")
-    metrics = d.get("filtered") or d.get("metrics") or {}
-    out = {}
-    for k, v in metrics.items():
-        if isinstance(v, dict):
-            out[k] = {"value": v.get("value"), "unit": v.get("unit")}
-        else:
-            out[k] = {"value": v, "unit": None}
-    return {"verdict": verdict, "metrics": out}
-
-
-class AgentLoop:
+class AgentLoop(SteeringCommands, Restore, Profiling):
     """Runs tracks over one evaluator; see the module docstring."""
 
     def __init__(self, session: Session, config: LoopConfig, *, policy: Policy, evaluator: "Evaluator",
@@ -369,7 +279,7 @@ class AgentLoop:
         self._emit(ev_schema.TRACK_STATE, track=t.id, state=state)
 
     def _error(self, t: Track | None, message: str) -> None:
-        self._emit(ev_schema.ERROR, track=t.id if t else None, message=_one_line(message))
+        self._emit(ev_schema.ERROR, track=t.id if t else None, message=one_line(message))
 
     def _stage(self, t: Track, step: int, stage: str, status: str, detail: str | None = None) -> None:
         p: dict[str, Any] = {"track": t.id, "step": step, "stage": stage, "status": status}
@@ -546,10 +456,10 @@ class AgentLoop:
             except Exception as e:   # a GPU worker that cannot say which GPU it is: seed as before
                 if _interrupted(e):
                     raise
-                self._error(None, f"known kernels unavailable: {_one_line(e, 200)}")
+                self._error(None, f"known kernels unavailable: {one_line(e, 200)}")
                 self.known_store = None
             for line in getattr(self.known_store, "problems", ()):
-                self._error(None, f"known kernels: {_one_line(line, 300)}")
+                self._error(None, f"known kernels: {one_line(line, 300)}")
         return self.known_store, self.known_gpu
 
     def _known_seeds(self, t: Track) -> "list[KnownKernel]":
@@ -639,7 +549,7 @@ class AgentLoop:
         except Exception as e:   # the GPU worker went away after the track: nothing to record
             if _interrupted(e):
                 raise
-            self._error(t, f"known kernels: not recorded ({_one_line(e, 200)})")
+            self._error(t, f"known kernels: not recorded ({one_line(e, 200)})")
 
     def _seed(self, t: Track) -> Gen:
         step = t.step = 0
@@ -814,7 +724,7 @@ class AgentLoop:
         b = ev.get("build") or {}
         errs = [e for e in (b.get("errors") or []) if e.get("severity") != "warning"] if kind == "compile_error" else []
         log = (b.get("log") or "")[-4000:] if kind == "compile_error" else ""
-        return Failure(kind=kind, message=_one_line(ev.get("message") or kind), source=src, sha=sha,
+        return Failure(kind=kind, message=one_line(ev.get("message") or kind), source=src, sha=sha,
                        parent_source=parent, errors=errs, check=ev.get("check"), log=log, round=rnd,
                        feedback=feedback)
 
@@ -832,7 +742,7 @@ class AgentLoop:
             if _interrupted(e):
                 self._stage(t, step, "compile", "end", "interrupted")
                 raise StepInterrupted(f"step {step} compile interrupted") from None
-            msg = _one_line(e)
+            msg = one_line(e)
             b = {"ok": False, "ptxas": None, "errors": [{"file": "kernel.cu", "line": None, "col": None,
                                                           "severity": "error", "message": msg}],
                  "log": msg, "seconds": 0.0, "cached": False}
@@ -846,18 +756,18 @@ class AgentLoop:
         yield
         self._stage(t, step, "check", "start")
         try:
-            ev = as_dict(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate"))
+            ev = evaluation_of(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate")).to_dict()
         except Exception as e:  # the worker died, the GPU went away...
             if _interrupted(e):
                 self._stage(t, step, "check", "end", "interrupted")
                 raise StepInterrupted(f"step {step} evaluation interrupted") from None
-            ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": _one_line(f"evaluator failed: {e}")}
+            ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": one_line(f"evaluator failed: {e}")}
         if not ev.get("build"):
             ev["build"] = b
         status = ev.get("status") or "crashed"
         chk = ev.get("check") or {}
         self._emit(ev_schema.CHECKED, track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
-                   failed=chk.get("failed"), detail=_one_line(chk.get("detail") or ev.get("message") or ""),
+                   failed=chk.get("failed"), detail=one_line(chk.get("detail") or ev.get("message") or ""),
                    rel_err=chk.get("rel_err"), bound=chk.get("bound"))
         self._stage(t, step, "check", "end", status)
         if status != "ok":
@@ -865,7 +775,7 @@ class AgentLoop:
         yield
         self._stage(t, step, "time", "start")
         times = dict(ev.get("times_ms") or {})
-        sp = _speedup(times, t.baseline)
+        sp = speedup(times, t.baseline)
         self._emit(ev_schema.TIMED, track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
                    times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp,
                    **ev_schema.library_fields(ev.get("extra")))
@@ -876,56 +786,39 @@ class AgentLoop:
     def _row(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None, kind: str,
              reward: float, parts: dict, speedup: float | None) -> None:
         pol = self._policy(t)
-        usage = {"prompt_tokens": int((prop.usage or {}).get("prompt_tokens", 0)),
-                 "completion_tokens": int((prop.usage or {}).get("completion_tokens", 0))}
-        if (prop.usage or {}).get("estimated"):
-            usage["estimated"] = True   # counted by the client, not reported by the server
-        self.session.append_reward({
-            "track": t.id, "shape": [t.shape.m, t.shape.n, t.shape.k], "acc": t.acc, "step": step,
-            "role": prop.role, "policy": pol.name, "model": prop.model or getattr(pol, "model", None),
-            "messages": prop.messages, "completion": prop.completion, "reward": reward, "parts": parts,
-            "kind": kind, "parent_sha": parent, "child_sha": child, "usage": usage,
-            "baseline": t.baseline, "speedup": speedup, "origin": prop.origin, "plan": prop.plan,
-        })
-        self._emit(ev_schema.REWARD, track=t.id, step=step, sha=child, reward=reward, parts=parts, kind=kind,
-                   role=prop.role, origin=prop.origin, plan=_one_line(prop.plan, 200), speedup=speedup)
+        info = StepInfo(track=t.id, shape=(t.shape.m, t.shape.n, t.shape.k), acc=t.acc, baseline=t.baseline,
+                        policy=pol.name, model=getattr(pol, "model", None))
+        record_reward(_LoopSink(self), info, step, prop, parent=parent, child=child, kind=kind, reward=reward,
+                      parts=parts, speedup=speedup, seed_lines=t.seed_lines)
 
     def _reward_failure(self, t: Track, step: int, prop: Proposal, parent: str | None, child: str | None,
                         kind: str, why: str) -> None:
-        r, parts = failure_reward(kind, self.config.rewards)
-        parts["reason"] = _one_line(why, 300)
+        r, parts = score(kind, speedup=None, check=None, source="", seed_lines=t.seed_lines,
+                         cfg=self.config.rewards, message=why)
         self._row(t, step, prop, parent, child, kind, r, parts, None)
-        t.history.append(Attempt(step, prop.plan, prop.origin, kind, child, None, r, _one_line(why, 160)))
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, child, None, r, one_line(why, 160)))
 
     def _reward_outcome(self, t: Track, step: int, prop: Proposal, parent: str | None, sha: str, kind: str,
                         ev: dict, src: str, flags: list[str]) -> None:
+        sp = speedup(ev.get("times_ms"), t.baseline) if kind == "ok" else None
+        r, parts = score(kind, speedup=sp, check=ev.get("check"), source=src, seed_lines=t.seed_lines,
+                         cfg=self.config.rewards, message=ev.get("message") or "")
+        self._row(t, step, prop, parent, sha, kind, r, parts, sp)
         if kind == "ok":
-            times = ev.get("times_ms") or {}
-            sp = _speedup(times, t.baseline)
-            chk = ev.get("check") or {}
-            seed_lines = t.seed_lines or code_lines(src)
-            r, parts = success_reward(speedup=sp, rel_err=chk.get("rel_err"), ref_err=reference_error(chk),
-                                      lines=code_lines(src), seed_lines=seed_lines, cfg=self.config.rewards)
-            self._row(t, step, prop, parent, sha, kind, r, parts, sp)
             t.known[sha] = {"eval": ev, "speedup": sp, "flags": flags}
             better = t.best_sha is None or (sp is not None and (t.best_speedup is None or sp > t.best_speedup))
-            note = f"{ev.get('message') or 'ok'}"
             if better:
                 self._set_best(t, sha, src, ev, sp, flags, by="policy")
-            t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, sp, r, _one_line(note, 160), better))
+            note = one_line(ev.get("message") or "ok", 160)
+            t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, sp, r, note, better))
             return
         if kind == NOT_RECORDED:
-            parts = {"not_recorded": True}
-            self._row(t, step, prop, parent, sha, kind, 0.0, parts, None)
             if t.best_sha is None and prop.origin == "seed":
                 # an unrecorded seed still anchors the track (no speedup known)
                 self._set_best(t, sha, src, ev, None, flags, by="policy")
             t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, 0.0, "no recorded GPU result"))
             return
-        r, parts = failure_reward(kind, self.config.rewards)
-        parts["reason"] = _one_line(ev.get("message") or kind, 300)
-        self._row(t, step, prop, parent, sha, kind, r, parts, None)
-        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, _one_line(ev.get("message") or kind, 160)))
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, one_line(ev.get("message") or kind, 160)))
 
     def _set_best(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str], by: str) -> None:
         if t.best_sha and t.best_sha != sha:
@@ -934,53 +827,6 @@ class AgentLoop:
         t.flags = list(flags)
         self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
         self._emit(ev_schema.DECISION, track=t.id, sha=sha, action="accept", by=by)
-
-    # ------------------------------------------------------------------ delayed profiling
-    def _maybe_enable_profiling(self, t: Track, manual: bool = False) -> None:
-        if t.profiling_enabled:
-            return
-        c = self.config
-        reason = None
-        if manual:
-            reason = "manual"
-        elif t.steps_done >= c.profile_after:
-            reason = f"after {t.steps_done} steps"
-        elif c.stable_steps > 0 and t.stable >= c.stable_steps:
-            reason = f"structure stable for {t.stable} steps"
-        if reason:
-            t.profiling_enabled = True
-            self._emit(ev_schema.PROFILING_ENABLED, track=t.id, step=t.step, reason=reason)
-
-    def _profile(self, t: Track) -> Gen:
-        step = t.step
-        sha, src = t.best_sha, t.best_source
-        if sha is None or src is None:
-            return
-        self._stage(t, step, "profile", "start")
-        yield
-        payload = None
-        try:
-            if self.evaluator.own_profiles:   # a recording's profile, or one a recorder keeps
-                payload = profile_payload(cast("ReplayEvaluator", self.evaluator).profile(src, t.shape, t.acc))
-            else:
-                from harness.profiling.api import profile_kernel
-
-                payload = profile_payload(profile_kernel(src, t.shape, t.acc, arch=self.config.arch, flags=t.flags))
-        except Exception as e:
-            if _interrupted(e):
-                raise StepInterrupted("profiling interrupted") from None
-            if not t.profile_error_shown:
-                self._error(t, f"profiling failed: {e}")
-                t.profile_error_shown = True
-        t.profiled_sha = sha
-        if payload is not None:
-            t.profile = payload
-            self._emit(ev_schema.PROFILED, track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
-                       metrics=payload.get("metrics") or {}, in_context=True)
-        elif not t.profile_error_shown:
-            self._error(t, "no profile available for this kernel (no recording / no ncu); the context keeps timings only")
-            t.profile_error_shown = True
-        self._stage(t, step, "profile", "end", "ok" if payload else "unavailable")
 
     def _end_step(self, t: Track) -> None:
         t.steps_done += 1
@@ -993,323 +839,6 @@ class AgentLoop:
                    structure=key, tokens=t.tokens, wall_s=round(t.wall_s(), 3), best_sha=t.best_sha,
                    best_speedup=t.best_speedup, profiling_enabled=t.profiling_enabled)
 
-    # ================================================================== commands
-    def _apply_commands(self) -> None:
-        while True:
-            try:
-                cmd = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            name = cmd.name
-            if name == WAKE:
-                continue
-            args = dict(cmd.args)
-            log_args = {k: (v if k != "source" else f"<{len(str(v))} chars>") for k, v in args.items()}
-            self._emit(ev_schema.COMMAND, name=name, track=cmd.track, args=log_args)
-            try:
-                self._apply(name, cmd.track, args)
-            except Exception as e:
-                self._error(None, f"command {name} failed: {e}")
-
-    def _targets(self, tid: str | None) -> list[Track]:
-        if tid is None:
-            return [self.tracks[i] for i in self.order]
-        if tid not in self.tracks:
-            raise ValueError(f"unknown track {tid}")
-        return [self.tracks[tid]]
-
-    def _apply(self, name: str, tid: str | None, a: dict) -> None:
-        """Run one command through :attr:`COMMANDS` (a ValueError names a command there is none of)."""
-        handler = self.COMMANDS.get(name) if isinstance(name, str) else None
-        if handler is None:
-            raise ValueError(f"unknown command {name!r}")
-        handler(self, tid, a)
-
-    def _cmd_pause(self, tid: str | None, a: dict) -> None:
-        for t in self._targets(tid):
-            if _live(t) and t.state in ("running", "queued"):
-                self._set_state(t, "paused")
-
-    def _cmd_resume(self, tid: str | None, a: dict) -> None:
-        for t in self._targets(tid):
-            t.step_once = False
-            if _live(t) and t.state in ("paused", "stopped"):
-                self._set_state(t, "queued")
-
-    def _cmd_step(self, tid: str | None, a: dict) -> None:
-        for t in self._targets(tid):
-            if _live(t):
-                t.step_once = True
-                self._set_state(t, "running")
-
-    def _cmd_stop(self, tid: str | None, a: dict) -> None:
-        if tid is None:
-            self.request_stop()
-            return
-        for t in self._targets(tid):
-            self._finish(t, "stopped by user", state="stopped")
-
-    def _cmd_hint(self, tid: str | None, a: dict) -> None:
-        text = str(a.get("text") or "").strip() or None
-        for t in self._targets(tid):
-            t.hint = text
-        self._emit(ev_schema.HINT, track=tid, text=text or "")
-
-    def _cmd_edit(self, tid: str | None, a: dict) -> None:
-        src = str(a.get("source") or "")
-        for t in self._targets(tid):
-            t.pending_edits.append(src)
-            if t.done_reason is not None and t.state == "done" and t.best_sha:
-                # an edit reopens a finished track for that one human step
-                t.done_reason, t.gen = None, None
-                self._set_state(t, "queued")
-            elif _live(t) and t.state == "paused":
-                self._set_state(t, "queued")
-
-    def _cmd_decide(self, tid: str | None, a: dict, *, action: str) -> None:
-        sha = str(a.get("sha") or "")
-        for t in self._targets(tid):
-            self._decide(t, action, sha)
-
-    def _cmd_policy(self, tid: str | None, a: dict) -> None:
-        value = str(a.get("value"))
-        if self.policy_factory is None:
-            raise ValueError("this loop cannot switch policies")
-        pol = self.policy_factory(value)
-        for t in self._targets(tid):
-            t.policy = pol
-            if pol.name != "human" and t.state == "paused" and _live(t):
-                self._set_state(t, "queued")
-        if tid is None:
-            self.policy = pol
-
-    def _cmd_baseline(self, tid: str | None, a: dict) -> None:
-        value = str(a.get("value"))
-        for t in self._targets(tid):
-            t.baseline = value
-            if t.best_eval:
-                t.best_speedup = _speedup(t.best_eval.get("times_ms") or {}, value)
-                self._emit(ev_schema.BEST, track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
-                           times_ms=dict(t.best_eval.get("times_ms") or {}))
-        if tid is None:
-            self.config.baseline = value
-
-    def _cmd_acc(self, tid: str | None, a: dict) -> None:
-        for t in self._targets(tid):
-            self.add_track(t.shape, str(a.get("value")))
-
-    def _cmd_mode(self, tid: str | None, a: dict) -> None:
-        value = str(a.get("value"))
-        if value not in ("offline", "server"):
-            raise ValueError("mode must be offline or server")
-        self.config.mode = value
-        if self.evaluator.mode is not None:   # None: a recording, timed in its own mode
-            self.evaluator.mode = value
-
-    def _cmd_reorder(self, tid: str | None, a: dict) -> None:
-        order = [i for i in a.get("order") or [] if i in self.tracks]
-        self.order = order + [i for i in self.order if i not in order]
-
-    def _cmd_profile(self, tid: str | None, a: dict) -> None:
-        for t in self._targets(tid):
-            if t.best_sha:
-                self._maybe_enable_profiling(t, manual=True)
-                t.profiled_sha = None
-                for _ in self._profile(t):
-                    pass
-
-    def _cmd_bench_server(self, tid: str | None, a: dict) -> None:
-        for t in self._targets(tid):
-            self._bench_server(t)
-
-    #: command name -> handler(self, track id or None, args); the names are ``l2tui.steering.COMMAND_NAMES``
-    COMMANDS: ClassVar[dict[str, Callable[..., None]]] = {
-        "pause": _cmd_pause, "resume": _cmd_resume, "step": _cmd_step, "stop": _cmd_stop,
-        "hint": _cmd_hint, "edit": _cmd_edit,
-        "accept": partial(_cmd_decide, action="accept"), "reject": partial(_cmd_decide, action="reject"),
-        "pin": partial(_cmd_decide, action="pin"), "unpin": partial(_cmd_decide, action="unpin"),
-        "policy": _cmd_policy, "baseline": _cmd_baseline, "acc": _cmd_acc, "mode": _cmd_mode,
-        "reorder": _cmd_reorder, "profile": _cmd_profile, "bench_server": _cmd_bench_server,
-    }
-
-    def _decide(self, t: Track, action: str, sha: str) -> None:
-        self._emit(ev_schema.DECISION, track=t.id, sha=sha, action=action, by="user")
-        if action == "accept" and sha != t.best_sha:
-            if not self.session.has_kernel(sha):
-                raise ValueError(f"unknown kernel {sha[:12]}")
-            k = t.known.get(sha, {})
-            ev = k.get("eval") or {}
-            self._set_best_quiet(t, sha, self.session.get_kernel(sha), ev, k.get("speedup"), k.get("flags") or t.flags)
-        elif action == "reject" and sha == t.best_sha and t.best_stack:
-            prev = t.best_stack.pop()
-            k = t.known.get(prev, {})
-            t.best_sha = None  # do not push the rejected one back
-            self._set_best_quiet(t, prev, self.session.get_kernel(prev), k.get("eval") or {}, k.get("speedup"),
-                                 k.get("flags") or t.flags)
-
-    def _set_best_quiet(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str]) -> None:
-        if t.best_sha and t.best_sha != sha:
-            t.best_stack.append(t.best_sha)
-        t.best_sha, t.best_source, t.best_eval, t.best_speedup, t.flags = sha, src, ev, sp, list(flags)
-        self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
-
-    def _bench_server(self, t: Track) -> None:
-        if not t.best_source or self.evaluator.mode is None:
-            raise ValueError("server-mode timing needs a GPU evaluator with a mode setting")
-        old = self.evaluator.mode
-        try:
-            self.evaluator.mode = "server"
-            ev = as_dict(self.evaluator.evaluate(t.best_source, t.shape, t.acc, flags=t.flags, label="candidate"))
-        finally:
-            self.evaluator.mode = old
-        times = dict(ev.get("times_ms") or {})
-        self._emit(ev_schema.TIMED, track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
-                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=_speedup(times, t.baseline))
-
-    # ================================================================== resume
-    def _restore(self) -> None:
-        """Rebuild tracks and loop state from the session's events (after any stop, incl. kill -9)."""
-        events = self.session.events
-        if not any(e.get("type") == ev_schema.TRACK_ADDED for e in events):
-            return
-
-        evals: dict[str, dict] = {}
-        cand_flags: dict[str, list] = {}
-        current: dict = {}
-        try:
-            for e in events:
-                current = e
-                typ, tid = e.get("type"), e.get("track")
-                t = self.tracks.get(tid) if tid else None
-                if typ == ev_schema.TRACK_ADDED:
-                    if not isinstance(tid, str):
-                        raise TypeError("track id")
-                    shp = check_shape(e.get("shape"), f"{self.session.path}/events.jsonl: event seq {_shown_seq(e)} (track_added)")
-                    if e.get("acc", "f32") not in ("f32", "f16"):
-                        raise ValueError("acc")
-                    t = Track(tid, shp, e.get("acc", "f32"), e.get("baseline") or self.config.baseline)
-                    self.tracks[tid] = t
-                    self.order.append(tid)
-                    continue
-                if t is None:
-                    continue
-                if typ in (ev_schema.CANDIDATE, ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED, ev_schema.BEST) and not _is_sha(e.get("sha")):
-                    raise ValueError("sha")
-                _check_types(e)
-                if "step" in e and isinstance(e.get("step"), int) and typ in (ev_schema.STAGE, ev_schema.CANDIDATE, ev_schema.REWARD, ev_schema.CHECKPOINT):
-                    t.step = max(t.step, e["step"])
-                if typ == ev_schema.TRACK_STATE:
-                    t.state = e.get("state", t.state)
-                elif typ == ev_schema.CANDIDATE:
-                    cand_flags[e["sha"]] = list(e.get("flags") or [])
-                    if e.get("origin") == "seed" and not t.seed_lines and self.session.has_kernel(e["sha"]):
-                        t.seed_lines = code_lines(self.session.get_kernel(e["sha"]))
-                    if e.get("family"):
-                        t.family = e["family"]
-                elif typ == ev_schema.COMPILED:
-                    evals.setdefault(e["sha"], {})["build"] = {"ok": e.get("ok"), "ptxas": e.get("ptxas"), "errors": e.get("errors")}
-                elif typ == ev_schema.CHECKED:
-                    evals.setdefault(e["sha"], {}).update(status=e.get("status"), check={
-                        "ok": e.get("ok"), "failed": e.get("failed"), "detail": e.get("detail"),
-                        "rel_err": e.get("rel_err"), "bound": e.get("bound")})
-                elif typ == ev_schema.TIMED:
-                    d = evals.setdefault(e["sha"], {})
-                    if e.get("mode", "offline") == self.config.mode or "times_ms" not in d:
-                        d.update(times_ms=e.get("times_ms") or {}, roofline_ms=e.get("roofline_ms"))
-                    t.known[e["sha"]] = {"eval": d, "speedup": e.get("speedup"), "flags": cand_flags.get(e["sha"], [])}
-                elif typ == ev_schema.BEST:
-                    if t.best_sha and t.best_sha != e["sha"]:
-                        t.best_stack.append(t.best_sha)
-                    t.best_sha, t.best_speedup = e["sha"], e.get("speedup")
-                    t.baseline = e.get("baseline") or t.baseline
-                elif typ == ev_schema.REWARD:
-                    t.history.append(Attempt(e.get("step", 0), e.get("plan") or "", e.get("origin") or "patch",
-                                             e.get("kind", ""), e.get("sha"), e.get("speedup"), e.get("reward"),
-                                             (e.get("parts") or {}).get("reason", "")[:160]))
-                elif typ == ev_schema.LLM_CALL:
-                    u = e.get("usage") or {}
-                    t.tokens += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
-                elif typ == ev_schema.PROFILING_ENABLED:
-                    t.profiling_enabled = True
-                elif typ == ev_schema.PROFILED and e.get("in_context"):
-                    t.profile = {"verdict": e.get("verdict"), "metrics": e.get("metrics") or {}}
-                    t.profiled_sha = e.get("sha")
-                elif typ == ev_schema.HINT:
-                    t.hint = e.get("text") or None
-                elif typ == ev_schema.CHECKPOINT:
-                    t.steps_done = int(e.get("steps_done", t.steps_done))
-                    t.stable = int(e.get("stable", 0))
-                    t.last_structure = e.get("structure")
-                    t.wall_prior = float(e.get("wall_s", t.wall_prior))
-                elif typ == ev_schema.TRACK_DONE:
-                    t.done_reason = e.get("reason") or "done"
-        except (TypeError, ValueError, KeyError, AttributeError):
-            raise SessionError(f"{self.session.path}/events.jsonl: event seq {_shown_seq(current)} "
-                               f"({_shown_type(current)}) has a malformed field; the session file is damaged") from None
-        for e in events:  # global hints apply to every track
-            if e.get("type") == ev_schema.HINT and e.get("track") is None:
-                for t in self.tracks.values():
-                    t.hint = e.get("text") or None
-        for t in self.tracks.values():
-            if t.best_sha:
-                if self.session.has_kernel(t.best_sha):
-                    t.best_source = self.session.get_kernel(t.best_sha)
-                    t.best_eval = evals.get(t.best_sha, {})
-                    t.flags = cand_flags.get(t.best_sha, [])
-                    if t.best_eval.get("times_ms"):
-                        t.best_speedup = _speedup(t.best_eval["times_ms"], t.baseline)
-                else:
-                    t.best_sha = None
-            for a in t.history:
-                a.accepted = a.sha is not None and (a.sha == t.best_sha or a.sha in t.best_stack)
-            if t.done_reason is not None and t.state != "failed" and t.done_reason.startswith(BUDGET_REASONS) \
-                    and self._budget(t) is None:
-                t.done_reason = None  # finished on a budget that this run raises (--max-steps 30 after 20): go on
-            if t.done_reason is None:
-                t.state = "queued"  # running/paused/stopped before the stop: continue
-            else:
-                t.state = "stopped" if "stopped" in (t.done_reason or "") else ("failed" if t.state == "failed" else "done")
-        # announced when run() starts, so subscribers (the UI, progress lines) see it
-        self._resumed_from = events[-1]["seq"] if events else 0
-
-
-#: (event type, key) -> the types the loop's resume accepts there (None always allowed)
-_RESTORE_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
-    (ev_schema.TRACK_STATE, "state"): (str,), (ev_schema.TRACK_DONE, "reason"): (str,),
-    (ev_schema.HINT, "text"): (str,), (ev_schema.BEST, "speedup"): (int, float),
-    (ev_schema.TIMED, "speedup"): (int, float), (ev_schema.TIMED, "times_ms"): (dict,),
-    (ev_schema.TIMED, "mode"): (str,), (ev_schema.REWARD, "reward"): (int, float), (ev_schema.REWARD, "plan"): (str,),
-    (ev_schema.REWARD, "parts"): (dict,), (ev_schema.REWARD, "kind"): (str,), (ev_schema.REWARD, "origin"): (str,),
-    (ev_schema.PROFILED, "metrics"): (dict,), (ev_schema.PROFILED, "verdict"): (str,),
-    (ev_schema.CANDIDATE, "flags"): (list,), (ev_schema.CANDIDATE, "family"): (str,),
-    (ev_schema.CANDIDATE, "origin"): (str,), (ev_schema.LLM_CALL, "usage"): (dict,),
-    (ev_schema.CHECKPOINT, "structure"): (str,), (ev_schema.BEST, "baseline"): (str,),
-    (ev_schema.TRACK_ADDED, "baseline"): (str,),
-}
-
-
-def _check_types(e: dict) -> None:
-    """Raise TypeError (one line from the caller) when a field resume relies on has the wrong type."""
-    typ = e.get("type")
-    for (t, key), types in _RESTORE_TYPES.items():
-        if t == typ:
-            v = e.get(key)
-            if v is not None and (not isinstance(v, types) or (isinstance(v, bool) and bool not in types)):
-                raise TypeError(key)
-
-
-def _is_sha(x: Any) -> bool:
-    return isinstance(x, str) and len(x) == 64 and all(c in "0123456789abcdef" for c in x)
-
-
-def _shown_seq(e: dict) -> str:
-    seq = e.get("seq")
-    return str(seq) if isinstance(seq, int) else "?"
-
-
-def _shown_type(e: dict) -> str:
-    typ = e.get("type")
-    return typ if isinstance(typ, str) and typ.isidentifier() and len(typ) <= 40 else "?"
 
 
 def _has_code(reply: str) -> bool:

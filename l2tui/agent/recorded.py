@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..session import sha256_text
 
 if TYPE_CHECKING:
+    from harness.evaluate import Evaluation
     from harness.evaluator_protocol import Evaluator
 
 NOT_RECORDED = "not_recorded"
@@ -101,36 +102,16 @@ def _to_dict(obj: Any) -> dict:
     raise TypeError(f"cannot record {type(obj).__name__}")
 
 
-class DictEvaluation(dict):
-    """A dict that also answers like ``harness.evaluate.Evaluation`` (status, to_dict, speedup)."""
+def _wrap(d: dict) -> "Evaluation":
+    """A recorded (or replay-made) evaluation as an :class:`harness.evaluate.Evaluation`, read as
+    data; one that does not fit the schema is ``crashed`` with the field named."""
+    from harness.channel import FrameError
+    from harness.evaluate import Evaluation, evaluation_from_data
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def to_dict(self) -> dict:
-        return dict(self)
-
-    def speedup(self, baseline: str, label: str = "candidate") -> float | None:
-        t = self.get("times_ms") or {}
-        try:
-            return float(t[baseline]) / float(t[label])
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            return None
-
-
-def _wrap(d: dict) -> Any:
-    """An Evaluation object when the harness provides one, else a DictEvaluation."""
-    if d.get("status") != NOT_RECORDED:
-        try:
-            from harness.evaluate import Evaluation  # type: ignore[import-not-found]
-
-            return Evaluation.from_dict(d)
-        except Exception:  # harness.evaluate not there yet, or schema drift: keep the dict
-            pass
-    return DictEvaluation(d)
+    try:
+        return evaluation_from_data(d, "recorded evaluation")
+    except FrameError as e:
+        return Evaluation("crashed", None, message=" ".join(f"a malformed recorded evaluation: {e}".split())[:300])
 
 
 class RecordedEvaluator:
@@ -224,7 +205,7 @@ class RecordedEvaluator:
         rec = self.records.get(key)
         if rec is None:
             self.misses.append(key)
-            return DictEvaluation({"status": NOT_RECORDED, "build": b, "check": None, "times_ms": {}, "spread": {},
+            return _wrap({"status": NOT_RECORDED, "build": b, "check": None, "times_ms": {}, "spread": {},
                                    "roofline_ms": None,
                                    "message": "no GPU result recorded for this kernel and shape (run tools/record_evaluations.py on a GPU)"})
         d = json.loads(json.dumps(rec))

@@ -9,7 +9,7 @@ grid has to share work across shapes.  It
    (``needed_builds``: a track starts once its own builds are done), with a progress bar; then
    builds each step's proposals as a batch, so a configuration proposed for many shapes
    compiles once (content-addressed cache);
-2. runs, per track (shape, accumulator), the ``search`` policy: first the pick
+2. runs, per track (shape, accumulator; ``sweep_track.TrackDriver``), the ``search`` policy: first the pick
    (``policies/pick.py``: the catalog configurations the cost model and its known blind spots
    choose, checked and timed together with the baselines in one request of the harness), the
    fastest that passes every check kept; then up to ``steps`` refinement steps of ``width``
@@ -19,8 +19,9 @@ grid has to share work across shapes.  It
    (its Ray actor died) gives its track, from the start, to another slot;
 4. logs everything (from the driver alone) as session events (``track_added``, ``candidate``, ``compiled``, ``checked``,
    ``timed``, ``best``, ``track_done``) and one ``rewards.jsonl`` row per evaluated proposal,
-   with the policy's textual rationale as messages and its patch as completion, so a sweep is
-   RL data like an LLM session;
+   with the policy's textual rationale as messages and its patch as completion, scored and
+   written by ``step.py`` with the session's ``[rewards]`` as the agent loop's are, so a sweep is
+   RL data like an LLM session, row for row;
 5. keeps a resumable results file (``sweep.json`` in the session folder, keyed by track; each
    row names the GPU model and UUID that timed it); ``--resume`` skips finished tracks;
 6. writes the winners as ``kernels/M_N_K.cu`` (``winners/`` in the session folder) for
@@ -41,15 +42,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from harness.families import Config, applicable, build_arch_for, catalog, no_pdl_twin, validate
+from harness.evaluate import Evaluation
+from harness.families import Config, applicable, build_arch_for, catalog
 from harness.shapes import Shape
-from harness.stats import geomean, speedup
+from harness.stats import speedup
 
 from .. import events as ev_schema
 from .needed_builds import NeededBuilds, no_builds
-from .policies.base import Attempt, Failure, Proposal, TrackContext
-from .policies.pick import PickSettings, choose
+from .policies.base import Proposal, TrackContext
+from .policies.pick import PickSettings, Subject, subjects
 from .policies.search import SearchPolicy
+from .rewards import RewardConfig
+from .sweep_pool import SlotPool
+from .sweep_track import TrackDriver
 
 RESULTS_FILE = "sweep.json"
 WINNERS_DIR = "winners"
@@ -78,12 +83,6 @@ def sha256(text: str) -> str:
 
 def track_id(shape: Shape, acc: str) -> str:
     return f"{shape}-{acc}"
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 @dataclass
@@ -117,6 +116,7 @@ class SweepConfig:
     known: Any = None
     known_gpu: Any = None
     known_info: dict | None = None     # the GPU as its worker describes it (driver, name): provenance
+    rewards: RewardConfig = field(default_factory=RewardConfig)   # the session's [rewards]
 
 
 @dataclass
@@ -322,22 +322,19 @@ class Sweep:
                  origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
         return sha
 
-    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Any, slot: Any) -> None:
+    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Evaluation, slot: Any) -> None:
         s = self.session
-        b = _get(ev, "build")
-        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(_get(b, "ok", False)),
-                 ptxas=(b.ptxas.to_dict() if getattr(b, "ptxas", None) is not None and hasattr(b.ptxas, "to_dict")
-                        else _get(b, "ptxas")),
-                 errors=[e.to_dict() if hasattr(e, "to_dict") else e for e in (_get(b, "errors") or [])],
-                 seconds=_get(b, "seconds", 0.0), cached=_get(b, "cached", False))
-        status = _get(ev, "status")
-        chk = _get(ev, "check") or {}
-        extra = _get(ev, "extra") or {}
-        if status != "compile_error":
-            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=status == "ok", status=status,
+        b = ev.build
+        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
+                 ptxas=b.ptxas.to_dict() if b is not None and b.ptxas is not None else None,
+                 errors=[e.to_dict() for e in b.errors] if b is not None else [],
+                 seconds=b.seconds if b is not None else 0.0, cached=bool(b and b.cached))
+        chk = ev.check or {}
+        if ev.status != "compile_error":
+            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=ev.status == "ok", status=ev.status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
-                     bound=chk.get("bound"), worker_s=extra.get("seconds"), phases=extra.get("phases"),
-                     gpu=getattr(slot, "uuid", None), batch=extra.get("batch"))
+                     bound=chk.get("bound"), worker_s=ev.extra.get("seconds"), phases=ev.extra.get("phases"),
+                     gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch"))
 
     def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
         """One track on one GPU slot, from the pick to its last refinement step; its session
@@ -357,123 +354,10 @@ class Sweep:
 
                 raise UserError("no GPU to evaluate on: pass --recorded FILE or run on a GPU box")
             slot = slots[0]
-        cfg, s, pol = self.cfg, self.session, self.policy
         track = track_id(shape, acc)
-        t0 = time.monotonic()
-        s.append(ev_schema.TRACK_ADDED, track=track, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=cfg.baseline,
-                 gpu=slot.uuid)
-        s.append(ev_schema.TRACK_STATE, track=track, state="running")
-        ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=cfg.baseline, step=0, arch=cfg.arch)
         res = TrackResult(track, [shape.m, shape.n, shape.k], acc, gpu=self.gpu or getattr(slot, "name", None),
                           gpu_uuid=slot.uuid)
-        base_ms: dict[str, float] = {}
-        base_tune: dict = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
-        best_src: str | None = None
-        best_ms = math.inf
-
-        def consider(prop: Proposal, source: str, parent: str | None, step: int, ev: Any = None) -> None:
-            nonlocal best_src, best_ms, base_ms, base_tune
-            if ev is None:
-                sha = self._announce(ctx, prop, source, parent, step)
-                s.append(ev_schema.STAGE, track=ctx.track, step=step, stage="compile", status="start")
-                ev = slot.evaluate(source, shape, acc, flags=tuple(prop.flags), time_baselines=not base_ms)
-            else:
-                sha = self._announce(ctx, prop, source, parent, step)
-            self._record(ctx, step, sha, ev, slot)
-            res.evaluated += 1
-            b = _get(ev, "build")
-            if b is not None and not _get(b, "cached", False):
-                res.build_s += float(_get(b, "seconds", 0.0) or 0.0)
-            res.gpu_s += float((_get(ev, "extra") or {}).get("seconds") or 0.0)
-            times = dict(_get(ev, "times_ms") or {})
-            if not base_ms:
-                base_ms = {k: v for k, v in times.items() if k != "candidate" and v}
-                base_tune = ev_schema.library_fields(_get(ev, "extra"))
-            t = times.get("candidate")
-            status = _get(ev, "status")
-            ref = base_ms.get(cfg.baseline)
-            sp = speedup(ref, t) if status == "ok" else None
-            if status == "ok":
-                s.append(ev_schema.TIMED, track=track, step=step, sha=sha, mode="offline", times_ms={**base_ms, **times},
-                         roofline_ms=_get(ev, "roofline_ms"), baseline=cfg.baseline, speedup=sp,
-                         gpu=slot.uuid, timing=(_get(ev, "extra") or {}).get("timing"),
-                         **base_tune)
-            reward, parts = self._reward(status, sp, _get(ev, "check"))
-            s.append(ev_schema.REWARD, track=track, step=step, sha=sha, reward=reward, parts=parts, kind=status)
-            s.append_reward({"track": track, "shape": [shape.m, shape.n, shape.k], "acc": acc, "step": step,
-                             "role": prop.role, "policy": "search", "model": None, "messages": prop.messages,
-                             "completion": prop.completion, "reward": reward, "parts": parts, "kind": status,
-                             "parent_sha": sha256(parent) if parent else None, "child_sha": sha,
-                             "usage": prop.usage, "baseline": cfg.baseline, "speedup": sp})
-            improved = status == "ok" and t is not None and t < best_ms
-            ctx.history.append(Attempt(step=step, plan=prop.plan, origin=prop.origin, kind=status, sha=sha,
-                                       speedup=sp, reward=reward, note=_get(ev, "message", ""),
-                                       accepted=improved))
-            if status != "ok" and status != "unsupported":
-                pol.debug(ctx, Failure(kind=status, message=_get(ev, "message", ""), source=source, sha=sha,
-                                       parent_source=parent))
-            if improved:
-                best_src, best_ms = source, t
-                ctx.source, ctx.sha = source, sha
-                ctx.times_ms = {**base_ms, **times}
-                ctx.speedup = sp
-                ctx.evaluation = ev
-                s.append(ev_schema.BEST, track=track, sha=sha, speedup=sp, baseline=cfg.baseline,
-                         times_ms=ctx.times_ms)
-
-        # the pick: the policy's seed and the catalog configurations chosen beside it, built, then
-        # checked and timed together (with the baselines) in one request on this track's GPU
-        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="start")
-        with self._plans_lock:
-            seeds = self._plans.pop(track, None)
-        if seeds is None:
-            seeds = self._pick_proposals(ctx)
-        res.picked = len(seeds)
-        if seeds:
-            s.append(ev_schema.PLAN, track=track, step=0, role="planner",
-                     text=f"pick: timing {len(seeds)} catalog configurations together on {slot.uuid}: "
-                          + ", ".join((Config.from_source(p.source).name if Config.from_source(p.source) else "seed")
-                                      for p in seeds))
-            t_build = time.monotonic()
-            if self.builds is not None:
-                self.builds.wait(track)
-            if cfg.build_batches:
-                self._build([p.source for p in seeds])
-            res.build_s += time.monotonic() - t_build
-            s.append(ev_schema.STAGE, track=track, step=0, stage="compile", status="start")
-            items = [(f"pick{i}", p.source, tuple(p.flags)) for i, p in enumerate(seeds)]
-            evs = slot.evaluate_many(items, shape, acc, baselines=(cfg.baseline, *cfg.libraries))
-            for (label, _, _), p in zip(items, seeds):
-                consider(p, p.source, None, 0, ev=evs[label])
-        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")
-        # refinement steps
-        stale = 0
-        for step in range(1, cfg.steps + 1):
-            if best_src is None:
-                break
-            ctx.step = step
-            props = pol.propose(ctx)
-            if not props:
-                break
-            sources = self._sources_of(props, best_src, track, step)
-            t_build = time.monotonic()
-            self._build_batch([src for _, src in sources])
-            res.build_s += time.monotonic() - t_build
-            before = best_ms
-            parent = best_src
-            for p, src in sources:
-                consider(p, src, parent, step)
-            stale = stale + 1 if best_ms >= before else 0
-            if stale >= cfg.patience:
-                break
-        res.seconds = round(time.monotonic() - t0, 2)
-        res.build_s, res.gpu_s = round(res.build_s, 2), round(res.gpu_s, 2)
-        if best_src is not None:
-            self._keep_winner(res, shape, acc, best_src, best_ms, base_ms)
-        s.append(ev_schema.TRACK_DONE, track=track, reason="budget" if best_src else "failed", best_sha=res.best_sha,
-                 best_speedup=res.speedup, gpu=slot.uuid)
-        s.append(ev_schema.TRACK_STATE, track=track, state="done" if best_src else "failed")
-        return res
+        return TrackDriver(self, shape, acc, slot, track, res).run()
 
     def _plan(self, tid: str) -> list[str]:
         """The planner's call (``NeededBuilds``): the track's pick, computed once and kept for the
@@ -505,41 +389,42 @@ class Sweep:
         return self.builds.first_ready([track_id(s, a) for s, a in queue])
 
     def _pick_proposals(self, ctx: TrackContext) -> list[Proposal]:
-        """What the pick times on the track's shape: the policy's seed, the catalog configurations
-        ``choose`` adds (``policies/pick.py``) and the incumbent, each once, best-first."""
+        """What the pick times on the track's shape: the policy's seed, then the known kernels and
+        the catalog configurations of the pick's pipeline (``policies/pick.py``: ``subjects``, with
+        the incumbent, its no-PDL twin and ``--also``), each once."""
         cfg, pol, shape, acc = self.cfg, self.policy, ctx.shape, ctx.acc
+        arch = cfg.arch or "sm_90a"
         seed = pol.seed(ctx)
-        seeds: list[Proposal] = [seed] if seed.source else []
-        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, cfg.arch or "sm_90a"), shape)]
-        settings = PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds, siblings=cfg.pick_kinds)
-        chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
-        held = (cfg.incumbents or {}).get((shape, acc))
-        if held is not None and held not in chosen:
-            chosen.append(held)
-        # an incumbent launched with PDL is timed beside its no-PDL twin (the per-call pool's launch)
-        twin_knobs = no_pdl_twin(held.family, held.knob_dict) \
-            if held is not None and getattr(pol, "launch", "per_call") == "per_call" else None
-        held_twin = Config.of(held.family, twin_knobs) if twin_knobs and not validate(held.family, twin_knobs) else None
-        if held_twin is not None and held_twin not in chosen:
-            chosen.append(held_twin)
-        also = [c for c in (cfg.also or {}).get(acc, ()) if applicable(c.family, shape, cfg.arch or "sm_90a")]
-        for c in also:
-            if c not in chosen:
-                chosen.append(c)
-        seeds += self._known_proposals(shape, acc, seeds, seed)
-        for c in chosen:
-            src = c.source()
-            if any(p.source == src for p in seeds):
+        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch), shape)]
+        picked = subjects(ranked, shape, PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds,
+                                                      siblings=cfg.pick_kinds),
+                          incumbent=(cfg.incumbents or {}).get((shape, acc)),
+                          per_call=getattr(pol, "launch", "per_call") == "per_call",
+                          also=[c for c in (cfg.also or {}).get(acc, ()) if applicable(c.family, shape, arch)],
+                          known=self._known_kernels(shape, acc))
+        out: list[Proposal] = [seed] if seed.source else []
+        for sub in [s for s in picked if s.known is not None] + [s for s in picked if s.known is None]:
+            if any(p.source == sub.source for p in out):
                 continue
-            why = ("the incumbent (it holds this shape now)" if c == held else
-                   "the incumbent's launch without PDL" if c == held_twin else
-                   "named by --also" if c in also else pol.cost.estimate(c, shape).rationale())
-            seeds.append(Proposal(source=src, plan=f"pick: time {c.name} beside the others: {why}",
-                                  family=c.family, origin="seed",
-                                  role="seed", messages=seed.messages, completion=f"```cuda\n{src}```\n"))
-        return seeds
+            out.append(Proposal(source=sub.source, plan=self._pick_plan(sub, shape),
+                                family=sub.config.family if sub.config else None, origin="seed", role="seed",
+                                messages=seed.messages, completion=f"```cuda\n{sub.source}```\n"))
+        return out
 
-    def _known_proposals(self, shape: Shape, acc: str, have: Sequence[Proposal], seed: Proposal) -> list[Proposal]:
+    def _pick_plan(self, sub: Subject, shape: Shape) -> str:
+        """The plan line of one of the pick's proposals: what it is and why it is timed."""
+        if sub.known is not None:
+            k = sub.known
+            where = "this shape" if k.shape == shape else f"the neighbouring shape {k.shape}"
+            return f"pick: time the known kernel {k.name} ({k.layer}, best on {where})"
+        c = sub.config
+        if c is None:
+            return "pick: time a kernel beside the others"
+        why = {"incumbent": "the incumbent (it holds this shape now)",
+               "twin": "the incumbent's launch without PDL", "also": "named by --also"}.get(sub.reason)
+        return f"pick: time {c.name} beside the others: {why or self.policy.cost.estimate(c, shape).rationale()}"
+
+    def _known_kernels(self, shape: Shape, acc: str) -> list[Any]:
         """The known kernels for ``shape`` (``KnownStore.seeds``) the pick times beside its own
         choices; a replayed recording is asked only for kernels it holds."""
         cfg = self.cfg
@@ -549,17 +434,8 @@ class Sweep:
 
         fam_ok = family_usable(shape, cfg.arch or "sm_90a")
         holds = getattr(self.policy, "_holds", None)
-        out: list[Proposal] = []
-        for k in cfg.known.seeds(shape, acc, cfg.known_gpu,
-                                 usable=lambda k: fam_ok(k) and (holds is None or holds(k.source, shape, acc))):
-            if any(p.source == k.source for p in (*have, *out)):
-                continue
-            c = Config.from_source(k.source)
-            where = "this shape" if k.shape == shape else f"the neighbouring shape {k.shape}"
-            out.append(Proposal(source=k.source, plan=f"pick: time the known kernel {k.name} ({k.layer}, best on {where})",
-                                family=c.family if c else None, origin="seed", role="seed", messages=seed.messages,
-                                completion=f"```cuda\n{k.source}```\n"))
-        return out
+        return list(cfg.known.seeds(shape, acc, cfg.known_gpu,
+                                    usable=lambda k: fam_ok(k) and (holds is None or holds(k.source, shape, acc))))
 
     def _record_known(self, shape: Shape, acc: str, best_src: str, best_ms: float, sp: float | None) -> None:
         """A track's verified winner into the local layer of the known kernels (not from a replay:
@@ -608,19 +484,6 @@ class Sweep:
             wdir.mkdir(parents=True, exist_ok=True)
             (wdir / f"{shape.file_stem}{'' if acc == 'f32' else '_f16'}.cu").write_text(best_src)
 
-    @staticmethod
-    def _reward(status: str, speedup: float | None, check: Any) -> tuple[float, dict]:
-        try:
-            from .rewards import RewardConfig, failure_reward, reference_error, success_reward
-        except ImportError:  # pragma: no cover
-            return (speedup or 0.0) if status == "ok" else -1.0, {}
-        rc = RewardConfig()
-        if status != "ok":
-            return failure_reward(status, rc)
-        chk = check or {}
-        return success_reward(speedup=speedup, rel_err=chk.get("rel_err"), ref_err=reference_error(chk),
-                              lines=0, seed_lines=0, cfg=rc)
-
     # ------------------------------------------------------------ all tracks
 
     def record_run(self, started: float, results: Sequence[TrackResult], ended: str) -> list[dict[str, Any]]:
@@ -634,126 +497,55 @@ class Sweep:
 
     def run(self) -> list[TrackResult]:
         """Every unfinished track, scheduled over the executor's GPU slots (module docstring)."""
-        from l2tui.executors.base import ExecutorError, SlotLost
+        from l2tui.executors.base import ExecutorError
 
         tracks = [(s, a) for a in self.cfg.accs for s in self.cfg.shapes]
         todo = [(s, a) for s, a in tracks if not (self.cache and self.cache.done(track_id(s, a), self.gpu))]
-        skipped = len(tracks) - len(todo)
-        if skipped:
-            self.progress(f"resuming: {skipped} of {len(tracks)} tracks already done")
+        if len(tracks) > len(todo):
+            self.progress(f"resuming: {len(tracks) - len(todo)} of {len(tracks)} tracks already done")
         slots = self.executor.slots()
         if todo and not slots:
             raise ExecutorError("no GPU to evaluate on: pass --recorded FILE or run on a GPU box")
-        queue: collections.deque = collections.deque(todo)
-        lock = threading.Lock()
-        out: list[TrackResult] = []
-        errors: list[BaseException] = []
-        live = {id(sl) for sl in slots}
-        t0 = time.monotonic()
         deadline = self._deadline()
-
-        def report(r: TrackResult) -> None:
-            n = len(out)
-            el = time.monotonic() - t0
-            eta = el / n * (len(todo) - n)
-            sp = f"{r.speedup:.3f}x" if r.speedup else "-"
-            on = f" on {r.gpu_uuid}" if len(slots) > 1 else ""
-            self.progress(f"[{skipped + n}/{len(tracks)}] {r.track}: {r.best_name} {sp} vs {self.cfg.baseline} "
-                          f"({r.evaluated} evaluated, {r.picked} picked, {r.seconds:.1f}s: nvcc {r.build_s:.1f}s, "
-                          f"GPU {r.gpu_s:.1f}s){on}  elapsed {el:.0f}s ETA {eta:.0f}s")
-
-        cond = threading.Condition(lock)
-        inflight = [0]
-
-        def serve(slot: Any) -> None:
-            # a slot waits while others still run tracks: a lost slot's track comes back to the queue;
-            # it takes the first queued track whose builds are done, and waits (lock released) while
-            # none is
-            while True:
-                with cond:
-                    while not queue and inflight[0] and not errors:
-                        cond.wait()
-                    if errors or not queue or (deadline is not None and time.monotonic() >= deadline):
-                        cond.notify_all()
-                        return
-                    i = self._next_track(queue)
-                    if i is None:
-                        waiting = [track_id(s, a) for s, a in queue]
-                    else:
-                        shape, acc = queue[i]
-                        del queue[i]
-                        inflight[0] += 1
-                if i is None:
-                    assert self.builds is not None
-                    self.builds.wait_any(waiting, timeout=1.0)
-                    continue
-                try:
-                    r = self.run_track(shape, acc, slot)
-                except SlotLost as e:
-                    tid = track_id(shape, acc)
-                    with cond:
-                        queue.appendleft((shape, acc))
-                        live.discard(id(slot))
-                        self.requeued.append((tid, slot.uuid))
-                        left = len(live)
-                        inflight[0] -= 1
-                        cond.notify_all()
-                    self.session.append(ev_schema.TRACK_STATE, track=tid, state="queued", requeued=True, gpu=slot.uuid,
-                                        reason=str(e))
-                    self.progress(f"{e}; {tid} goes back to the queue ({left} GPU(s) left)")
-                    return
-                except BaseException as e:  # noqa: BLE001 - stop the other slots, re-raised below
-                    with cond:
-                        errors.append(e)
-                        inflight[0] -= 1
-                        cond.notify_all()
-                    return
-                if self.cache:
-                    self.cache.put(r)
-                with cond:
-                    out.append(r)
-                    report(r)
-                    inflight[0] -= 1
-                    cond.notify_all()
-
+        pool = SlotPool(self, todo, slots, len(tracks), deadline)
         if todo and slots and self.cfg.build_batches:
             self._start_builds(todo, deadline)
         try:
-            if len(slots) <= 1:
-                for sl in slots:
-                    serve(sl)
-            else:
-                threads = [threading.Thread(target=serve, args=(sl,), name=f"sweep-{sl.uuid}", daemon=True)
-                           for sl in slots]
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
+            pool.serve_all()
         except BaseException:
-            # Ctrl-C, SIGTERM: the queued builds never start and the running compilers die now
-            if self.builds is not None:
-                from harness.build import kill_all_builds
-
-                self.builds.stop()
-                kill_all_builds()
-                self.builds.close(wait=False)
+            self._kill_builds()   # Ctrl-C, SIGTERM: the queued builds never start, the running compilers die now
             raise
-        if self.builds is not None:
-            # every track ran (its builds are done) or the sweep stopped early: skip what is queued
-            self.catalog_stats = self.builds.close(wait=not (errors or queue))
-            self.unbuilt_at_limit = self.catalog_stats["not_started"]
-            if self.catalog_stats.get("failed"):
-                self.progress(f"{self.catalog_stats['failed']} of {self.catalog_stats['configs']} builds failed "
-                              f"(their candidates are reported as compile errors)")
-        if errors:
-            raise errors[0]
-        if queue and live and deadline is not None and time.monotonic() >= deadline:
-            self.left_at_limit = len(queue)
-            self.progress(f"time limit: {len(queue)} of {len(tracks)} tracks not started; continue with --resume")
-            return out
-        if queue:
-            raise ExecutorError(f"every GPU was lost with {len(queue)} track(s) left: "
+        self._close_builds(wait=not (pool.errors or pool.queue))
+        if pool.errors:
+            raise pool.errors[0]
+        if pool.queue and pool.live and deadline is not None and time.monotonic() >= deadline:
+            self.left_at_limit = len(pool.queue)
+            self.progress(f"time limit: {len(pool.queue)} of {len(tracks)} tracks not started; continue with --resume")
+            return pool.out
+        if pool.queue:
+            raise ExecutorError(f"every GPU was lost with {len(pool.queue)} track(s) left: "
                                 f"continue with --resume once the GPUs are back")
-        return out
+        return pool.out
+
+    def _kill_builds(self) -> None:
+        """Stop the build queue and kill the running compilers (the sweep is being interrupted)."""
+        if self.builds is None:
+            return
+        from harness.build import kill_all_builds
+
+        self.builds.stop()
+        kill_all_builds()
+        self.builds.close(wait=False)
+
+    def _close_builds(self, *, wait: bool) -> None:
+        """Every track ran (its builds are done) or the sweep stopped early (``wait`` False: what
+        is queued is skipped); the catalog's build figures for ``sweep.json``."""
+        if self.builds is None:
+            return
+        self.catalog_stats = self.builds.close(wait=wait)
+        self.unbuilt_at_limit = self.catalog_stats["not_started"]
+        if self.catalog_stats.get("failed"):
+            self.progress(f"{self.catalog_stats['failed']} of {self.catalog_stats['configs']} builds failed "
+                          f"(their candidates are reported as compile errors)")
 
 

@@ -22,10 +22,20 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
+from harness.stats import geomean
 from harness.termtext import visible
 
 from .. import events as ev_schema
+from ..agent.rewards import RewardConfig
+
+if TYPE_CHECKING:
+    from harness.shapes import Shape
+
+    from ..agent.sweep import SweepConfig
+    from ..session import Session
 
 NAME = "sweep"
 HELP = "run the search policy over many shapes (headless, resumable, progress with ETA)"
@@ -165,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     from harness.shapes import resolve_shapes
 
-    from ..agent.sweep import Sweep, SweepConfig
+    from ..agent.sweep import SweepConfig
     from ..errors import UserError
 
     policy = getattr(args, "sweep_policy", None) or getattr(args, "policy", None) or "search"
@@ -192,6 +202,47 @@ def _run(args: argparse.Namespace) -> int:
     tp = getattr(args, "sweep_tp", None) or saved.get("tp")
     args.sweep_tokens, args.sweep_tp = tokens, tp
     shapes = resolve_shapes(spec, default="grid", tokens=parse_tokens(tokens) if tokens else None, tp=tp)
+    arch = _arch(args, saved)
+    _fill_budgets(args, saved)
+    if args.families:
+        from harness.families import get_family
+
+        for f in args.families:
+            get_family(f)   # one line for an unknown family, before anything starts
+    new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
+    _check_limits(args, new_builds)
+    cost_params = _cost_params(args, saved, resume)
+    args.sweep_libraries = _libraries(args, saved, resume)
+    incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
+    args.incumbent_files = incumbent_files
+    args.also_names = [str(n) for n in (getattr(args, "also", None) or saved.get("also") or [])]
+    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
+                      steps=args.steps, width=args.width,
+                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
+                      pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
+                      families=args.families or saved.get("families") or None,
+                      incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
+                      max_seconds=args.max_seconds, cost_params=cost_params,
+                      also=resolve_also(args.also_names, accs, arch) if args.also_names else None)
+    args.rewards_section = _rewards_section(args, session)
+    cfg.rewards = RewardConfig.from_section(args.rewards_section)
+    def say(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {visible(line)}", flush=True)
+
+    if args.prebuild_only:
+        return _prebuild(args, cfg, arch, say)
+    if args.recorded:   # after every argument's own check, before the executor and a new session
+        _require_recorded(args.recorded, shapes, accs)
+    executor = _executor(args, arch)
+    try:
+        plan = SweepPlan(args, cfg, spec, accs, shapes, arch, new_builds, session_dir, say, started)
+        return _sweep(plan, executor, session)
+    finally:
+        executor.close()
+
+
+def _arch(args: argparse.Namespace, saved: dict) -> str:
+    """The architecture to build for: ``--arch``, the resumed sweep's, this machine's GPU, else sm_90a."""
     arch = args.arch or saved.get("arch")
     if arch is None:
         try:
@@ -200,19 +251,22 @@ def _run(args: argparse.Namespace) -> int:
             arch = detect_arch()
         except Exception:  # noqa: BLE001 - no GPU tools: build for the project's target
             arch = None
-    arch = arch or "sm_90a"
-    for budget in ("steps", "width", "seeds"):  # a resumed sweep keeps its own budgets unless given here
+    return str(arch or "sm_90a")
+
+
+def _fill_budgets(args: argparse.Namespace, saved: dict) -> None:
+    """``--steps``, ``--width``, ``--seeds`` not given: a resumed sweep keeps its own, else the defaults."""
+    for budget in ("steps", "width", "seeds"):
         if getattr(args, budget) is None:
             v = saved.get(budget)
             setattr(args, budget, v if isinstance(v, int) and not isinstance(v, bool) and v >= 0
                     else {"seeds": 5}.get(budget, 3))
-    if args.families:
-        from harness.families import get_family
 
-        for f in args.families:
-            get_family(f)   # one line for an unknown family, before anything starts
-    new_builds = args.new_builds if args.new_builds is not None else saved.get("new_builds")
+
+def _check_limits(args: argparse.Namespace, new_builds: int | None) -> None:
+    """One line for a budget out of its range, before anything starts."""
     from ..config import MAX_STEPS, MAX_WALL_S
+    from ..errors import UserError
 
     for budget in ("steps", "width", "seeds"):
         if getattr(args, budget) > MAX_STEPS:
@@ -221,6 +275,13 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-seconds must be between 0 and {MAX_WALL_S:.0f} (30 days), not {args.max_seconds:g}")
     if new_builds is not None and new_builds < 0:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
+
+
+def _cost_params(args: argparse.Namespace, saved: dict, resume: bool) -> object:
+    """The cost model's constants (``--cost-model``, or the resumed sweep's; None: the committed
+    ones); a resume must use the constants it started with. Sets ``args.cost_file``."""
+    from ..errors import UserError
+
     cost_file = getattr(args, "cost_model", None) or saved.get("cost_model")
     cost_params = None
     if cost_file:
@@ -236,7 +297,15 @@ def _run(args: argparse.Namespace) -> int:
                         + (f"({saved.get('cost_model')}, sha256 {str(saved.get('cost_model_sha256'))[:12]})"
                            if saved.get("cost_model_sha256") else "(the committed ones)")
                         + "; resume with the same, or start a new session")
+    return cost_params
+
+
+def _libraries(args: argparse.Namespace, saved: dict, resume: bool) -> tuple[str, ...]:
+    """The libraries timed beside the baseline (``--libraries``, or the resumed sweep's, which a
+    resume cannot change); one line for an unknown baseline."""
     from harness.baselines import parse_baselines
+
+    from ..errors import UserError
 
     if args.baseline not in parse_baselines("all"):
         raise UserError(f"--baseline {args.baseline!r} is not a library: choose from {', '.join(parse_baselines('all'))}")
@@ -244,53 +313,54 @@ def _run(args: argparse.Namespace) -> int:
     if resume and args.libraries and sorted(libs) != sorted(saved.get("libraries") or []):
         raise UserError(f"--libraries: this sweep started with {','.join(saved.get('libraries') or []) or 'none'}; "
                         "resume with the same, or start a new session")
-    args.sweep_libraries = tuple(lab for lab in libs if lab != args.baseline)
-    incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
-    args.incumbent_files = incumbent_files
-    args.also_names = [str(n) for n in (getattr(args, "also", None) or saved.get("also") or [])]
-    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
-                      steps=args.steps, width=args.width,
-                      seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
-                      pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
-                      families=args.families or saved.get("families") or None,
-                      incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
-                      max_seconds=args.max_seconds, cost_params=cost_params,
-                      also=resolve_also(args.also_names, accs, arch) if args.also_names else None)
+    return tuple(lab for lab in libs if lab != args.baseline)
+
+
+def _require_recorded(path: str, shapes: list[Shape], accs: list[str]) -> None:
+    """A recording must hold every shape the sweep would run: one line, before a session, for one
+    it lacks (a sweep on it would otherwise find nothing to time, track after track)."""
+    from ..compose import recorded_evaluator, require_recorded_shapes
+
+    records = recorded_evaluator(path, build=False).records
+    for acc in accs:
+        require_recorded_shapes(records, shapes, acc, path)
+
+
+def _prebuild(args: argparse.Namespace, cfg: "SweepConfig", arch: str, say: Callable[[str], None]) -> int:
+    """``--prebuild-only``: build the catalog (on the Ray cluster's CPUs with ``--executor ray``)."""
+    from ..agent.sweep import Sweep
     from ..executors.progress import BuildProgress
 
-    def say(line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {visible(line)}", flush=True)
+    builder = None
+    if args.executor == "ray":   # the catalog as tasks of the cluster, no GPU actor
+        from ..executors.ray_executor import RayExecutor
 
-    if args.prebuild_only:
-        builder = None
-        if args.executor == "ray":   # the catalog as tasks of the cluster, no GPU actor
-            from ..executors.ray_executor import RayExecutor
-
-            builder = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
-        try:
-            pre = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder)
-            res = pre.prebuild()
-        finally:
-            if builder is not None:
-                builder.close()
-        bad = [n for n, r in res.items() if not r.ok]
-        total = len(res) + pre.unbuilt_at_limit
-        say(f"catalog: {len(res) - len(bad)} of {total} configurations built for {arch}"
-            + (f"; {pre.unbuilt_at_limit} not started before --max-seconds: run it again to continue"
-               if pre.unbuilt_at_limit else ""))
-        return 1 if bad else 0
-
-    if args.recorded:   # after every argument's own check, before the executor and a new session
-        from ..compose import recorded_evaluator, require_recorded_shapes
-
-        records = recorded_evaluator(args.recorded, build=False).records
-        for acc in accs:
-            require_recorded_shapes(records, shapes, acc, args.recorded)
-    executor = _executor(args, arch)
+        builder = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
     try:
-        return _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say, started)
+        pre = Sweep(cfg, evaluator=None, progress=say, build_progress=BuildProgress, executor=builder)
+        res = pre.prebuild()
     finally:
-        executor.close()
+        if builder is not None:
+            builder.close()
+    bad = [n for n, r in res.items() if not r.ok]
+    total = len(res) + pre.unbuilt_at_limit
+    say(f"catalog: {len(res) - len(bad)} of {total} configurations built for {arch}"
+        + (f"; {pre.unbuilt_at_limit} not started before --max-seconds: run it again to continue"
+           if pre.unbuilt_at_limit else ""))
+    return 1 if bad else 0
+
+
+def _rewards_section(args: argparse.Namespace, session: Session | None) -> dict[str, float]:
+    """The ``[rewards]`` the sweep's rows are scored with, as a live session's are: a resumed
+    session's own, else the config file's (``--config``, else the search path; the defaults
+    without one). One line for a section that does not validate."""
+    from ..config import load_config, parse_config
+
+    saved = (session.config or {}).get("rewards") if session is not None else None
+    if isinstance(saved, dict):
+        where = f"{session.path}/session.toml" if session is not None else "session.toml"
+        return dict(parse_config({"rewards": saved}, where).rewards)
+    return dict(load_config(getattr(args, "config", None)).rewards)
 
 
 def _times(runs: list[dict]) -> str:
@@ -329,11 +399,28 @@ def _bind_known(args: argparse.Namespace, cfg, gpu: dict, say) -> None:
         say(f"known kernels: {line}")
 
 
-def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, session_dir, say,
-           started: float) -> int:
+@dataclass
+class SweepPlan:
+    """What one ``l2tui sweep`` invocation runs: its arguments, the sweep's settings, and the
+    shapes, accumulators and architecture resolved from them (or from the resumed session)."""
+
+    args: argparse.Namespace
+    cfg: SweepConfig
+    spec: list[str] | None
+    accs: tuple[str, ...]
+    shapes: list[Shape]
+    arch: str
+    new_builds: int | None
+    session_dir: str | None
+    say: Callable[[str], None]
+    started: float   # time.monotonic() at the command's start
+
+
+def _gpu_of(plan: SweepPlan, slots: list) -> dict:
+    """The GPU(s) the sweep runs on, as the session records them; one line when there is none."""
     from ..errors import UserError
 
-    slots = executor.slots()
+    args = plan.args
     gpu = dict(getattr(slots[0], "info", None) or {}) if args.executor == "ray" else {}
     if args.executor == "local":
         ev = slots[0].evaluator
@@ -350,69 +437,90 @@ def _sweep(args, cfg, executor, session, spec, accs, shapes, arch, new_builds, s
         gpu["count"] = len(slots)
         gpu["uuids"] = [sl.uuid for sl in slots]
     gpu["executor"] = args.executor
-    _bind_known(args, cfg, gpu, say)
+    return gpu
 
+
+def _saved_settings(plan: SweepPlan) -> dict:
+    """The ``[sweep]`` section a new session keeps, so that ``--resume`` runs the same sweep."""
+    args, cfg, spec = plan.args, plan.cfg, plan.spec
+    roles = _roles(spec, args)
+    return {"shapes": spec or ["grid"], "accs": list(plan.accs), "arch": plan.arch, "baseline": args.baseline,
+            "libraries": list(args.sweep_libraries), "steps": args.steps, "width": args.width,
+            "seeds": args.seeds, "seed": args.seed, "new_builds": plan.new_builds, "pick_kinds": cfg.pick_kinds,
+            "families": list(cfg.families or []), "incumbents": args.incumbent_files,
+            **({"tokens": args.sweep_tokens} if args.sweep_tokens else {}),
+            **({"tp": args.sweep_tp} if args.sweep_tp else {}),
+            **({"roles": roles} if roles else {}),
+            **({"also": args.also_names} if args.also_names else {}),
+            **({"cost_model": args.cost_file, "cost_model_sha256": _file_sha256(args.cost_file)}
+               if args.cost_file else {})}
+
+
+def _sweep(plan: SweepPlan, executor, session: Session | None) -> int:
+    slots = executor.slots()
+    gpu = _gpu_of(plan, slots)
+    _bind_known(plan.args, plan.cfg, gpu, plan.say)
     if session is None:
         from ..compose import create_session
         from ..paths import sessions_root
 
-        path = Path(session_dir) if session_dir else sessions_root() / time.strftime("sweep-%Y%m%d-%H%M%S")
-        session = create_session(path, writer="sweep", config={"sweep": {"shapes": spec or ["grid"], "accs": list(accs), "arch": arch,
-                                                         "baseline": args.baseline,
-                                                         "libraries": list(args.sweep_libraries),
-                                                         "steps": args.steps,
-                                                         "width": args.width, "seeds": args.seeds, "seed": args.seed,
-                                                         "new_builds": new_builds, "pick_kinds": cfg.pick_kinds,
-                                                         "families": list(cfg.families or []),
-                                                         "incumbents": args.incumbent_files,
-                                                         **({"tokens": args.sweep_tokens} if args.sweep_tokens else {}),
-                                                         **({"tp": args.sweep_tp} if args.sweep_tp else {}),
-                                                         **({"roles": _roles(spec, args)} if _roles(spec, args) else {}),
-                                                         **({"also": args.also_names} if args.also_names else {}),
-                                                         **({"cost_model": args.cost_file,
-                                                             "cost_model_sha256": _file_sha256(args.cost_file)}
-                                                            if args.cost_file else {})},
-                                               "policy": "search"},
+        path = (Path(plan.session_dir) if plan.session_dir
+                else sessions_root() / time.strftime("sweep-%Y%m%d-%H%M%S"))
+        session = create_session(path, writer="sweep",
+                                 config={"sweep": _saved_settings(plan), "policy": "search",
+                                         "rewards": dict(plan.args.rewards_section)},
                                  gpu=gpu, versions=_versions())
     try:
-        return _sweep_in(args, cfg, executor, session, shapes, accs, arch, gpu, slots, say, started)
+        return _sweep_in(plan, executor, session, gpu, slots)
     finally:
         session.close()   # the writer lock goes now, not when the session is garbage-collected
 
 
-def _sweep_in(args, cfg, executor, session, shapes, accs, arch, gpu, slots, say, started: float) -> int:
+def _sweep_in(plan: SweepPlan, executor, session: Session, gpu: dict, slots: list) -> int:
     """The sweep itself, in an open session (``_sweep`` closes it)."""
-    from ..agent.sweep import Sweep, geomean
+    from ..agent.sweep import Sweep
     from ..executors.progress import BuildProgress
 
-    on = f"{len(slots)} x {gpu.get('name', arch)} (Ray)" if args.executor == "ray" else gpu.get("name", arch)
-    say(f"session {session.path}: {len(shapes)} shapes x {len(accs)} accumulators on {on}")
+    args, say = plan.args, plan.say
+    on = f"{len(slots)} x {gpu.get('name', plan.arch)} (Ray)" if args.executor == "ray" else gpu.get("name", plan.arch)
+    say(f"session {session.path}: {len(plan.shapes)} shapes x {len(plan.accs)} accumulators on {on}")
     # the build bar shares the terminal with the tracks' lines: a line every 30 s, not one redrawn
-    sweep = Sweep(cfg, session=session, out_dir=Path(session.path), progress=say, gpu_name=gpu.get("name"),
+    sweep = Sweep(plan.cfg, session=session, out_dir=Path(session.path), progress=say, gpu_name=gpu.get("name"),
                   executor=executor, build_progress=lambda what: BuildProgress(what, redraw=False))
     results = sweep.run()
-    done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
-    sps = [r.get("speedup") for r in done if r.get("speedup")]
-    g = geomean(sps)
-    wins = sum(1 for x in sps if x > 1)
     if sweep.left_at_limit:
         session.append(ev_schema.SESSION_ENDED, reason="time limit")
-        unbuilt = f", {sweep.unbuilt_at_limit} builds not started" if sweep.unbuilt_at_limit else ""
-        say(f"stopped at --max-seconds: {len(sps)} tracks timed so far, geomean {g:.3f}x vs {args.baseline}; "
-            f"{sweep.left_at_limit} left{unbuilt}: l2tui sweep --session {session.path} --resume" if g else
-            f"stopped at --max-seconds ({sweep.left_at_limit} track{'s' if sweep.left_at_limit != 1 else ''} "
-            f"left{unbuilt}); continue: "
-            f"l2tui sweep --session {session.path} --resume")
-        say(_times(sweep.record_run(started, results, "time limit")))
+        say(_stopped_line(sweep, results, args.baseline, session))
+        say(_times(sweep.record_run(plan.started, results, "time limit")))
         return 0
     session.append(ev_schema.SESSION_ENDED, reason="sweep done")
     if sweep.requeued:
         say(f"{len(sweep.requeued)} track(s) started again on another GPU after theirs was lost: "
             + ", ".join(f"{t} (lost {u})" for t, u in sweep.requeued))
+    sps = _speedups(sweep, results)
+    g, wins = geomean(sps), sum(1 for x in sps if x > 1)
     say(f"done: {len(sps)} tracks timed, geomean {g:.3f}x vs {args.baseline}, faster on {wins}" if g else "done")
     say(f"winners: {Path(session.path) / 'winners'}  (time them: l2tui bench --kernels {Path(session.path) / 'winners'})")
-    say(_times(sweep.record_run(started, results, "sweep done")))
+    say(_times(sweep.record_run(plan.started, results, "sweep done")))
     return 0
+
+
+def _speedups(sweep, results: list) -> list[float]:
+    """Every finished track's speedup over the baseline (this run's and the resumed session's)."""
+    done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
+    return [r.get("speedup") for r in done if r.get("speedup")]
+
+
+def _stopped_line(sweep, results: list, baseline: str, session: Session) -> str:
+    """The line of a sweep stopped by ``--max-seconds``: what it timed, what is left, how to go on."""
+    sps = _speedups(sweep, results)
+    g = geomean(sps)
+    unbuilt = f", {sweep.unbuilt_at_limit} builds not started" if sweep.unbuilt_at_limit else ""
+    if g:
+        return (f"stopped at --max-seconds: {len(sps)} tracks timed so far, geomean {g:.3f}x vs {baseline}; "
+                f"{sweep.left_at_limit} left{unbuilt}: l2tui sweep --session {session.path} --resume")
+    return (f"stopped at --max-seconds ({sweep.left_at_limit} track{'s' if sweep.left_at_limit != 1 else ''} "
+            f"left{unbuilt}); continue: l2tui sweep --session {session.path} --resume")
 
 
 def _executor(args: argparse.Namespace, arch: str):

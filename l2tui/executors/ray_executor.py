@@ -273,12 +273,10 @@ class GpuActor:
 
 
 def _from_dict(d: dict) -> Any:
-    """An evaluation from its checked dict form."""
+    """An evaluation from its checked dict form (``not_recorded`` included: a replaying actor's)."""
     from harness.evaluate import evaluation_from_data
-    from l2tui.agent.recorded import NOT_RECORDED, DictEvaluation
 
-    ev = evaluation_from_data(d)      # (checked again: cheap, and the only door to an Evaluation)
-    return DictEvaluation(d) if d.get("status") == NOT_RECORDED else ev
+    return evaluation_from_data(d)      # (checked again: cheap, and the only door to an Evaluation)
 
 
 def _malformed(uuid: str, e: Exception) -> Any:

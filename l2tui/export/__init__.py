@@ -2,7 +2,7 @@
 
 * :func:`export_session` writes ``DIR/kernels/M_N_K.cu``, ``DIR/manifest.json``
   and the C dispatcher sources (and, with ``build=True``, ``DIR/lib/libl2hgemm.so``);
-* :mod:`l2tui.runtime` loads such a folder from Python (``load(DIR).matmul``);
+* :mod:`l2tui.export.runtime` loads such a folder from Python (``load(DIR).matmul``);
 * ``python -m l2tui.export.bench DIR`` measures it on a GPU.
 """
 

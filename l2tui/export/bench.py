@@ -190,7 +190,7 @@ def dispatch_overhead(root: Path, so: Path, manifest: dict, shapes: list[tuple[i
                       qps: float, calls: int, missing: tuple[int, int, int]) -> list[dict]:
     import cupy as cp
 
-    from l2tui import runtime
+    from l2tui.export import runtime
 
     lib = runtime.load(root)
     cdll = ctypes.CDLL(str(so))
@@ -216,7 +216,7 @@ def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: 
                    shapes: list[tuple[int, int, int]], qps: float, calls: int,
                    missing: tuple[int, int, int]) -> list[dict]:
     from harness.timing import server
-    from l2tui import runtime
+    from l2tui.export import runtime
 
     rows = []
     for s in list(shapes) + [missing]:
@@ -268,7 +268,7 @@ def fallback_choices(so: Path, rows: list[dict]) -> None:
     one is this process's tuning, which may differ from the worker's."""
     import cupy as cp
 
-    from l2tui import runtime
+    from l2tui.export import runtime
 
     cdll = ctypes.CDLL(str(so))
     if not hasattr(cdll, "l2hgemm_fallback_choice"):

@@ -25,7 +25,7 @@ Why it is built this way:
   and a synchronisation, which a CUDA-graph capture forbids, so a captured
   call uses the cached winner or heuristic #1.  ``cublasGemmEx`` is the last
   resort; ``L2HGEMM_FALLBACK`` selects a simpler path for comparisons.  The
-  same C++ (``templates/fallback.cu``) is built alone for :mod:`l2tui.runtime`.
+  same C++ (``templates/fallback.cu``) is built alone for :mod:`l2tui.export.runtime`.
 * A linker version script exports only the API (``l2hgemm*`` and the
   ``l2_hgemm_M_N_K`` entries), so the static CUDA runtime and the renamed
   helpers stay private.
@@ -67,7 +67,7 @@ TABLE_END = "// l2hgemm-table end"
 FALLBACK_SYMBOL = "l2hgemm_fallback"
 #: the fallback with the export's measured choice per shape (what l2hgemm runs on its fallback routes)
 PINNED_FALLBACK_SYMBOL = "l2hgemm_fallback_pinned"
-#: environment variable the generated C reads once per process (and l2tui.runtime mirrors)
+#: environment variable the generated C reads once per process (and l2tui.export.runtime mirrors)
 FALLBACK_ENV = "L2HGEMM_FALLBACK"
 #: its values, in the order of ``l2hgemm_fallback_mode()``'s return codes; the first is the default
 FALLBACK_MODES = ("cublaslt-autotune", "cublaslt-heuristic", "cublas")
@@ -224,7 +224,7 @@ def render_dispatch(manifest: dict) -> str:
 def render_fallback_library() -> str:
     """The fallback alone as an ABI kernel source (``l2_hgemm`` = ``l2hgemm_fallback``).
 
-    :mod:`l2tui.runtime` builds it with the harness's cached nvcc driver when no combined
+    :mod:`l2tui.export.runtime` builds it with the harness's cached nvcc driver when no combined
     library was built for the GPU at hand, so Python callers get the same fallback as C ones.
     The text does not depend on the export, so one build serves every export on a machine.
     """

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .sessionio import SessionLike
-from .widgets.feeds import LoopHandle
+from .loophandle import LoopHandle
 
 
 @dataclass

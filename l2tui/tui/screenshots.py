@@ -120,7 +120,7 @@ def _time(ev: dict) -> float:
 def _app(session_dir: Path, events: list[dict], title: str, *, replay: bool, start: int | None = None) -> "L2App":
     from .app import L2App, UIContext
     from .sessionio import open_session
-    from .widgets.feeds import LoopHandle
+    from .loophandle import LoopHandle
 
     sess = open_session(session_dir)
     if replay:

@@ -19,18 +19,24 @@ What is timed (:func:`choose`), from the catalog ranked best-first by the cost m
   the model cannot order at all where it can win (:func:`time_every`);
 * with ``siblings``, the epilogue variants and PDL twins of everything chosen (timed, not ranked).
 
+Around :func:`choose`, :func:`subjects` is the whole pipeline the sweep and the search policy share:
+the shape's incumbent and its no-PDL twin, ``--also`` and the known kernels join the chosen ones.
 This module only chooses; ``l2tui.executors.batch.evaluate_many`` checks and times the chosen ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from harness.families import Config, applicable, epilogue_siblings, launch_twins, sans_epilogue
+from harness.families import (Config, applicable, epilogue_siblings, launch_twins, no_pdl_twin, sans_epilogue,
+                              validate)
 from harness.shapes import Shape
 
 from .costmodel import SIBLING
+
+if TYPE_CHECKING:
+    from harness.known import KnownKernel
 
 #: a predicate on a configuration: "of a kind the model is least sure of"
 Kind = Callable[[Config], bool]
@@ -165,3 +171,49 @@ class PickSettings:
     top: int = 5                 # the cost model's top distinct configurations (0 = no pick)
     kinds: bool = True           # plus the best of each kind the model is least sure of
     siblings: bool = True        # plus epilogue variants and PDL twins of the chosen
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One kernel the pick times: a catalog configuration (``config``) or a known kernel
+    (``known``, its ``name`` and ``layer``), and why it is there (``reason``: ``chosen`` by the
+    cost model, the ``incumbent`` of the shape, the incumbent's no-PDL ``twin``, named by
+    ``also``, or ``known``)."""
+
+    source: str
+    reason: str
+    config: Config | None = None
+    known: KnownKernel | None = None
+
+
+def subjects(ranked: Sequence[Config], shape: Shape, settings: PickSettings, *, incumbent: Config | None = None,
+             per_call: bool = True, also: Sequence[Config] = (),
+             known: Sequence[KnownKernel] = ()) -> list[Subject]:
+    """The pick's pipeline, one list for the sweep and the search policy: :func:`choose` over the
+    ranked catalog, then the shape's incumbent (and, for a per-call pool, its launch without PDL),
+    the ``also`` configurations, and the known kernels; each source once, in that order."""
+    chosen = choose(ranked, shape, settings.top, kinds=settings.kinds, siblings=settings.siblings)
+    out = [Subject(c.source(), "chosen", config=c) for c in chosen]
+    extra: list[tuple[Config, str]] = []
+    if incumbent is not None:
+        extra.append((incumbent, "incumbent"))
+        twin = _no_pdl_twin(incumbent) if per_call else None
+        if twin is not None:
+            extra.append((twin, "twin"))
+    extra += [(c, "also") for c in also]
+    for c, reason in extra:
+        if c not in chosen:
+            chosen.append(c)
+            out.append(Subject(c.source(), reason, config=c))
+    have = {s.source for s in out}
+    for k in known:
+        if k.source not in have:
+            have.add(k.source)
+            out.append(Subject(k.source, "known", config=Config.from_source(k.source), known=k))
+    return out
+
+
+def _no_pdl_twin(c: Config) -> Config | None:
+    """``c`` launched without programmatic dependent launch, when its family has that knob."""
+    knobs = no_pdl_twin(c.family, c.knob_dict)
+    return Config.of(c.family, knobs) if knobs and not validate(c.family, knobs) else None

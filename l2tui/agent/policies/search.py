@@ -236,18 +236,21 @@ class SearchPolicy:
 
         from l2tui.executors.batch import evaluate_many
 
-        from .pick import choose
+        from .pick import PickSettings
+        from .pick import subjects as pick_subjects
 
         arch = self._arch(ctx)
-        chosen = choose([c for _, c in ranked], shape, self.pick_top, kinds=self.pick_kinds,
-                        siblings=self.pick_kinds)
+        # the pick's pipeline (pick.py); the known kernels for the shape are timed in the same request
+        picked = pick_subjects([c for _, c in ranked], shape,
+                               PickSettings(top=self.pick_top, kinds=self.pick_kinds, siblings=self.pick_kinds),
+                               known=ctx.known)
+        chosen = [p for p in picked if p.known is None]
         if not chosen:
             return None
-        # the known kernels for the shape are timed in the same request (harness.known)
-        subjects = [(c.name, c.source(), c, "") for c in chosen]
-        for i, k in enumerate(ctx.known):
-            if all(k.source != s for _, s, _, _ in subjects):
-                subjects.append((f"known-{i}", k.source, Config.from_source(k.source), f"known: {k.name} ({k.layer})"))
+        labels = {k.source: f"known-{i}" for i, k in reversed(list(enumerate(ctx.known)))}
+        subjects = [(labels[p.source], p.source, p.config, f"known: {p.known.name} ({p.known.layer})")
+                    if p.known is not None else (p.config.name if p.config else "", p.source, p.config, "")
+                    for p in picked]
         ctx.send(ev_schema.STAGE, stage="pick", status="start",
                  detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels")
         by_arch: dict[str, list[str]] = {}

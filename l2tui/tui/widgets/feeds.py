@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from textual import on
 from textual.message import Message
@@ -21,10 +21,8 @@ from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
 from ... import events as ev_schema
+from ..loophandle import LoopHandle
 from ..replay import ReplayClock, Seek
-
-if TYPE_CHECKING:
-    from ...steering import LoopCommand
 
 FLUSH_HZ = 15
 
@@ -40,43 +38,6 @@ class EventFeed(Widget):
 
         events: list[dict]
         reset: bool = False
-
-
-class LoopHandle:
-    """Thread-safe front of an AgentLoop that may not exist yet.
-
-    The loop is built in the worker thread (so agent/openai imports stay out of
-    the start-up path); commands sent before that are queued and delivered in
-    order once it is attached.
-    """
-
-    def __init__(self, loop: Any | None = None) -> None:
-        self._lock = threading.Lock()
-        self._loop = loop
-        self._pending: list[LoopCommand] = []
-
-    @property
-    def loop(self) -> Any | None:
-        return self._loop
-
-    def attach(self, loop: Any) -> None:
-        with self._lock:
-            self._loop = loop
-            pending, self._pending = self._pending, []
-        for cmd in pending:
-            loop.send(cmd)
-
-    def send(self, command: LoopCommand) -> None:
-        with self._lock:
-            if self._loop is None:
-                self._pending.append(command)
-                return
-            loop = self._loop
-        loop.send(command)
-
-    def request_stop(self) -> None:
-        if self._loop is not None and hasattr(self._loop, "request_stop"):
-            self._loop.request_stop()
 
 
 class LiveFeed(EventFeed):

@@ -502,7 +502,7 @@ class ExportedLibrary:
             if key in self._warned:
                 return
             self._warned.add(key)
-        warnings.warn(f"l2tui.runtime: {text}", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"l2tui.export.runtime: {text}", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------- the call
     def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
@@ -610,7 +610,7 @@ class ExportedLibrary:
         with self._lock:
             self._broken.add((name, arch))
             self._fns.pop((name, arch), None)
-        warnings.warn(f"l2tui.runtime: kernel {name} {why}; using the fallback for it", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"l2tui.export.runtime: kernel {name} {why}; using the fallback for it", RuntimeWarning, stacklevel=3)
 
     def __repr__(self) -> str:
         return (f"ExportedLibrary({str(self.root)!r}, kernels={len(self.kernel_shapes)}, "
