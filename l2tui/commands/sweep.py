@@ -23,7 +23,7 @@ import argparse
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from harness.stats import geomean
 from harness.termtext import visible
@@ -316,7 +316,7 @@ def _libraries(args: argparse.Namespace, saved: dict, resume: bool) -> tuple[str
     return tuple(lab for lab in libs if lab != args.baseline)
 
 
-def _require_recorded(path: str, shapes: list[Shape], accs: list[str]) -> None:
+def _require_recorded(path: str, shapes: list[Shape], accs: Sequence[str]) -> None:
     """A recording must hold every shape the sweep would run: one line, before a session, for one
     it lacks (a sweep on it would otherwise find nothing to time, track after track)."""
     from ..compose import recorded_evaluator, require_recorded_shapes
