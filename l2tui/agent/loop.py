@@ -40,7 +40,7 @@ from .interrupt import StepInterrupted
 from .interrupt import interrupted as _interrupted
 from .loop_profiling import Profiling
 from .loop_restore import Restore
-from .track import Track
+from .track import Track, track_id
 from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
 
@@ -94,10 +94,6 @@ class LoopConfig:
             arch=h["arch"] or None, parallel_tracks=lp["parallel_tracks"], telemetry_s=lp["telemetry_s"],
             rewards=RewardConfig.from_section(cfg.rewards), options=dict(cfg.search),
         )
-
-
-def track_id(shape: Any, acc: str) -> str:
-    return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
 
 
 class _LoopSink:

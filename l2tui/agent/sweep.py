@@ -54,6 +54,7 @@ from .policies.pick import PickSettings, Subject, subjects
 from .policies.search import SearchPolicy
 from .rewards import RewardConfig
 from .sweep_pool import SlotPool
+from .track import track_id
 from .sweep_track import TrackDriver
 
 RESULTS_FILE = "sweep.json"
@@ -79,10 +80,6 @@ def _recording_holds(executor: Any) -> Any:
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def track_id(shape: Shape, acc: str) -> str:
-    return f"{shape}-{acc}"
 
 
 @dataclass

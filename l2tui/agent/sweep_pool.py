@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from harness.shapes import Shape
 
 from .. import events as ev_schema
+from .track import track_id
 
 if TYPE_CHECKING:
     from .sweep import Sweep, TrackResult
@@ -67,7 +68,6 @@ class SlotPool:
     def _take(self) -> tuple[Shape, str] | list[str] | None:
         """The next track for a slot; the ids of the queued tracks when none is ready; None: stop.
         A slot waits while others still run tracks (a lost slot's track comes back to the queue)."""
-        from .sweep import track_id
 
         with self.cond:
             while not self.queue and self.inflight and not self.errors:
@@ -109,7 +109,6 @@ class SlotPool:
 
     def _lost(self, slot: Any, shape: Shape, acc: str, e: Exception) -> None:
         """``slot`` went away mid-track: the track goes back to the front of the queue."""
-        from .sweep import track_id
 
         tid = track_id(shape, acc)
         with self.cond:

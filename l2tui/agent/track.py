@@ -10,6 +10,11 @@ from typing import Any
 from .policies.base import Attempt
 
 
+def track_id(shape: Any, acc: str) -> str:
+    """A track's name, ``MxNxK-acc``: the key of the session's events, the app's and the sweep's."""
+    return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
+
+
 @dataclass
 class Track:
     id: str
