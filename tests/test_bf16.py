@@ -193,7 +193,7 @@ def test_a_bad_winners_dtype_is_one_line(change, words):
 _MMA_KNOBS = {
     "sm80_mma": {"BM": "64", "BN": "128", "BK": "64", "WARPS_M": "2", "WARPS_N": "2", "STAGES": "3", "SPLIT_K": "0"},
     "small_splitk": {"BM": "32", "BN": "64", "SPLIT_K": "0"},
-    "tiny_mma": {"WARPS_K": "2", "AHEAD": "2", "EPILOGUE": "EPI_SMEM"},
+    "tiny_mma": {"AHEAD": "2", "EPILOGUE": "EPI_SMEM"},   # the smem epilogue (WARPS_K 1 only)
     "skinny_splitk": {},
 }
 _SM90_KNOBS = {

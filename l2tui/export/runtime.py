@@ -412,8 +412,14 @@ class ExportedLibrary:
         return _argtypes(ctypes.CDLL(str(res.so_path)).l2_hgemm)
 
     def kernel(self, shape: tuple[int, int, int], arch: str) -> Any:
-        """The ctypes function of the kernel for ``shape`` (built on first use; thread-safe)."""
+        """The ctypes function of the kernel for ``shape`` (built on first use; thread-safe).
+
+        A shape the export routes to the library fallback has no kernel file (it was not shipped):
+        asking for its kernel is refused in one line rather than building nothing."""
         e = self._entries[shape]
+        if not e.get("file"):
+            raise KernelLoadError(f"{self.root}: {e['name']} routes to the library fallback; no kernel was exported "
+                                  "for it (lib.matmul calls the fallback)")
         key = (e["name"], arch)
         fn = self._fns.get(key)
         if fn is not None:
