@@ -22,3 +22,19 @@ def read_json(path: str | Path, error: type[Exception], what: str) -> Any:
         where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
         msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
         raise error(f"{p}: not JSON ({msg}{where})") from None
+
+
+def read_capped(path: str | Path, limit: int, error: type[Exception], what: str) -> bytes:
+    """The bytes of a file a user named, at most ``limit`` of them: ``error(line)`` when it cannot
+    be read or is larger (the rest is never read, so a huge or endless file costs nothing). The
+    line names the file, never its content (a mistyped path may be a secret's)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise error(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
+    if len(data) > limit:
+        size = f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit >> 10} kB"
+        raise error(f"{what} {str(p)!r} is over {size}: refused")
+    return data

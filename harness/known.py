@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import HarnessError
+from .jsonfile import read_capped
 from .paths import PACKAGE_DIR
 from .shapes import Shape, parse_shape
 
@@ -151,13 +152,7 @@ def bundled_dirs() -> list[Path]:
 
 
 def _read_small_json(path: Path, limit: int, what: str) -> object:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise KnownError(f"cannot read {what} {str(path)!r}: {e.strerror or e}") from None
-    if len(data) > limit:
-        raise KnownError(f"{path}: {what} is over {limit >> 10} kB: refused")
+    data = read_capped(path, limit, KnownError, what)
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

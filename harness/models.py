@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .errors import ShapeError
+from .jsonfile import read_capped
 from .paths import PACKAGE_DIR
 from .gemm_shape import MAX_DIM, Shape
 
@@ -83,13 +84,7 @@ def load_config_json(path: str | Path) -> ModelDims:
     """A Hugging Face ``config.json``; one-line :class:`ShapeError` when it is not one. Errors
     name the file, never its content."""
     p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise ShapeError(f"cannot read model config {str(p)!r}: {e.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ShapeError(f"model config {str(p)!r} is over 1 MB: not a config.json")
+    data = read_capped(p, MAX_CONFIG_BYTES, ShapeError, "model config")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

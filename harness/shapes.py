@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import ShapeError
+from .jsonfile import read_capped
 from .gemm_shape import MAX_DIM as MAX_DIM
 from .gemm_shape import Shape as Shape
 from .models import model_spec
@@ -101,13 +102,7 @@ def read_shapes_file_roles(path: str | Path) -> dict[Shape, str]:
     printed in a terminal or a log.
     """
     p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_SHAPES_FILE_BYTES + 1)
-    except OSError as e:
-        raise ShapeError(f"cannot read shapes file {str(p)!r}: {e.strerror}") from None
-    if len(data) > MAX_SHAPES_FILE_BYTES:
-        raise ShapeError(f"shapes file {str(p)!r} is over {MAX_SHAPES_FILE_BYTES >> 20} MB: not a list of shapes")
+    data = read_capped(p, MAX_SHAPES_FILE_BYTES, ShapeError, "shapes file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
