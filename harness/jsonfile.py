@@ -24,10 +24,12 @@ def read_json(path: str | Path, error: type[Exception], what: str) -> Any:
         raise error(f"{p}: not JSON ({msg}{where})") from None
 
 
-def read_capped(path: str | Path, limit: int, error: type[Exception], what: str) -> bytes:
+def read_capped(path: str | Path, limit: int, error: type[Exception], what: str, *,
+                verdict: str = "refused") -> bytes:
     """The bytes of a file a user named, at most ``limit`` of them: ``error(line)`` when it cannot
     be read or is larger (the rest is never read, so a huge or endless file costs nothing). The
-    line names the file, never its content (a mistyped path may be a secret's)."""
+    line names the file, never its content (a mistyped path may be a secret's); ``verdict`` ends
+    the line for a file over the limit ("not a list of shapes")."""
     p = Path(path)
     try:
         with open(p, "rb") as f:
@@ -36,5 +38,5 @@ def read_capped(path: str | Path, limit: int, error: type[Exception], what: str)
         raise error(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
     if len(data) > limit:
         size = f"{limit >> 20} MB" if limit >= 1 << 20 else f"{limit >> 10} kB"
-        raise error(f"{what} {str(p)!r} is over {size}: refused")
+        raise error(f"{what} {str(p)!r} is over {size}: {verdict}")
     return data

@@ -84,7 +84,7 @@ def load_config_json(path: str | Path) -> ModelDims:
     """A Hugging Face ``config.json``; one-line :class:`ShapeError` when it is not one. Errors
     name the file, never its content."""
     p = Path(path)
-    data = read_capped(p, MAX_CONFIG_BYTES, ShapeError, "model config")
+    data = read_capped(p, MAX_CONFIG_BYTES, ShapeError, "model config", verdict="not a config.json")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

@@ -102,7 +102,7 @@ def read_shapes_file_roles(path: str | Path) -> dict[Shape, str]:
     printed in a terminal or a log.
     """
     p = Path(path)
-    data = read_capped(p, MAX_SHAPES_FILE_BYTES, ShapeError, "shapes file")
+    data = read_capped(p, MAX_SHAPES_FILE_BYTES, ShapeError, "shapes file", verdict="not a list of shapes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
