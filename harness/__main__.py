@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import sys
-from typing import NoReturn
 
 from .errors import HarnessError
+from .oneline import OneLineParser
 from .termtext import VisibleStream, visible
 
 COMMANDS = {
@@ -19,17 +18,6 @@ COMMANDS = {
     "winners": ("harness.winners", "render a winners file's configurations as per-shape kernel sources"),
     "models": ("harness.models", "a model's GEMM shapes (presets or a config.json) as a shapes file"),
 }
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line that points at ``--help``.
-
-    argparse's own ``error`` prints the whole usage block before the one line that matters;
-    sub-command parsers are made of the same class. (l2tui has its own: the harness does not
-    import l2tui.)"""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {visible(message)} (see {self.prog} --help)\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn, Sequence
+from typing import Sequence
+
+from harness.oneline import OneLineParser
 
 from . import __version__
 from .commands import COMMAND_MODULES
@@ -24,18 +26,6 @@ def _load(name: str):
         if e.name == f"l2tui.commands.{name}":
             return None
         raise
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose mistakes (a bad choice, a missing value) are one line.
-
-    argparse's own ``error`` prints the whole usage block first; a newcomer's typo in
-    ``--policy`` deserves the line that says what is wrong and where the options are listed.
-    Sub-command parsers are made of the same class (argparse uses the parent's).
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
