@@ -36,8 +36,10 @@ def _kernels(events_file: Path) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_record_demo_rehearsal_leaves_a_complete_replayable_session(tmp_path):
     out, shot = tmp_path / "demo", tmp_path / "live.svg"
+    shapes_file = tmp_path / "model.txt"   # a shapes file whose comment names the GEMM's role
+    shapes_file.write_text("512,512,512  # toy-model qkv t512\n")
     cmd = [sys.executable, str(ROOT / "tools" / "record_demo.py"), "--recorded", str(FIX / "evaluations.json"),
-           "--seed-kernel", str(FIX / "seed_tiled.cu"), "--shapes", "512x512x512", "--min-shapes", "1",
+           "--seed-kernel", str(FIX / "seed_tiled.cu"), "--shapes", str(shapes_file), "--min-shapes", "1",
            "--profile-after", "0", "--candidates-per-step", "1", "--max-steps", "1",
            "--out", str(out), "--screenshot", str(shot), "--budget-s", "600"]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=900)
@@ -64,6 +66,10 @@ def test_record_demo_rehearsal_leaves_a_complete_replayable_session(tmp_path):
 
     app = make_replay_app(out)
     assert app.ctx.events and app.ctx.start is None
+    # the role from the shapes file's comment is in the session, for the list view and the export
+    from l2tui.gemm_roles import session_roles
+
+    assert session_roles(app.ctx.session.config) == {"512x512x512": "toy-model qkv t512"}
 
     # and the recording replays the same run headless, with the settings the recorder wrote
     rp = subprocess.run([sys.executable, "-m", "l2tui.cli", "run", "--headless", "--quiet",

@@ -376,7 +376,9 @@ def record(args: argparse.Namespace, t0: float) -> int:
         holder["rec"] = DemoRecording(ev, arch=arch, meta=meta)
         return holder["rec"]
 
-    ns = argparse.Namespace(session=str(out), resume=False, shapes=[" ".join(str(s) for s in shapes)],
+    # the spec as given, so a shapes file's role comments name the GEMMs in the list view
+    spec = [args.shapes] if isinstance(args.shapes, str) else list(args.shapes or [" ".join(map(str, shapes))])
+    ns = argparse.Namespace(session=str(out), resume=False, shapes=spec,
                             policy="search", app_recorded=args.recorded, config=args.config)
     app = make_live_app(ns, cfg, wrap=wrap)
     print(f"record_demo: live app on {len(shapes)} shapes into {out}; the loop has {loop_budget:.0f} s", flush=True)
