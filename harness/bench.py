@@ -216,7 +216,7 @@ def summary_table(rf: ResultFile) -> str:
     def rows_of(cls: str) -> list[dict[str, Any]]:
         return [r for r in rf.rows if cls == "all" or Shape(r["m"], r["n"], r["k"]).size_class == cls]
 
-    lines = []
+    lines = [f"element type {rf.dtype} (A, B and C), {rf.meta.get('acc') or 'f32'} accumulation"]
     head = f"{'':34}" + "".join(f"{c:>10}" for c in classes)
     lines.append(head)
     lines.append(f"{'shapes':34}" + "".join(f"{len(rows_of(c)):>10}" for c in classes))
@@ -351,21 +351,19 @@ def main(args: argparse.Namespace) -> int:
     dtype = bench_dtype(args.dtype, acc)
     wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
     sources = read_sources([path for _, _, path in wanted], dtype)
-    if dtype != "fp16":
-        raise HarnessError(f"bench --dtype {dtype}: the kernels take {dtype}, but the GPU worker's buffers, checks "
-                           "and baselines are fp16 in this version; nothing was timed")
     gpu = require_gpu(args.device or 0)
     arch = args.arch or gpu.arch
 
     so_for, build_fail = _build_sets(wanted, sources, arch)
 
+    tag = f"{acc}-bf16" if dtype == "bf16" else acc
     out = Path(args.out) if args.out else Path(
-        f"bench-{args.mode}-{acc}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")
+        f"bench-{args.mode}-{tag}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}.json")
     t0 = time.monotonic()
     timing = getattr(args, "timing", None) or DEFAULT_TIMING
     with Evaluator(arch=arch, baselines=baselines, mode=args.mode, timeout_s=args.timeout, checks=args.checks,
                    seed=args.seed, device=args.device, qps=args.qps, server_calls=args.server_calls,
-                   replays=args.replays, timing=timing) as ev:
+                   replays=args.replays, timing=timing, dtype=dtype) as ev:
         _ = ev.shim
         try:
             info = ev.gpu_info()
@@ -404,7 +402,7 @@ def main(args: argparse.Namespace) -> int:
     rf.meta["worker_starts"] = ev.worker.starts
     jp, cp_ = save(rf, out)
     print(summary_table(rf))
-    print(f"bench: {len(rf.rows)} of {len(shapes)} shapes in {rf.meta['elapsed_s']:.0f} s"
+    print(f"bench ({dtype}): {len(rf.rows)} of {len(shapes)} shapes in {rf.meta['elapsed_s']:.0f} s"
           f"{' (stopped by --limit-seconds)' if stopped else ''}; wrote {jp} and {cp_}")
     return 0
 

@@ -552,13 +552,15 @@ def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[boo
                    f"a row off by {v:.3g} of its norm > {limit:.3g}): the kernel skips work on some calls")
 
 
-def sparse_change(cp: CupyModule, a: DeviceArray, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE) -> int:
-    """Set ``count`` random elements of ``a`` (in place, same buffer) to +-``value``; returns how many."""
+def sparse_change(cp: CupyModule, a: DeviceArray, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE,
+                  dtype: str = "fp16") -> int:
+    """Set ``count`` random elements of ``a`` (in place, same buffer; elements of ``dtype`` as
+    stored) to +-``value``; returns how many."""
     n = int(a.size)
     idx = sorted({rng.randrange(n) for _ in range(count)})
     flat = a.reshape(-1)
     vals = [value if rng.random() < 0.5 else -value for _ in idx]
-    flat[cp.asarray(idx, dtype=cp.int64)] = cp.asarray(vals, dtype=a.dtype)
+    flat[cp.asarray(idx, dtype=cp.int64)] = from_float32(cp, cp.asarray(vals, dtype=cp.float32), dtype)
     return len(idx)
 
 

@@ -43,6 +43,23 @@ def uses_pdl(source: str) -> bool:
     return "ProgrammaticStreamSerialization" in source or "griddepcontrol" in source
 
 
+DTYPES = ("fp16", "bf16")
+
+
+def parse_dtype(dtype: str) -> str:
+    """``dtype`` when it is an element type the harness evaluates in; HarnessError (one line) else."""
+    if dtype not in DTYPES:
+        raise HarnessError(f"unknown dtype {str(dtype)[:20]!r}: use one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def check_dtype_acc(dtype: str, acc: str) -> str:
+    """``dtype`` when ``acc`` is an accumulation it has: bf16 accumulates in f32 only."""
+    if dtype == "bf16" and acc != "f32":
+        raise HarnessError("bf16 accumulates in f32 only: f16 accumulation is an fp16 option")
+    return dtype
+
+
 def request_timeout_s(shape: Shape, base: float, n_subjects: int = 5) -> float:
     """Generous per-request timeout: base plus time for checks and timing of big shapes."""
     per_call_s = shape.flops / 2e14          # pessimistic 200 TFLOP/s
@@ -155,6 +172,11 @@ class Evaluator:
     ``checks`` says how hard the *baselines* are checked ("fast": one seed + graph replay;
     "full": like a candidate); the candidate always gets every check.
 
+    ``dtype`` ("fp16", the default, or "bf16") is the element type of A, B and C in every request:
+    candidates are built and called through that type's entry point (``l2_hgemm`` /
+    ``l2_hgemm_bf16``), the baselines and checks run in it, and the answer says which it was
+    (``run_shape(..., dtype=...)`` overrides it for one request). bf16 accumulates in f32 only.
+
     It implements :class:`harness.evaluator_protocol.Evaluator`: it batches (``run_shape``),
     times on this machine's GPU, and leaves profiling to ``harness.profiling`` (the caller's).
     """
@@ -166,7 +188,7 @@ class Evaluator:
     def __init__(self, arch: str | None = None, baselines: Sequence[str] | str = DEFAULT_BASELINES,
                  mode: str = "offline", timeout_s: float = 60, *, checks: str = "fast", seed: int = 0,
                  device: int | None = None, worker: GpuWorker | None = None, qps: float = 100.0,
-                 server_calls: int = 20, replays: int = 7, timing: str | None = None) -> None:
+                 server_calls: int = 20, replays: int = 7, timing: str | None = None, dtype: str = "fp16") -> None:
         from .timing import parse_timing
 
         if mode not in ("offline", "server"):
@@ -176,6 +198,7 @@ class Evaluator:
         except ValueError as e:
             raise HarnessError(str(e)) from None
         self.arch = arch
+        self.dtype = parse_dtype(dtype)
         self.baselines = parse_baselines(baselines)
         self.mode = mode
         self.timeout_s = timeout_s
@@ -205,11 +228,11 @@ class Evaluator:
         return self._shim
 
     def _request(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
-                 timeout_s: float | None) -> dict[str, Any]:
+                 timeout_s: float | None, dtype: str) -> dict[str, Any]:
         n = len(candidates) + len(baselines) + 1
         t = timeout_s if timeout_s is not None else request_timeout_s(shape, self.timeout_s, n)
         answer: dict[str, Any] = self.worker.call(
-            "evaluate_shape", timeout_s=t, m=shape.m, n=shape.n, k=shape.k, acc=acc,
+            "evaluate_shape", timeout_s=t, m=shape.m, n=shape.n, k=shape.k, acc=acc, dtype=dtype,
             candidates=candidates, baselines=list(baselines), shim_path=str(self.shim.so_path),
             mode=self.mode, checks=self.checks, seed=self.seed, qps=self.qps,
             server_calls=self.server_calls, replays=self.replays, timing=self.timing,
@@ -217,7 +240,7 @@ class Evaluator:
         return answer
 
     def run_shape(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
-                  timeout_s: float | None = None) -> dict[str, Any]:
+                  timeout_s: float | None = None, dtype: str | None = None) -> dict[str, Any]:
         """One ``evaluate_shape`` request; a subject that crashes or hangs the worker is charged alone.
 
         Why: a CUDA error poisons the whole context and surfaces at the next synchronisation,
@@ -225,9 +248,11 @@ class Evaluator:
         after a failed request the worker (restarted by harness.worker) evaluates each candidate
         by itself to find which ones fail, then the others with the baselines again; the failing
         ones get ``crashed``/``timeout`` with their own message. Raises WorkerError only when the
-        baselines alone cannot be evaluated."""
+        baselines alone cannot be evaluated. ``dtype``: this request's element type (default the
+        evaluator's)."""
+        dt = check_dtype_acc(parse_dtype(dtype or self.dtype), acc)
         try:
-            return self._request(shape, acc, candidates, baselines, timeout_s)
+            return self._request(shape, acc, candidates, baselines, timeout_s, dt)
         except WorkerError as e:
             if not candidates:
                 raise
@@ -238,19 +263,19 @@ class Evaluator:
         else:
             for cand in candidates:
                 try:
-                    self._request(shape, acc, [cand], [], timeout_s)
+                    self._request(shape, acc, [cand], [], timeout_s, dt)
                 except WorkerError as e:
                     failed[cand["label"]] = (_failure_kind(e), _one_line(e))
         rest = [c for c in candidates if c["label"] not in failed]
         try:
-            res = self._request(shape, acc, rest, baselines, timeout_s)
+            res = self._request(shape, acc, rest, baselines, timeout_s, dt)
         except WorkerError as e:
             if not rest:
                 raise
             # fine alone, failing together: charge the survivors (no single culprit), keep the baselines
             for cand in rest:
                 failed[cand["label"]] = (_failure_kind(e), _one_line(e) + " (only together with the other subjects)")
-            res = self._request(shape, acc, [], baselines, timeout_s)
+            res = self._request(shape, acc, [], baselines, timeout_s, dt)
         for label, (status, message) in failed.items():
             res["status"][label] = status
             res["times_ms"][label] = None
@@ -268,7 +293,8 @@ class Evaluator:
         """Build, check and time ``source`` on ``shape``; ``trusted`` skips the source policy (the
         project's own forwarding kernels, e.g. the export bench's)."""
         acc = parse_accumulator(acc)
-        br = build(source, arch=self.arch, flags=flags, trusted=trusted)
+        check_dtype_acc(self.dtype, acc)
+        br = build(source, arch=self.arch, flags=flags, trusted=trusted, dtype=self.dtype)
         if not br.ok:
             first = br.errors[0] if br.errors else None
             return Evaluation("compile_error", br, message=f"compile error: {first}" if first else "compile error")
@@ -296,7 +322,8 @@ class Evaluator:
                     msg += f", {sp:.2f}x vs {b}"
                     break
         elif st == "unsupported":
-            msg = "unsupported: l2_hgemm returned non-zero for this shape"
+            why = (check or {}).get("detail") or ""
+            msg = ("unsupported: " + why[:300]) if why else "unsupported: l2_hgemm returned non-zero for this shape"
         elif st in ("crashed", "timeout"):
             return Evaluation(st, br, message=(check or {}).get("detail", st)[:300],
                               extra={"label": label, "mode": self.mode, "timing": self.timing})
@@ -305,6 +332,7 @@ class Evaluator:
         extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound",
                                          "absent", "errors", "phases", "seconds", "separator_ms")}
         extra["label"] = label
+        extra["dtype"] = self.dtype
         extra["mode"] = self.mode
         extra["timing"] = self.timing
         if res.get("times_ms_chained"):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from .cupy_types import CudaGraph, CudaStream, CupyModule, DeviceArray
 from . import baselines as bl
 from . import checks as ck
+from .build import ENTRY_POINTS
 from .cuda_errors import Sticky, is_sticky
 from .gpu import Gpu
 
@@ -68,16 +69,21 @@ def foreign_work_detail(busy_ms: float, where: str) -> str:
 
 
 class ShapeContext:
-    """Guarded buffers of one shape, allocated once and reused by every subject and request."""
+    """Guarded buffers of one shape in one element type, allocated once and reused by every
+    subject and request. ``dtype`` ("fp16" or "bf16") says what their 16-bit elements are: bf16
+    lives in uint16 buffers (harness.checks.storage_dtype), so every check reads it through
+    harness.checks' codec, never as fp16."""
 
-    def __init__(self, g: Gpu, m: int, n: int, k: int) -> None:
+    def __init__(self, g: Gpu, m: int, n: int, k: int, dtype: str = "fp16") -> None:
         cp = g.cp
         self.key = (m, n, k)
+        self.dtype = dtype
+        elem = ck.storage_dtype(cp, dtype)
         with g.stream:
-            self.A = ck.GuardedBuffer(cp, (m, k), cp.float16)
-            self.B = ck.GuardedBuffer(cp, (k, n), cp.float16)
-            self.Bt = ck.GuardedBuffer(cp, (n, k), cp.float16)   # column-major copy of B for cuBLAS TN
-            self.C = ck.GuardedBuffer(cp, (m, n), cp.float16)
+            self.A = ck.GuardedBuffer(cp, (m, k), elem)
+            self.B = ck.GuardedBuffer(cp, (k, n), elem)
+            self.Bt = ck.GuardedBuffer(cp, (n, k), elem)   # column-major copy of B for cuBLAS TN
+            self.C = ck.GuardedBuffer(cp, (m, n), elem)
         self.buffers = (self.A, self.B, self.Bt, self.C)
 
     def bad_guards(self) -> int:
@@ -94,17 +100,18 @@ class ShapeContext:
         """Nothing to release: the shim keeps its cuBLASLt plans (a bounded table) itself."""
 
 
-def shape_ctx(g: Gpu, m: int, n: int, k: int) -> ShapeContext:
-    """The worker's buffers for this shape: the last request's when it was the same shape (no
-    reallocation between the evaluations of one shape), else fresh ones after freeing the old."""
-    if isinstance(g.ctx, ShapeContext) and g.ctx.key == (m, n, k):
+def shape_ctx(g: Gpu, m: int, n: int, k: int, dtype: str = "fp16") -> ShapeContext:
+    """The worker's buffers for this shape and element type: the last request's when it was the
+    same (no reallocation between the evaluations of one shape), else fresh ones after freeing
+    the old."""
+    if isinstance(g.ctx, ShapeContext) and g.ctx.key == (m, n, k) and g.ctx.dtype == dtype:
         return g.ctx
     if g.ctx is not None:
         g.stream.synchronize()
         g.ctx.close()
         g.ctx = None
         g.cp.get_default_memory_pool().free_all_blocks()
-    ctx = ShapeContext(g, m, n, k)
+    ctx = ShapeContext(g, m, n, k, dtype)
     g.ctx = ctx
     return ctx
 
@@ -117,69 +124,120 @@ class Subjects:
     """What was asked for on this shape: the subjects that can run, and why the others cannot.
 
     ``absent`` (a baseline this machine lacks) and ``errors`` (one that failed to set up) become
-    statuses of their own in the result; ``lt_count`` is how many cuBLASLt algorithms the shim
+    statuses of their own in the result; ``refused`` holds the candidates whose library does not
+    export the entry point of the request's element type (one line each: they are never called
+    and come back ``unsupported``); ``lt_count`` is how many cuBLASLt algorithms the shim
     planned (None when no cuBLASLt baseline was asked for); ``autotune_pending`` says the
     cuBLASLt autotune subject still has to screen them before it is checked."""
 
     subjects: dict[str, bl.Subject] = field(default_factory=dict)
     absent: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
     lt_count: int | None = None
     autotune_pending: bool = False
 
 
-def lt_plan(shim: ctypes.CDLL, m: int, n: int, k: int, acc: str) -> int:
-    """cuBLASLt's heuristic algorithms for this shape, planned in the shim; returns how many."""
-    count = int(shim.l2_lt_plan(m, n, k, int(acc == "f16"), bl.AUTOTUNE_MAX_CANDIDATES))
+def lt_plan(shim: ctypes.CDLL, m: int, n: int, k: int, acc: str, dtype: str = "fp16") -> int:
+    """cuBLASLt's heuristic algorithms for this shape, accumulator and element type, planned in
+    the shim; returns how many."""
+    count = int(shim.l2_lt_plan(m, n, k, bl.lt_mode(acc, dtype), bl.AUTOTUNE_MAX_CANDIDATES))
     if count <= 0:
         raise RuntimeError(f"cuBLASLt heuristic returned no algorithm (shim status {count})")
     return count
 
 
-def build_subjects(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, acc: str, candidates: list[dict[str, Any]],
-                   baselines: list[str], light: bool) -> Subjects:
-    """One subject per candidate library and per baseline, all on the same guarded buffers and
-    stream, so every one of them is checked and timed by the same code."""
+def entry_refusal(lib: ctypes.CDLL, dtype: str) -> str | None:
+    """Why a candidate library cannot be called in ``dtype`` (one line), or None when it exports
+    that element type's entry point (harness.build.ENTRY_POINTS).
+
+    Why: an fp16 kernel handed bf16 bits (or the reverse) reads every input as another number and
+    writes plausible garbage; it is refused by name, before any call."""
+    want = ENTRY_POINTS[dtype]
+    if hasattr(lib, want):
+        return None
+    has = [f"{name} ({dt})" for dt, name in ENTRY_POINTS.items() if dt != dtype and hasattr(lib, name)]
+    if has:
+        return (f"the library exports {has[0]}, not {want}: it takes another element type than this "
+                f"{dtype} evaluation")
+    return f"the library exports no {want}: it cannot be called in {dtype}"
+
+
+def _never_called() -> int:
+    """The call of a refused candidate: never made (ShapeChecks.refuse takes it off ``alive``)."""
+    raise RuntimeError("a refused candidate was called")
+
+
+def candidate_subjects(g: Gpu, ctx: ShapeContext, candidates: list[dict[str, Any]], out: Subjects) -> None:
+    """One subject per candidate library, called through its entry point for ``ctx.dtype``; a
+    library without it goes to ``out.refused`` (and gets a subject that is never called)."""
+    m, n, k = ctx.key
+    A, B, C = ctx.A, ctx.B, ctx.C
+    sp = int(g.stream.ptr)
+    for c in candidates:
+        label = c["label"]
+        lib = g.lib(c["so_path"])
+        why = entry_refusal(lib, ctx.dtype)
+        if why is not None:
+            out.refused[label] = why
+            out.subjects[label] = bl.Subject(label, _never_called, kind="candidate")
+            continue
+        fn = bl.ctypes_fn(lib, ENTRY_POINTS[ctx.dtype])
+        out.subjects[label] = bl.abi_subject(label, fn, A.ptr, B.ptr, C.ptr, m, n, k, sp, kind="candidate",
+                                             nondeterministic=bool(c.get("nondeterministic")))
+
+
+def _baseline(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, acc: str, name: str, light: bool, out: Subjects) -> None:
+    """The subject(s) of one baseline in the accumulator and element type of the request (the
+    shim's entry points by harness.baselines.shim_entry; torch on bfloat16 views for bf16)."""
     m, n, k = ctx.key
     A, B, Bt, C = ctx.A, ctx.B, ctx.Bt, ctx.C
     sp = int(g.stream.ptr)
-    suffix = "" if acc == "f32" else "_f16"
-    out = Subjects()
+    dtype = ctx.dtype
     subjects = out.subjects
-    for c in candidates:
-        label = c["label"]
-        fn = bl.ctypes_fn(g.lib(c["so_path"]), "l2_hgemm")
-        subjects[label] = bl.abi_subject(label, fn, A.ptr, B.ptr, C.ptr, m, n, k, sp, kind="candidate",
-                                         nondeterministic=bool(c.get("nondeterministic")))
+
+    def entry(base: str) -> Callable[..., int]:
+        return bl.ctypes_fn(shim, bl.shim_entry(base, acc, dtype))
+
+    if name == "cublas":
+        subjects["cublas_nn"] = bl.abi_subject("cublas_nn", entry("l2_hgemm"), A.ptr, B.ptr, C.ptr, m, n, k, sp,
+                                               light=light)
+        subjects["cublas_tn"] = bl.abi_subject("cublas_tn", entry("l2_hgemm_tn"), A.ptr, Bt.ptr, C.ptr, m, n, k, sp,
+                                               light=light)
+    elif name in ("cublaslt_heuristic", "cublaslt_autotune"):
+        if out.lt_count is None:
+            out.lt_count = lt_plan(shim, m, n, k, acc, dtype)
+        base = "l2_hgemm_lt_heur" if name == "cublaslt_heuristic" else "l2_hgemm_lt_auto"
+        subjects[name] = bl.abi_subject(name, entry(base), A.ptr, B.ptr, C.ptr, m, n, k, sp, light=light)
+        if name == "cublaslt_autotune":
+            out.autotune_pending = True
+    elif name == "torch":
+        if acc == "f16":
+            out.absent[name] = "torch.matmul has no fp16-accumulate mode"
+            return
+        why = bl.torch_available()
+        if why:
+            out.absent[name] = why
+            return
+        import torch
+
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        subjects[name] = bl.torch_subject(name, A.data, B.data, C.data, sp, dtype=dtype, light=light)
+    else:
+        out.absent[name] = "unknown baseline"
+
+
+def build_subjects(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, acc: str, candidates: list[dict[str, Any]],
+                   baselines: list[str], light: bool) -> Subjects:
+    """One subject per candidate library and per baseline, all on the same guarded buffers and
+    stream (in the element type ``ctx.dtype``), so every one of them is checked and timed by the
+    same code."""
+    out = Subjects()
+    candidate_subjects(g, ctx, candidates, out)
     for name in baselines:
         try:
-            if name == "cublas":
-                subjects["cublas_nn"] = bl.abi_subject("cublas_nn", bl.ctypes_fn(shim, "l2_hgemm" + suffix),
-                                                       A.ptr, B.ptr, C.ptr, m, n, k, sp, light=light)
-                subjects["cublas_tn"] = bl.abi_subject("cublas_tn", bl.ctypes_fn(shim, "l2_hgemm_tn" + suffix),
-                                                       A.ptr, Bt.ptr, C.ptr, m, n, k, sp, light=light)
-            elif name in ("cublaslt_heuristic", "cublaslt_autotune"):
-                if out.lt_count is None:
-                    out.lt_count = lt_plan(shim, m, n, k, acc)
-                entry = "l2_hgemm_lt_heur" if name == "cublaslt_heuristic" else "l2_hgemm_lt_auto"
-                subjects[name] = bl.abi_subject(name, bl.ctypes_fn(shim, entry + suffix), A.ptr, B.ptr, C.ptr,
-                                                m, n, k, sp, light=light)
-                if name == "cublaslt_autotune":
-                    out.autotune_pending = True
-            elif name == "torch":
-                if acc == "f16":
-                    out.absent[name] = "torch.matmul has no fp16-accumulate mode"
-                    continue
-                why = bl.torch_available()
-                if why:
-                    out.absent[name] = why
-                    continue
-                import torch
-
-                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-                subjects[name] = bl.torch_subject(name, A.data, B.data, C.data, sp, light=light)
-            else:
-                out.absent[name] = "unknown baseline"
+            _baseline(g, shim, ctx, acc, name, light, out)
         except Exception as e:
             if is_sticky(e):
                 raise Sticky(str(e), name) from e
@@ -206,9 +264,18 @@ class ShapeChecks:
         self.status = status
         self.recs = {label: ck.CheckRecord() for label in subjects}
         self.alive = dict(subjects)
-        self.nan = cp.float16(float("nan"))
+        self.dtype: str = ctx.dtype
+        self.nan = ck.nan_value(cp, self.dtype)
         self.inputs: dict[str, Any] = {}   # copies of A and B as last filled: a call must leave them as they are
         self.prev: dict[str, Any] = {}     # each subject's last C, for the stale check
+
+    def refuse(self, label: str, why: str) -> None:
+        """A candidate that cannot be called in this element type: ``runs`` fails with ``why``,
+        its status is ``unsupported``, and it is never called, checked or timed."""
+        rec = self.recs[label]
+        rec.put("runs", False, why)
+        rec.unsupported = True
+        self.alive.pop(label, None)
 
     def run(self, subj: bl.Subject) -> int | None:
         """One call of ``subj`` on poisoned C; 0 when it ran, None (and ``runs`` failed) when not."""
@@ -231,7 +298,7 @@ class ShapeChecks:
             self.alive.pop(subj.label, None)
             return None
         if rc:
-            recs[subj.label].put("runs", False, f"l2_hgemm returned {rc} (unsupported shape)")
+            recs[subj.label].put("runs", False, f"{ENTRY_POINTS[self.dtype]} returned {rc} (unsupported shape)")
             recs[subj.label].unsupported = True
             self.alive.pop(subj.label, None)
             return None
@@ -249,7 +316,7 @@ class ShapeChecks:
         A, B, C = ctx.A, ctx.B, ctx.C
         rec = self.recs[label]
         with s:
-            unwritten = ck.count_unwritten(cp, C.data)
+            unwritten = ck.count_unwritten(cp, C.data, self.dtype)
             bad = ctx.bad_guards()
             changed = {nm: int(cp.count_nonzero(buf.data.view(cp.uint16) != inputs[nm].view(cp.uint16)))
                        for nm, buf in (("A", A), ("B", B)) if nm in inputs}
@@ -355,7 +422,7 @@ class ShapeChecks:
                 raise Sticky(f"{label}: {e}", label) from e
             raise
         self.written_guards(label, tag, "graph_replay", "graph_replay")
-        return ck.rel_err(self.cp, self.ctx.C.data, ref, norm)
+        return ck.rel_err(self.cp, self.ctx.C.data, ref, norm, self.dtype)
 
 
 # --------------------------------------------------------------------------- the checks
@@ -380,11 +447,11 @@ def check_exact(sc: ShapeChecks, seed: int) -> None:
     cp, s, ctx = sc.cp, sc.s, sc.ctx
     A, B, Bt, C = ctx.A, ctx.B, ctx.Bt, ctx.C
     with s:
-        ck.fill_binary(cp, seed + 7919, A.data, B.data)
+        ck.fill_binary(cp, seed + 7919, A.data, B.data, sc.dtype)
         Bt.data[...] = B.data.T
     sc.keep_inputs()
     with s:
-        expect = ck.reference(cp, A.data, B.data).astype(cp.float16)
+        expect = ck.from_float32(cp, ck.reference(cp, A.data, B.data, sc.dtype), sc.dtype)
     for label, subj in list(sc.alive.items()):
         if subj.light:
             continue
@@ -402,7 +469,8 @@ def check_exact(sc: ShapeChecks, seed: int) -> None:
 def shim_errors(sc: ShapeChecks, fn32: Callable[..., int], fn16: Callable[..., int], acc: str, sp: int,
                 ref: DeviceArray, norm: float) -> tuple[float, float | None]:
     """The cuBLAS shim's own relative errors on the current inputs (fp32 accumulation, and fp16
-    when ``acc`` is f16): they set the accuracy bound (harness.checks.bound_for)."""
+    when ``acc`` is f16; ``fn32`` is the shim's GEMM in the shape's element type): they set the
+    accuracy bound (harness.checks.bound_for)."""
     cp, s, C = sc.cp, sc.s, sc.ctx.C
     A, B = sc.ctx.A, sc.ctx.B
     m, n, k = sc.m, sc.n, sc.k
@@ -411,7 +479,7 @@ def shim_errors(sc: ShapeChecks, fn32: Callable[..., int], fn16: Callable[..., i
     if fn32(A.ptr, B.ptr, C.ptr, m, n, k, sp) != 0:
         raise RuntimeError("cuBLAS shim failed on this shape")
     s.synchronize()
-    e32 = ck.rel_err(cp, C.data, ref, norm)
+    e32 = ck.rel_err(cp, C.data, ref, norm, sc.dtype)
     e16 = None
     if acc == "f16":
         with s:
@@ -424,7 +492,7 @@ def shim_errors(sc: ShapeChecks, fn32: Callable[..., int], fn16: Callable[..., i
 
 def check_accuracy(sc: ShapeChecks, label: str, tag: str, ref: DeviceArray, norm: float, bound: float) -> None:
     """The ``accuracy`` check of the call just made; the record keeps the worst error."""
-    err = ck.rel_err(sc.cp, sc.ctx.C.data, ref, norm)
+    err = ck.rel_err(sc.cp, sc.ctx.C.data, ref, norm, sc.dtype)
     rec = sc.recs[label]
     if err > rec.rel_err or rec.bound == 0:
         rec.rel_err, rec.bound = err, bound
@@ -442,7 +510,7 @@ def check_deterministic(sc: ShapeChecks, label: str, subj: bl.Subject, tag: str,
     if sc.run(subj) is not None:
         sc.written_guards(label, f"{tag}, second run")
         if subj.nondeterministic:
-            e2 = ck.rel_err(cp, C.data, ref, norm)
+            e2 = ck.rel_err(cp, C.data, ref, norm, sc.dtype)
             ok = e2 <= bound
             det = "" if ok else f"second run: rel. error {e2:.3g} > bound {bound:.3g}"
         else:
@@ -466,10 +534,10 @@ def check_seeds(sc: ShapeChecks, seeds: tuple[int, ...], fn32: Callable[..., int
     for i, sd in enumerate(seeds):
         last = i == len(seeds) - 1
         with s:
-            ck.fill_random(cp, sd, A.data, B.data)
+            ck.fill_random(cp, sd, A.data, B.data, sc.dtype)
             Bt.data[...] = B.data.T
             ref = None   # the last seed's reference is freed before the next one is computed
-            ref = ck.reference(cp, A.data, B.data)
+            ref = ck.reference(cp, A.data, B.data, sc.dtype)
             norm = ck.ref_norm(cp, ref)
         sc.keep_inputs()
         # the cuBLAS shim's own error on these inputs sets the bound
@@ -477,7 +545,7 @@ def check_seeds(sc: ShapeChecks, seeds: tuple[int, ...], fn32: Callable[..., int
         if acc == "f16" and e16 is not None:
             out.e16s.append(e16)
         out.e32s.append(e32)
-        bound = ck.bound_for(acc, e32, e16)
+        bound = ck.bound_for(acc, e32, e16, sc.dtype)
         out.bounds.append(bound)
         for label, subj in list(sc.alive.items()):
             if subj.light and not last:

@@ -25,16 +25,17 @@ def _fresh_replay(cp: CupyModule, s: CudaStream, ctx: ShapeContext, gr: CudaGrap
     """Part (1) of ``fresh``: a few elements of A changed in place, the timed graph replayed on
     poisoned C; returns (why it failed or None, the relative error)."""
     A, B, C = ctx.A, ctx.B, ctx.C
+    dtype = ctx.dtype
     with s:
-        changed = ck.sparse_change(cp, A.data, rng)
-        ref = ck.reference(cp, A.data, B.data)
+        changed = ck.sparse_change(cp, A.data, rng, dtype=dtype)
+        ref = ck.reference(cp, A.data, B.data, dtype)
         norm = ck.ref_norm(cp, ref)
         C.data.fill(nan)
     gr.graph.launch(s)
     s.synchronize()
     with s:
-        unwritten = ck.count_unwritten(cp, C.data)
-    err = ck.rel_err(cp, C.data, ref, norm)
+        unwritten = ck.count_unwritten(cp, C.data, dtype)
+    err = ck.rel_err(cp, C.data, ref, norm, dtype)
     del ref
     if unwritten or err > bound:
         what = f"{unwritten} elements of C not written" if unwritten else f"rel. error {err:.3g} > bound {bound:.3g}"
@@ -60,10 +61,11 @@ def check_fresh(cp: CupyModule, s: CudaStream, ctx: ShapeContext, call: Callable
     reps = min(gr.reps, ck.FRESH_MAX_REPS)
     steps = reps * (ck.FRESH_REPLAYS + 1)          # the warm-up replay and the timed ones
     with s:
-        pert = ck.Perturber(cp, A.data, s)
-        ver = ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps, changed_row=pert.row)
+        pert = ck.Perturber(cp, A.data, s, ctx.dtype)
+        ver = ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps, changed_row=pert.row, dtype=ctx.dtype)
         # the subtracted graph verifies too (the same work on a C the call did not write): ignored
-        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps, changed_row=pert.row)
+        ver_base = ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps, changed_row=pert.row,
+                               dtype=ctx.dtype)
     # compiles and loads the kernels now, never inside a stream capture; the verification of a
     # call made right after a change must pass (else the check itself is broken on this shape)
     pert.step()
@@ -122,10 +124,10 @@ def _dense_timed(cp: CupyModule, s: CudaStream, ctx: ShapeContext, call: Callabl
     reps = min(timing.reps_for(timing.estimate_ms(cp, s, call)), ck.FRESH_MAX_REPS)
     steps = reps * (ck.FRESH_REPLAYS + 1)          # the warm-up replay and the timed ones
     with s:
-        one = ck.Perturber(cp, A.data, s)
-        flip = ck.SignFlipper(cp, A.data, s)
+        one = ck.Perturber(cp, A.data, s, ctx.dtype)
+        flip = ck.SignFlipper(cp, A.data, s)   # the sign bit is bit 15 in fp16 and bf16 alike
         vers = {kind: tuple(ck.Verifier(cp, A.data, B.data, C.data, s, capacity=steps + reps,
-                                        changed_row=p.row) for _ in range(2))
+                                        changed_row=p.row, dtype=ctx.dtype) for _ in range(2))
                 for kind, p in (("one", one), ("dense", flip))}
     # compiles and loads the kernels now, never inside a stream capture; a call right after
     # each kind of change must verify (else the check itself is broken on this shape)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .channel import MAX_STRING, Bool, Data, FrameError, Int, Json, ListOf, MapOf, Num, Record, Schema, Str, validate
+from .channel import MAX_STRING, Bool, Data, FrameError, Int, Json, ListOf, MapOf, Num, Record, Schema, Str, plain, \
+    validate
 
 CUBLAS_VARIANTS = ("cublas_nn", "cublas_tn")
+#: the element types an evaluate_shape request may name (``dtype``); a request without one is fp16
+DTYPES = ("fp16", "bf16")
 
 
 def cublas_variant(times: dict[str, float | None]) -> tuple[dict[str, float | None], str | None]:
@@ -54,10 +57,11 @@ def shape_result(*, m: int, n: int, k: int, acc: str, mode: str, timing_mode: st
                  timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], absent: dict[str, str],
                  errors: dict[str, str], bounds: list[float], e32s: list[float], e16s: list[float],
                  autotune: dict[str, Any] | None, clocks_before: dict[str, Any], clocks_after: dict[str, Any],
-                 roofline_ms: float | None, seconds: float, phases: dict[str, float]) -> dict[str, Any]:
+                 roofline_ms: float | None, seconds: float, phases: dict[str, float],
+                 dtype: str = "fp16") -> dict[str, Any]:
     """The evaluate_shape answer. ``kinds`` is every subject's kind (``candidate`` or
     ``baseline``) in subject order; ``summaries`` each subject's harness.checks.CheckRecord
-    summary. Only candidates keep the per-check detail (``checks``) in theirs. A time is
+    summary; ``dtype`` the element type every subject ran in. Only candidates keep the per-check detail (``checks``) in theirs. A time is
     reported for a subject whose status is ``ok`` or ``wrong`` (a subject that failed a check
     after the timing keeps its time, so the reason can be read next to it)."""
     cublas_asked = "cublas" in baselines
@@ -73,7 +77,7 @@ def shape_result(*, m: int, n: int, k: int, acc: str, mode: str, timing_mode: st
         if kinds[lb] != "candidate":
             summaries[lb] = {k2: v for k2, v in summaries[lb].items() if k2 != "checks"}
     return {
-        "shape": [m, n, k], "acc": acc, "mode": mode,
+        "shape": [m, n, k], "acc": acc, "dtype": dtype, "mode": mode,
         "status": statuses(status, pick, cublas_asked, absent, errors),
         "checks": f(summaries),
         "times_ms": f(times),
@@ -142,6 +146,8 @@ SHAPE_RESULT = Record(
         "seconds": Num(0.0, 1e7),
         "phases": MapOf(Num(0.0, 1e7), 32, 40),
     },
+    # an answer of a worker from before bf16 has no dtype: it evaluated fp16
+    optional={"dtype": Str(8, choices=DTYPES)},
 )
 
 _PER_SUBJECT_KEYS = ("status", "checks", "times_ms", "spread", "p90_ms", "device_ms", "reps", "times_ms_chained",
@@ -158,6 +164,8 @@ def check_shape_result(result: Json, request: Mapping[str, object], path: str = 
         raise FrameError(f"{path}.shape: {result['shape']} is not the shape asked for")
     if result["acc"] != request.get("acc", "f32"):
         raise FrameError(f"{path}.acc: {result['acc']!r} is not the accumulator asked for")
+    if result.get("dtype", "fp16") != request_dtype(request):
+        raise FrameError(f"{path}.dtype: {result.get('dtype', 'fp16')!r} is not the element type asked for")
     asked = {str(c.get("label")) for c in _dicts(request.get("candidates"))}
     baselines = request.get("baselines") or []
     asked |= {str(b) for b in baselines} if isinstance(baselines, (list, tuple)) else set()
@@ -178,3 +186,46 @@ def _names(value: Json) -> set[str]:
 
 def _dicts(value: object) -> list[dict[str, object]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, (list, tuple)) else []
+
+
+# --------------------------------------------------------------------------- the request's schema
+#
+# What the worker accepts as the arguments of an evaluate_shape request: the keys it reads, each
+# typed; a key it does not know stays free-form data (callers of other versions add keys).
+
+_CANDIDATE = Record({"label": Str(_LABEL_LEN), "so_path": Str(4096)},
+                    optional={"nondeterministic": Bool(), "pdl": Bool()}, extra=Data(max_depth=4))
+SHAPE_REQUEST = Record(
+    required={"m": Int(1, 1 << 20), "n": Int(1, 1 << 20), "k": Int(1, 1 << 20), "shim_path": Str(4096)},
+    optional={
+        "acc": Str(8, choices=("f32", "f16")),
+        "dtype": Str(8, choices=DTYPES),
+        "candidates": ListOf(_CANDIDATE, 512),
+        "baselines": ListOf(Str(64), 64),
+        "mode": Str(8, choices=("offline", "server")),
+        "checks": Str(8, choices=("full", "fast")),
+        "timing": Str(16, choices=("isolated", "chained", "both")),
+        "seeds": ListOf(Int(), 64, min_items=1),
+        "replays": Int(1, 10_000),
+        "qps": Num(1e-6, 1e9),
+        "server_calls": Int(1, 1_000_000),
+        "seed": Int(),
+        "autotune_budget_s": Num(0.0, 1e6, null=True),
+    },
+    extra=Data(max_depth=4),
+)
+
+
+def request_dtype(request: Mapping[str, object]) -> str:
+    """The element type an evaluate_shape request asks for: its ``dtype``, fp16 when it has none
+    (a request of a caller from before bf16)."""
+    dtype = request.get("dtype")
+    return dtype if isinstance(dtype, str) else "fp16"
+
+
+def check_shape_request(args: Mapping[str, object], path: str = "$.args") -> None:
+    """Raise FrameError (one line) unless ``args`` are the arguments of an evaluate_shape request:
+    :data:`SHAPE_REQUEST`, and bf16 with f32 accumulation only (bf16 has no f16-accumulate mode)."""
+    validate(plain(args), SHAPE_REQUEST, path)
+    if request_dtype(args) == "bf16" and args.get("acc", "f32") != "f32":
+        raise FrameError(f"{path}.acc: bf16 accumulates in f32 only, not {args.get('acc')!r}")

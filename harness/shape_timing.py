@@ -50,17 +50,18 @@ def _lt_version(shim: ctypes.CDLL) -> int | None:
 
 def autotune(g: Gpu, shim: ctypes.CDLL, call: Callable[[], int], shape: tuple[int, int, int], acc: str, count: int,
              timing_mode: str, separator: tuple[Callable[[], int], Callable[[], int]],
-             budget_s: float) -> tuple[int, dict[str, Any]]:
+             budget_s: float, dtype: str = "fp16") -> tuple[int, dict[str, Any]]:
     """Screen cuBLASLt's heuristic algorithms (in heuristic order) with the headline's method,
     keep the fastest in the shim's autotune slot.
 
     Cap: at most AUTOTUNE_MAX_CANDIDATES; after ``budget_s`` of wall time no new candidate is
     screened once AUTOTUNE_MIN_CANDIDATES have been. Screening graphs last >= 0.2 ms and get 3
     replays; per call (``isolated``) each screened call follows the separator, whose own graph
-    is subtracted, as in the timing. The winner is then checked and timed like every subject."""
+    is subtracted, as in the timing. The winner is then checked and timed like every subject.
+    ``dtype`` picks the shim's plan of that element type (harness.baselines.lt_mode)."""
     m, n, k = shape
-    f16 = int(acc == "f16")
-    key = (m, n, k, acc, timing_mode)
+    f16 = bl.lt_mode(acc, dtype)
+    key = (m, n, k, acc, timing_mode, dtype)
     if key in g.autotune:
         shim.l2_lt_select(m, n, k, f16, 1, g.autotune[key])
         return g.autotune[key], {"cached": True, "available": count, "best_index": g.autotune[key],
@@ -116,13 +117,13 @@ def autotune_baseline(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, subs: Subjec
     cp, s = g.cp, g.stream
     A, B, C = ctx.A, ctx.B, ctx.C
     with s:   # time on random data, never on constants
-        ck.fill_random(cp, seed, A.data, B.data)
+        ck.fill_random(cp, seed, A.data, B.data, ctx.dtype)
     try:
         budget = bl.AUTOTUNE_SCREEN_BUDGET_S if budget_s is None else budget_s
         # screened per call behind the same separator as the timing (its verifications unread)
-        sep = ck.Separator(cp, A.data, B.data, C.data, s, 1, 1 << 30)
+        sep = ck.Separator(cp, A.data, B.data, C.data, s, 1, 1 << 30, ctx.dtype)
         _, info = autotune(g, shim, subs.subjects["cublaslt_autotune"].call, ctx.key, acc, subs.lt_count or 0,
-                           timing_mode, (sep.step, sep.tail), budget)
+                           timing_mode, (sep.step, sep.tail), budget, ctx.dtype)
         return info
     except Exception as e:
         if is_sticky(e):
@@ -171,14 +172,15 @@ class PerCallGraphs:
             return
         self.reps = timing.reps_for(min(est.values()) + 0.003, cap=timing.MAX_ISOLATED_REPS)
         capacity = self.reps * (replays + 3)
-        self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps) for lb in self.calls}
-        self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps)
+        dt = ctx.dtype
+        self.seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps, dt) for lb in self.calls}
+        self.sep_base = ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps, dt)
         dense_labels = [lb for lb in self.calls if lb in dense]
         if dense_labels:
             self.flip = ck.SignFlipper(cp, A.data, s)
-            self.dense_seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps)
+            self.dense_seps = {lb: ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps, dt)
                                for lb in dense_labels}
-            self.dense_sep_base = ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps)
+            self.dense_sep_base = ck.Separator(cp, A.data, B.data, C.data, s, capacity, self.reps, dt)
         # compiles and loads every kernel now, never inside a stream capture
         for label, call in self.calls.items():
             self.seps[label].step()
@@ -307,7 +309,7 @@ class PerCallGraphs:
         s.synchronize()
         with s:
             a_final = A.data.copy()
-            ref = ck.reference(cp, A.data, self.ctx.B.data)
+            ref = ck.reference(cp, A.data, self.ctx.B.data, self.ctx.dtype)
             norm = ck.ref_norm(cp, ref)
         saved, inputs["A"] = inputs.get("A"), a_final
         out = {}
@@ -441,9 +443,9 @@ class ServerVerification:
         self.foreign: dict[str, float] = {}
         self.leave_work = leave_work
         with s:
-            self.pert = ck.Perturber(cp, ctx.A.data, s)
-            self.vers = {lb: ck.Verifier(cp, ctx.A.data, ctx.B.data, ctx.C.data, s,
-                                         capacity=calls_per_subject + 2, changed_row=self.pert.row) for lb in labels}
+            self.pert = ck.Perturber(cp, ctx.A.data, s, ctx.dtype)
+            self.vers = {lb: ck.Verifier(cp, ctx.A.data, ctx.B.data, ctx.C.data, s, capacity=calls_per_subject + 2,
+                                         changed_row=self.pert.row, dtype=ctx.dtype) for lb in labels}
         self.pert.step()
         for v in self.vers.values():
             v.step()
@@ -453,7 +455,7 @@ class ServerVerification:
         self.A = ctx.A
         with s:
             self.shadow = ctx.A.data.copy()
-            self.shadow_pert = ck.Perturber(cp, self.shadow, s)
+            self.shadow_pert = ck.Perturber(cp, self.shadow, s, ctx.dtype)
             self.shadow_pert.counter[...] = self.pert.counter   # the same changes from here on
 
     def before(self, label: str, poison: bool) -> None:

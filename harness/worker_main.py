@@ -154,8 +154,13 @@ def op_roofline(shim_path: str, force: bool = False, **_: object) -> dict[str, A
 
 
 def op_evaluate_shape(**kw: Any) -> dict[str, Any]:
-    """Load the candidates' libraries first, then evaluate: load-time code of a library runs before
-    any GPU state exists, whatever happens to the GPU afterwards (the same on a machine without one)."""
+    """Check the request's arguments (harness.shape_result.SHAPE_REQUEST: a wrong type or an unknown
+    ``dtype`` is refused in one line), load the candidates' libraries, then evaluate: load-time
+    code of a library runs before any GPU state exists, whatever happens to the GPU afterwards
+    (the same on a machine without one)."""
+    from .shape_result import check_shape_request
+
+    check_shape_request(kw)
     for cand in kw.get("candidates") or ():
         if isinstance(cand, dict) and isinstance(cand.get("so_path"), str):
             load_lib(cand["so_path"])
@@ -314,7 +319,7 @@ def serve() -> int:
 # --------------------------------------------------------------------------- one shape
 
 
-def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str = "f32",
+def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str = "f32", dtype: str = "fp16",
                    candidates: list[dict[str, Any]] = (), baselines: list[str] = (),  # type: ignore[assignment]
                    mode: str = "offline", checks: str = "full", seeds: tuple[int, ...] = (1, 2, 3),
                    replays: int = 7, qps: float = 100.0, server_calls: int = 20, seed: int = 0,
@@ -323,6 +328,9 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
 
     ``timing`` (offline mode): "isolated" (per call, the headline), "chained" (back to back) or
     "both" (each subject both ways in the same interleaved rounds; ``times_ms`` is per call).
+    ``dtype``: the element type of A, B and C, "fp16" or "bf16" (f32 accumulation only): the
+    buffers, the candidates' entry point, the baselines, the check kernels and the bound are that
+    type's; the timing is the same for both.
 
     The phases, in the order their GPU work runs: the subjects (harness.shape_eval), the
     cuBLASLt autotune, the checks before the timing (harness.shape_eval), the timing and the
@@ -341,11 +349,11 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     t_start = time.monotonic()
     rng = random.Random(f"{seed}:{m}x{n}x{k}")
     shim = g.lib(shim_path)
-    fn32 = bl.ctypes_fn(shim, "l2_hgemm")
+    fn32 = bl.ctypes_fn(shim, bl.shim_entry("l2_hgemm", "f32", dtype))   # the bound's f32-compute GEMM
     fn16 = bl.ctypes_fn(shim, "l2_hgemm_f16")
-    g.warm_up(fn32)
+    g.warm_up(bl.ctypes_fn(shim, "l2_hgemm"))   # the warm-up GEMMs are fp16 whatever the request's type
     rf = op_roofline(shim_path)
-    ctx = shape_ctx(g, m, n, k)
+    ctx = shape_ctx(g, m, n, k, dtype)
     sp = int(s.ptr)
 
     subs = build_subjects(g, shim, ctx, acc, candidates, baselines, light=checks == "fast")
@@ -358,6 +366,8 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     t_phase = time.monotonic()
     status: dict[str, str] = {}
     sc = ShapeChecks(g.cp, s, ctx, subjects, status)
+    for label, why in subs.refused.items():
+        sc.refuse(label, why)
     seeded = check_correctness(sc, seeds, fn32, fn16, acc, sp)
 
     phases["checks"] = round(time.monotonic() - t_phase, 4)
@@ -366,7 +376,7 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     chained: dict[str, dict[str, Any]] = {}
     clocks_before = g.nvml.clocks()
     labels = [lb for lb in subjects if sc.timeable(lb)]
-    limit = ck.verify_limit(seeded.bound, acc) if seeded.bound is not None else 0.0
+    limit = ck.verify_limit(seeded.bound, acc, dtype) if seeded.bound is not None else 0.0
     if mode == "offline":
         timed, chained = time_offline(g, sc, labels, timing_mode, replays, rng, seeded, limit, subs.errors)
     else:
@@ -375,7 +385,7 @@ def evaluate_shape(g: Gpu, *, m: int, n: int, k: int, shim_path: str, acc: str =
     phases["timing"] = round(time.monotonic() - t_phase, 4)
 
     return shape_result(
-        m=m, n=n, k=k, acc=acc, mode=mode, timing_mode=timing_mode,
+        m=m, n=n, k=k, acc=acc, dtype=dtype, mode=mode, timing_mode=timing_mode,
         kinds={lb: subj.kind for lb, subj in subjects.items()}, baselines=baselines, status=status,
         summaries={lb: r.summary() for lb, r in sc.recs.items()}, timed=timed, chained=chained,
         absent=subs.absent, errors=subs.errors, bounds=seeded.bounds, e32s=seeded.e32s, e16s=seeded.e16s,

@@ -24,6 +24,13 @@ from harness import checks as ck
 #: modelled cost of one launch of each check kernel (ms); flips add a term per element
 KERNEL_MS = {"l2_separate": 0.003, "l2_perturb": 0.0015, "l2_verify_rows": 0.002, "l2_gemv": 0.002,
              "l2_flip_signs": 0.002}
+#: the check kernels' bf16 entries (the same name with ``_bf16``), which read their 16-bit data as bf16
+BF16_SUFFIX = "_bf16"
+
+
+def widen(a: Any, dtype: str) -> np.ndarray:
+    """16-bit elements as float32: fp16 as such, bf16 bits through harness.checks' codec."""
+    return np.asarray(ck.to_float32(np, np.asarray(a), dtype), dtype=np.float32)
 FLIP_MS_PER_ELEMENT = 1e-9
 
 
@@ -54,12 +61,12 @@ def _salted_row(salt: int, i: int, m: int) -> int:
     return h % m
 
 
-def _residual(a: Any, c: Any, x: Any, y: Any, r: int) -> float:
+def _residual(a: Any, c: Any, x: Any, y: Any, r: int, dtype: str = "fp16") -> float:
     """|C[r] x - A[r] y| / |C[r]|, NaN as infinity (l2_row_residual)."""
-    cr = np.asarray(c[r], dtype=np.float32)
+    cr = widen(c[r], dtype)
     with np.errstate(all="ignore"):
         w = float(cr @ np.asarray(x)), float(np.sqrt(np.sum(cr * cr)))
-        z = float(np.asarray(a[r], dtype=np.float32) @ np.asarray(y))
+        z = float(widen(a[r], dtype) @ np.asarray(y))
         d = abs(w[0] - z) / max(w[1], 1e-20)
     return d if d == d else math.inf
 
@@ -157,8 +164,10 @@ class SimKernel:
     """A check kernel by name: ``kernel(grid, block, args)`` launches its Python twin."""
 
     def __init__(self, gpu: SimGpu, name: str) -> None:
-        self.gpu, self.name = gpu, name
-        self.body = getattr(self, "_" + name)
+        self.gpu = gpu
+        self.dtype = "bf16" if name.endswith(BF16_SUFFIX) else "fp16"
+        self.name = name[: -len(BF16_SUFFIX)] if self.dtype == "bf16" else name
+        self.body = getattr(self, "_" + self.name)
 
     def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
         cost = KERNEL_MS[self.name]
@@ -169,24 +178,27 @@ class SimKernel:
             cost += int(args[1]) * FLIP_MS_PER_ELEMENT
 
         def op() -> float:
-            self.body(grid[0], *args)
+            if self.name in ("l2_gemv", "l2_verify_rows", "l2_separate"):   # the kernels that read values
+                self.body(grid[0], *args, dtype=self.dtype)
+            else:
+                self.body(grid[0], *args)
             return cost
 
         self.gpu.on().launch(op)
 
     @staticmethod
-    def _l2_gemv(blocks: int, m: Any, x: Any, out: Any, norms: Any, rows: Any, cols: Any) -> None:
-        out[: int(rows)] = np.asarray(m, dtype=np.float32).reshape(int(rows), int(cols)) @ np.asarray(x)
+    def _l2_gemv(blocks: int, m: Any, x: Any, out: Any, norms: Any, rows: Any, cols: Any, dtype: str = "fp16") -> None:
+        out[: int(rows)] = widen(m, dtype).reshape(int(rows), int(cols)) @ np.asarray(x)
 
     @staticmethod
     def _l2_verify_rows(blocks: int, a: Any, c: Any, x: Any, y: Any, m: Any, n: Any, k: Any, changed_row: Any,
-                        counter: Any, worst: Any, capacity: Any, salt: Any) -> None:
+                        counter: Any, worst: Any, capacity: Any, salt: Any, dtype: str = "fp16") -> None:
         for b in range(blocks):
             slot = int(counter[0])
             counter[0] += 1
             r = int(changed_row[0]) if b == 0 else _salted_row(int(salt), slot, int(m))
             if slot < int(capacity):
-                worst[slot] = _residual(a, c, x, y, r if r < int(m) else 0)
+                worst[slot] = _residual(a, c, x, y, r if r < int(m) else 0, dtype)
 
     @staticmethod
     def _l2_perturb(blocks: int, a: Any, n: Any, counter: Any, values: Any, nvalues: Any, cols: Any,
@@ -200,11 +212,11 @@ class SimKernel:
     @staticmethod
     def _l2_separate(blocks: int, a: Any, c: Any, x: Any, y: Any, m: Any, n: Any, k: Any, counter: Any, row: Any,
                      worst: Any, capacity: Any, values: Any, nvalues: Any, steps: Any, perturb: Any,
-                     salt: Any) -> None:
+                     salt: Any, dtype: str = "fp16") -> None:
         t, m, k = int(counter[0]), int(m), int(k)
         if t > 0 and (not int(perturb) or t % int(steps) != 0):
             rows = [int(row[0])] + [_salted_row(int(salt), t * 4 + i, m) for i in range(1, ck.SEPARATE_ROWS)]
-            w = max(_residual(a, c, x, y, r if r < m else 0) for r in rows)
+            w = max(_residual(a, c, x, y, r if r < m else 0, dtype) for r in rows)
             if t - 1 < int(capacity):
                 worst[t - 1] = w
         if int(perturb):
@@ -236,6 +248,9 @@ class SimCupy:
     count_nonzero = staticmethod(np.count_nonzero)
     isfinite = staticmethod(np.isfinite)
     array_equal = staticmethod(np.array_equal)
+    where = staticmethod(np.where)
+    isnan = staticmethod(np.isnan)
+    ascontiguousarray = staticmethod(np.ascontiguousarray)
 
     def __init__(self, gpu: SimGpu) -> None:
         self.gpu = gpu
@@ -266,13 +281,18 @@ class SimCupy:
         return SimpleNamespace(get_function=lambda name: SimKernel(self.gpu, name))
 
 
-def context(gpu: SimGpu, m: int, n: int, k: int, seed: int = 0) -> SimpleNamespace:
-    """A shape's buffers (no guard regions: the guards are not what these tests are about)."""
+def store(x: Any, dtype: str) -> np.ndarray:
+    """float32 values in ``dtype``'s storage (fp16, or bf16 bits rounded to nearest even)."""
+    return np.asarray(ck.from_float32(np, np.asarray(x, dtype=np.float32), dtype))
+
+
+def context(gpu: SimGpu, m: int, n: int, k: int, seed: int = 0, dtype: str = "fp16") -> SimpleNamespace:
+    """A shape's buffers in ``dtype`` (no guard regions: the guards are not what these tests are about)."""
     rng = np.random.default_rng(seed)
     buf = lambda a: SimpleNamespace(data=_sim(a))  # noqa: E731
-    ctx = SimpleNamespace(key=(m, n, k), A=buf(rng.standard_normal((m, k)).astype(np.float16)),
-                          B=buf(rng.standard_normal((k, n)).astype(np.float16)),
-                          C=buf(np.zeros((m, n), np.float16)))
+    ctx = SimpleNamespace(key=(m, n, k), dtype=dtype, A=buf(store(rng.standard_normal((m, k)), dtype)),
+                          B=buf(store(rng.standard_normal((k, n)), dtype)),
+                          C=buf(store(np.zeros((m, n)), dtype)))
     ctx.reset_guards = lambda: None
     ctx.bad_guards = lambda: 0
     return ctx
@@ -282,8 +302,8 @@ def honest(gpu: SimGpu, ctx: SimpleNamespace, cost_ms: float) -> Callable[[], in
     """A subject that multiplies on every call at ``cost_ms``."""
 
     def op() -> float:
-        prod = np.asarray(ctx.A.data, np.float32) @ np.asarray(ctx.B.data, np.float32)
-        ctx.C.data[...] = prod.astype(np.float16)
+        prod = widen(ctx.A.data, ctx.dtype) @ widen(ctx.B.data, ctx.dtype)
+        ctx.C.data[...] = store(prod, ctx.dtype)
         return cost_ms
 
     def call() -> int:

@@ -116,7 +116,7 @@ class _Cupy:
 
 def _checks(subjects: dict[str, bl.Subject], m: int = 4, n: int = 3, k: int = 2):
     buf = lambda shape: SimpleNamespace(data=np.zeros(shape, np.float16))  # noqa: E731
-    ctx = SimpleNamespace(key=(m, n, k), A=buf((m, k)), B=buf((k, n)), C=buf((m, n)), guards=0)
+    ctx = SimpleNamespace(key=(m, n, k), dtype="fp16", A=buf((m, k)), B=buf((k, n)), C=buf((m, n)), guards=0)
     ctx.reset_guards = lambda: setattr(ctx, "guards", 0)
     ctx.bad_guards = lambda: ctx.guards
     ctx.A.data[...] = np.arange(m * k).reshape(m, k)
