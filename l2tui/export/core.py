@@ -132,6 +132,8 @@ def export_dtype(choices: Iterable[Choice], sources: dict[str, str], wanted: str
     ``--dtype`` (``wanted``) or, without it, than the session's."""
     from harness.build import source_dtype
 
+    if wanted is not None and wanted not in DTYPES:
+        raise ExportError(f"--dtype must be fp16 or bf16, not {str(wanted)[:20]!r}")
     by_type: dict[str, list[str]] = {}
     for c in choices:
         by_type.setdefault(source_dtype(sources[c.sha]), []).append(c.track)
@@ -280,8 +282,6 @@ def export_session(
     cuBLAS-family library by at least this fraction; elsewhere the fallback runs the shape.
     ``dtype``: the element type the export must hold (None: the session's)."""
     margin = check_margin(margin)
-    if dtype is not None and dtype not in DTYPES:
-        raise ExportError(f"--dtype must be fp16 or bf16, not {str(dtype)[:20]!r}")
     out_p = Path(out).expanduser().resolve()
     view = open_session(session)
     check_target(out_p, force, view.path)
