@@ -1,4 +1,4 @@
-"""Known kernels: the best verified kernel per (GPU model, accumulator, shape), in layers.
+"""Known kernels: the best verified kernel per (GPU model, element type, accumulator, shape), in layers.
 
 Why a store: a track that starts from the cost model's guess on a shape the project has
 already solved loses first. Every track starts from what is known instead (``l2tui.agent.loop``
@@ -14,7 +14,9 @@ Layers, read in this order:
   revision, driver, GPU).
 
 The key of an entry is what makes a result valid elsewhere: the GPU's name and SM count, the
-CUDA major version, the accumulator and the shape. An entry of another GPU model is a
+CUDA major version, the element type (``dtype``: fp16 or bf16; an entry or winners file without
+one is fp16), the accumulator and the shape: a bf16 kernel is never offered to an fp16 track, nor
+the reverse. An entry of another GPU model is a
 *candidate* (worth timing here), never a result here.
 
 Every file is hostile input: sizes are bounded, every field is type-checked, a local file that
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from .build import ENTRY_POINTS, source_dtype
 from .errors import HarnessError
 from .jsonfile import read_capped
 from .paths import PACKAGE_DIR
@@ -57,6 +60,10 @@ KNOWN_SMS: dict[str, int] = {"NVIDIA H200": 132, "NVIDIA H100 80GB HBM3": 132, "
 #: where a checkout keeps its measured GPUs, and where a wheel carries them
 CHECKOUT_RESULTS = PACKAGE_DIR.parent / "results"
 WHEEL_KNOWN = PACKAGE_DIR / "data" / "known"
+
+
+#: the element types an entry may take; an entry (or a winners file) without ``dtype`` is fp16
+DTYPES = tuple(ENTRY_POINTS)
 
 
 class KnownError(HarnessError):
@@ -126,6 +133,8 @@ class KnownKernel:
     baseline: str | None = None
     time_ms: float | None = None
     made: Mapping[str, str] = field(default_factory=dict)   # timing, date, git, driver, gpu
+    #: the element type the kernel takes: part of the key, so a bf16 kernel never seeds an fp16 track
+    dtype: str = "fp16"
 
     @property
     def sha256(self) -> str:
@@ -133,7 +142,7 @@ class KnownKernel:
 
     def to_entry(self) -> dict[str, object]:
         """The local layer's JSON object for this kernel."""
-        return {"gpu": self.gpu.to_dict(), "acc": self.acc, "shape": str(self.shape), "name": self.name,
+        return {"gpu": self.gpu.to_dict(), "dtype": self.dtype, "acc": self.acc, "shape": str(self.shape), "name": self.name,
                 "sha256": self.sha256, "source": self.source, "speedup": self.speedup, "baseline": self.baseline,
                 "time_ms": self.time_ms, "made": dict(self.made)}
 
@@ -248,7 +257,7 @@ def _bundled_layer(d: Path) -> tuple[KnownKernel, ...]:
             if cname in sources:
                 ms, sp = times.get(shape, (None, None))
                 out.append(KnownKernel(shape, w.acc, key, sources[cname], cname, f"bundled {d.name}", sp,
-                                       baseline if sp else None, ms, made))
+                                       baseline if sp else None, ms, made, w.dtype))
     return tuple(out)
 
 
@@ -286,6 +295,9 @@ def _entry(raw: object, where: str) -> KnownKernel:
     acc = raw.get("acc")
     if acc not in ("f32", "f16"):
         raise KnownError(f"{where}: 'acc' must be f32 or f16")
+    dtype = raw.get("dtype", "fp16")   # entries written before bf16 have none: fp16
+    if dtype not in DTYPES:
+        raise KnownError(f"{where}: 'dtype' must be {' or '.join(DTYPES)}")
     try:
         shape = parse_shape(str(raw.get("shape", ""))[:40])
     except HarnessError:
@@ -295,6 +307,8 @@ def _entry(raw: object, where: str) -> KnownKernel:
         raise KnownError(f"{where}: 'source' must be a kernel source of at most {MAX_SOURCE_CHARS >> 10} kB")
     if raw.get("sha256") != hashlib.sha256(src.encode()).hexdigest():
         raise KnownError(f"{where}: 'sha256' is not the sha256 of its source")
+    if source_dtype(src) != dtype:
+        raise KnownError(f"{where}: 'dtype' is {dtype} but its source takes {source_dtype(src)}")
     made = raw.get("made") or {}
     if not isinstance(made, dict) or not all(isinstance(k, str) and isinstance(v, str) and len(v) <= MAX_TEXT
                                              for k, v in made.items()):
@@ -304,7 +318,7 @@ def _entry(raw: object, where: str) -> KnownKernel:
         raise KnownError(f"{where}: 'baseline' must be a baseline's name")
     return KnownKernel(shape, acc, key, src, _text(raw, "name", where, required=True), "local",
                        _number(raw.get("speedup"), where, "speedup"), baseline,
-                       _number(raw.get("time_ms"), where, "time_ms"), {k: v for k, v in list(made.items())[:8]})
+                       _number(raw.get("time_ms"), where, "time_ms"), {k: v for k, v in list(made.items())[:8]}, dtype)
 
 
 def read_local(path: Path) -> list[KnownKernel]:
@@ -374,29 +388,31 @@ class KnownStore:
     def entries(self) -> list[KnownKernel]:
         return self._bundled() + self.local()
 
-    def results(self, gpu: GpuKey, acc: str | None = None) -> dict[tuple[str, Shape], KnownKernel]:
-        """This GPU model's best known kernel per (accumulator, shape): its results."""
+    def results(self, gpu: GpuKey, acc: str | None = None, dtype: str = "fp16") -> dict[tuple[str, Shape], KnownKernel]:
+        """This GPU model's best known kernel of element type ``dtype`` per (accumulator, shape): its results."""
         best: dict[tuple[str, Shape], KnownKernel] = {}
         for e in self.entries():
-            if not e.gpu.same_model(gpu) or (acc is not None and e.acc != acc):
+            if not e.gpu.same_model(gpu) or (acc is not None and e.acc != acc) or e.dtype != dtype:
                 continue
             k = (e.acc, e.shape)
             if k not in best or (e.layer == "local" and _better(e, best[k])):
                 best[k] = e
         return best
 
-    def candidates(self, gpu: GpuKey, acc: str | None = None) -> list[KnownKernel]:
-        """Entries of other GPU models: worth timing here, never a result here."""
-        return [e for e in self.entries() if not e.gpu.same_model(gpu) and (acc is None or e.acc == acc)]
+    def candidates(self, gpu: GpuKey, acc: str | None = None, dtype: str = "fp16") -> list[KnownKernel]:
+        """Entries of other GPU models (of element type ``dtype``): worth timing here, never a result here."""
+        return [e for e in self.entries()
+                if not e.gpu.same_model(gpu) and (acc is None or e.acc == acc) and e.dtype == dtype]
 
     def seeds(self, shape: Shape, acc: str, gpu: GpuKey | None, *, limit: int = 4,
-              usable: Callable[[KnownKernel], bool] | None = None) -> list[KnownKernel]:
+              usable: Callable[[KnownKernel], bool] | None = None, dtype: str = "fp16") -> list[KnownKernel]:
         """The kernels a track on ``shape`` times first: this GPU's known kernel for the shape; for
         a shape it does not know, the known kernels of the shape on other GPU models and this GPU's
         winners of the nearest shapes in log M, log N, log K (distinct sources, at most ``limit``).
-        ``usable`` filters (a neighbour's family must run the shape)."""
+        ``usable`` filters (a neighbour's family must run the shape). Only kernels of ``dtype`` are
+        offered: a kernel of the other element type would read the track's data as garbage."""
         ok = usable or (lambda e: True)
-        mine = self.results(gpu, acc) if gpu is not None else {}
+        mine = self.results(gpu, acc, dtype) if gpu is not None else {}
         exact = mine.get((acc, shape))
         if exact is not None and ok(exact):
             return [exact]
@@ -408,8 +424,9 @@ class KnownStore:
                 seen.add(e.sha256)
                 out.append(e)
 
-        for e in self.candidates(gpu, acc) if gpu is not None else self.entries():
-            if e.shape == shape:
+        others = self.candidates(gpu, acc, dtype) if gpu is not None else self.entries()
+        for e in others:
+            if e.shape == shape and e.dtype == dtype:
                 add(e)
         near = sorted(mine.values(), key=lambda e: (log_distance(e.shape, shape), e.shape))
         for e in near:
@@ -423,8 +440,8 @@ class KnownStore:
             current = self.local()
             if self._local_bad:
                 raise KnownError(f"not recording into {self.local_path}: the file was refused (move it away to start a new one)")
-            key = (kernel.gpu, kernel.acc, kernel.shape)
-            old = next((e for e in current if (e.gpu, e.acc, e.shape) == key), None)
+            key = (kernel.gpu, kernel.dtype, kernel.acc, kernel.shape)
+            old = next((e for e in current if (e.gpu, e.dtype, e.acc, e.shape) == key), None)
             if old is not None and not _better(kernel, old):
                 return False
             new = [e for e in current if e is not old] + [kernel]
@@ -488,8 +505,8 @@ def family_usable(shape: Shape, arch: str | None) -> Callable[[KnownKernel], boo
 def describe(entries: Iterable[KnownKernel]) -> list[str]:
     """One line per kernel, for the ``known`` command."""
     lines = []
-    for e in sorted(entries, key=lambda e: (e.acc, e.shape)):
+    for e in sorted(entries, key=lambda e: (e.dtype, e.acc, e.shape)):
         sp = f"{e.speedup:.3f}x vs {e.baseline}" if e.speedup and e.baseline else "-"
         t = f"{e.time_ms * 1e3:.1f} us" if e.time_ms else "-"
-        lines.append(f"{str(e.shape):<20} {e.acc:<4} {e.name[:48]:<48} {t:>10}  {sp:<28} {e.layer}")
+        lines.append(f"{str(e.shape):<20} {e.dtype:<4} {e.acc:<4} {e.name[:48]:<48} {t:>10}  {sp:<28} {e.layer}")
     return lines

@@ -42,6 +42,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
                         help="compile and load model-written kernels without the OS sandbox (bubblewrap); prints a warning")
     parser.add_argument("--shapes", action="append", metavar="SPEC",
                         help="grid, small, sample100, MxNxK, a list or a shapes file (repeatable)")
+    parser.add_argument("--dtype", dest="app_dtype", choices=("fp16", "bf16"),
+                        help="element type of A, B and C of new tracks (default: [loop] dtype, fp16)")
     # dest of its own: `l2tui run`'s --recorded default would overwrite it
     parser.add_argument("--recorded", dest="app_recorded", metavar="FILE",
                         help="replay GPU evaluations recorded in FILE instead of using a GPU")

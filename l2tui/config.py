@@ -178,6 +178,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "allowed_flags": Key(["-O3", "-O2", "-maxrregcount=255", "-maxrregcount=168", "-maxrregcount=128", "-Xptxas=-v", "--use_fast_math"],
                              _str_list(), "nvcc flags the compiler role may choose from"),
         "acc": Key("f32", _choice("f32", "f16"), "default accumulator of new tracks"),
+        "dtype": Key("fp16", _choice("fp16", "bf16"), "element type of A, B and C (bf16 accumulates in f32 only)"),
         "telemetry_s": Key(5.0, _float(0.0, DAY_S), "seconds between NVML telemetry events in the session (0 = none; needs a GPU)"),
         "parallel_tracks": Key(4, _int(1, 1024), "tracks worked on at once (round-robin between stages); the rest wait queued"),
     },
@@ -257,11 +258,13 @@ class Config:
                 continue
             sec, key = dotted.split(".", 1)
             data[sec][key] = _check(sec, key, value, "command line")
+        check_dtype_acc(data["loop"]["dtype"], data["loop"]["acc"], "command line")
         return Config(data, self.source, self.from_workdir)
 
     def with_session_budgets(self, session_config: Any, explicit: set[str] | frozenset[str] = frozenset(),
                              where: str = "session.toml") -> "Config":
-        """A copy whose budgets are the resumed session's own, except those the command line set.
+        """A copy whose budgets are the resumed session's own, except those the command line set,
+        and whose element type is the session's (fp16 for a session recorded without one).
 
         A session is resumed to finish what it was started for: a run that ended at
         ``max_steps = 1`` stays at one step unless ``--max-steps`` asks for more, whatever
@@ -277,6 +280,8 @@ class Config:
             if dotted in explicit or not saved or key not in saved:
                 continue
             data["loop"][key] = _check("loop", key, saved[key], f"{where} [config]")
+        data["loop"]["dtype"] = session_dtype(session_config)   # a session keeps its element type
+        check_dtype_acc(data["loop"]["dtype"], data["loop"]["acc"], where)
         return Config(data, self.source, self.from_workdir)
 
     def snapshot(self) -> dict[str, Any]:
@@ -346,6 +351,24 @@ def shown(section: str, key: str, value: Any) -> str:
     return f"(a {type(value).__name__})"
 
 
+def check_dtype_acc(dtype: str, acc: str, where: str) -> None:
+    """Refuse bf16 with f16 accumulation in one line: bf16 kernels accumulate in f32 only (bf16's
+    7-bit mantissa loses a long K's sum), and no bf16 kernel or library is timed that way."""
+    if dtype == "bf16" and acc == "f16":
+        raise ConfigError(f"{where}: acc f16 with dtype bf16: bf16 accumulates in f32 only "
+                          "(use --acc f32, or --dtype fp16 for f16 accumulation)")
+
+
+def session_dtype(session_config: object) -> str:
+    """The element type a session runs in: its ``[loop] dtype``; a session recorded before bf16 has
+    none, and ran fp16."""
+    loop = session_config.get("loop") if isinstance(session_config, dict) else None
+    dtype = loop.get("dtype", "fp16") if isinstance(loop, dict) else "fp16"
+    if dtype not in ("fp16", "bf16"):
+        raise ConfigError(f"session.toml: [loop] dtype is {str(dtype)[:20]!r}, not fp16 or bf16")
+    return str(dtype)
+
+
 def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:
     """Validate a parsed TOML document into a :class:`Config` (defaults filled in)."""
     data = defaults()
@@ -359,6 +382,7 @@ def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:
             if isinstance(value, dict):
                 raise ConfigError(f"{where}: [{section}] {key}: nested tables are not allowed here")
             data[section][key] = _check(section, key, value, where)
+    check_dtype_acc(data["loop"]["dtype"], data["loop"]["acc"], where)
     if data["harness"]["baseline"] not in data["harness"]["baselines"]:
         raise ConfigError(
             f"{where}: [harness] baseline = {data['harness']['baseline']!r} must be one of [harness] baselines "

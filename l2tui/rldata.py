@@ -43,6 +43,7 @@ from typing import Any, Iterable, Sequence
 
 from harness.shapes import Shape
 from l2tui import events as ev_schema
+from l2tui.config import session_dtype
 from l2tui.errors import UserError
 
 FORMATS = ("trl", "openai-sft", "openai-dpo")
@@ -200,6 +201,7 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
         view = open_session(sp)
         stats.sessions += 1
         imp = _improvements(view.records)
+        sess_dtype = session_dtype(view.config)   # the element type of the session's kernels (fp16 if unrecorded)
         for n, r in enumerate(view.rewards, 1):
             stats.read += 1
             _check_shas(r, view.path, n)
@@ -220,7 +222,7 @@ def _read(sessions: Sequence[str | Path], stats: Stats, *, min_reward: float | N
                     or (apply_min and min_reward is not None and rew < min_reward):
                 stats.filtered += 1
                 continue
-            data = dict(r, messages=msgs)
+            data = dict(r, messages=msgs, dtype=r.get("dtype") if r.get("dtype") in ("fp16", "bf16") else sess_dtype)
             key = (r.get("track"), r.get("child_sha"))
             improvement = (all(isinstance(x, str) for x in key) and key in imp) or _repaired(r)
             rows.append(_Row(str(view.path), data, improvement))
@@ -248,7 +250,7 @@ def _assistant(text: str) -> list[dict]:
     return [{"role": "assistant", "content": text}]
 
 
-_META = ("track", "shape", "acc", "step", "role", "policy", "model", "kind", "parent_sha", "child_sha",
+_META = ("track", "shape", "acc", "dtype", "step", "role", "policy", "model", "kind", "parent_sha", "child_sha",
          "baseline", "speedup", "origin", "plan", "seed_lines")
 
 

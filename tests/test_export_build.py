@@ -180,9 +180,10 @@ def test_generated_fallback_source(built):
     assert "return l2hgemm_cublas(A, B, C, M, N, K, stream);" in src
     # cuBLASLt, fp32 compute, NN on the swapped operands, heuristic candidates with a workspace
     for needle in ("cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)",
-                   "cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16F, N, K, N)",
-                   "cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, K, M, K)",
-                   "cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16F, N, M, N)",
+                   "#define L2FB_CUDA_TYPE CUDA_R_16F\n",   # an fp16 export: fp16 A, B and C
+                   "cublasLtMatrixLayoutCreate(&p->a, L2FB_CUDA_TYPE, N, K, N)",
+                   "cublasLtMatrixLayoutCreate(&p->b, L2FB_CUDA_TYPE, K, M, K)",
+                   "cublasLtMatrixLayoutCreate(&p->c, L2FB_CUDA_TYPE, N, M, N)",
                    "cublasLtMatmulAlgoGetHeuristic", "CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES",
                    "kMaxAlgos = 32", "cudaEventElapsedTime", "std::mutex"):
         assert needle in src, needle

@@ -46,19 +46,19 @@ DIGESTS = {
     "full": {
         **SAME_IN_BOTH,
         "build.sh": "42b6a7c3bec04cbc4713564a7e79946e6d4f89e11b144c6186c7dfdf3b2fe8ee",
-        "include/l2hgemm.h": "0490596b5ee269cff8c9456b82b29babe1f540e0cb6c27b409c432ca3366c46a",
+        "include/l2hgemm.h": "9765d59b9673736fe8a6b1b7acd399245a7add10075d98bd532ee9c7ea4f98e2",
         "l2hgemm.cmake": "112b1931741eb87389bd72b59e29ec8658872d475a473f26f75a70d56264e76f",
-        "src/l2hgemm_dispatch.cu": "781c3f561ca4b4bd70a936ff9394d9104c02e9e91ac164c33b9c22c7fb7714b8",
+        "src/l2hgemm_dispatch.cu": "b3a48ab18fa3218c787d65a1947246a44d7e96fb5087a887639863681b3ebe45",
     },
     "empty": {
         **SAME_IN_BOTH,
         "build.sh": "a36619ba95211d2ddbea68a2be288e42a4b9688551cb4927e7ea6fd6972cada0",
-        "include/l2hgemm.h": "6ad2295e24e2992a48b7ddc0eab942ce7fe9d8a71fe69bba603c92827f83a38c",
+        "include/l2hgemm.h": "1eb991372c4a8ebf38bd1601d7b8cb85f2a985c25e36bb9942733ed1065a15f3",
         "l2hgemm.cmake": "234f6fede2a7e7ff7e2fa7ba560c67a32c1a360170e826dee2e224591f99591c",
-        "src/l2hgemm_dispatch.cu": "d37a01f1d381e901cfe9c964aab62d352f7e7ad3d3a94fab51a85e51fad048e3",
+        "src/l2hgemm_dispatch.cu": "8aa507b0db91e39b2b2d17cfce85c899a996d5d8c788e0dff717978831c5f680",
     },
 }
-FALLBACK_LIBRARY_DIGEST = "61b3227714b934b66305c6ab6309a81ebfbc3de163960a7b20cc16e2398b7ccd"
+FALLBACK_LIBRARY_DIGEST = "baad871e1a52dad9dd65be36e0db8615579787cf34241c41f7cfda1b98323d29"
 
 
 def _sha(data: bytes) -> str:

@@ -249,3 +249,51 @@ def test_a_sweep_pick_times_the_known_kernels_beside_its_own(tmp_path):
                 progress=lambda line: None)
     assert not any("known kernel" in p.plan for p in off._pick_proposals(
         TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0, arch="sm_90a")))
+
+
+def _bf16(source: str) -> str:
+    """``source`` as a bf16 kernel by its entry point (what the element type of a kernel is)."""
+    return source.replace("l2_hgemm(", "l2_hgemm_bf16(")
+
+
+def test_dtype_is_part_of_the_key_and_never_crosses(tmp_path):
+    path = tmp_path / "known.json"
+    store = KnownStore(bundled=[], local=path)
+    bf16 = KnownKernel(SHAPE, "f32", H200, _bf16(FAST), "bf", "local", 1.0, "cublas", 0.01, {}, "bf16")
+    assert store.record(kernel(SLOW, ms=0.05))
+    assert store.record(bf16)                  # faster, but another element type: a key of its own
+    again = KnownStore(bundled=[], local=path)
+    assert again.results(H200)[("f32", SHAPE)].source == SLOW
+    assert again.results(H200, dtype="bf16")[("f32", SHAPE)].source == _bf16(FAST)
+    assert [k.source for k in again.seeds(SHAPE, "f32", H200)] == [SLOW]
+    assert [k.source for k in again.seeds(SHAPE, "f32", H200, dtype="bf16")] == [_bf16(FAST)]
+    # nor through neighbours or other GPU models
+    off = Shape(500, 512, 512)
+    assert all(k.dtype == "fp16" for k in again.seeds(off, "f32", H200))
+    assert [k.dtype for k in again.seeds(SHAPE, "f32", H100, dtype="bf16")] == ["bf16"]
+    assert [k.dtype for k in again.seeds(SHAPE, "f32", None)] == ["fp16"]
+    assert {e["dtype"] for e in json.loads(path.read_text())["entries"]} == {"fp16", "bf16"}
+
+
+def test_an_entry_without_dtype_is_fp16_and_a_wrong_dtype_is_refused(tmp_path):
+    path = tmp_path / "known.json"
+    KnownStore(bundled=[], local=path).record(kernel(FAST))
+    doc = json.loads(path.read_text())
+    del doc["entries"][0]["dtype"]             # written before bf16
+    path.write_text(json.dumps(doc))
+    (old,) = read_local(path)
+    assert old.dtype == "fp16"
+    doc["entries"][0]["dtype"] = "bf16"        # says bf16 but defines the fp16 entry point
+    path.write_text(json.dumps(doc))
+    with pytest.raises(KnownError, match="'dtype' is bf16 but its source takes fp16") as e:
+        read_local(path)
+    assert "\n" not in str(e.value)
+    doc["entries"][0]["dtype"] = "fp8"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(KnownError, match="'dtype' must be fp16 or bf16"):
+        read_local(path)
+
+
+def test_the_bundled_fp16_winners_are_never_bf16_results():
+    store = KnownStore(local=Path("/nonexistent/known.json"))
+    assert store.results(H200) and not store.results(H200, dtype="bf16")

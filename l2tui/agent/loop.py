@@ -73,6 +73,7 @@ class LoopConfig:
     known: bool = False               # seed from the known kernels and record each track's best (harness.known)
     allowed_flags: list[str] = field(default_factory=list)
     acc: str = "f32"
+    dtype: str = "fp16"   # element type of A, B and C ([loop] dtype)
     baseline: str = "cublas"
     mode: str = "offline"
     arch: str | None = None
@@ -90,7 +91,7 @@ class LoopConfig:
             global_wall_time_s=lp["global_wall_time_s"], global_token_budget=lp["global_token_budget"],
             context_tokens=lp["context_tokens"], debug_max_lines=lp["debug_max_lines"], seed=lp["seed"],
             known=bool(lp.get("known", True)),
-            allowed_flags=list(lp["allowed_flags"]), acc=lp["acc"], baseline=h["baseline"], mode=h["mode"],
+            allowed_flags=list(lp["allowed_flags"]), acc=lp["acc"], dtype=lp.get("dtype", "fp16"), baseline=h["baseline"], mode=h["mode"],
             arch=h["arch"] or None, parallel_tracks=lp["parallel_tracks"], telemetry_s=lp["telemetry_s"],
             rewards=RewardConfig.from_section(cfg.rewards), options=dict(cfg.search),
         )
@@ -472,7 +473,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
 
         def usable(k: "KnownKernel") -> bool:
             return fam_ok(k) and (holds is None or holds(k.source, t.shape, t.acc))
-        return store.seeds(t.shape, t.acc, gpu, usable=usable)
+        return store.seeds(t.shape, t.acc, gpu, usable=usable, dtype=self.config.dtype)
 
     def _time_known(self, t: Track, ctx: TrackContext, prop: Proposal, known: "list[KnownKernel]") -> Proposal:
         """The track's seed: the fastest of the known kernels and the policy's own choice, checked
@@ -529,6 +530,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         if getattr(self.evaluator, "replays_recording", False) and not self.record_replays:
             return
         from harness.families import Config
+        from harness.build import source_dtype
         from harness.known import KnownError, KnownKernel, git_revision, made_now
 
         from ..executors.local import gpu_identity
@@ -539,7 +541,8 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             made = made_now(timing=f"{self.config.mode}, {ev.get('timing') or 'per call'}", gpu=info, git=git_revision())
             sp = t.best_speedup if isinstance(t.best_speedup, (int, float)) and t.best_speedup > 0 else None
             store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source, cfg.name if cfg else f"kernel {t.best_sha[:12]}",
-                                     "local", sp, t.baseline if sp else None, float(ms), made))
+                                     "local", sp, t.baseline if sp else None, float(ms), made,
+                                     dtype=source_dtype(t.best_source)))
         except KnownError as e:
             self._error(t, f"known kernels: {e}")
         except Exception as e:   # the GPU worker went away after the track: nothing to record

@@ -86,6 +86,7 @@ def sha256(text: str) -> str:
 class SweepConfig:
     shapes: Sequence[Shape]
     accs: Sequence[str] = ("f32",)
+    dtype: str = "fp16"   # element type of A, B and C (--dtype)
     baseline: str = "cublaslt_autotune"
     libraries: Sequence[str] = ()   # timed beside the baseline on every track (recorded for export's routes)
     steps: int = 3                  # refinement steps per track after the pick
@@ -431,7 +432,7 @@ class Sweep:
 
         fam_ok = family_usable(shape, cfg.arch or "sm_90a")
         holds = getattr(self.policy, "_holds", None)
-        return list(cfg.known.seeds(shape, acc, cfg.known_gpu,
+        return list(cfg.known.seeds(shape, acc, cfg.known_gpu, dtype=cfg.dtype,
                                     usable=lambda k: fam_ok(k) and (holds is None or holds(k.source, shape, acc))))
 
     def _record_known(self, shape: Shape, acc: str, best_src: str, best_ms: float, sp: float | None) -> None:
@@ -441,6 +442,7 @@ class Sweep:
         if cfg.known is None or cfg.known_gpu is None or not math.isfinite(best_ms) \
                 or getattr(self.policy, "_holds", None) is not None:
             return
+        from harness.build import source_dtype
         from harness.known import KnownError, KnownKernel, git_revision, made_now
 
         c = Config.from_source(best_src)
@@ -448,7 +450,8 @@ class Sweep:
                         gpu=cfg.known_info or {"name": cfg.known_gpu.name}, git=git_revision())
         try:
             cfg.known.record(KnownKernel(shape, acc, cfg.known_gpu, best_src, c.name if c else f"kernel {sha256(best_src)[:12]}",
-                                         "local", sp, cfg.baseline if sp else None, best_ms, made))
+                                         "local", sp, cfg.baseline if sp else None, best_ms, made,
+                                         dtype=source_dtype(best_src)))
         except KnownError as e:
             self.progress(f"known kernels: {e}") if self.progress else None
 

@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only kernels the user accepted (default: else the best kernel that passed every check)")
     p.add_argument("--acc", choices=("any", "f32", "f16"), default="any",
                    help="accumulator of the tracks to export (any: f32 preferred when a shape has both)")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default=None,
+                   help="element type of the export's kernels (default: the session's; an export holds one)")
     p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
     p.add_argument("--build", action="store_true", help="also compile lib/libl2hgemm.so with nvcc")
     p.add_argument("--arch", metavar="SM", help="target for --build (default: the session's GPU, e.g. sm_90a)")
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     res = export_session(args.session, args.out, shapes=shapes, only_accepted=args.only_accepted,
                          acc=args.acc, force=args.force, build=args.build, arch=args.arch, jobs=args.jobs,
                          margin=DEFAULT_FALLBACK_MARGIN if args.margin is None else args.margin / 100.0,
-                         progress=progress)
+                         progress=progress, dtype=args.dtype)
     for w in res.warnings:
         print(f"l2tui: warning: {visible(w)}", file=sys.stderr)
     ks = res.manifest["kernels"]

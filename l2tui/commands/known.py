@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sms", type=int, default=None, help="its SM count (default: known for common models)")
     p.add_argument("--cuda", type=int, default=None, metavar="MAJOR", help="its CUDA major version (default: the driver's)")
     p.add_argument("--acc", choices=("f32", "f16"), default=None, help="only this accumulator")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="element type of the kernels (default fp16)")
     p.add_argument("--shapes", dest="known_shapes", action="append", metavar="SPEC",
                    help="show what each shape's track times first (its known kernel, else the nearest shapes')")
     p.add_argument("--tokens", default=None, metavar="LIST", help="token counts when --shapes names a model")
@@ -60,21 +61,21 @@ def _show(args: argparse.Namespace, key: object, store: object) -> int:
     from harness.models import parse_tokens
     from harness.shapes import resolve_shapes, shape_roles
 
-    mine = store.results(key, args.acc)
+    mine = store.results(key, args.acc, args.dtype)
     for line in store.problems:
         print(f"l2tui: warning: {line}", file=sys.stderr)
     layers: dict[str, int] = {}
     for k in mine.values():
         layers[k.layer] = layers.get(k.layer, 0) + 1
     per = ", ".join(f"{n} from {layer}" for layer, n in sorted(layers.items())) or "none"
-    print(f"known kernels for {key}: {len(mine)} ({per})")
+    print(f"known {args.dtype} kernels for {key}: {len(mine)} ({per})")
     if args.known_shapes:
         tokens = parse_tokens(args.tokens) if args.tokens else None
         shapes = resolve_shapes(args.known_shapes, tokens=tokens, tp=args.tp)
         roles = shape_roles(args.known_shapes, tokens=tokens, tp=args.tp)
         for acc in [args.acc] if args.acc else ["f32"]:
             for s in shapes:
-                seeds = store.seeds(s, acc, key, usable=family_usable(s, "sm_90a"))
+                seeds = store.seeds(s, acc, key, usable=family_usable(s, "sm_90a"), dtype=args.dtype)
                 what = ("known" if seeds and seeds[0].shape == s and seeds[0].gpu.same_model(key)
                         else "from neighbours" if seeds else "nothing known")
                 print(f"{str(s):<20} {acc}  {roles.get(s, '')[:40]:<40} {what}: "
@@ -83,7 +84,7 @@ def _show(args: argparse.Namespace, key: object, store: object) -> int:
     for line in describe(mine.values()):
         print(line)
     if args.candidates:
-        others = store.candidates(key, args.acc)
+        others = store.candidates(key, args.acc, args.dtype)
         print(f"candidates from other GPU models (timed here first, never a result here): {len(others)}")
         for line in describe(others):
             print(f"{line}  [{others[0].gpu.name if others else ''}]")

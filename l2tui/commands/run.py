@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", dest="run_tp", type=int, metavar="N",
                    help="tensor-parallel degree when --shapes names a model (the GEMMs of one rank)")
     p.add_argument("--acc", choices=("f32", "f16"), help="accumulator of the tracks (default: [loop] acc)")
+    p.add_argument("--dtype", choices=("fp16", "bf16"),
+                   help="element type of A, B and C (default: [loop] dtype, fp16); bf16 accumulates in f32 only")
     p.add_argument("--policy", dest="run_policy", choices=("llm", "search", "human"), default=None,
                    help="who plays the roles (default: llm)")
     p.add_argument("--session", dest="run_session", metavar="DIR", help="session folder (default: a new one under sessions/)")
@@ -239,6 +241,7 @@ def _run(args: argparse.Namespace) -> int:
         check_seed(args.seed_kernel, "", key="--seed")   # before any session, build or LLM call
     cfg = cfg.with_overrides({
         "loop.max_steps": args.max_steps, "loop.seed": args.seed_kernel, "loop.acc": args.acc,
+        "loop.dtype": args.dtype,
         "harness.baseline": args.baseline, "harness.mode": args.mode,
         "llm.base_url": args.base_url, "llm.model": args.model,
     })

@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session", dest="sweep_session", metavar="DIR", help="session folder (default: a new one under sessions/)")
     p.add_argument("--resume", dest="sweep_resume", action="store_true", help="continue the sweep in --session")
     p.add_argument("--acc", nargs="+", choices=("f32", "f16"), default=None, help="accumulators (default: f32)")
+    p.add_argument("--dtype", dest="sweep_dtype", choices=("fp16", "bf16"), default=None,
+                   help="element type of A, B and C (default fp16; a resumed sweep keeps its own); bf16 accumulates in f32 only")
     p.add_argument("--baseline", default="cublaslt_autotune", help="speedup baseline (default: cublaslt_autotune)")
     p.add_argument("--libraries", metavar="LIST", default=None,
                    help="also time these libraries on every track (comma separated: cublas, cublaslt_heuristic, "
@@ -196,6 +198,7 @@ def _run(args: argparse.Namespace) -> int:
         session.append(ev_schema.SESSION_RESUMED, from_seq=session.events[-1]["seq"] if session.events else 0)
         spec = spec or saved.get("shapes")
         accs = tuple(args.acc or saved.get("accs") or accs)
+    dtype = _dtype(args, saved, accs)
     from harness.models import parse_tokens
 
     tokens = getattr(args, "sweep_tokens", None) or saved.get("tokens")
@@ -216,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     incumbent_files = [str(f) for f in (args.incumbents or saved.get("incumbents") or [])]
     args.incumbent_files = incumbent_files
     args.also_names = [str(n) for n in (getattr(args, "also", None) or saved.get("also") or [])]
-    cfg = SweepConfig(shapes=shapes, accs=accs, baseline=args.baseline, libraries=args.sweep_libraries,
+    cfg = SweepConfig(shapes=shapes, accs=accs, dtype=dtype, baseline=args.baseline, libraries=args.sweep_libraries,
                       steps=args.steps, width=args.width,
                       seeds=args.seeds, seed=args.seed, arch=arch, jobs=args.jobs, new_builds=new_builds,
                       pick_kinds=getattr(args, "pick_kinds", True) and saved.get("pick_kinds", True) is not False,
@@ -314,6 +317,20 @@ def _libraries(args: argparse.Namespace, saved: dict, resume: bool) -> tuple[str
         raise UserError(f"--libraries: this sweep started with {','.join(saved.get('libraries') or []) or 'none'}; "
                         "resume with the same, or start a new session")
     return tuple(lab for lab in libs if lab != args.baseline)
+
+
+def _dtype(args: argparse.Namespace, saved: dict, accs: Sequence[str]) -> str:
+    """The sweep's element type: ``--dtype``, else a resumed sweep's own, else fp16 (a sweep recorded
+    before bf16 has none); bf16 with f16 accumulation is refused in one line."""
+    from ..errors import UserError
+
+    dtype = args.sweep_dtype or saved.get("dtype") or "fp16"
+    if dtype not in ("fp16", "bf16"):
+        raise UserError(f"session.toml: [sweep] dtype is {str(dtype)[:20]!r}, not fp16 or bf16")
+    if dtype == "bf16" and "f16" in accs:
+        raise UserError("--acc f16 with --dtype bf16: bf16 accumulates in f32 only (use --acc f32, or --dtype fp16)")
+    args.sweep_dtype = dtype
+    return str(dtype)
 
 
 def _require_recorded(path: str, shapes: list[Shape], accs: Sequence[str]) -> None:
@@ -444,7 +461,7 @@ def _saved_settings(plan: SweepPlan) -> dict:
     """The ``[sweep]`` section a new session keeps, so that ``--resume`` runs the same sweep."""
     args, cfg, spec = plan.args, plan.cfg, plan.spec
     roles = _roles(spec, args)
-    return {"shapes": spec or ["grid"], "accs": list(plan.accs), "arch": plan.arch, "baseline": args.baseline,
+    return {"shapes": spec or ["grid"], "accs": list(plan.accs), "dtype": args.sweep_dtype, "arch": plan.arch, "baseline": args.baseline,
             "libraries": list(args.sweep_libraries), "steps": args.steps, "width": args.width,
             "seeds": args.seeds, "seed": args.seed, "new_builds": plan.new_builds, "pick_kinds": cfg.pick_kinds,
             "families": list(cfg.families or []), "incumbents": args.incumbent_files,

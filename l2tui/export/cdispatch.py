@@ -52,7 +52,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness.errors import HarnessError, ToolMissing
 
-from .manifest import check_pin, kernel_name, safe_label, symbol_name
+from .manifest import ENTRY_POINTS, check_pin, kernel_name, manifest_dtype, safe_label, symbol_name
 from .values import sh_word
 
 LIB_FILE = "lib/libl2hgemm.so"
@@ -147,6 +147,16 @@ def pin_values(pin: dict | None, where: str) -> tuple[int, int, int, int, int]:
     return (PIN_KINDS["cublaslt"], pin["index"], pin["count"], pin["requested"], pin["cublaslt_version"])
 
 
+#: the CUDA data type the C fallback's cuBLAS calls use for A, B and C, by the export's element type
+FALLBACK_CUDA_TYPES = {"fp16": "CUDA_R_16F", "bf16": "CUDA_R_16BF"}
+
+
+def fallback_source(dtype: str) -> str:
+    """The C fallback's text for an export of ``dtype``: the template with its element type set
+    (``L2FB_CUDA_TYPE``), so a bf16 library's fallback reads and writes bf16 as its kernels do."""
+    return f"#define L2FB_CUDA_TYPE {FALLBACK_CUDA_TYPES[dtype]}\n" + _template("fallback.cu")
+
+
 def entries_from_manifest(manifest: dict) -> list[TableEntry]:
     out = []
     for e in manifest["kernels"]:
@@ -205,7 +215,9 @@ def render_header(manifest: dict) -> str:
         f"int {e.symbol}(const void* A, const void* B, void* C, int M, int N, int K, void* stream);"
         for e in ents if e.symbol
     ) or "/* (none: every shape runs the fallback) */"
-    return _fill(_template("l2hgemm.h.in"), ARCH=safe_label(manifest.get("arch")), COUNT=str(len(ents)), DECLS=decls)
+    dtype = manifest_dtype(manifest)
+    return _fill(_template("l2hgemm.h.in"), ARCH=safe_label(manifest.get("arch")), COUNT=str(len(ents)), DECLS=decls,
+                 DTYPE=dtype, IS_BFLOAT="1" if dtype == "bf16" else "0", ENTRY=ENTRY_POINTS[dtype])
 
 
 def render_dispatch(manifest: dict) -> str:
@@ -217,28 +229,29 @@ def render_dispatch(manifest: dict) -> str:
     ]
     if not rows:
         rows = ["    {0, 0, 0, nullptr, {0, 0, 0, 0, 0}},  // (empty export: never matches real shapes)"]
-    return _fill(_template("l2hgemm_dispatch.cu.in"), FALLBACK=_template("fallback.cu"), BEGIN=TABLE_BEGIN,
+    return _fill(_template("l2hgemm_dispatch.cu.in"), FALLBACK=fallback_source(manifest_dtype(manifest)), BEGIN=TABLE_BEGIN,
                  END=TABLE_END, ROWS="\n".join(rows), COUNT=str(len(ents)))
 
 
-def render_fallback_library() -> str:
-    """The fallback alone as an ABI kernel source (``l2_hgemm`` = ``l2hgemm_fallback``).
+def render_fallback_library(dtype: str = "fp16") -> str:
+    """The fallback alone as an ABI kernel source (``l2_hgemm`` or ``l2_hgemm_bf16`` =
+    ``l2hgemm_fallback``, by element type).
 
     :mod:`l2tui.export.runtime` builds it with the harness's cached nvcc driver when no combined
     library was built for the GPU at hand, so Python callers get the same fallback as C ones.
-    The text does not depend on the export, so one build serves every export on a machine.
+    The text depends only on the element type, so one build per type serves every export on a machine.
     """
-    return _fill(_template("fallback_library.cu.in"), FALLBACK=_template("fallback.cu"))
+    return _fill(_template("fallback_library.cu.in"), FALLBACK=fallback_source(dtype), ENTRY=ENTRY_POINTS[dtype])
 
 
-def render_bench_forwarder(library: Path) -> str:
+def render_bench_forwarder(library: Path, dtype: str = "fp16") -> str:
     """An ABI kernel source that forwards ``l2_hgemm`` to ``library``'s ``l2hgemm`` (``l2tui export
     bench`` times the library through the harness like any candidate). The path goes in as a C
-    string literal, escaped."""
+    string literal, escaped. The forwarder's entry point is the export's element type's (``dtype``)."""
     lit = str(library).replace("\\", "\\\\").replace('"', '\\"')
     if any(ord(ch) < 32 for ch in lit):
         raise ValueError(f"library path with a control character: {str(library)!r}")
-    return _fill(_template("bench_forwarder.cu.in"), LIB=lit)
+    return _fill(_template("bench_forwarder.cu.in"), LIB=lit, ENTRY=ENTRY_POINTS[dtype])
 
 
 def parse_table(dispatch_source: str) -> list[tuple[int, int, int, str | None]]:
@@ -253,17 +266,17 @@ def parse_pins(dispatch_source: str) -> dict[tuple[int, int, int], tuple[int, ..
 
 def _table_rows(dispatch_source: str) -> list[tuple]:
     body = dispatch_source.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
-    rows = re.findall(r"\{(\d+), (\d+), (\d+), (&l2_hgemm_\d+_\d+_\d+|nullptr), \{([\d, ]+)\}\}", body)
+    rows = re.findall(r"\{(\d+), (\d+), (\d+), (&l2_hgemm_(?:bf16_)?\d+_\d+_\d+|nullptr), \{([\d, ]+)\}\}", body)
     return [(int(m), int(n), int(k), None if fn == "nullptr" else fn[1:], tuple(int(x) for x in pin.split(",")))
             for m, n, k, fn, pin in rows if (m, n, k) != ("0", "0", "0")]
 
 
-def _checked_name(e: dict) -> tuple[str, str]:
+def _checked_name(e: dict, dtype: str) -> tuple[str, str]:
     """A kernel entry's file stem and symbol, re-derived from its shape (digits and underscores only)."""
     shape = e.get("shape")
     if not isinstance(shape, list) or len(shape) != 3:
         raise HarnessError("an export entry's shape is not [M, N, K]; re-run l2tui export")
-    name, sym = kernel_name(*shape), symbol_name(*shape)
+    name, sym = kernel_name(*shape), symbol_name(*shape, dtype=dtype)
     if e.get("name") != name or e.get("symbol") != sym:
         raise HarnessError(f"export entry {name}: name or symbol does not match its shape; re-run l2tui export")
     return name, sym
@@ -284,14 +297,15 @@ def render_build_script(manifest: dict, arch_flags: Sequence[str]) -> str:
     check_arch(manifest.get("arch"), "the export's arch")
     libs = set(CUBLAS_LIBS)
     steps = []
+    dtype = manifest_dtype(manifest)
     for e in manifest["kernels"]:
         if e.get("fallback"):
             continue
-        name, sym = _checked_name(e)
+        name, sym = _checked_name(e, dtype)
         ok_flags = check_flags(e.get("flags", []), e["file"])
         libs.update(f for f in ok_flags if f.startswith("-l"))
         steps.append(_fill(_template("build_kernel.sh.in"), NAME=name, SYMBOL=sym,
-                           FLAGS=" ".join(sh_word(f) for f in ok_flags if not f.startswith("-l"))).rstrip("\n"))
+                           ENTRY=ENTRY_POINTS[dtype], FLAGS=" ".join(sh_word(f) for f in ok_flags if not f.startswith("-l"))).rstrip("\n"))
     # the default is a single-quoted word: nothing recorded in a session is ever expanded by the shell
     return _fill(_template("build.sh.in"), ARCH_DEFAULT=sh_word(" ".join(arch_flags)), KERNELS="\n".join(steps),
                  LIB=LIB_FILE, LIBS=" ".join(sh_word(x) for x in sorted(libs)))
@@ -429,6 +443,7 @@ def build_library(
     common = ["-c", "-O3", "-std=c++17", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr", *gencode]
     write_sources(root, manifest, gencode)
     kernels = [e for e in manifest["kernels"] if not e.get("fallback")]
+    entry = ENTRY_POINTS[manifest_dtype(manifest)]
     libs = set(CUBLAS_LIBS)
     for e in kernels:
         e["_flags"] = check_flags(e.get("flags", []), e["file"])
@@ -439,10 +454,10 @@ def build_library(
             name, sym = e["name"], e["symbol"]
             flags = [f for f in e["_flags"] if not f.startswith("-l")]
             obj = compile_kernel_object((root / e["file"]).read_text(encoding="utf-8"), e["file"], tmp / name,
-                                        [*common, *flags, f"-Dl2_hgemm={sym}"], timeout_s)
+                                        [*common, *flags, f"-D{entry}={sym}"], timeout_s)
             defined = _defined_globals(nm, obj)
             if sym not in defined:
-                raise HarnessError(f"{e['file']} does not define l2_hgemm as an extern \"C\" non-static function")
+                raise HarnessError(f"{e['file']} does not define {entry} as an extern \"C\" non-static function")
             syms = tmp / f"{name}.syms"
             syms.write_text("".join(f"{s} {s}__l2k_{name}\n" for s in defined if s != sym))
             _run([objcopy, f"--redefine-syms={syms}", str(obj)], f"renaming symbols of {e['file']}", root, 300)

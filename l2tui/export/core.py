@@ -23,8 +23,8 @@ from l2tui.gemm_roles import session_roles
 from l2tui.errors import UserError
 
 from . import cdispatch
-from .manifest import (ABI, DEFAULT_FALLBACK_MARGIN, MANIFEST_NAME, SCHEMA, check_margin, fallback_for, fallback_pin,
-                       kernel_name, speedups, symbol_name, validate)
+from .manifest import (DEFAULT_FALLBACK_MARGIN, DTYPES, MANIFEST_NAME, SCHEMA, abi_of, check_margin, fallback_for,
+                       fallback_pin, kernel_name, speedups, symbol_name, validate)
 from .select import Choice, select_kernels
 from .sessionio import SessionView, open_session
 from .values import check_arch, check_out_path, gencode, inside
@@ -115,7 +115,41 @@ def check_target(out: Path, force: bool, session_path: Path | None = None) -> No
             raise ExportError(f"{out} is not empty and holds no l2tui export; --force only replaces an earlier export")
 
 
-def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
+def session_dtype(view: SessionView) -> str:
+    """The element type the session ran in (its ``[loop] dtype``); a session without one is fp16."""
+    loop = view.config.get("loop")
+    dtype = loop.get("dtype", "fp16") if isinstance(loop, dict) else "fp16"
+    if dtype not in DTYPES:
+        raise ExportError(f"{view.path}/session.toml: [loop] dtype is {str(dtype)[:20]!r}, not fp16 or bf16")
+    return str(dtype)
+
+
+def export_dtype(choices: Iterable[Choice], sources: dict[str, str], wanted: str | None, session: str) -> str:
+    """The one element type of an export: what its kernels take (the entry point each defines).
+
+    An export is one library with one calling convention, so kernels of both types are refused
+    (export them separately with ``--shapes``), and so are kernels of another type than
+    ``--dtype`` (``wanted``) or, without it, than the session's."""
+    from harness.build import source_dtype
+
+    if wanted is not None and wanted not in DTYPES:
+        raise ExportError(f"--dtype must be fp16 or bf16, not {str(wanted)[:20]!r}")
+    by_type: dict[str, list[str]] = {}
+    for c in choices:
+        by_type.setdefault(source_dtype(sources[c.sha]), []).append(c.track)
+    if len(by_type) > 1:
+        some = {t: ", ".join(tracks[:3]) for t, tracks in sorted(by_type.items())}
+        raise ExportError("the export would mix fp16 kernels (" + some["fp16"] + ") and bf16 kernels (" + some["bf16"]
+                          + "); an export holds one element type: pick its shapes with --shapes")
+    have = next(iter(by_type), wanted or session)
+    want = wanted or session
+    if have != want:
+        how = "--dtype" if wanted else "the session's dtype"
+        raise ExportError(f"the kernels take {have} but {how} is {want}: export with --dtype {have}")
+    return have
+
+
+def _entry(view: SessionView, c: Choice, source: str, margin: float, dtype: str) -> dict:
     name = kernel_name(c.shape.m, c.shape.n, c.shape.k)
     tm = c.timing
     times = dict(tm.times_ms) if tm else {}
@@ -130,7 +164,7 @@ def _entry(view: SessionView, c: Choice, source: str, margin: float) -> dict:
         # only a kernel the dispatcher calls is shipped; a fallback shape keeps its kernel's digest
         "file": None if fallback else f"kernels/{name}.cu",
         "sha256": c.sha,
-        "symbol": symbol_name(c.shape.m, c.shape.n, c.shape.k),
+        "symbol": symbol_name(c.shape.m, c.shape.n, c.shape.k, dtype=dtype),
         "acc": c.acc,
         "family": c.family if isinstance(c.family, str) else None,
         "flags": list(c.flags),
@@ -165,7 +199,8 @@ def _with_role(entry: dict, roles: dict[str, str]) -> dict:
 
 
 def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[str, str], *,
-                   only_accepted: bool, arch: str | None, margin: float = DEFAULT_FALLBACK_MARGIN) -> dict:
+                   only_accepted: bool, arch: str | None, margin: float = DEFAULT_FALLBACK_MARGIN,
+                   dtype: str = "fp16") -> dict:
     from l2tui import __version__
     from l2tui.paths import REPO_ROOT
 
@@ -183,10 +218,11 @@ def build_manifest(view: SessionView, choices: Iterable[Choice], sources: dict[s
         "gpu": gpu,
         "arch": arch or str(view.gpu.get("arch") or "sm_90a"),
         "driver": str(view.gpu["driver"]) if view.gpu.get("driver") else None,
-        "abi": ABI,
+        "abi": abi_of(dtype),
+        "dtype": dtype,
         "only_accepted": only_accepted,
         "fallback_margin": margin,
-        "kernels": [_with_role(_entry(view, c, sources[c.sha], margin), roles) for c in choices],
+        "kernels": [_with_role(_entry(view, c, sources[c.sha], margin, dtype), roles) for c in choices],
         "library": None,
     }
 
@@ -237,12 +273,14 @@ def export_session(
     jobs: int | None = None,
     margin: float = DEFAULT_FALLBACK_MARGIN,
     progress: Callable[[str], None] | None = None,
+    dtype: str | None = None,
 ) -> ExportResult:
     """Write ``out/kernels/M_N_K.cu`` for each shape that runs its kernel + ``out/manifest.json`` (+ C
     dispatcher sources, + the .so with ``build``).
 
     ``margin``: a kernel is dispatched only where the session measured it faster than every
-    cuBLAS-family library by at least this fraction; elsewhere the fallback runs the shape."""
+    cuBLAS-family library by at least this fraction; elsewhere the fallback runs the shape.
+    ``dtype``: the element type the export must hold (None: the session's)."""
     margin = check_margin(margin)
     out_p = Path(out).expanduser().resolve()
     view = open_session(session)
@@ -253,6 +291,7 @@ def export_session(
         what = "accepted kernels" if only_accepted else "kernels that passed every check and were timed"
         raise ExportError(f"{view.path} has no {what}{' for those shapes' if want else ''}; nothing to export")
     sources = {c.sha: view.get_kernel(c.sha) for c in sel.choices}
+    elem = export_dtype(sel.choices, sources, dtype, session_dtype(view))
     from harness.build import DEFAULT_ARCH
 
     if arch is not None:
@@ -260,7 +299,8 @@ def export_session(
     else:
         arch = check_arch(view.gpu.get("arch") or DEFAULT_ARCH, f"{view.path}/session.toml: [gpu] arch")
     arch_flags = gencode(arch)
-    manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch, margin=margin)
+    manifest = build_manifest(view, sel.choices, sources, only_accepted=only_accepted, arch=arch, margin=margin,
+                              dtype=elem)
     for e in manifest["kernels"]:
         cdispatch.check_flags(e["flags"], f"{e['track']} kernel {e['sha256'][:12]}")
         if e["file"]:   # a kernel the library runs; a fallback shape's kernel is neither shipped nor built

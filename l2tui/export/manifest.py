@@ -13,6 +13,7 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
       "arch": "sm_90a", "driver": "580.159",
       "abi": "extern \"C\" int l2_hgemm(const void* A, …)",
       "only_accepted": false,
+      "dtype": "fp16" | "bf16",                  # optional (older exports: absent, fp16)
       "fallback_margin": 0.02,                   # optional (older exports: 0)
       "kernels": [ {entry}, … ],                 # sorted by shape
       "library": null | {"file": "lib/libl2hgemm.so", "header": "include/l2hgemm.h",
@@ -22,7 +23,7 @@ load.  Schema (``"schema": "l2tui-export/1"``)::
     entry = {
       "shape": [M, N, K], "name": "M_N_K", "sha256": …,
       "file": "kernels/M_N_K.cu" | null (a fallback shape: its kernel is not shipped),
-      "symbol": "l2_hgemm_M_N_K", "acc": "f32" | "f16", "family": … | null,
+      "symbol": "l2_hgemm_M_N_K" (bf16: "l2_hgemm_bf16_M_N_K"), "acc": "f32" | "f16", "family": … | null,
       "flags": [nvcc flags], "track": "MxNxK-acc", "step": int | null,
       "origin": …, "policy": …, "selected_by": "accepted" | "best_passed",
       "accepted_by": "user" | "policy" | null,
@@ -71,6 +72,23 @@ MANIFEST_NAME = "manifest.json"
 CANDIDATE_LABEL = "candidate"
 ABI = ('extern "C" int l2_hgemm(const void* A, const void* B, void* C, '
        "int M, int N, int K, void* stream)")
+#: the element types an export can hold (one per export); a manifest without ``dtype`` is fp16
+DTYPES = ("fp16", "bf16")
+#: the kernel entry point of each element type (harness.build.ENTRY_POINTS)
+ENTRY_POINTS = {"fp16": "l2_hgemm", "bf16": "l2_hgemm_bf16"}
+
+
+def abi_of(dtype: str) -> str:
+    """The kernel ABI line of an export of ``dtype``: the entry point names the element type."""
+    return ABI.replace("l2_hgemm(", f"{ENTRY_POINTS[dtype]}(", 1)
+
+
+def manifest_dtype(doc: dict, where: str = MANIFEST_NAME) -> str:
+    """The element type of a manifest: its ``dtype``, fp16 when absent (exports before bf16)."""
+    dtype = doc.get("dtype", "fp16")
+    if dtype not in DTYPES:
+        raise ManifestError(f"{where}: dtype must be {' or '.join(DTYPES)}; re-run l2tui export")
+    return str(dtype)
 
 _NAME_RE = re.compile(r"^[1-9][0-9]*_[1-9][0-9]*_[1-9][0-9]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -88,8 +106,10 @@ def kernel_name(m: int, n: int, k: int) -> str:
     return f"{m}_{n}_{k}"
 
 
-def symbol_name(m: int, n: int, k: int) -> str:
-    return f"l2_hgemm_{kernel_name(m, n, k)}"
+def symbol_name(m: int, n: int, k: int, *, dtype: str = "fp16") -> str:
+    """The exported symbol of a shape's kernel: its entry point (by element type) and the shape, so a
+    C caller that links a kernel of the wrong element type by name fails at link time."""
+    return f"{ENTRY_POINTS[dtype]}_{kernel_name(m, n, k)}"
 
 
 def safe_label(text: object, limit: int = 64) -> str:
@@ -237,6 +257,7 @@ def validate(doc: Any, root: Path | None = None) -> dict:
                        ("session", (dict,)), ("exporter", (dict,)), ("kernels", (list,))):
         _req(doc, key, types, where)
     _req(doc, "driver", (str,), where, nullable=True)
+    dtype = manifest_dtype(doc, where)
     if "fallback_margin" in doc:
         check_margin(doc["fallback_margin"], f"{where}: fallback_margin")
     lib = doc.get("library")
@@ -259,8 +280,8 @@ def validate(doc: Any, root: Path | None = None) -> dict:
         if not _NAME_RE.match(name) or name != kernel_name(*shape):
             raise ManifestError(f"{w}: name {name!r} does not match shape {t}")
         _check_file(e, name, w)
-        if _req(e, "symbol", (str,), w) != symbol_name(*shape):
-            raise ManifestError(f"{w}: symbol must be {symbol_name(*shape)}")
+        if _req(e, "symbol", (str,), w) != symbol_name(*shape, dtype=dtype):
+            raise ManifestError(f"{w}: symbol must be {symbol_name(*shape, dtype=dtype)}")
         if not _SHA_RE.match(_req(e, "sha256", (str,), w)):
             raise ManifestError(f"{w}: sha256 is not a sha256 hex digest")
         if _req(e, "acc", (str,), w) not in ("f32", "f16"):

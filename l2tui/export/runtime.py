@@ -1,7 +1,13 @@
 """Call exported kernels from Python: ``lib = load(DIR); lib.matmul(a, b)``.
 
 ``DIR`` is a folder written by ``l2tui export``.  ``matmul`` takes cupy arrays
-or torch tensors (fp16, 2-D, row-major contiguous, on one GPU) and:
+or torch tensors (2-D, row-major contiguous, on one GPU) of the export's element
+type (``lib.dtype``, the manifest's ``dtype``): fp16 is ``torch.float16`` /
+``cupy.float16``; bf16 is ``torch.bfloat16``, or for cupy (which has no bfloat16
+arithmetic) a ``uint16`` array holding the bf16 bit patterns, e.g.
+``cupy.asarray(x_ml.view(numpy.uint16))`` from an ``ml_dtypes.bfloat16`` array.
+An array of the other half type is refused in one line (bf16 data read as fp16
+gives numbers, all wrong).  ``matmul`` then:
 
 * runs the exported kernel for the shape when there is one;
 * else, with ``pad="nearest-larger"``, zero-pads into the smallest exported
@@ -40,14 +46,23 @@ from contextlib import contextmanager
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, ContextManager, Iterator, Protocol, TypeAlias
 
 from harness.errors import HarnessError
 from l2tui.errors import UserError
 from l2tui.export.cdispatch import FALLBACK_SYMBOL, PINNED_FALLBACK_SYMBOL, fallback_mode
+from l2tui.export.manifest import ENTRY_POINTS, manifest_dtype
 from l2tui.export.manifest import load as load_manifest
 
 PAD_POLICIES = (None, "nearest-larger")
+
+#: a cupy array or a torch tensor on the GPU: neither library ships types, so it is untyped here
+Array: TypeAlias = Any
+#: a cupy or torch CUDA event (untyped for the same reason)
+DeviceEvent: TypeAlias = Any
+#: an exported kernel or the fallback through ctypes: (A, B, C, M, N, K, stream) -> status
+KernelFn: TypeAlias = Callable[[int, int, int, int, int, int, int], int]
+Shape3: TypeAlias = tuple[int, int, int]
 
 
 class MatmulArgumentError(UserError, ValueError):
@@ -73,14 +88,44 @@ class Route:
     reason: str
 
 
-def _argtypes(fn: Any) -> Any:
+def _argtypes(fn: "ctypes._NamedFuncPointer") -> KernelFn:
+    """``fn`` with the kernel ABI's C signature, so ctypes passes pointers and ints as C does."""
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     fn.restype = ctypes.c_int
-    return fn
+    return fn  # type: ignore[return-value]  # ctypes returns an int for restype c_int
 
 
 # --------------------------------------------------------------------------- array backends
+
+
+class ArrayBackend(Protocol):
+    """What the library needs of an array library (cupy or torch): checks, pointers, streams,
+    allocation and event ordering, each in that library's own terms."""
+
+    name: str
+
+    def check(self, x: object, what: str, dtype: str) -> int: ...
+    def ptr(self, x: Array) -> int: ...
+    def device(self, dev: int) -> ContextManager[object] | None: ...
+    def stream(self, dev: int) -> int: ...
+    def cc(self, dev: int) -> tuple[int, int]: ...
+    def empty(self, like: Array, m: int, n: int) -> Array: ...
+    def zeros(self, like: Array, m: int, n: int) -> Array: ...
+    def matmul(self, a: Array, b: Array, out: Array | None) -> Array: ...
+    def copy_into(self, dst: Array, src: Array) -> None: ...
+    def new_event(self) -> DeviceEvent: ...
+    def record(self, ev: DeviceEvent) -> None: ...
+    def wait(self, ev: DeviceEvent) -> None: ...
+    def event_handle(self, ev: DeviceEvent) -> int | None: ...
+    def capturing(self, dev: int) -> bool: ...
+
+
+def _wrong_half(what: str, has: str, dtype: str) -> MatmulArgumentError:
+    """The one line for data of the other half type: bf16 bits read as fp16 (or the reverse) give
+    numbers, all wrong, so the call is refused rather than run."""
+    return MatmulArgumentError(f"{what} holds {has} but this export's kernels take {dtype}: "
+                               f"export the session with --dtype {has}, or convert {what} to {dtype}")
 
 
 class _Cupy:
@@ -91,22 +136,35 @@ class _Cupy:
 
         self.cp = cupy
 
-    def check(self, x: Any, what: str) -> int:
+    def check(self, x: object, what: str, dtype: str) -> int:
         cp = self.cp
         if not isinstance(x, cp.ndarray):
             raise MatmulArgumentError(f"{what} is a {type(x).__name__}, not a cupy array: pass a and b from the same library")
-        if x.dtype != cp.float16:
-            raise MatmulArgumentError(f"{what} has dtype {x.dtype}; the kernels take float16: use x.astype(cupy.float16)")
+        has = self.half_type(x)
+        if has is not None and has != dtype:
+            raise _wrong_half(what, has, dtype)
+        if has is None:
+            use = "x.astype(cupy.float16)" if dtype == "fp16" else "a uint16 array of bf16 bit patterns"
+            raise MatmulArgumentError(f"{what} has dtype {x.dtype}; this export's kernels take {dtype}: use {use}")
         if x.ndim != 2:
             raise MatmulArgumentError(f"{what} has {x.ndim} dimensions; matmul takes 2-D arrays")
         if not x.flags.c_contiguous:
             raise MatmulArgumentError(f"{what} is not row-major contiguous: use cupy.ascontiguousarray({what})")
         return int(x.device.id)
 
-    def ptr(self, x: Any) -> int:
+    def half_type(self, x: Array) -> str | None:
+        """The half type a cupy array holds: float16 is fp16; uint16 (bf16 bit patterns) or an
+        ``ml_dtypes.bfloat16`` dtype is bf16; anything else none."""
+        if x.dtype == self.cp.float16:
+            return "fp16"
+        if x.dtype == self.cp.uint16 or str(x.dtype) == "bfloat16":
+            return "bf16"
+        return None
+
+    def ptr(self, x: Array) -> int:
         return int(x.data.ptr)
 
-    def device(self, dev: int) -> Any:
+    def device(self, dev: int) -> ContextManager[object] | None:
         cp = self.cp
         if cp.cuda.runtime.getDevice() == dev:
             return None
@@ -119,31 +177,31 @@ class _Cupy:
         s = str(self.cp.cuda.Device(dev).compute_capability)
         return int(s[:-1]), int(s[-1])
 
-    def empty(self, like: Any, m: int, n: int) -> Any:
-        return self.cp.empty((m, n), dtype=self.cp.float16)
+    def empty(self, like: Array, m: int, n: int) -> Array:
+        return self.cp.empty((m, n), dtype=like.dtype)
 
-    def zeros(self, like: Any, m: int, n: int) -> Any:
-        return self.cp.zeros((m, n), dtype=self.cp.float16)
+    def zeros(self, like: Array, m: int, n: int) -> Array:
+        return self.cp.zeros((m, n), dtype=like.dtype)
 
-    def matmul(self, a: Any, b: Any, out: Any) -> Any:
+    def matmul(self, a: Array, b: Array, out: Array | None) -> Array:
+        if self.half_type(a) == "bf16":   # integer arithmetic on bit patterns: refused, never returned
+            raise KernelLoadError("the C fallback is unavailable and cupy cannot multiply bf16 arrays; "
+                                  "install the CUDA toolkit (nvcc) and cuBLAS so the export's fallback builds")
         return self.cp.matmul(a, b, out=out)
 
-    def copy_into(self, dst: Any, src: Any) -> None:
+    def copy_into(self, dst: Array, src: Array) -> None:
         dst[...] = src
 
-    def contiguous(self, x: Any) -> Any:
-        return self.cp.ascontiguousarray(x)
-
-    def new_event(self) -> Any:
+    def new_event(self) -> DeviceEvent:
         return self.cp.cuda.Event(disable_timing=True)
 
-    def record(self, ev: Any) -> None:
+    def record(self, ev: DeviceEvent) -> None:
         ev.record(self.cp.cuda.get_current_stream())
 
-    def wait(self, ev: Any) -> None:
+    def wait(self, ev: DeviceEvent) -> None:
         self.cp.cuda.get_current_stream().wait_event(ev)
 
-    def event_handle(self, ev: Any) -> int | None:
+    def event_handle(self, ev: DeviceEvent) -> int | None:
         return int(ev.ptr) or None
 
     def capturing(self, dev: int) -> bool:
@@ -158,12 +216,17 @@ class _Torch:
 
         self.t = torch
 
-    def check(self, x: Any, what: str) -> int:
+    def check(self, x: object, what: str, dtype: str) -> int:
         t = self.t
         if not isinstance(x, t.Tensor):
             raise MatmulArgumentError(f"{what} is a {type(x).__name__}, not a torch tensor: pass a and b from the same library")
-        if x.dtype != t.float16:
-            raise MatmulArgumentError(f"{what} has dtype {x.dtype}; the kernels take float16: use x.half()")
+        halves = {t.float16: "fp16", t.bfloat16: "bf16"}
+        has = halves.get(x.dtype)
+        if has is not None and has != dtype:
+            raise _wrong_half(what, has, dtype)
+        if has is None:
+            use = "x.half()" if dtype == "fp16" else "x.bfloat16()"
+            raise MatmulArgumentError(f"{what} has dtype {x.dtype}; this export's kernels take {dtype}: use {use}")
         if x.dim() != 2:
             raise MatmulArgumentError(f"{what} has {x.dim()} dimensions; matmul takes 2-D tensors")
         if not x.is_cuda:
@@ -172,10 +235,10 @@ class _Torch:
             raise MatmulArgumentError(f"{what} is not row-major contiguous: use {what}.contiguous()")
         return int(x.device.index if x.device.index is not None else self.t.cuda.current_device())
 
-    def ptr(self, x: Any) -> int:
+    def ptr(self, x: Array) -> int:
         return int(x.data_ptr())
 
-    def device(self, dev: int) -> Any:
+    def device(self, dev: int) -> ContextManager[object] | None:
         if self.t.cuda.current_device() == dev:
             return None
         return self.t.cuda.device(dev)
@@ -184,52 +247,50 @@ class _Torch:
         return int(self.t.cuda.current_stream(dev).cuda_stream)
 
     def cc(self, dev: int) -> tuple[int, int]:
-        return tuple(self.t.cuda.get_device_capability(dev))  # type: ignore[return-value]
+        major, minor = self.t.cuda.get_device_capability(dev)
+        return int(major), int(minor)
 
-    def empty(self, like: Any, m: int, n: int) -> Any:
-        return self.t.empty((m, n), dtype=self.t.float16, device=like.device)
+    def empty(self, like: Array, m: int, n: int) -> Array:
+        return self.t.empty((m, n), dtype=like.dtype, device=like.device)
 
-    def zeros(self, like: Any, m: int, n: int) -> Any:
-        return self.t.zeros((m, n), dtype=self.t.float16, device=like.device)
+    def zeros(self, like: Array, m: int, n: int) -> Array:
+        return self.t.zeros((m, n), dtype=like.dtype, device=like.device)
 
-    def matmul(self, a: Any, b: Any, out: Any) -> Any:
+    def matmul(self, a: Array, b: Array, out: Array | None) -> Array:
         return self.t.matmul(a, b, out=out)
 
-    def copy_into(self, dst: Any, src: Any) -> None:
+    def copy_into(self, dst: Array, src: Array) -> None:
         dst.copy_(src)
 
-    def contiguous(self, x: Any) -> Any:
-        return x.contiguous()
-
-    def new_event(self) -> Any:
+    def new_event(self) -> DeviceEvent:
         return self.t.cuda.Event(enable_timing=False)
 
-    def record(self, ev: Any) -> None:
+    def record(self, ev: DeviceEvent) -> None:
         ev.record(self.t.cuda.current_stream())
 
-    def wait(self, ev: Any) -> None:
+    def wait(self, ev: DeviceEvent) -> None:
         self.t.cuda.current_stream().wait_event(ev)
 
-    def event_handle(self, ev: Any) -> int | None:
+    def event_handle(self, ev: DeviceEvent) -> int | None:
         return int(ev.cuda_event) or None
 
     def capturing(self, dev: int) -> bool:
         return bool(self.t.cuda.is_current_stream_capturing())
 
 
-_BACKENDS: dict[str, Any] = {}
+_BACKENDS: dict[str, ArrayBackend] = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
-def _backend_for(x: Any) -> Any:
+def _backend_for(x: object) -> ArrayBackend:
     mod = type(x).__module__.split(".", 1)[0]
     if mod not in ("cupy", "torch"):
         raise MatmulArgumentError(f"matmul takes cupy arrays or torch tensors, not {type(x).__module__}.{type(x).__name__}")
     be = _BACKENDS.get(mod)
     if be is None:
         with _BACKENDS_LOCK:
-            be = _BACKENDS.get(mod) or (_Cupy() if mod == "cupy" else _Torch())
-            _BACKENDS[mod] = be
+            made: ArrayBackend = _BACKENDS.get(mod) or (_Cupy() if mod == "cupy" else _Torch())
+            _BACKENDS[mod] = be = made
     return be
 
 
@@ -251,7 +312,7 @@ class _Order:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.event: Any = None
+        self.event: DeviceEvent = None
         self.handle: int | None = None
         self.stream: int | None = None
 
@@ -266,7 +327,7 @@ class _Driver:
     driver refuses, and the caller then takes the array library's path instead.
     """
 
-    def __init__(self, lib: Any) -> None:
+    def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
         vp, ui = ctypes.c_void_p, ctypes.c_uint
         lib.cuStreamIsCapturing.argtypes = [vp, ctypes.POINTER(ctypes.c_int)]
@@ -282,10 +343,10 @@ class _Driver:
         return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE is 0
 
     def record(self, event: int, stream: int) -> bool:
-        return self.lib.cuEventRecord(event, stream) == 0
+        return bool(self.lib.cuEventRecord(event, stream) == 0)
 
     def wait(self, stream: int, event: int) -> bool:
-        return self.lib.cuStreamWaitEvent(stream, event, 0) == 0
+        return bool(self.lib.cuStreamWaitEvent(stream, event, 0) == 0)
 
 
 _DRIVER: list[_Driver | None] = []
@@ -306,6 +367,13 @@ def _driver() -> _Driver | None:
 # --------------------------------------------------------------------------- the library
 
 
+def _shape3(shape: list[int]) -> Shape3:
+    """A manifest shape ([M, N, K], validated) as the tuple routes are keyed by."""
+    m, n, k = shape
+    return int(m), int(n), int(k)
+
+
+
 class ExportedLibrary:
     """An export folder ready to call; create with :func:`load`."""
 
@@ -315,24 +383,26 @@ class ExportedLibrary:
             raise UserError(f"unknown pad policy {pad!r}: use None or 'nearest-larger'")
         self.root = root
         self.manifest = manifest
+        #: the element type of every array ``matmul`` takes ("fp16" or "bf16"; a manifest without one: fp16)
+        self.dtype = manifest_dtype(manifest, str(root))
         self.pad = pad
         self.prefer_prebuilt = prefer_prebuilt
         self.strict = strict
-        self._entries: dict[tuple[int, int, int], dict] = {tuple(e["shape"]): e for e in manifest["kernels"]}
+        self._entries: dict[Shape3, dict] = {_shape3(e["shape"]): e for e in manifest["kernels"]}
         #: shapes that run an exported kernel (no fallback marker)
-        self.kernel_shapes: list[tuple[int, int, int]] = sorted(s for s, e in self._entries.items() if not e.get("fallback"))
-        self._fns: dict[tuple[str, str], Any] = {}      # (name, arch) -> ctypes function
+        self.kernel_shapes: list[Shape3] = sorted(s for s, e in self._entries.items() if not e.get("fallback"))
+        self._fns: dict[tuple[str, str], KernelFn] = {}      # (name, arch) -> ctypes function
         self._broken: set[tuple[str, str]] = set()      # failed to build / reported unsupported
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._orders: dict[tuple[str, str, str, int], _Order] = {}  # (backend, kernel, arch, device)
         self._lock = threading.Lock()
-        self._prebuilt: Any = None
+        self._prebuilt: ctypes.CDLL | None = None
         self._prebuilt_lock = threading.Lock()
-        self._routes: dict[tuple[int, int, int], Route] = {}
+        self._routes: dict[Shape3, Route] = {}
         self._arch_of: dict[tuple[str, int], str] = {}
         #: L2HGEMM_FALLBACK, read once like the C library does
         self.fallback_mode = fallback_mode()
-        self._fallbacks: dict[str, Any] = {}       # arch -> ctypes l2hgemm_fallback
+        self._fallbacks: dict[str, KernelFn] = {}       # arch -> ctypes l2hgemm_fallback
         self._fallback_broken: set[str] = set()    # archs where it could not be built or loaded
         self._warned: set[str] = set()
 
@@ -371,7 +441,7 @@ class ExportedLibrary:
         return r
 
     # ------------------------------------------------------------- building / loading
-    def _arch(self, be: Any, dev: int) -> str:
+    def _arch(self, be: ArrayBackend, dev: int) -> str:
         key = (be.name, dev)
         a = self._arch_of.get(key)
         if a is None:
@@ -380,7 +450,7 @@ class ExportedLibrary:
             a = self._arch_of[key] = arch_for_cc(be.cc(dev))
         return a
 
-    def _load_prebuilt(self, arch: str) -> Any:
+    def _load_prebuilt(self, arch: str) -> ctypes.CDLL | None:
         lib = self.manifest.get("library")
         if not self.prefer_prebuilt or not lib or lib.get("arch") != arch:
             return None
@@ -392,7 +462,7 @@ class ExportedLibrary:
                 self._prebuilt = ctypes.CDLL(str(so))
             return self._prebuilt
 
-    def _build(self, e: dict, arch: str) -> Any:
+    def _build(self, e: dict, arch: str) -> KernelFn:
         pre = self._load_prebuilt(arch)
         if pre is not None:
             return _argtypes(getattr(pre, e["symbol"]))
@@ -405,13 +475,13 @@ class ExportedLibrary:
         if "cublas" in source:
             flags = flags + [f for f in cublas_flags() if f not in flags]
         # trusted: an exported library's own kernels (the policy applies when candidates are evaluated)
-        res = build(source, arch=arch, flags=flags, name=f"export-{e['name']}", trusted=True)
+        res = build(source, arch=arch, flags=flags, name=f"export-{e['name']}", trusted=True, dtype=self.dtype)
         if not res.ok:
             first = res.errors[0] if res.errors else res.log.strip()[-200:]
             raise KernelLoadError(f"{e['file']} does not build for {arch}: {first}")
-        return _argtypes(ctypes.CDLL(str(res.so_path)).l2_hgemm)
+        return _argtypes(getattr(ctypes.CDLL(str(res.so_path)), ENTRY_POINTS[self.dtype]))
 
-    def kernel(self, shape: tuple[int, int, int], arch: str) -> Any:
+    def kernel(self, shape: Shape3, arch: str) -> KernelFn:
         """The ctypes function of the kernel for ``shape`` (built on first use; thread-safe).
 
         A shape the export routes to the library fallback has no kernel file (it was not shipped):
@@ -433,7 +503,7 @@ class ExportedLibrary:
                 self._fns[key] = fn
         return fn
 
-    def warmup(self, arch: str | None = None, shapes: list[tuple[int, int, int]] | None = None,
+    def warmup(self, arch: str | None = None, shapes: list[Shape3] | None = None,
                fallback: bool = True) -> None:
         """Build and load every kernel (and the fallback) now, for servers that must not build on a request.
 
@@ -450,7 +520,7 @@ class ExportedLibrary:
             self.fallback_fn(arch)
 
     # ------------------------------------------------------------- the fallback
-    def fallback_fn(self, arch: str) -> Any:
+    def fallback_fn(self, arch: str) -> KernelFn | None:
         """The ctypes ``l2hgemm_fallback`` for ``arch`` (loaded or built once; thread-safe), None if unavailable."""
         fn = self._fallbacks.get(arch)
         if fn is not None or arch in self._fallback_broken:
@@ -472,7 +542,7 @@ class ExportedLibrary:
                                     "shapes without a kernel use the array library's matmul")
         return fn
 
-    def _load_fallback(self, arch: str) -> Any:
+    def _load_fallback(self, arch: str) -> KernelFn:
         """From the prebuilt library when it has one, else a fallback-only library from the same generated C."""
         pre = self._load_prebuilt(arch)
         if pre is not None and hasattr(pre, PINNED_FALLBACK_SYMBOL):  # with the export's measured choice per shape
@@ -483,13 +553,15 @@ class ExportedLibrary:
 
         from l2tui.export.cdispatch import cublas_flags, render_fallback_library
 
-        res = build(render_fallback_library(), arch=arch, flags=cublas_flags(), name="export-fallback", trusted=True)
+        res = build(render_fallback_library(self.dtype), arch=arch, flags=cublas_flags(),
+                    name=f"export-fallback-{self.dtype}", trusted=True, dtype=self.dtype)
         if not res.ok:
             first = res.errors[0] if res.errors else res.log.strip()[-200:]
             raise KernelLoadError(f"the fallback library does not build for {arch}: {first}")
         return _argtypes(getattr(ctypes.CDLL(str(res.so_path)), FALLBACK_SYMBOL))
 
-    def _fallback(self, be: Any, dev: int, a: Any, b: Any, out: Any, m: int, n: int, k: int) -> Any:
+    def _fallback(self, be: ArrayBackend, dev: int, a: Array, b: Array, out: Array | None,
+                  m: int, n: int, k: int) -> Array:
         """One call's fallback: the C ``l2hgemm_fallback``, else (unavailable, or an error) the array library's matmul."""
         fn = self.fallback_fn(self._arch(be, dev)) if min(m, n, k) > 0 else None
         if fn is None:
@@ -511,20 +583,21 @@ class ExportedLibrary:
         warnings.warn(f"l2tui.export.runtime: {text}", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------- the call
-    def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
-        """C = a @ b for fp16 2-D row-major arrays; returns ``out`` (allocated when None)."""
+    def matmul(self, a: Array, b: Array, out: Array | None = None) -> Array:
+        """C = a @ b for 2-D row-major arrays of the export's element type (``self.dtype``); returns
+        ``out`` (allocated when None)."""
         be = _backend_for(a)
         if type(b) is not type(a) and _backend_for(b) is not be:
             raise MatmulArgumentError("a and b come from different array libraries: pass two cupy arrays or two torch tensors")
-        dev = be.check(a, "a")
-        if be.check(b, "b") != dev:
+        dev = be.check(a, "a", self.dtype)
+        if be.check(b, "b", self.dtype) != dev:
             raise MatmulArgumentError("a and b are on different GPUs: move them to one device")
         m, k = (int(d) for d in a.shape)
         k2, n = (int(d) for d in b.shape)
         if k != k2:
             raise MatmulArgumentError(f"shapes {m}x{k} and {k2}x{n} do not multiply: a's columns must equal b's rows")
         if out is not None:
-            if be.check(out, "out") != dev:
+            if be.check(out, "out", self.dtype) != dev:
                 raise MatmulArgumentError("out is on another GPU than a and b")
             if tuple(int(d) for d in out.shape) != (m, n):
                 raise MatmulArgumentError(f"out has shape {tuple(out.shape)}; it must be ({m}, {n})")
@@ -534,24 +607,26 @@ class ExportedLibrary:
             if r.kind not in ("kernel", "pad") or min(m, n, k) == 0:
                 return self._fallback(be, dev, a, b, out, m, n, k)
             arch = self._arch(be, dev)
-            fn = self._fn_or_none(r.shape, arch)
+            fn = self._fn_or_none(r.shape, arch) if r.shape is not None else None
             if fn is None:
                 return self._fallback(be, dev, a, b, out, m, n, k)
             if out is None:
                 out = be.empty(a, m, n)
             stream = be.stream(dev)
-            with self._ordered(be, dev, self._entries[r.shape]["name"], arch, stream):
+            shape = r.shape
+            assert shape is not None  # a kernel or pad route names the exported shape
+            with self._ordered(be, dev, self._entries[shape]["name"], arch, stream):
                 if r.kind == "kernel":
                     rc = fn(be.ptr(a), be.ptr(b), be.ptr(out), m, n, k, stream)
                 else:
-                    rc = self._padded(be, fn, r.shape, a, b, out, m, n, k, stream)
+                    rc = self._padded(be, fn, shape, a, b, out, m, n, k, stream)
             if rc != 0:
                 self._mark_broken(r.shape, arch, f"returned {rc} (unsupported shape or launch error)")
                 return self._fallback(be, dev, a, b, out, m, n, k)
             return out
 
     @contextmanager
-    def _ordered(self, be: Any, dev: int, name: str, arch: str, stream: int) -> Iterator[None]:
+    def _ordered(self, be: ArrayBackend, dev: int, name: str, arch: str, stream: int) -> Iterator[None]:
         """Hold the kernel's lock for the call; outside a graph capture, make ``stream`` wait for
         the kernel's previous call on another stream, and record the event after this one."""
         key = (be.name, name, arch, dev)
@@ -577,7 +652,7 @@ class ExportedLibrary:
                     be.record(order.event)
                 order.stream = stream
 
-    def _padded(self, be: Any, fn: Any, shape: tuple[int, int, int], a: Any, b: Any, out: Any,
+    def _padded(self, be: ArrayBackend, fn: KernelFn, shape: Shape3, a: Array, b: Array, out: Array,
                 m: int, n: int, k: int, stream: int) -> int:
         pm, pn, pk = shape
         ap = a
@@ -594,7 +669,7 @@ class ExportedLibrary:
             be.copy_into(out, cp_[:m, :n])
         return rc
 
-    def _fn_or_none(self, shape: tuple[int, int, int], arch: str) -> Any:
+    def _fn_or_none(self, shape: Shape3, arch: str) -> KernelFn | None:
         key = (self._entries[shape]["name"], arch)
         fn = self._fns.get(key)
         if fn is not None:
@@ -609,7 +684,7 @@ class ExportedLibrary:
             self._mark_broken(shape, arch, str(err))
             return None
 
-    def _mark_broken(self, shape: tuple[int, int, int] | None, arch: str, why: str) -> None:
+    def _mark_broken(self, shape: Shape3 | None, arch: str, why: str) -> None:
         if shape is None:
             return
         name = self._entries[shape]["name"]

@@ -138,7 +138,7 @@ def wants_live(args: argparse.Namespace) -> bool:
     """True when the command line asks for a live run (any of the run's own options);
     only a plain ``l2tui`` (``--config`` at most) may fall back to the demo replay."""
     return any(getattr(args, name, None)
-               for name in ("session", "resume", "shapes", "policy", "app_recorded", "no_sandbox"))
+               for name in ("session", "resume", "shapes", "policy", "app_recorded", "no_sandbox", "app_dtype"))
 
 
 def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], Any] | None = None):
@@ -230,6 +230,9 @@ def launch_app(args: argparse.Namespace) -> int:
     from ..config import load_config
 
     cfg = load_config(getattr(args, "config", None))
+    # `l2tui --dtype` or `l2tui run --dtype` (the app): bf16 with f16 accumulation is one line here
+    cfg = cfg.with_overrides({"loop.dtype": getattr(args, "app_dtype", None) or getattr(args, "dtype", None),
+                              "loop.acc": getattr(args, "acc", None)})
     ui_settings(cfg)  # validate [keys] before anything is drawn
     if not wants_live(args) and not gpu_present():
         app = make_demo_app(cfg)

@@ -31,6 +31,12 @@
 #include <mutex>
 #include <vector>
 
+// The element type of A, B and C (the export's dtype): CUDA_R_16F (fp16) unless the generator says
+// otherwise; compute is fp32 either way.
+#ifndef L2FB_CUDA_TYPE
+#define L2FB_CUDA_TYPE CUDA_R_16F
+#endif
+
 extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int N, int K, void* stream);
 
 namespace l2fb {
@@ -171,9 +177,9 @@ Plan* plan_for(Device& d, const Key& key) {
   Plan* p = new Plan;
   // Row-major C = A B is column-major C^T = B^T A^T: cuBLASLt's "A" is our B (N x K, ld N),
   // its "B" is our A (K x M, ld K), and C is N x M with ld N.
-  if (cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16F, N, K, N) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, K, M, K) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16F, N, M, N) != CUBLAS_STATUS_SUCCESS) {
+  if (cublasLtMatrixLayoutCreate(&p->a, L2FB_CUDA_TYPE, N, K, N) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->b, L2FB_CUDA_TYPE, K, M, K) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->c, L2FB_CUDA_TYPE, N, M, N) != CUBLAS_STATUS_SUCCESS) {
     destroy_layouts(p);
     delete p;
     return nullptr;
@@ -512,8 +518,8 @@ extern "C" int l2hgemm_cublas(const void* A, const void* B, void* C, int M, int 
   if (cublasSetStream(h, static_cast<cudaStream_t>(stream)) != CUBLAS_STATUS_SUCCESS) return 5;
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major C = A B is column-major C^T = B^T A^T.
-  cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16F, N, A,
-                                   CUDA_R_16F, K, &beta, C, CUDA_R_16F, N, CUBLAS_COMPUTE_32F,
+  cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, L2FB_CUDA_TYPE, N, A,
+                                   L2FB_CUDA_TYPE, K, &beta, C, L2FB_CUDA_TYPE, N, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT);
   return st == CUBLAS_STATUS_SUCCESS ? 0 : 6;
 }
