@@ -279,13 +279,14 @@ class Config:
             data["loop"][key] = _check("loop", key, saved[key], f"{where} [config]")
         return Config(data, self.source, self.from_workdir)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """What a session stores: every section, no secrets (there are none by construction)."""
-        snap = copy.deepcopy(self.data)
+        sections = copy.deepcopy(self.data)
         import re
 
         # credentials embedded in a URL (https://user:secret@host/v1) never reach a snapshot
-        snap["llm"]["base_url"] = re.sub(r"^(https?://)[^/@]*@", r"\1", snap["llm"]["base_url"])
+        sections["llm"]["base_url"] = re.sub(r"^(https?://)[^/@]*@", r"\1", sections["llm"]["base_url"])
+        snap: dict[str, object] = dict(sections)
         if self.source is not None:
             snap["source"] = str(self.source)
         return snap

@@ -276,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         policy, factory = compose.policies(policy_name, cfg, gpu)
         if args.recorded:
             compose.require_recorded_shapes(evaluator.records, shapes, cfg.loop["acc"], args.recorded)
-        if resume:
+        if resume and session_dir:  # --resume without --session stopped above
             session = compose.open_session(session_dir, writer="run")
             cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
             for p in session.problems:

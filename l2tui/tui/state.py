@@ -239,7 +239,9 @@ class SessionModel:
     def _track_candidate(self, ev: dict, changes: Changes) -> tuple[Track, Candidate] | None:
         """The track and candidate an event is about; None when it lacks a track id or a sha."""
         tr = self._track(ev, changes)
-        c = self._candidate(tr, ev) if tr is not None else None
+        if tr is None:
+            return None
+        c = self._candidate(tr, ev)
         return None if c is None else (tr, c)
 
     def _apply(self, ev: dict, changes: Changes) -> None:

@@ -56,7 +56,7 @@ class LiveFeed(EventFeed):
         self.flush_hz = flush_hz
         self.telemetry_hz = telemetry_hz
         self._sampler_stop = threading.Event()
-        self.telemetry_worker = None
+        self.telemetry_worker: Worker[str | None] | None = None
         self.handle = handle
         self.factory = factory
         self.initial = initial or []
