@@ -18,6 +18,7 @@ from ..paths import KERNELS_DIR
 from ..shapes import Shape, parse_shape
 from .errors import NoKernelProfiled, ProfileFailed, ProfileRefused
 from .metrics import aggregate
+from .items import ItemResult, LaunchItem
 from .ncu import NcuRun, find_ncu, run_ncu
 from .parse import KernelRecord, Metric, merge, parse_details, parse_raw, split_by_range
 from .verdict import Classifier, Verdict, filtered_metrics
@@ -94,7 +95,7 @@ class Request:
     warmup: int = 2
     symbol: str = "l2_hgemm"
 
-    def item(self, rng: str) -> dict[str, Any]:
+    def item(self, rng: str) -> LaunchItem:
         if self.baseline and self.baseline != "cublas":
             kind, so = self.baseline, self.so_path     # torch: no library; cuBLASLt: the shim
         else:
@@ -175,13 +176,13 @@ def profile_many(requests: Sequence[Request], *, timeout_s: float = 120.0, class
         run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx="profiler", what=what,
                       warm_caches=warm_caches)
         groups = {names[0]: merge(parse_raw(run.raw_csv), parse_details(run.details_csv))}
-    status = {i.get("range"): i for i in run.items}
+    status: dict[str, ItemResult] = {i["range"]: i for i in run.items}
     out: list[Profile | HarnessError] = []
     for req, name in zip(requests, names):
         ks = groups.get(name, [])
-        st = status.get(name, {})
+        st = status.get(name)
         if not ks:
-            detail = st.get("message") or ("the call launched no kernel" if st.get("status") == "ok" else "")
+            detail = (st["message"] if st else "") or ("the call launched no kernel" if st and st["status"] == "ok" else "")
             out.append(NoKernelProfiled(f"{req.label or 'the kernel'} on {req.shape}", detail))
             continue
         meta = {"ncu": run.ncu_version, "nvtx": run.nvtx, "seconds": round(run.seconds, 2),
