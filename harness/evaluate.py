@@ -200,7 +200,8 @@ class Evaluator:
         self.arch = arch
         self.dtype = parse_dtype(dtype)
         self.baselines = parse_baselines(baselines)
-        self.mode = mode
+        #: typed as the protocol's (``harness.evaluator_protocol``); a GPU evaluator's is never None
+        self.mode: str | None = mode
         self.timeout_s = timeout_s
         self.checks = checks
         self.seed = seed

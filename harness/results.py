@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import HarnessError
 from .jsonfile import read_json
@@ -236,19 +236,21 @@ def subset(rf: ResultFile, labels: list[str], *, source: str = "") -> ResultFile
 MERGE_SAME = ("gpu", "driver", "mode", "acc", "dtype", "method")
 
 
-def _covers(specs: Any, rows: dict[tuple[int, int, int], Any]) -> bool:
+def _covers(specs: object, rows: Mapping[tuple[int, int, int], object]) -> bool:
     """Whether ``rows`` has every shape of the shape specs a run recorded (False when the specs
     cannot be read here, e.g. a shapes file of another machine)."""
     from .shapes import resolve_shapes
 
     try:
+        if not (isinstance(specs, str) or (isinstance(specs, list) and all(isinstance(s, str) for s in specs))):
+            return False   # not shape specs: cannot tell
         wanted = resolve_shapes(specs) if specs else []
     except Exception:  # noqa: BLE001 - an unreadable spec only means "cannot tell"
         return False
     return bool(wanted) and all((s.m, s.n, s.k) in rows for s in wanted)
 
 
-def _comparable(rf: ResultFile) -> dict[str, Any]:
+def _comparable(rf: ResultFile) -> dict[str, object]:
     """``rf``'s meta with its element type spelled out (a file without one is fp16)."""
     return {**rf.meta, "dtype": rf.dtype}
 

@@ -27,7 +27,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from . import families as F
 from .errors import HarnessError
@@ -76,7 +76,7 @@ def file_name(shape: Shape) -> str:
     return f"{shape.m}_{shape.n}_{shape.k}.cu"
 
 
-def _config(name: str, entry: Any, where: str) -> F.Config:
+def _config(name: str, entry: object, where: str) -> F.Config:
     if not isinstance(entry, Mapping) or not isinstance(entry.get("family"), str) or not isinstance(entry.get("knobs"), Mapping):
         raise WinnersError(f"{where}: configuration {name!r} needs 'family' and 'knobs'")
     try:
@@ -92,7 +92,7 @@ def _config(name: str, entry: Any, where: str) -> F.Config:
     return cfg
 
 
-def parse(doc: Any, where: str = "winners file") -> Winners:
+def parse(doc: object, where: str = "winners file") -> Winners:
     """Validate a winners document (as loaded from JSON); one-line :class:`WinnersError` when bad."""
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise WinnersError(f"{where}: not a winners file (expected \"format\": \"{FORMAT}\")")
@@ -136,7 +136,7 @@ def load(path: str | Path) -> Winners:
 def dump(w: Winners) -> str:
     """The JSON text of a winners file: one line per configuration and per shape, sorted, so a
     re-pick's diff shows exactly the shapes whose winner changed."""
-    def line(key: str, value: Any) -> str:
+    def line(key: str, value: object) -> str:
         return f"  {json.dumps(key)}: {json.dumps(value)}"
 
     cfgs = [line(n, {"family": c.config.family, "knobs": c.config.knob_dict, "sha256": c.sha256})

@@ -11,11 +11,17 @@ the harness's GPU worker.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypedDict
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from harness.evaluate import Evaluator as GpuEvaluator
     from harness.evaluator_protocol import Evaluator
+    from harness.gemm_shape import Shape
+    from harness.gpuinfo import GpuInfo
+
+    from .config import Config
 
     from .agent.loop import AgentLoop
     from .agent.policies.base import Policy
@@ -24,6 +30,14 @@ if TYPE_CHECKING:
 
 
 # ------------------------------------------------------------------ evaluators
+
+
+class GpuOptions(TypedDict, total=False):
+    """The ``harness.evaluate.Evaluator`` settings a caller may give (its defaults elsewhere)."""
+
+    mode: str
+    timeout_s: float
+    timing: str | None
 
 
 def recorded_evaluator(path: str | Path, *, arch: str | None = None, build: bool | str = True) -> "RecordedEvaluator":
@@ -54,7 +68,7 @@ def _volume(shape: str) -> int:
     return math.prod(int(d) for d in dims) if len(dims) == 3 and all(d.isdigit() for d in dims) else 0
 
 
-def require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any], acc: str, path: str) -> None:
+def require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[object], acc: str, path: str) -> None:
     """Refuse, in one line, shapes the recording has nothing for.
 
     Replaying a recording can only give results it holds: a shape without any would seed from
@@ -75,16 +89,17 @@ def require_recorded_shapes(records: Mapping[str, object], shapes: Sequence[Any]
                     f"pick a recorded shape or record this one on a GPU (tools/record_evaluations.py)")
 
 
-def recorded_gpu(meta: Mapping[str, Any], path: str | Path, *, provisional: bool = False) -> dict:
+def recorded_gpu(meta: Mapping[str, object], path: str | Path, *, provisional: bool = False) -> dict:
     """The session's ``gpu`` entry for a replay: the recording's GPU, and where it came from."""
-    gpu = dict(meta.get("gpu") or {})
+    recorded = meta.get("gpu")
+    gpu: dict[str, object] = dict(recorded) if isinstance(recorded, Mapping) else {}
     gpu["replayed_from"] = str(path)
     if provisional:
         gpu["provisional"] = True
     return gpu
 
 
-def gpu_evaluator(*, arch: str | None, baselines: Sequence[str], **options: Any) -> "GpuEvaluator":
+def gpu_evaluator(*, arch: str | None, baselines: Sequence[str], **options: Unpack[GpuOptions]) -> "GpuEvaluator":
     """A GPU evaluator (its own worker process); ``options`` are ``harness.evaluate.Evaluator``'s
     (mode, timeout_s, timing, ...), its defaults where not given."""
     from .errors import UserError
@@ -96,21 +111,21 @@ def gpu_evaluator(*, arch: str | None, baselines: Sequence[str], **options: Any)
     return Evaluator(arch=arch, baselines=tuple(baselines), **options)
 
 
-def config_gpu_evaluator(cfg: Any) -> "GpuEvaluator":
+def config_gpu_evaluator(cfg: Config) -> "GpuEvaluator":
     """The GPU evaluator ``[harness]`` describes (arch, baselines, mode, timeout_s, timing)."""
     h = cfg.harness
     return gpu_evaluator(arch=h.get("arch") or None, baselines=h["baselines"], mode=h["mode"],
                          timeout_s=h["timeout_s"], timing=h.get("timing"))
 
 
-def loop_evaluator(cfg: Any, recorded: str | Path | None) -> "Evaluator":
+def loop_evaluator(cfg: Config, recorded: str | Path | None) -> "Evaluator":
     """The agent loop's evaluator: the recording in ``recorded`` (its builds kept), else the GPU."""
     if recorded:
         return recorded_evaluator(recorded, arch=cfg.harness.get("arch") or None, build="unrecorded")
     return config_gpu_evaluator(cfg)
 
 
-def require_local_gpu() -> Any:
+def require_local_gpu() -> GpuInfo:
     """This machine's GPU (``harness.gpuinfo.GpuInfo``), or ``ToolMissing`` with the one line that
     names ``--recorded``."""
     from harness.errors import ToolMissing
@@ -144,7 +159,7 @@ def create_session(path: str | Path, *, writer: str, config: dict, gpu: dict,
 # ------------------------------------------------------------------ the loop
 
 
-def policies(name: str, cfg: Any, gpu: dict | None = None) -> tuple["Policy", Callable[[str], "Policy"]]:
+def policies(name: str, cfg: Config, gpu: dict | None = None) -> tuple["Policy", Callable[[str], "Policy"]]:
     """The named policy and the factory the loop switches policies with (the app's ``policy``
     command); made before any session, so a bad ``[llm]`` fails with nothing created."""
     from .agent.policies import make_policy
@@ -157,8 +172,8 @@ def policies(name: str, cfg: Any, gpu: dict | None = None) -> tuple["Policy", Ca
     return make_policy(name, cfg, gpu=gpu), factory
 
 
-def agent_loop(session: "Session", cfg: Any, *, policy: "Policy", policy_factory: Callable[[str], "Policy"],
-               evaluator: "Evaluator", shapes: Sequence[Any] = (), acc: str | None = None) -> "AgentLoop":
+def agent_loop(session: "Session", cfg: Config, *, policy: "Policy", policy_factory: Callable[[str], "Policy"],
+               evaluator: "Evaluator", shapes: Sequence[Shape | str] = (), acc: str | None = None) -> "AgentLoop":
     """The agent loop over ``evaluator``, one track per shape in ``shapes`` (none on a resume:
     the session's own tracks come back)."""
     from .agent.loop import make_loop

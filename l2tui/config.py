@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, TypeAlias
 
 from .errors import ConfigError
 
@@ -32,11 +32,18 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
+#: one section's validated values, key -> value. Each key's type is what its :class:`Key` checker
+#: returns (an int budget, a string URL, a list of baseline names...), so a reader of
+#: ``cfg.loop["max_steps"]`` knows its type from :data:`SCHEMA`, not from this mapping; the values
+#: are left untyped to mypy so that callers need no cast for a key whose check already fixed its type.
+Section: TypeAlias = "dict[str, Any]"
+
+
 # ---------------------------------------------------------------------------- validators
 # Each returns the normalised value or raises ValueError("what is allowed").
 
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
-    def v(x: Any) -> int:
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[object], int]:
+    def v(x: object) -> int:
         if isinstance(x, bool) or not isinstance(x, int):
             raise ValueError(f"expected an integer{_range(lo, hi)}")
         if (lo is not None and x < lo) or (hi is not None and x > hi):
@@ -45,8 +52,8 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
     return v
 
 
-def _float(lo: float | None = None, hi: float | None = None) -> Callable[[Any], float]:
-    def v(x: Any) -> float:
+def _float(lo: float | None = None, hi: float | None = None) -> Callable[[object], float]:
+    def v(x: object) -> float:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)):
             raise ValueError(f"expected a number{_range(lo, hi)}")
         x = float(x)
@@ -56,7 +63,7 @@ def _float(lo: float | None = None, hi: float | None = None) -> Callable[[Any], 
     return v
 
 
-def _range(lo: Any, hi: Any) -> str:
+def _range(lo: float | None, hi: float | None) -> str:
     if lo is not None and hi is not None:
         return f" between {lo} and {hi}"
     if lo is not None:
@@ -66,30 +73,30 @@ def _range(lo: Any, hi: Any) -> str:
     return ""
 
 
-def _str(nonempty: bool = False) -> Callable[[Any], str]:
-    def v(x: Any) -> str:
+def _str(nonempty: bool = False) -> Callable[[object], str]:
+    def v(x: object) -> str:
         if not isinstance(x, str) or (nonempty and not x.strip()):
             raise ValueError("expected a non-empty string" if nonempty else "expected a string")
         return x
     return v
 
 
-def _bool(x: Any) -> bool:
+def _bool(x: object) -> bool:
     if not isinstance(x, bool):
         raise ValueError("expected true or false")
     return x
 
 
-def _choice(*options: str) -> Callable[[Any], str]:
-    def v(x: Any) -> str:
-        if x not in options:
+def _choice(*options: str) -> Callable[[object], str]:
+    def v(x: object) -> str:
+        if not isinstance(x, str) or x not in options:
             raise ValueError(f"expected one of {', '.join(repr(o) for o in options)}")
         return x
     return v
 
 
-def _str_list(options: tuple[str, ...] | None = None) -> Callable[[Any], list[str]]:
-    def v(x: Any) -> list[str]:
+def _str_list(options: tuple[str, ...] | None = None) -> Callable[[object], list[str]]:
+    def v(x: object) -> list[str]:
         if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
             raise ValueError("expected a list of strings")
         if options is not None:
@@ -100,13 +107,13 @@ def _str_list(options: tuple[str, ...] | None = None) -> Callable[[Any], list[st
     return v
 
 
-def _url(x: Any) -> str:
+def _url(x: object) -> str:
     if not isinstance(x, str) or not (x.startswith("http://") or x.startswith("https://")):
         raise ValueError("expected an http:// or https:// URL, e.g. https://api.openai.com/v1")
     return x.rstrip("/")
 
 
-def _env_name(x: Any) -> str:
+def _env_name(x: object) -> str:
     import re
 
     if not isinstance(x, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", x):
@@ -126,7 +133,7 @@ REPLY_CAP_CHARS = 512 * 1024
 REPLY_CAP_MIN_CHARS = 16 * 1024
 REPLY_CAP_MAX_CHARS = 8 * 1024 * 1024
 
-def _theme(x: Any) -> str:
+def _theme(x: object) -> str:
     name = _str(True)(x)
     from textual.theme import BUILTIN_THEMES
 
@@ -141,8 +148,8 @@ FAILURE_KINDS = ("no_patch", "patch_failed", "compile_error", "wrong", "crashed"
 
 @dataclass(frozen=True)
 class Key:
-    default: Any
-    check: Callable[[Any], Any]
+    default: object
+    check: Callable[[object], object]
     doc: str
 
 
@@ -224,8 +231,8 @@ BUDGET_KEYS = ("max_steps", "wall_time_s", "token_budget", "global_wall_time_s",
 FREE_SECTIONS = ("keys",)
 
 
-def defaults() -> dict[str, dict[str, Any]]:
-    d: dict[str, dict[str, Any]] = {s: {k: copy.deepcopy(v.default) for k, v in keys.items()} for s, keys in SCHEMA.items()}
+def defaults() -> dict[str, Section]:
+    d: dict[str, Section] = {s: {k: copy.deepcopy(v.default) for k, v in keys.items()} for s, keys in SCHEMA.items()}
     d["keys"] = {}
     return d
 
@@ -234,23 +241,23 @@ def defaults() -> dict[str, dict[str, Any]]:
 class Config:
     """The validated configuration: one dict per section, plus where it came from."""
 
-    data: dict[str, dict[str, Any]] = field(default_factory=defaults)
+    data: dict[str, Section] = field(default_factory=defaults)
     source: Path | None = None
     #: found in the working directory (not the user's own config, not ``--config``): trusted
     #: with neither secrets nor files (:func:`check_untrusted`)
     from_workdir: bool = False
 
-    def __getattr__(self, name: str) -> dict[str, Any]:
+    def __getattr__(self, name: str) -> Section:
         data = self.__dict__.get("data")
         if data is not None and name in data:
             return data[name]
         raise AttributeError(name)
 
-    def get(self, dotted: str) -> Any:
+    def get(self, dotted: str) -> object:
         sec, key = dotted.split(".", 1)
         return self.data[sec][key]
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "Config":
+    def with_overrides(self, overrides: Mapping[str, object]) -> "Config":
         """A copy with ``{"section.key": value}`` overrides (validated like the file)."""
         data = copy.deepcopy(self.data)
         for dotted, value in overrides.items():
@@ -261,7 +268,7 @@ class Config:
         check_dtype_acc(data["loop"]["dtype"], data["loop"]["acc"], "command line")
         return Config(data, self.source, self.from_workdir)
 
-    def with_session_budgets(self, session_config: Any, explicit: set[str] | frozenset[str] = frozenset(),
+    def with_session_budgets(self, session_config: object, explicit: set[str] | frozenset[str] = frozenset(),
                              where: str = "session.toml") -> "Config":
         """A copy whose budgets are the resumed session's own, except those the command line set,
         and whose element type is the session's (fp16 for a session recorded without one).
@@ -284,13 +291,14 @@ class Config:
         check_dtype_acc(data["loop"]["dtype"], data["loop"]["acc"], where)
         return Config(data, self.source, self.from_workdir)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """What a session stores: every section, no secrets (there are none by construction)."""
-        snap = copy.deepcopy(self.data)
+        sections = copy.deepcopy(self.data)
         import re
 
         # credentials embedded in a URL (https://user:secret@host/v1) never reach a snapshot
-        snap["llm"]["base_url"] = re.sub(r"^(https?://)[^/@]*@", r"\1", snap["llm"]["base_url"])
+        sections["llm"]["base_url"] = re.sub(r"^(https?://)[^/@]*@", r"\1", sections["llm"]["base_url"])
+        snap: dict[str, object] = dict(sections)
         if self.source is not None:
             snap["source"] = str(self.source)
         return snap
@@ -302,7 +310,7 @@ class Config:
         return os.environ.get(self.data["llm"]["api_key_env"]) or None
 
 
-def _check(section: str, key: str, value: Any, where: str) -> Any:
+def _check(section: str, key: str, value: object, where: str) -> object:
     if section in FREE_SECTIONS:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}: [{section}] {key}: expected a key name string, e.g. \"ctrl+p\"")
@@ -323,10 +331,10 @@ def _check(section: str, key: str, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: [{section}] {key} = {shown(section, key, value)}: {e}") from None
 
 
-_SECRETISH: Any = None
+_SECRETISH: re.Pattern[str] | None = None
 
 
-def shown(section: str, key: str, value: Any) -> str:
+def shown(section: str, key: str, value: object) -> str:
     """How an error message may show a bad value: never a string that could be a secret.
 
     Numbers and booleans are shown; short plain words are shown; anything else (an API
@@ -369,7 +377,7 @@ def session_dtype(session_config: object) -> str:
     return str(dtype)
 
 
-def parse_config(doc: dict[str, Any], where: str = "l2tui.toml") -> Config:
+def parse_config(doc: Mapping[str, object], where: str = "l2tui.toml") -> Config:
     """Validate a parsed TOML document into a :class:`Config` (defaults filled in)."""
     data = defaults()
     for section, body in doc.items():
@@ -489,7 +497,7 @@ def example_toml() -> str:
     """Render a documented example file from :data:`SCHEMA` (source of l2tui.example.toml)."""
     import json
 
-    def fmt(v: Any) -> str:
+    def fmt(v: object) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, (int, float)):

@@ -16,7 +16,7 @@ none.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 COMMAND_NAMES = ("pause", "resume", "step", "stop", "hint", "edit", "accept", "reject", "pin", "unpin",
                  "policy", "baseline", "acc", "mode", "reorder", "profile", "bench_server")
@@ -31,10 +31,10 @@ class LoopCommand:
 
     name: str
     track: str | None = None
-    args: Mapping[str, Any] = field(default_factory=dict)
+    args: Mapping[str, object] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, command: "LoopCommand | Mapping[str, Any]") -> "LoopCommand":
+    def of(cls, command: "LoopCommand | Mapping[str, object]") -> "LoopCommand":
         """A command from itself or from its mapping form (the keys besides name and track are
         its arguments)."""
         if isinstance(command, LoopCommand):
@@ -43,7 +43,7 @@ class LoopCommand:
         name, track = d.pop("name", None), d.pop("track", None)
         return cls(name, track, d)  # type: ignore[arg-type]  # a malformed name fails in the loop, logged
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The mapping form: ``{"name": ..., "track": ..., **args}``."""
         return {"name": self.name, "track": self.track, **self.args}
 

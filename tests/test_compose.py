@@ -49,6 +49,12 @@ def test_recorded_gpu_names_the_recording():
     assert "replayed_from" not in meta["gpu"]   # the recording's meta is not changed
 
 
+@pytest.mark.parametrize("gpu", ["NVIDIA H200", 7, ["name", "x"]])
+def test_a_recordings_gpu_that_is_not_a_table_is_left_out(gpu):
+    # a recording is data from elsewhere: meta.gpu may be anything (harness.channel's Data)
+    assert compose.recorded_gpu({"gpu": gpu}, "rec.json") == {"replayed_from": "rec.json"}
+
+
 def test_an_unreadable_recording_is_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

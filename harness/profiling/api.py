@@ -11,19 +11,61 @@ import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TypedDict
 
 from ..errors import HarnessError, KernelSourceError
 from ..paths import KERNELS_DIR
 from ..shapes import Shape, parse_shape
 from .errors import NoKernelProfiled, ProfileFailed, ProfileRefused
 from .metrics import aggregate
+from .items import ItemResult, LaunchItem
 from .ncu import NcuRun, find_ncu, run_ncu
-from .parse import KernelRecord, Metric, merge, parse_details, parse_raw, split_by_range
-from .verdict import Classifier, Verdict, filtered_metrics
+from .parse import KernelRecord, KernelRecordDict, Metric, MetricDict, merge, parse_details, parse_raw, split_by_range
+from .verdict import Classifier, Verdict, VerdictDict, filtered_metrics
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
 _SEQ = itertools.count()
+
+
+class EventPayload(TypedDict):
+    """The ``profiled`` event's ``verdict`` and ``metrics`` fields (the filtered set)."""
+
+    verdict: str
+    metrics: dict[str, MetricDict]
+
+
+class _ProfileKeys(TypedDict):
+    label: str
+    shape: list[int]
+    verdict: VerdictDict
+    filtered: dict[str, MetricDict]
+    metrics: dict[str, MetricDict]
+
+
+class ProfileDict(_ProfileKeys, total=False):
+    """A profile's dict form (``Profile.to_dict``); ``profile_source`` adds the kernels' names and
+    the event fields, and leaves out the per-kernel records."""
+
+    acc: str
+    meta: dict[str, object]
+    kernels: list[KernelRecordDict]
+    kernel_names: list[str]
+    event: EventPayload
+
+
+class KernelOptions(TypedDict, total=False):
+    """``profile_kernel``'s keyword options, as ``profile_source`` passes them on."""
+
+    baseline: str | None
+    timeout_s: float
+    arch: str | None
+    flags: Sequence[str]
+    label: str | None
+    classifier: Classifier | None
+    warm_caches: bool
 
 
 @dataclass
@@ -35,17 +77,18 @@ class Profile:
     metrics: dict[str, Metric]
     verdict: Verdict
     filtered: dict[str, Metric]
-    meta: dict[str, Any] = field(default_factory=dict)
+    #: how it was profiled: ncu's version, the NVTX flavour, seconds, warm or flushed caches
+    meta: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def from_kernels(cls, label: str, shape: Shape, acc: str, kernels: list[KernelRecord],
-                     classifier: Classifier | None = None, meta: dict[str, Any] | None = None) -> "Profile":
+                     classifier: Classifier | None = None, meta: dict[str, object] | None = None) -> "Profile":
         metrics = aggregate(kernels)
         v = (classifier or default_classifier()).classify(metrics)
         return cls(label, shape, acc, kernels, metrics, v, filtered_metrics(metrics, v), dict(meta or {}))
 
-    def to_dict(self, *, kernels: bool = True) -> dict[str, Any]:
-        d = {
+    def to_dict(self, *, kernels: bool = True) -> ProfileDict:
+        d: ProfileDict = {
             "label": self.label, "shape": [self.shape.m, self.shape.n, self.shape.k], "acc": self.acc,
             "verdict": self.verdict.to_dict(),
             "filtered": {k: v.to_dict() for k, v in self.filtered.items()},
@@ -57,7 +100,7 @@ class Profile:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Profile":
+    def from_dict(cls, d: ProfileDict) -> "Profile":
         return cls(
             d["label"], Shape(*d["shape"]), d.get("acc", "f32"),
             [KernelRecord.from_dict(k) for k in d.get("kernels", [])],
@@ -67,7 +110,7 @@ class Profile:
             dict(d.get("meta", {})),
         )
 
-    def event_payload(self) -> dict[str, Any]:
+    def event_payload(self) -> EventPayload:
         """The ``profiled`` event's ``verdict`` and ``metrics`` fields (filtered set, see INTERFACES.md)."""
         return {"verdict": self.verdict.cls, "metrics": {k: v.to_dict() for k, v in self.filtered.items()}}
 
@@ -94,7 +137,7 @@ class Request:
     warmup: int = 2
     symbol: str = "l2_hgemm"
 
-    def item(self, rng: str) -> dict[str, Any]:
+    def item(self, rng: str) -> LaunchItem:
         if self.baseline and self.baseline != "cublas":
             kind, so = self.baseline, self.so_path     # torch: no library; cuBLASLt: the shim
         else:
@@ -175,13 +218,13 @@ def profile_many(requests: Sequence[Request], *, timeout_s: float = 120.0, class
         run = run_ncu(items, timeout_s=timeout_s, ncu=ncu, sections=sections, nvtx="profiler", what=what,
                       warm_caches=warm_caches)
         groups = {names[0]: merge(parse_raw(run.raw_csv), parse_details(run.details_csv))}
-    status = {i.get("range"): i for i in run.items}
+    status: dict[str, ItemResult] = {i["range"]: i for i in run.items}
     out: list[Profile | HarnessError] = []
     for req, name in zip(requests, names):
         ks = groups.get(name, [])
-        st = status.get(name, {})
+        st = status.get(name)
         if not ks:
-            detail = st.get("message") or ("the call launched no kernel" if st.get("status") == "ok" else "")
+            detail = (st["message"] if st else "") or ("the call launched no kernel" if st and st["status"] == "ok" else "")
             out.append(NoKernelProfiled(f"{req.label or 'the kernel'} on {req.shape}", detail))
             continue
         meta = {"ncu": run.ncu_version, "nvtx": run.nvtx, "seconds": round(run.seconds, 2),
@@ -250,7 +293,7 @@ def profile_kernel(kernel: str | os.PathLike[str] | None, shape: Shape | str, ac
     return res
 
 
-def profile_source(source: str, shape: Shape | str, acc: str = "f32", **kw: Any) -> dict[str, Any]:
+def profile_source(source: str, shape: Shape | str, acc: str = "f32", **kw: Unpack[KernelOptions]) -> ProfileDict:
     """``EvaluatorLike.profile(source, shape, acc) -> dict`` of INTERFACES.md: ``Profile.to_dict()``
     without the per-kernel raw dump (verdict, reasons, thresholds, filtered and canonical metrics),
     plus ``event`` = the ``profiled`` event's ``verdict``/``metrics`` fields."""

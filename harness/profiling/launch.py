@@ -24,7 +24,10 @@ import ctypes
 import json
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Callable
+
+from ..cupy_types import CudaStream, DeviceArray
+from .items import ItemResult, LaunchItem, LaunchSpec
 
 
 class _Nvtx:
@@ -62,7 +65,7 @@ class _Nvtx:
             cupy.cuda.runtime.profilerStop()
 
 
-def _make_call(item: dict[str, Any], A: Any, B: Any, C: Any, stream: Any) -> Callable[[], int]:
+def _make_call(item: LaunchItem, A: DeviceArray, B: DeviceArray, C: DeviceArray, stream: CudaStream) -> Callable[[], int]:
     m, n, k = item["shape"]
     kind = item["kind"]
     if kind == "so":
@@ -89,7 +92,7 @@ def _make_call(item: dict[str, Any], A: Any, B: Any, C: Any, stream: Any) -> Cal
     raise ValueError(f"unknown item kind {kind!r}")
 
 
-def _lt_call(item: dict[str, Any], A: Any, B: Any, C: Any, stream: Any) -> Callable[[], int]:
+def _lt_call(item: LaunchItem, A: DeviceArray, B: DeviceArray, C: DeviceArray, stream: CudaStream) -> Callable[[], int]:
     """cuBLASLt through the baseline shim's C entry points, as the bench calls it.
 
     Heuristic: the heuristic's first algorithm. Autotuned: each of the heuristic's candidates
@@ -134,14 +137,14 @@ def _lt_call(item: dict[str, Any], A: Any, B: Any, C: Any, stream: Any) -> Calla
     return lambda: int(entry(*args))
 
 
-def run_items(spec: dict[str, Any]) -> list[dict[str, Any]]:
+def run_items(spec: LaunchSpec) -> list[ItemResult]:
     import cupy
 
     nvtx = _Nvtx(spec.get("nvtx", "cupy"))
     pool = cupy.get_default_memory_pool()
-    out = []
+    out: list[ItemResult] = []
     for item in spec["items"]:
-        res = {"range": item["range"], "status": "error", "rc": None, "message": ""}
+        res: ItemResult = {"range": item["range"], "status": "error", "rc": None, "message": ""}
         try:
             m, n, k = item["shape"]
             stream = cupy.cuda.Stream(non_blocking=True)       # one stream per call (see parse.split_by_range)
@@ -159,7 +162,7 @@ def run_items(spec: dict[str, Any]) -> list[dict[str, Any]]:
             stream.synchronize()
             res["rc"] = rc
             if rc != 0:
-                res.update(status="unsupported", message=f"l2_hgemm returned {rc}")
+                res["status"], res["message"] = "unsupported", f"l2_hgemm returned {rc}"
             else:
                 nvtx.push(item["range"])
                 try:
@@ -167,7 +170,7 @@ def run_items(spec: dict[str, Any]) -> list[dict[str, Any]]:
                     stream.synchronize()
                 finally:
                     nvtx.pop()
-                res.update(status="ok")
+                res["status"] = "ok"
             del A, B, C, call
         except Exception as e:  # reported per item; the next item still runs
             res["message"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]

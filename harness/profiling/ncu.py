@@ -32,9 +32,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import IO, Sequence, cast
 
 from .. import channel
+from .items import DriverResult, ItemResult, LaunchItem
 from .errors import CountersRefused, NcuMissing, NoKernelProfiled, ProfileFailed, ProfileTimeout, classify_ncu_failure, NO_KERNEL_MARKER
 
 SECTIONS: tuple[str, ...] = (
@@ -124,13 +125,14 @@ class NcuRun:
 
     raw_csv: str
     details_csv: str
-    items: list[dict[str, Any]]
+    items: list[ItemResult]
     log: str
     command: list[str]
     seconds: float
     ncu_version: str = ""
     nvtx: str = "cupy"
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: ``report`` (the kept report's path) and ``warning`` (an ncu error line that still left a report)
+    extra: dict[str, str] = field(default_factory=dict)
 
 
 #: the most of a process's output kept (the profiled program prints what it likes; ncu's CSV of a
@@ -146,7 +148,7 @@ RESULT_SCHEMA = channel.Record(
 )
 
 
-def _drain(stream: Any, keep: bytearray, cap: int) -> None:
+def _drain(stream: IO[bytes], keep: bytearray, cap: int) -> None:
     """Read ``stream`` to its end, keeping at most ``cap`` bytes of it."""
     while True:
         chunk = stream.read(1 << 16)
@@ -187,7 +189,7 @@ def _profile_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not _SECRETISH.search(k)}
 
 
-def read_result(path: Path, what: str) -> dict[str, Any]:
+def read_result(path: Path, what: str) -> DriverResult:
     """The one-launch driver's result file as checked data (it ran the kernel, outside any sandbox
     when profiling is allowed): no file is no items; a malformed one is ProfileFailed in one line."""
     try:
@@ -201,10 +203,10 @@ def read_result(path: Path, what: str) -> dict[str, Any]:
         raise ProfileFailed(f"the profiled process wrote a malformed result for {what}: "
                             f"{' '.join(str(e).split())[:200]}") from None
     assert isinstance(res, dict)
-    return res
+    return cast(DriverResult, res)  # RESULT_SCHEMA holds exactly DriverResult's keys and types
 
 
-def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: str | None = None,
+def run_ncu(items: Sequence[LaunchItem], *, timeout_s: float = 120.0, ncu: str | None = None,
             sections: Sequence[str] | None = None, nvtx: str = "cupy", workdir: str | Path | None = None,
             what: str = "the kernel", keep_report: bool = False, warm_caches: bool = False) -> NcuRun:
     """Profile ``items`` (driver spec items, see :mod:`.launch`) in one ncu process.
@@ -246,7 +248,7 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
         rc_det, det = _run(import_command(ncu, rep, "details"), left, env, what + " (import)")
         if rc_raw != 0:
             raise ProfileFailed(f"ncu could not read its report for {what}: {raw.strip().splitlines()[-1:] or rc_raw}")
-        extra: dict[str, Any] = {"report": str(rep)} if keep_report else {}
+        extra: dict[str, str] = {"report": str(rep)} if keep_report else {}
         if err is not None:
             extra["warning"] = str(err)
         return NcuRun(raw, det if rc_det == 0 else "", res.get("items", []), log, cmd,
@@ -256,7 +258,7 @@ def run_ncu(items: Sequence[dict[str, Any]], *, timeout_s: float = 120.0, ncu: s
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _item_detail(res: dict[str, Any]) -> str:
+def _item_detail(res: DriverResult) -> str:
     bad = [i for i in res.get("items", []) if i.get("status") != "ok"]
     if bad:
         return "; ".join(f"{i.get('status')}: {i.get('message')}" for i in bad[:2])

@@ -24,7 +24,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable, TypedDict
 
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -43,6 +43,13 @@ _SCALE = {
 _PER_TIME = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
 
 
+class MetricDict(TypedDict):
+    """A metric's dict form (``Metric.to_dict``), as events and profile files hold it."""
+
+    value: float | str | None
+    unit: str
+
+
 @dataclass
 class Metric:
     """One value with its unit (base units after :func:`normalise`); value None = n/a."""
@@ -50,17 +57,30 @@ class Metric:
     value: float | str | None
     unit: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MetricDict:
         return {"value": self.value, "unit": self.unit}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Metric":
+    def from_dict(cls, d: MetricDict) -> "Metric":
         return cls(d.get("value"), d.get("unit", "") or "")
 
     def __float__(self) -> float:
         if isinstance(self.value, (int, float)):
             return float(self.value)
         raise TypeError(f"metric value {self.value!r} is not a number")
+
+
+class KernelRecordDict(TypedDict, total=False):
+    """A kernel record's dict form (``KernelRecord.to_dict``); a missing key reads as empty."""
+
+    id: int
+    name: str
+    ranges: list[str]
+    stream: str
+    block: str
+    grid: str
+    metrics: dict[str, MetricDict]
+    sections: dict[str, dict[str, MetricDict]]
 
 
 @dataclass
@@ -80,7 +100,7 @@ class KernelRecord:
         m = self.metrics.get(name)
         return m.value if m is not None and isinstance(m.value, float) else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> KernelRecordDict:
         return {
             "id": self.id, "name": self.name, "ranges": list(self.ranges), "stream": self.stream,
             "block": self.block, "grid": self.grid,
@@ -89,7 +109,7 @@ class KernelRecord:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "KernelRecord":
+    def from_dict(cls, d: KernelRecordDict) -> "KernelRecord":
         return cls(
             id=int(d.get("id", 0)), name=d.get("name", ""), ranges=list(d.get("ranges", [])),
             stream=str(d.get("stream", "")), block=str(d.get("block", "")), grid=str(d.get("grid", "")),

@@ -22,14 +22,42 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Mapping, Protocol, TypedDict
 
 from ..errors import HarnessError
 from ..shapes import sample100
+from .items import LaunchItem
 from .metrics import aggregate, fmt_value
-from .ncu import find_ncu, ncu_version, profile_command, run_ncu, choose_sections
-from .parse import merge, parse_details, parse_raw, split_by_range
+from .ncu import NcuRun, find_ncu, ncu_version, profile_command, run_ncu, choose_sections
+from .parse import KernelRecord, Metric, merge, parse_details, parse_raw, split_by_range
 from .verdict import Classifier
+
+
+class Call(TypedDict):
+    """One profiled call of a recording: its NVTX range, what was called, and what ncu measured."""
+
+    range: str
+    label: str
+    shape: list[int]
+    kernels: list[KernelRecord]
+    metrics: dict[str, Metric]
+
+
+class ManifestEntry(TypedDict, total=False):
+    """A manifest's line for one range: what was called, then the driver's status for it."""
+
+    label: str
+    shape: list[int]
+    kind: str
+    status: str
+    message: str
+
+
+class CsvPages(Protocol):
+    """The two CSV pages of an ncu report: an :class:`NcuRun`, or a recorded folder's files."""
+
+    raw_csv: str
+    details_csv: str
 
 FIXTURES: list[tuple[str, str, tuple[int, int, int]]] = [
     ("torch", "torch", (64, 64, 64)),                  # tiny: launch-bound
@@ -47,7 +75,7 @@ FIXTURES: list[tuple[str, str, tuple[int, int, int]]] = [
 PRIOR_KINDS = (("cublas", "so:cublas", 1 << 43), ("tiled", "so:tiled", 1 << 34), ("naive", "so:naive", 1 << 31))
 
 
-def _item(rng: str, kind: str, shape: tuple[int, int, int], so_dir: Path) -> dict[str, Any] | None:
+def _item(rng: str, kind: str, shape: tuple[int, int, int], so_dir: Path) -> LaunchItem | None:
     if kind.startswith("so:"):
         so = so_dir / f"{kind[3:]}.so"
         if not so.is_file():
@@ -56,16 +84,16 @@ def _item(rng: str, kind: str, shape: tuple[int, int, int], so_dir: Path) -> dic
     return {"range": rng, "kind": kind, "so_path": None, "shape": list(shape), "acc": "f32", "warmup": 2}
 
 
-def _save_run(run: Any, dest: Path, stem: str) -> None:
+def _save_run(run: NcuRun, dest: Path, stem: str) -> None:
     (dest / f"{stem}_raw.csv").write_text(run.raw_csv)
     (dest / f"{stem}_details.csv").write_text(run.details_csv)
     (dest / f"{stem}_log.txt").write_text(" ".join(run.command) + "\n" + run.log)
 
 
-def _calls(run: Any, manifest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _calls(run: CsvPages, manifest: Mapping[str, ManifestEntry]) -> list[Call]:
     kernels = merge(parse_raw(run.raw_csv), parse_details(run.details_csv))
     groups = split_by_range(kernels, list(manifest))
-    out = []
+    out: list[Call] = []
     for rng, ks in groups.items():
         if ks:
             m = manifest[rng]
@@ -73,10 +101,11 @@ def _calls(run: Any, manifest: dict[str, dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-def record_fixtures(out: Path, so_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
+def record_fixtures(out: Path, so_dir: Path, timeout_s: float) -> list[Call]:
     dest = out / "fixtures"
     dest.mkdir(parents=True, exist_ok=True)
-    items, manifest = [], {}
+    items: list[LaunchItem] = []
+    manifest: dict[str, ManifestEntry] = {}
     for i, (label, kind, shape) in enumerate(FIXTURES):
         it = _item(f"fx{i:02d}_{label}_{'x'.join(map(str, shape))}", kind, shape, so_dir)
         if it is not None:
@@ -90,7 +119,7 @@ def record_fixtures(out: Path, so_dir: Path, timeout_s: float) -> list[dict[str,
         calls = _calls(run, manifest)
     _save_run(run, dest, "fixtures")
     for r in run.items:
-        manifest.get(r["range"], {}).update(status=r["status"], message=r["message"])
+        manifest.get(r["range"], {}).update({"status": r["status"], "message": r["message"]})
     (dest / "manifest.json").write_text(json.dumps({"ncu": run.ncu_version, "nvtx": run.nvtx,
                                                     "command": run.command, "seconds": run.seconds,
                                                     "calls": manifest}, indent=1))
@@ -98,16 +127,17 @@ def record_fixtures(out: Path, so_dir: Path, timeout_s: float) -> list[dict[str,
     return calls
 
 
-def record_prior(out: Path, so_dir: Path, budget_s: float, chunks: int, nvtx: str) -> list[dict[str, Any]]:
+def record_prior(out: Path, so_dir: Path, budget_s: float, chunks: int, nvtx: str) -> list[Call]:
     dest = out / "prior"
     dest.mkdir(parents=True, exist_ok=True)
     shapes = sample100()
     t0 = time.monotonic()
     worst = 0.0
-    calls: list[dict[str, Any]] = []
+    calls: list[Call] = []
     for c in range(chunks):
         chunk_shapes = shapes[c::chunks]
-        items, manifest = [], {}
+        items: list[LaunchItem] = []
+        manifest: dict[str, ManifestEntry] = {}
         for s in chunk_shapes:
             for label, kind, cap in PRIOR_KINDS:
                 if s.flops > cap:
@@ -128,7 +158,7 @@ def record_prior(out: Path, so_dir: Path, budget_s: float, chunks: int, nvtx: st
         worst = max(worst, run.seconds)
         _save_run(run, dest, f"chunk{c:02d}")
         for r in run.items:
-            manifest.get(r["range"], {}).update(status=r["status"], message=r["message"])
+            manifest.get(r["range"], {}).update({"status": r["status"], "message": r["message"]})
         (dest / f"chunk{c:02d}_manifest.json").write_text(json.dumps({"ncu": run.ncu_version, "calls": manifest}, indent=1))
         got = _calls(run, manifest)
         calls += got
@@ -136,10 +166,10 @@ def record_prior(out: Path, so_dir: Path, budget_s: float, chunks: int, nvtx: st
     return calls
 
 
-def body_json(calls: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    profiles = []
+def body_json(calls: list[Call], meta: Mapping[str, object]) -> dict[str, object]:
+    profiles: list[dict[str, object]] = []
     for c in calls:
-        nums = {k: v.value for k, v in c["metrics"].items() if isinstance(v.value, float) and math.isfinite(v.value)}
+        nums: dict[str, float | str | None] = {k: v.value for k, v in c["metrics"].items() if isinstance(v.value, float) and math.isfinite(v.value)}
         top = c["metrics"].get("stall_top")
         if top is not None:
             nums["stall_top"] = top.value
@@ -147,19 +177,19 @@ def body_json(calls: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
     return {"meta": meta, "profiles": profiles}
 
 
-def rebuild(src: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+def rebuild(src: Path) -> tuple[list[Call], list[Call], dict[str, object]]:
     """Re-derive fixture calls and the prior body from a recorded folder (no GPU needed)."""
     class _Run:  # the two fields _calls reads
         def __init__(self, raw: Path, det: Path | None) -> None:
             self.raw_csv = raw.read_text()
             self.details_csv = det.read_text() if det and det.is_file() else ""
 
-    fx: list[dict[str, Any]] = []
+    fx: list[Call] = []
     fdir = src / "fixtures" if (src / "fixtures" / "manifest.json").is_file() else src
     if (fdir / "manifest.json").is_file():
         man = json.loads((fdir / "manifest.json").read_text())["calls"]
         fx = _calls(_Run(fdir / "fixtures_raw.csv", fdir / "fixtures_details.csv"), man)
-    prior: list[dict[str, Any]] = []
+    prior: list[Call] = []
     for mf in sorted((src / "prior").glob("chunk*_manifest.json")):
         stem = mf.name.replace("_manifest.json", "")
         raw = mf.with_name(f"{stem}_raw.csv")
@@ -173,7 +203,7 @@ def rebuild(src: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict
         else:
             r = _Run(raw, None)
         prior += _calls(r, json.loads(mf.read_text())["calls"])
-    meta = {}
+    meta: dict[str, object] = {}
     info = src / "info.json"
     if info.is_file():
         meta = json.loads(info.read_text())
@@ -194,16 +224,16 @@ def record_no_kernel_text(out: Path, so_dir: Path) -> None:
     (d / "no_kernel.txt").write_text(f"$ {' '.join(cmd)}\n# exit status {p.returncode}\n" + p.stdout + p.stderr)
 
 
-def _cell(metrics: dict[str, Any], key: str) -> str:
+def _cell(metrics: Mapping[str, Metric], key: str) -> str:
     """One table cell: the metric's value, or a dash where ncu did not report it."""
     x = metrics.get(key)
     return fmt_value(x) if x is not None else "-"
 
 
-def table(calls: list[dict[str, Any]], clf: Classifier) -> str:
+def table(calls: list[Call], clf: Classifier) -> str:
     rows = [("shape", "kernel", "verdict", "kernels", "time", "SM%", "tensor%", "mem%", "DRAM%", "occ%", "memstall")]
     for c in calls:
-        m: dict[str, Any] = c["metrics"]
+        m = c["metrics"]
         v = clf.classify(m)
         g = partial(_cell, m)
         rows.append(("x".join(map(str, c["shape"])), c["label"], v.cls, g("kernels"), g("duration_us"),
@@ -256,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         info["gpu_error"] = str(e)
     print(json.dumps(info), flush=True)
     (a.out / "info.json").write_text(json.dumps(info, indent=1))
-    fx: list[dict[str, Any]] = []
+    fx: list[Call] = []
     nvtx = a.nvtx or "cupy"
     if not a.skip_fixtures:
         fx = record_fixtures(a.out, a.so_dir, 240.0)
@@ -265,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             record_no_kernel_text(a.out, a.so_dir)
         except Exception as e:
             print(f"no-kernel text: {e}", flush=True)
-    prior: list[dict[str, Any]] = []
+    prior: list[Call] = []
     if not a.skip_prior:
         prior = record_prior(a.out, a.so_dir, a.budget_s, a.chunks, nvtx)
         body = body_json(prior, info)

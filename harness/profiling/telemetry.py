@@ -18,7 +18,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
+
+#: the ``pynvml`` module (or a test's stand-in for it): pynvml ships no type information, so what
+#: it returns is read defensively here (``_read`` turns every NVML error into None)
+NvmlModule: TypeAlias = Any
 
 _THROTTLE_NAMES = (
     ("GpuIdle", "idle"), ("ApplicationsClocksSetting", "app_clocks"), ("SwPowerCap", "sw_power_cap"),
@@ -28,7 +32,7 @@ _THROTTLE_NAMES = (
 )
 
 
-def _throttle_reasons(nv: Any, mask: int) -> list[str]:
+def _throttle_reasons(nv: NvmlModule, mask: int) -> list[str]:
     out = []
     for suffix, name in _THROTTLE_NAMES:
         bit = getattr(nv, "nvmlClocksEventReason" + suffix, None)
@@ -47,24 +51,24 @@ class TelemetrySampler:
     """
 
     def __init__(self, hz: float = 2.0, index: int = 0, max_samples: int = 36000,
-                 on_sample: Callable[[dict[str, Any]], None] | None = None, nvml: Any = None) -> None:
+                 on_sample: Callable[[dict[str, object]], None] | None = None, nvml: NvmlModule = None) -> None:
         if not 0.1 <= hz <= 50:
             raise ValueError("hz must be between 0.1 and 50")
         self.hz = hz
         self.index = index
         self.on_sample = on_sample
-        self._buf: deque[dict[str, Any]] = deque(maxlen=max_samples)
+        self._buf: deque[dict[str, object]] = deque(maxlen=max_samples)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._nv: Any = None
-        self._handle: Any = None
+        self._nv: NvmlModule = None
+        self._handle: object = None
         self.available = False
         self.reason = ""
         self._init(nvml)
 
     # ------------------------------------------------------------------ NVML
-    def _init(self, nvml: Any) -> None:
+    def _init(self, nvml: NvmlModule) -> None:
         try:
             if nvml is None:
                 import pynvml as nvml  # type: ignore[no-redef]
@@ -93,13 +97,13 @@ class TelemetrySampler:
         self._nv = nvml
         self.available = True
 
-    def _read(self, fn: str, *args: Any) -> Any:
+    def _read(self, fn: str, *args: object) -> object:
         try:
             return getattr(self._nv, fn)(self._handle, *args)
         except Exception:
             return None
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> dict[str, object]:
         """One reading now (every field may be None); ``{}`` when unavailable."""
         if not self.available:
             return {}
@@ -111,6 +115,7 @@ class TelemetrySampler:
         mask = self._read("nvmlDeviceGetCurrentClocksEventReasons")
         if mask is None:
             mask = self._read("nvmlDeviceGetCurrentClocksThrottleReasons")
+        used = getattr(mem, "used", None)
         return {
             "time": time.time(),
             "sm_clock_mhz": self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
@@ -120,7 +125,7 @@ class TelemetrySampler:
             "power_limit_w": limit / 1000.0 if isinstance(limit, (int, float)) else None,
             "util_pct": getattr(util, "gpu", None),
             "mem_util_pct": getattr(util, "memory", None),
-            "mem_used_mib": mem.used / 2**20 if mem is not None else None,
+            "mem_used_mib": used / 2**20 if isinstance(used, (int, float)) else None,
             "throttle": _throttle_reasons(nv, int(mask)) if isinstance(mask, int) else None,
         }
 
@@ -168,15 +173,15 @@ class TelemetrySampler:
     def running(self) -> bool:
         return self._thread is not None
 
-    def latest(self) -> dict[str, Any] | None:
+    def latest(self) -> dict[str, object] | None:
         with self._lock:
             return dict(self._buf[-1]) if self._buf else None
 
-    def samples(self) -> list[dict[str, Any]]:
+    def samples(self) -> list[dict[str, object]]:
         with self._lock:
             return [dict(s) for s in self._buf]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         return {"available": self.available, "reason": self.reason, "hz": self.hz, "samples": len(self._buf)}
 
     def __enter__(self) -> "TelemetrySampler":

@@ -40,7 +40,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, TypedDict
 
 from ..paths import PROFILING_DATA_DIR
 from .metrics import label_of
@@ -75,14 +75,14 @@ CLASS_METRICS: dict[str, tuple[str, ...]] = {
 TOP_STALLS = {COMPUTE: 2, BANDWIDTH: 0, LATENCY: 3, LAUNCH: 0}
 
 
-def _f(metrics: Mapping[str, Any], key: str) -> float | None:
+def _f(metrics: Mapping[str, object], key: str) -> float | None:
     v = metrics.get(key)
     if isinstance(v, Metric):
         v = v.value
     return float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None
 
 
-def features(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+def features(metrics: Mapping[str, object]) -> dict[str, float | None]:
     """The four verdict features of one call from its canonical metrics (Metric or plain numbers)."""
     comp = [x for x in (_f(metrics, "sm_throughput_pct"), _f(metrics, "tensor_pipe_pct")) if x is not None]
     mem = [x for x in (_f(metrics, "memory_throughput_pct"), _f(metrics, "dram_throughput_pct"),
@@ -93,6 +93,11 @@ def features(metrics: Mapping[str, Any]) -> dict[str, float | None]:
         "duration_us": _f(metrics, "duration_us"),
         "stall_mem": _f(metrics, "stall_memory_frac"),
     }
+
+
+#: a verdict's dict form (``Verdict.to_dict``), as stored in events and profile files
+VerdictDict = TypedDict("VerdictDict", {"class": str, "reasons": list[str], "features": dict[str, "float | None"],
+                                        "thresholds": dict[str, float]})
 
 
 @dataclass
@@ -108,12 +113,12 @@ class Verdict:
     def short(self) -> str:
         return self.cls.replace("-bound", "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VerdictDict:
         return {"class": self.cls, "reasons": list(self.reasons), "features": dict(self.features),
                 "thresholds": dict(self.thresholds)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
+    def from_dict(cls, d: VerdictDict) -> "Verdict":
         return cls(d["class"], list(d.get("reasons", [])), dict(d.get("features", {})), dict(d.get("thresholds", {})))
 
 
@@ -124,7 +129,7 @@ def _clip(key: str, v: float | None) -> float:
     return min(max(v, lo), hi)
 
 
-def compute_thresholds(body: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+def compute_thresholds(body: Iterable[Mapping[str, object]]) -> dict[str, float]:
     """Otsu thresholds of the four features over a body of canonical-metric dicts."""
     feats = [features(m) for m in body]
     comp = [f["compute"] for f in feats if f["compute"] is not None]
@@ -142,7 +147,7 @@ def compute_thresholds(body: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return t
 
 
-def classify(metrics: Mapping[str, Any], thresholds: Mapping[str, float]) -> Verdict:
+def classify(metrics: Mapping[str, object], thresholds: Mapping[str, float]) -> Verdict:
     """Apply the rules in this module's docstring to one call's canonical metrics."""
     f = features(metrics)
     t = dict(thresholds)
@@ -196,8 +201,8 @@ class Classifier:
     objects, ``Profile.to_dict()`` dicts or canonical-metric dicts).
     """
 
-    def __init__(self, body: Iterable[Mapping[str, Any]] = (), meta: Mapping[str, Any] | None = None) -> None:
-        self.body: list[dict[str, Any]] = [dict(b) for b in body]
+    def __init__(self, body: Iterable[Mapping[str, object]] = (), meta: Mapping[str, object] | None = None) -> None:
+        self.body: list[dict[str, object]] = [dict(b) for b in body]
         self.meta = dict(meta or {})
         self._thresholds: dict[str, float] | None = None
 
@@ -211,16 +216,20 @@ class Classifier:
         return cls([e["metrics"] for e in data.get("profiles", [])], data.get("meta", {}))
 
     @staticmethod
-    def _metrics_of(p: Any) -> Mapping[str, Any]:
+    def _metrics_of(p: object) -> Mapping[str, object]:
+        """The canonical metrics of a ``Profile``, of its dict form, or a metrics mapping itself."""
         if hasattr(p, "metrics") and not isinstance(p, Mapping):
-            metrics: Mapping[str, Any] = p.metrics
+            metrics = p.metrics
+            if not isinstance(metrics, Mapping):
+                raise TypeError(f"{type(p).__name__}.metrics is not a mapping")
             return metrics
-        if isinstance(p, Mapping) and "metrics" in p and isinstance(p["metrics"], Mapping):
+        if not isinstance(p, Mapping):
+            raise TypeError(f"not a profile or a metrics mapping: {type(p).__name__}")
+        if "metrics" in p and isinstance(p["metrics"], Mapping):
             return {k: (v["value"] if isinstance(v, Mapping) else v) for k, v in p["metrics"].items()}
-        plain: Mapping[str, Any] = p
-        return plain
+        return p
 
-    def update(self, profiles: Iterable[Any]) -> "Classifier":
+    def update(self, profiles: Iterable[object]) -> "Classifier":
         new = [dict(self._metrics_of(p)) for p in profiles]
         return Classifier(self.body + new, {**self.meta, "session_profiles": len(new)})
 
@@ -230,11 +239,11 @@ class Classifier:
             self._thresholds = compute_thresholds(self.body)
         return self._thresholds
 
-    def classify(self, profile_or_metrics: Any) -> Verdict:
+    def classify(self, profile_or_metrics: object) -> Verdict:
         return classify(self._metrics_of(profile_or_metrics), self.thresholds)
 
 
-def filtered_metrics(profile_or_metrics: Any, verdict: Verdict | str | None = None) -> dict[str, Metric]:
+def filtered_metrics(profile_or_metrics: object, verdict: Verdict | str | None = None) -> dict[str, Metric]:
     """The short, class-specific metric set that goes into prompts and the UI (ordered)."""
     metrics = Classifier._metrics_of(profile_or_metrics)
     if verdict is None:
@@ -250,9 +259,10 @@ def filtered_metrics(profile_or_metrics: Any, verdict: Verdict | str | None = No
     out: dict[str, Metric] = {}
     for k in keys:
         v = metrics.get(k)
-        if v is None:
-            continue
-        out[k] = v if isinstance(v, Metric) else Metric(v, "")
+        if isinstance(v, Metric):
+            out[k] = v
+        elif isinstance(v, (int, float, str)):   # a plain number (or a stall name) without its unit
+            out[k] = Metric(v, "")
     return out
 
 

@@ -80,15 +80,15 @@ def run(args: argparse.Namespace) -> int:
     from harness.paths import cache_dir
 
     from ..agent.sweep import Sweep, SweepConfig
+    from ..executors.local import LocalExecutor
     from ..executors.progress import BuildProgress
+    from ..executors.ray_executor import RayExecutor
 
+    executor: LocalExecutor | RayExecutor
     if args.executor == "ray":
-        from ..executors.ray_executor import RayExecutor
 
         executor = RayExecutor(address=args.ray_address, arch=arch, gpus=0)
     else:
-        from ..executors.local import LocalExecutor
-
         executor = LocalExecutor(None, jobs=args.jobs)
     t0 = time.monotonic()
     try:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.known import GpuKey, KnownStore
 
 NAME = "known"
 HELP = "list the known kernels for this GPU (bundled winners + this machine's finished tracks)"
@@ -27,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", action="store_true", help="also list other GPU models' kernels (timed here, never a result here)")
 
 
-def _gpu_key(args: argparse.Namespace):
+def _gpu_key(args: argparse.Namespace) -> GpuKey:
     from harness.errors import ToolMissing
     from harness.gpuinfo import list_gpus
     from harness.known import KNOWN_SMS, GpuKey
@@ -38,10 +42,10 @@ def _gpu_key(args: argparse.Namespace):
     gpus = list_gpus()
     if not gpus:
         raise ToolMissing("no NVIDIA GPU found: name the model with --gpu (e.g. --gpu 'NVIDIA H200')")
-    key = GpuKey.from_info(gpus[0].to_dict())
-    if key is None:
+    found = GpuKey.from_info(gpus[0].to_dict())
+    if found is None:
         raise ToolMissing("cannot read this GPU's name: name the model with --gpu")
-    return GpuKey(key.name, args.sms or key.sms, args.cuda or key.cuda_major)
+    return GpuKey(found.name, args.sms or found.sms, args.cuda or found.cuda_major)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
-def _show(args: argparse.Namespace, key: object, store: object) -> int:
+def _show(args: argparse.Namespace, key: GpuKey, store: KnownStore) -> int:
     from harness.known import describe, family_usable
     from harness.models import parse_tokens
     from harness.shapes import resolve_shapes, shape_roles

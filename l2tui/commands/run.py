@@ -17,11 +17,19 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO
 
 from harness.termtext import visible
 
 from .. import events as ev_schema
+
+if TYPE_CHECKING:
+    from harness.evaluate import Evaluator as GpuEvaluator
+
+    from ..agent.loop import AgentLoop
+    from ..agent.recorded import RecordedEvaluator
+    from ..session import Session
 
 NAME = "run"
 HELP = "run the agent loop (headless: progress lines and a summary)"
@@ -55,13 +63,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compile and load model-written kernels without the OS sandbox (bubblewrap); prints a warning")
 
 
-def _versions() -> dict[str, Any]:
+def _versions() -> dict[str, str | None]:
     import platform
 
     import harness
     import l2tui
 
-    v: dict[str, Any] = {"l2tui": l2tui.__version__, "harness": harness.__version__, "python": platform.python_version()}
+    v: dict[str, str | None] = {"l2tui": l2tui.__version__, "harness": harness.__version__, "python": platform.python_version()}
     try:
         import openai
 
@@ -82,7 +90,7 @@ def _explicit_budgets(args: argparse.Namespace) -> set[str]:
     return {"loop.max_steps"} if getattr(args, "max_steps", None) is not None else set()
 
 
-def _fmt(x: Any, spec: str = ".3f") -> str:
+def _fmt(x: object, spec: str = ".3f") -> str:
     return format(x, spec) if isinstance(x, (int, float)) else "-"
 
 
@@ -94,7 +102,7 @@ class Progress:
             ev_schema.ERROR, ev_schema.TRACK_DONE, ev_schema.LLM_RETRY, ev_schema.LLM_CALL,
             ev_schema.SESSION_RESUMED, ev_schema.HINT}
 
-    def __init__(self, quiet: bool = False, out: Any = None):
+    def __init__(self, quiet: bool = False, out: TextIO | None = None):
         self.quiet = quiet
         self.out = out or sys.stdout
 
@@ -157,7 +165,7 @@ class Progress:
         return None
 
 
-def summary(session: Any) -> str:
+def summary(session: Session) -> str:
     """A table of the tracks of a session (from its events only)."""
     tracks: dict[str, dict] = {}
     for e in session.events:
@@ -190,7 +198,7 @@ def summary(session: Any) -> str:
     return "\n".join(lines)
 
 
-def _stop_on_endpoint_error(loop: Any, event: dict) -> None:
+def _stop_on_endpoint_error(loop: AgentLoop, event: dict) -> None:
     """Headless, nobody can fix the endpoint and resume the paused tracks: the run stops at the
     loop's endpoint error (the app keeps the tracks paused instead)."""
     if event.get("type") == ev_schema.ERROR and loop.endpoint_error:
@@ -262,10 +270,11 @@ def _run(args: argparse.Namespace) -> int:
     roles = {str(s): r for s, r in shape_roles(shapes_spec, tokens=tokens, tp=tp).items()} if shapes_spec else {}
 
     # ---- evaluator (fail before creating anything)
-    evaluator: Any
+    evaluator: RecordedEvaluator | GpuEvaluator
+    replay: RecordedEvaluator | None = None
     if args.recorded:
-        evaluator = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded")
-        gpu = compose.recorded_gpu(evaluator.meta, args.recorded, provisional=evaluator.provisional)
+        evaluator = replay = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded")
+        gpu = compose.recorded_gpu(replay.meta, args.recorded, provisional=replay.provisional)
     else:
         info = compose.require_local_gpu()
         evaluator = compose.config_gpu_evaluator(cfg)
@@ -277,9 +286,9 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
                             f"(or use --policy search)")
         policy, factory = compose.policies(policy_name, cfg, gpu)
-        if args.recorded:
-            compose.require_recorded_shapes(evaluator.records, shapes, cfg.loop["acc"], args.recorded)
-        if resume:
+        if replay is not None:
+            compose.require_recorded_shapes(replay.records, shapes, cfg.loop["acc"], args.recorded)
+        if resume and session_dir:  # --resume without --session stopped above
             session = compose.open_session(session_dir, writer="run")
             cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
             for p in session.problems:
@@ -302,7 +311,7 @@ def _run(args: argparse.Namespace) -> int:
 
         stopping = {"n": 0}
 
-        def on_signal(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
             stopping["n"] += 1
             if stopping["n"] > 1:
                 raise KeyboardInterrupt

@@ -7,10 +7,10 @@ for it (the app imports the screens; the screens never import the app).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from .sessionio import SessionLike
-from .loophandle import LoopHandle
+from .loophandle import LoopHandle, SteeredLoop
 
 
 @dataclass
@@ -21,7 +21,7 @@ class UIContext:
     events: list[dict] = field(default_factory=list)
     replay: bool = False
     handle: LoopHandle | None = None
-    loop_factory: Callable[[], Any] | None = None
+    loop_factory: Callable[[], SteeredLoop] | None = None
     speed: float = 1.0
     autoplay: bool = True
     start: int | None = None

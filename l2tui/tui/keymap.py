@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from ..errors import ConfigError
 
@@ -113,8 +113,10 @@ ALL: tuple[Spec, ...] = APP + MAIN + REPLAY + GRID + LIST + EDITOR + REORDER + D
 BY_ID = {s.id: s for s in ALL}
 
 
-def bindings(specs: tuple[Spec, ...], *, hide: tuple[str, ...] = ()) -> list[Binding]:
-    """Textual bindings of ``specs``; those of the groups in ``hide`` stay bound but leave the footer."""
+def bindings(specs: tuple[Spec, ...], *, hide: tuple[str, ...] = ()) -> list[BindingType]:
+    """Textual bindings of ``specs``; those of the groups in ``hide`` stay bound but leave the footer.
+
+    Typed as Textual's ``BindingType`` list, the type of a widget's ``BINDINGS``."""
     return [Binding(s.key, s.action, s.description, show=s.show and s.group not in hide, id=s.id) for s in specs]
 
 

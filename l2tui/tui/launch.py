@@ -12,10 +12,19 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import paths
 from ..errors import SessionError, UserError
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import Evaluator
+    from harness.gemm_shape import Shape
+
+    from ..config import Config
+    from ..session import Session
+    from .app import L2App
+    from .loophandle import SteeredLoop
 
 #: replay speed of the demo a plain ``l2tui`` opens: the bundled demo's event clock runs about
 #: 110 s (a two-minute session with its long idle gaps shortened), so at ×2 a newcomer watches it
@@ -23,7 +32,7 @@ from ..errors import SessionError, UserError
 DEMO_SPEED = 2.0
 
 
-def ui_settings(cfg: Any) -> tuple[dict[str, str], float, str | None]:
+def ui_settings(cfg: Config | None) -> tuple[dict[str, str], float, str | None]:
     """(validated [keys] keymap, flush rate in Hz, theme) from a Config (or None)."""
     from .keymap import validate_keymap
 
@@ -37,7 +46,7 @@ def ui_settings(cfg: Any) -> tuple[dict[str, str], float, str | None]:
     return keys, hz, ui.get("theme")
 
 
-def endpoint_configured(cfg: Any) -> bool:
+def endpoint_configured(cfg: Config | None) -> bool:
     """An LLM endpoint counts as configured when the config file sets ``[llm] base_url``
     or the API key variable it names is set in the environment."""
     if cfg is None:
@@ -58,7 +67,7 @@ def endpoint_configured(cfg: Any) -> bool:
         return False
 
 
-def default_policy(cfg: Any, requested: str | None = None) -> str:
+def default_policy(cfg: Config | None, requested: str | None = None) -> str:
     """``--policy`` wins; else ``llm`` with a configured endpoint; else ``search``."""
     if requested:
         return requested
@@ -72,8 +81,8 @@ def gpu_present() -> bool:
     return _present()
 
 
-def make_replay_app(session_path: str | Path, *, cfg: Any = None, speed: float = 1.0, autoplay: bool = True,
-                    start: int | None = None, note: str = "", notice: str = ""):
+def make_replay_app(session_path: str | Path, *, cfg: Config | None = None, speed: float = 1.0, autoplay: bool = True,
+                    start: int | None = None, note: str = "", notice: str = "") -> L2App:
     """The app on a recorded session; never touches a GPU."""
     from .app import L2App, UIContext
     from .sessionio import open_session
@@ -88,7 +97,7 @@ def make_replay_app(session_path: str | Path, *, cfg: Any = None, speed: float =
     return app
 
 
-def _apply_theme(app: Any, theme: str | None) -> None:
+def _apply_theme(app: L2App, theme: str | None) -> None:
     if not theme:
         return
     if theme not in app.available_themes:
@@ -99,22 +108,15 @@ def _apply_theme(app: Any, theme: str | None) -> None:
     app.theme = theme
 
 
-def _cfg_get(cfg: Any, dotted: str) -> Any:
-    try:
-        return cfg.get(dotted) if cfg is not None else None
-    except (KeyError, AttributeError, ValueError):
-        return None
-
-
-def _loop_factory(cfg: Any, session: Any, policy: str, shapes: list, acc: str, resume: bool,
-                  recorded: str | None = None, wrap: Callable[[Any], Any] | None = None,
-                  gpu: dict | None = None) -> Callable[[], Any]:
+def _loop_factory(cfg: Config, session: Session, policy: str, shapes: list[Shape], acc: str, resume: bool,
+                  recorded: str | None = None, wrap: Callable[[Evaluator], Evaluator] | None = None,
+                  gpu: dict | None = None) -> Callable[[], SteeredLoop]:
     """Build the AgentLoop in the worker thread (agent, openai and harness imports stay off start-up).
 
     ``recorded``: replay the GPU evaluations in that file instead of using a GPU; ``wrap``: a
     function the evaluator goes through first (the demo recorder keeps every evaluation)."""
 
-    def build() -> Any:
+    def build() -> SteeredLoop:
         from .. import compose
 
         ev = compose.loop_evaluator(cfg, recorded)
@@ -141,7 +143,7 @@ def wants_live(args: argparse.Namespace) -> bool:
                for name in ("session", "resume", "shapes", "policy", "app_recorded", "no_sandbox", "app_dtype"))
 
 
-def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], Any] | None = None):
+def make_live_app(args: argparse.Namespace, cfg: Config, *, wrap: Callable[[Evaluator], Evaluator] | None = None) -> L2App:
     """The app on a new (or resumed) session with the loop attached.
 
     Everything a user can get wrong is checked before anything is created, in the order
@@ -194,11 +196,14 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
         cfg = cfg.with_session_budgets(session.config)
     else:
         snap = {**cfg.snapshot(), "policy": policy}
+        run: dict[str, object] = {"policy": policy, "shapes": [str(s) for s in shapes]}
         if recorded:
-            snap["run"] = {"policy": policy, "shapes": [str(s) for s in shapes], "recorded": str(recorded)}
+            run["recorded"] = str(recorded)
         roles = _roles(getattr(args, "shapes", None))
         if roles:   # the list view, the export and rl-data name a model's shapes by their role
-            snap.setdefault("run", {"policy": policy, "shapes": [str(s) for s in shapes]})["roles"] = roles
+            run["roles"] = roles
+        if recorded or roles:
+            snap["run"] = run
         session = compose.create_session(path, writer="app", config=snap, gpu=gpu, versions={"l2tui": __version__})
     ctx = UIContext(session=session, events=list(session.events), replay=False, handle=LoopHandle(),
                     loop_factory=_loop_factory(cfg, session, policy, shapes, cfg.loop["acc"], resume,
@@ -211,7 +216,7 @@ def make_live_app(args: argparse.Namespace, cfg: Any, *, wrap: Callable[[Any], A
     return app
 
 
-def make_demo_app(cfg: Any):
+def make_demo_app(cfg: Config | None) -> L2App:
     """A plain ``l2tui`` without a GPU: the bundled demo in replay, from its first event, playing,
     with a notice that says what it is."""
     from ..demo import demo_notice

@@ -8,10 +8,28 @@ commands sent before then wait here, in order.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
+    from harness.evaluator_protocol import Evaluator
+
     from ..steering import LoopCommand
+
+
+class SteeredLoop(Protocol):
+    """What the app needs of the agent loop (``l2tui.agent.loop.AgentLoop``): run it in a worker
+    thread, hear its events, steer and stop it, and close the evaluator the app built for it."""
+
+    @property
+    def evaluator(self) -> Evaluator: ...
+
+    def subscribe(self, fn: Callable[[dict], None]) -> None: ...
+
+    def send(self, command: LoopCommand) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+    def run(self) -> None: ...
 
 
 class LoopHandle:
@@ -22,16 +40,16 @@ class LoopHandle:
     order once it is attached.
     """
 
-    def __init__(self, loop: Any | None = None) -> None:
+    def __init__(self, loop: SteeredLoop | None = None) -> None:
         self._lock = threading.Lock()
         self._loop = loop
         self._pending: list[LoopCommand] = []
 
     @property
-    def loop(self) -> Any | None:
+    def loop(self) -> SteeredLoop | None:
         return self._loop
 
-    def attach(self, loop: Any) -> None:
+    def attach(self, loop: SteeredLoop) -> None:
         with self._lock:
             self._loop = loop
             pending, self._pending = self._pending, []

@@ -86,11 +86,16 @@ async def _settle(pilot, n: int = 6) -> None:  # noqa: ANN001 - a textual Pilot
 async def _shoot(app: "L2App", out: Path, shot: Shot, size: tuple[int, int], keys: tuple[str, ...] = (),
                  track: str | None = None) -> Path:
     """Draw ``app`` at ``size``, focus ``track`` and press ``keys``, then save ``out/<name>.svg``."""
+    from .screens.main import MainScreen
+
     async with app.run_test(size=size) as pilot:
         await _settle(pilot)
         if track is not None:
-            app.screen.follow = False
-            app.screen._focus(track, move_cursor=True)
+            screen = app.screen
+            if not isinstance(screen, MainScreen):
+                raise UserError(f"screenshot {shot.name}: the app shows {type(screen).__name__}, not the main screen")
+            screen.follow = False
+            screen._focus(track, move_cursor=True)
         if keys:
             await pilot.press(*keys)
         await _settle(pilot)

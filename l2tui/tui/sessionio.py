@@ -9,7 +9,7 @@ same bounded, link-refusing readers.  Either way the UI only uses ``events``,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from .. import events as ev_schema
 from ..errors import SessionError
@@ -40,8 +40,8 @@ class EventLogReader:
         records = ev_schema.parse_all(self._events, where=str(self.path / "events.jsonl"))
         first = records[0] if records else None
         started = first if isinstance(first, ev_schema.SessionStarted) else ev_schema.SessionStarted()
-        self.config: dict[str, Any] = dict(started.config or {})
-        self.gpu: dict[str, Any] = dict(started.gpu or {})
+        self.config: dict[str, object] = dict(started.config or {})
+        self.gpu: dict[str, object] = dict(started.gpu or {})
 
     @property
     def events(self) -> list[dict]:

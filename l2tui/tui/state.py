@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from harness.stats import geomean, speedup
 
@@ -176,7 +176,7 @@ class SessionModel:
 
     def reset(self) -> None:
         self.tracks: dict[str, Track] = {}
-        self.telemetry: dict[str, Any] = {}
+        self.telemetry: dict[str, object] = {}
         self.log: deque[LogEntry] = deque(maxlen=LOG_LIMIT)
         self.best_over_time: list[tuple[float, float]] = []  # (seconds since start, geomean)
         self.t0: float | None = None
@@ -239,7 +239,9 @@ class SessionModel:
     def _track_candidate(self, ev: dict, changes: Changes) -> tuple[Track, Candidate] | None:
         """The track and candidate an event is about; None when it lacks a track id or a sha."""
         tr = self._track(ev, changes)
-        c = self._candidate(tr, ev) if tr is not None else None
+        if tr is None:
+            return None
+        c = self._candidate(tr, ev)
         return None if c is None else (tr, c)
 
     def _apply(self, ev: dict, changes: Changes) -> None:
@@ -544,7 +546,7 @@ _HANDLERS: dict[str, Callable[[SessionModel, dict, Changes], None]] = {
 }
 
 
-def _short(v: Any) -> str:
+def _short(v: object) -> str:
     s = str(v).replace("\n", " ")
     return s if len(s) <= 40 else s[:37] + "…"
 

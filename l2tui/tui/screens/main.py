@@ -625,7 +625,7 @@ class MainScreen(Screen):
     def action_copy(self) -> None:
         c = self.shown_candidate()
         src = self._source(c.sha) if c else None
-        if src is None:
+        if c is None or src is None:
             self.notify("no kernel source to copy", severity="warning", timeout=2)
             return
         self.app.copy_to_clipboard(src)

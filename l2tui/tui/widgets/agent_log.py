@@ -10,6 +10,8 @@ from textual.widgets import RichLog
 from ..state import LogEntry, SessionModel
 
 MAX_PER_FLUSH = 60
+#: lines the log keeps; a rebuild (a new filter) refills at most this many
+MAX_LINES = 2000
 KIND_STYLE = {
     "error": "red", "best": "bold green", "llm": "grey62", "plan": "magenta", "hint": "italic magenta",
     "command": "bold cyan", "decision": "cyan", "reward": "grey70", "session": "bold", "profile": "magenta",
@@ -22,7 +24,7 @@ class AgentLog(RichLog):
     """
 
     def __init__(self, model: SessionModel, **kw) -> None:
-        super().__init__(max_lines=2000, wrap=False, markup=False, highlight=False, **kw)
+        super().__init__(max_lines=MAX_LINES, wrap=False, markup=False, highlight=False, **kw)
         self.model = model
         self.only_track: str | None = None
         self.filter_on = False
@@ -59,7 +61,7 @@ class AgentLog(RichLog):
 
     def rebuild(self) -> None:
         self.clear()
-        entries = [e for e in self.model.log if self._wanted(e)][-self.max_lines:]  # type: ignore[index]
+        entries = [e for e in self.model.log if self._wanted(e)][-MAX_LINES:]
         self.add(entries)
 
     def set_filter(self, on: bool, track: str | None) -> None:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from textual import on
 from textual.message import Message
@@ -21,7 +21,7 @@ from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
 from ... import events as ev_schema
-from ..loophandle import LoopHandle
+from ..loophandle import LoopHandle, SteeredLoop
 from ..replay import ReplayClock, Seek
 
 FLUSH_HZ = 15
@@ -49,14 +49,14 @@ class LiveFeed(EventFeed):
 
         error: str | None
 
-    def __init__(self, handle: LoopHandle, factory: Callable[[], Any] | None = None,
+    def __init__(self, handle: LoopHandle, factory: Callable[[], SteeredLoop] | None = None,
                  initial: list[dict] | None = None, flush_hz: float = FLUSH_HZ, telemetry_hz: float = 0.0,
                  **kw) -> None:
         super().__init__(**kw)
         self.flush_hz = flush_hz
         self.telemetry_hz = telemetry_hz
         self._sampler_stop = threading.Event()
-        self.telemetry_worker = None
+        self.telemetry_worker: Worker[str | None] | None = None
         self.handle = handle
         self.factory = factory
         self.initial = initial or []

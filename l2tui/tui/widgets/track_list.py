@@ -72,10 +72,10 @@ class TrackList(DataTable):
                 if tid not in self.rows:
                     self.add_row(*self._cells(tr), key=tid)
         for tid in changed:
-            tr = self.model.tracks.get(tid)
-            if tr is None or tid not in self.rows:
+            known = self.model.tracks.get(tid)
+            if known is None or tid not in self.rows:
                 continue
-            for col, val in zip(self._columns(), self._cells(tr)):
+            for col, val in zip(self._columns(), self._cells(known)):
                 self.update_cell(tid, col, val)
 
     def resync(self) -> None:
