@@ -149,7 +149,8 @@ def build_subjects(g: Gpu, shim: ctypes.CDLL, ctx: ShapeContext, acc: str, candi
     for c in candidates:
         label = c["label"]
         fn = bl.ctypes_fn(g.lib(c["so_path"]), "l2_hgemm")
-        subjects[label] = bl.abi_subject(label, fn, A.ptr, B.ptr, C.ptr, m, n, k, sp, kind="candidate",
+        b_ptr = Bt.ptr if c.get("b_layout") == "col" else B.ptr   # harness.foreign: the column-major copy
+        subjects[label] = bl.abi_subject(label, fn, A.ptr, b_ptr, C.ptr, m, n, k, sp, kind="candidate",
                                          nondeterministic=bool(c.get("nondeterministic")))
     for name in baselines:
         try:
