@@ -29,12 +29,13 @@ class ForeignSets:
             if abi.acc and abi.acc != acc:
                 raise HarnessError(f"--abi {abi.name} kernels ({label}) accumulate in {abi.acc}: run with --acc {abi.acc}")
         self.layouts: dict[tuple[Shape, str], str] = {}
+        self.refused: dict[tuple[Shape, str], str] = {}
 
     def read_sources(self, wanted: list[tuple[Shape, str, Path]], dtype: str,
                      read_ours: Callable[[list[Path], str], list[str]]) -> list[str]:
         """Each wanted file as a source of our ABI (``read_ours`` reads our own: the bench's
-        reader); a file its adapter cannot read stops the run in one line naming it (nothing is
-        built), like a kernel of the wrong element type."""
+        reader). A foreign file its adapter cannot read gets an empty source and its one-line
+        reason in ``refused``: the bench charges it as that shape's compile error and goes on."""
         if not self.active:
             return read_ours([path for _, _, path in wanted], dtype)
         if dtype != "fp16" and any(self.by_label[label].name != "l2" for _, label, _ in wanted):
@@ -49,7 +50,12 @@ class ForeignSets:
                 text = path.read_text()
             except (OSError, UnicodeDecodeError) as e:
                 raise KernelSourceError(f"cannot read kernel file {str(path)!r}: {e}") from None
-            done = abi.translate(text, shape, path.name)
+            try:
+                done = abi.translate(text, shape, path.name)
+            except KernelSourceError as e:   # charged to this file alone, as a compile error
+                self.refused[(shape, label)] = str(e)
+                out.append("")
+                continue
             self.layouts[(shape, label)] = done.b_layout
             out.append(done.source)
         return out
@@ -62,9 +68,10 @@ class ForeignSets:
         from .evaluate import is_nondeterministic, uses_pdl
 
         so_for: dict[Shape, list[dict[str, Any]]] = {}
-        build_fail: dict[tuple[Shape, str], str] = {}
+        build_fail: dict[tuple[Shape, str], str] = dict(self.refused)
         for abi in dict.fromkeys(self.by_label.values()):
-            idx = [i for i, (_, label, _) in enumerate(wanted) if self.by_label[label] is abi]
+            idx = [i for i, (shape, label, _) in enumerate(wanted)
+                   if self.by_label[label] is abi and (shape, label) not in self.refused]
             if not idx:
                 continue
             print(f"bench: building {len(idx)} {abi.name} source(s)", file=sys.stderr)

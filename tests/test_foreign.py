@@ -143,3 +143,13 @@ def test_the_shim_builds_with_nvcc_and_exports_our_entry(tmp_path) -> None:   # 
     assert br.ptxas is not None and any("tiny_gemm" in kr.name for kr in br.ptxas.kernels)
     lib = ctypes.CDLL(str(br.so_path))
     assert hasattr(lib, "l2_hgemm")
+
+
+def test_a_file_the_adapter_cannot_read_is_charged_alone(tmp_path) -> None:   # type: ignore[no-untyped-def]
+    d = tmp_path / "theirs"
+    d.mkdir()
+    (d / "64_32_16.cu").write_text(KERNEL_SECTION)     # no binding section
+    sets = ForeignSets([("cuda_l2", str(d))], ["cuda-l2"], "f32")
+    assert sets.read_sources([(SHAPE, "cuda_l2", d / "64_32_16.cu")], "fp16", read_sources) == [""]
+    so_for, fail = sets.build_sets([(SHAPE, "cuda_l2", d / "64_32_16.cu")], [""], "sm_90a")
+    assert so_for == {} and "no #include <torch/...> line" in fail[(SHAPE, "cuda_l2")]
