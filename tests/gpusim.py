@@ -273,6 +273,7 @@ def context(gpu: SimGpu, m: int, n: int, k: int, seed: int = 0) -> SimpleNamespa
     ctx = SimpleNamespace(key=(m, n, k), A=buf(rng.standard_normal((m, k)).astype(np.float16)),
                           B=buf(rng.standard_normal((k, n)).astype(np.float16)),
                           C=buf(np.zeros((m, n), np.float16)))
+    ctx.Bt = buf(np.ascontiguousarray(np.asarray(ctx.B.data).T))   # the column-major copy of B
     ctx.reset_guards = lambda: None
     ctx.bad_guards = lambda: 0
     return ctx
