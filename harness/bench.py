@@ -309,7 +309,7 @@ def candidate_sets(kernels: list[str] | str | None, labels: list[str] | str | No
 
 
 def _build_sets(wanted: list[tuple[Shape, str, Path]], sources: list[str], arch: str,
-                foreign: Any = None) -> tuple[dict[Shape, list[dict[str, Any]]], dict[tuple[Shape, str], str]]:
+                foreign: ForeignSets | None = None) -> tuple[dict[Shape, list[dict[str, Any]]], dict[tuple[Shape, str], str]]:
     """Build every distinct candidate source once, in parallel (``sources[i]`` is ``wanted[i]``'s
     text, read and checked by :func:`read_sources`): per shape, the candidates that built (as the
     worker takes them), and the first error of each that did not."""

@@ -4,7 +4,8 @@ through the ``cuda-l2`` adapter pass every check beside ours and the libraries, 
 The release is not part of this repository: ``L2TUI_CUDA_L2_DIR`` names a checkout of it (the test
 is skipped without it, and without a GPU). The test takes the first few files, in name order,
 whose shim the source policy lets through and that use no fp16-accumulating MMA atom
-(``F16F16F16F16``: the accuracy bound for f32 accumulation refuses those, as it should): the
+(``F16F16F16F16``: the accuracy bound for f32 accumulation refuses those, as it should) and no
+``CUTE_CHECK_LAST`` (CuTe's macro synchronises the device, which a graph capture refuses): the
 policy's refusals are the CPU tests' business; this one asserts that the column-major B, the
 stream fork and the tensor view make an accepted file run and be judged right.
 """
@@ -32,7 +33,7 @@ def _accepted(folder: Path) -> list[Path]:
     out = []
     for f in sorted(folder.glob("*.cu")):
         text = f.read_text()
-        if "F16F16F16F16" in text:
+        if "F16F16F16F16" in text or "CUTE_CHECK_LAST" in text:
             continue
         try:
             done = foreign.translate_cuda_l2(text, parse_shape(f.stem), f.name)
