@@ -21,6 +21,7 @@ from typing import Any
 from . import roofline
 from .baselines import BASELINES, parse_baselines
 from .errors import HarnessError, KernelSourceError
+from .foreign_sets import ForeignSets
 from .results import BASELINE_LABELS, DTYPES, ResultFile, save
 from .shapes import MAX_ROLE_CHARS, Shape, parse_accumulator, parse_shape, resolve_shapes, shape_roles
 from .stats import geomean, speedup
@@ -82,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", action="append",
                    help="label of the --kernels candidates in results, one per --kernels in the same order "
                         "(default candidate, for a single set)")
+    p.add_argument("--abi", action="append", metavar="NAME",
+                   help="calling convention of the --kernels files, one per --kernels in the same order: l2 (ours, "
+                        "the default) or cuda-l2 (the CUDA-L2 release's files, run through a shim; docs/h100.md)")
     p.add_argument("--out", metavar="FILE", help="result JSON (CSV written beside it); default bench-<mode>-<acc>-<time>.json")
     p.add_argument("--arch", help="build target, e.g. sm_90a or sm_80 (default: the GPU's)")
     p.add_argument("--seed", type=int, default=0, help="seed for interleaving order (default 0)")
@@ -304,8 +308,8 @@ def candidate_sets(kernels: list[str] | str | None, labels: list[str] | str | No
     return list(zip(names, dirs))
 
 
-def _build_sets(wanted: list[tuple[Shape, str, Path]], sources: list[str],
-                arch: str) -> tuple[dict[Shape, list[dict[str, Any]]], dict[tuple[Shape, str], str]]:
+def _build_sets(wanted: list[tuple[Shape, str, Path]], sources: list[str], arch: str,
+                foreign: ForeignSets | None = None) -> tuple[dict[Shape, list[dict[str, Any]]], dict[tuple[Shape, str], str]]:
     """Build every distinct candidate source once, in parallel (``sources[i]`` is ``wanted[i]``'s
     text, read and checked by :func:`read_sources`): per shape, the candidates that built (as the
     worker takes them), and the first error of each that did not."""
@@ -317,6 +321,8 @@ def _build_sets(wanted: list[tuple[Shape, str, Path]], sources: list[str],
     if not wanted:
         return so_for, build_fail
     print(f"bench: building {len(set(sources))} kernel source(s) for {arch} ...", file=sys.stderr)
+    if foreign is not None:   # kernels of another ABI (harness.foreign) build with their adapter's flags
+        return foreign.build_sets(wanted, sources, arch)
     results = buildmod.build_many(sources, arch=arch)
     for (s, label, _), src, br in zip(wanted, sources, results):
         if br is not None and br.ok:
@@ -350,11 +356,11 @@ def main(args: argparse.Namespace) -> int:
         raise HarnessError("nothing to time: give --kernels DIR or at least one baseline")
     dtype = bench_dtype(args.dtype, acc)
     wanted = [(s, label, ks[s]) for s in shapes for label, ks in sets if s in ks]
-    sources = read_sources([path for _, _, path in wanted], dtype)
+    foreign = ForeignSets(pairs, getattr(args, "abi", None), acc)   # --abi: harness.foreign
+    sources = foreign.read_sources(wanted, dtype, read_sources)
     gpu = require_gpu(args.device or 0)
     arch = args.arch or gpu.arch
-
-    so_for, build_fail = _build_sets(wanted, sources, arch)
+    so_for, build_fail = _build_sets(wanted, sources, arch, foreign if foreign.active else None)
 
     tag = f"{acc}-bf16" if dtype == "bf16" else acc
     out = Path(args.out) if args.out else Path(
@@ -382,7 +388,7 @@ def main(args: argparse.Namespace) -> int:
             "timing": timing if args.mode == "offline" else "server",
             "mode_label": MODE_LABELS["server" if args.mode == "server" else ("chained" if timing == "chained" else "isolated")],
             "command": _command_line(),
-            "baselines": baselines, "candidates": dict(pairs),
+            "baselines": baselines, "candidates": dict(pairs), **foreign.meta(),
             "checks": args.checks, "seed": args.seed,
             "shapes": args.shapes or (["--kernels"] if sets else ["sample100"]),
             "roofline": rfl, "cupy": info.get("cupy"), "complete": False,

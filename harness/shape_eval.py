@@ -183,7 +183,8 @@ def candidate_subjects(g: Gpu, ctx: ShapeContext, candidates: list[dict[str, Any
             out.subjects[label] = bl.Subject(label, _never_called, kind="candidate")
             continue
         fn = bl.ctypes_fn(lib, ENTRY_POINTS[ctx.dtype])
-        out.subjects[label] = bl.abi_subject(label, fn, A.ptr, B.ptr, C.ptr, m, n, k, sp, kind="candidate",
+        b_ptr = ctx.Bt.ptr if c.get("b_layout") == "col" else B.ptr   # harness.foreign: the column-major copy
+        out.subjects[label] = bl.abi_subject(label, fn, A.ptr, b_ptr, C.ptr, m, n, k, sp, kind="candidate",
                                              nondeterministic=bool(c.get("nondeterministic")))
 
 
@@ -308,19 +309,20 @@ class ShapeChecks:
     def keep_inputs(self) -> None:
         with self.s:
             self.inputs["A"], self.inputs["B"] = self.ctx.A.data.copy(), self.ctx.B.data.copy()
+            self.inputs["Bt"] = self.ctx.Bt.data.copy()   # read by cuBLAS TN and column-major candidates
 
     def written_guards(self, label: str, tag: str, name_w: str = "written", name_g: str = "guards") -> None:
         """The ``written``, ``guards`` and ``inputs`` checks of the call just made (under other
         names for a graph replay); inputs the call changed are restored for the next subject."""
         cp, s, ctx, inputs = self.cp, self.s, self.ctx, self.inputs
-        A, B, C = ctx.A, ctx.B, ctx.C
+        A, B, Bt, C = ctx.A, ctx.B, ctx.Bt, ctx.C
         rec = self.recs[label]
         with s:
             unwritten = ck.count_unwritten(cp, C.data, self.dtype)
             bad = ctx.bad_guards()
             changed = {nm: int(cp.count_nonzero(buf.data.view(cp.uint16) != inputs[nm].view(cp.uint16)))
-                       for nm, buf in (("A", A), ("B", B)) if nm in inputs}
-            for nm, buf in (("A", A), ("B", B)):
+                       for nm, buf in (("A", A), ("B", B), ("Bt", Bt)) if nm in inputs}
+            for nm, buf in (("A", A), ("B", B), ("Bt", Bt)):
                 if changed.get(nm):
                     buf.data[...] = inputs[nm]   # restore, so the next subject sees the same inputs
         if bad:

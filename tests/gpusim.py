@@ -293,6 +293,7 @@ def context(gpu: SimGpu, m: int, n: int, k: int, seed: int = 0, dtype: str = "fp
     ctx = SimpleNamespace(key=(m, n, k), dtype=dtype, A=buf(store(rng.standard_normal((m, k)), dtype)),
                           B=buf(store(rng.standard_normal((k, n)), dtype)),
                           C=buf(store(np.zeros((m, n)), dtype)))
+    ctx.Bt = buf(np.ascontiguousarray(np.asarray(ctx.B.data).T))   # the column-major copy of B
     ctx.reset_guards = lambda: None
     ctx.bad_guards = lambda: 0
     return ctx

@@ -297,3 +297,41 @@ def test_an_entry_without_dtype_is_fp16_and_a_wrong_dtype_is_refused(tmp_path):
 def test_the_bundled_fp16_winners_are_never_bf16_results():
     store = KnownStore(local=Path("/nonexistent/known.json"))
     assert store.results(H200) and not store.results(H200, dtype="bf16")
+
+def _h100_layer(root: Path) -> Path:
+    """A bundled H100 folder as tools/h100_run.sh leaves it: gpu.json keyed by the GPU's name and
+    a winners file (the H200's configurations stand in for H100 winners: the key is what is tested)."""
+    d = root / "h100"
+    d.mkdir(parents=True)
+    (d / "winners-f32.json").write_text((REPO / "results" / "h200" / "winners-f32.json").read_text())
+    (d / "gpu.json").write_text(json.dumps({"format": "l2tui-known-gpu/1", "gpu": H100.name, "sms": 132,
+                                            "cuda_major": 13, "timing": "offline, per call",
+                                            "winners": ["winners-f32.json"]}))
+    return d
+
+
+def test_an_h100_layer_is_found_by_its_folder_and_keyed_by_the_gpu_name(tmp_path, monkeypatch):
+    import harness.known as known
+
+    root = tmp_path / "results"
+    h100 = _h100_layer(root)
+    monkeypatch.setattr(known, "WHEEL_KNOWN", tmp_path / "no-wheel")
+    monkeypatch.setattr(known, "CHECKOUT_RESULTS", root)
+    assert bundled_dirs() == [h100]
+    key = GpuKey.from_info({"name": "NVIDIA H100 80GB HBM3", "cuda_driver": "13.0"})
+    store = KnownStore(local=tmp_path / "known.json")
+    mine = store.results(key, "f32")
+    assert mine and {k.layer for k in mine.values()} == {"bundled h100"}
+    assert store.results(H200) == {} and store.problems == []
+
+
+def test_h100_and_h200_winners_are_each_only_a_candidate_on_the_other(tmp_path):
+    store = KnownStore(bundled=[_h100_layer(tmp_path), CHECKOUT_RESULTS / "h200"], local=tmp_path / "known.json")
+    on_h100, on_h200 = store.results(H100, "f32"), store.results(H200, "f32")
+    assert on_h100 and on_h200
+    assert {k.gpu for k in on_h100.values()} == {H100} and {k.gpu for k in on_h200.values()} == {H200}
+    assert {k.gpu for k in store.candidates(H100, "f32")} == {H200}
+    assert {k.gpu for k in store.candidates(H200, "f32")} == {H100}
+    big = Shape(4096, 4096, 4096)
+    assert store.seeds(big, "f32", H100)[0].gpu == H100      # each card starts from its own winner
+    assert store.seeds(big, "f32", H200)[0].gpu == H200

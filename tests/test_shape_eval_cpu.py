@@ -116,7 +116,8 @@ class _Cupy:
 
 def _checks(subjects: dict[str, bl.Subject], m: int = 4, n: int = 3, k: int = 2):
     buf = lambda shape: SimpleNamespace(data=np.zeros(shape, np.float16))  # noqa: E731
-    ctx = SimpleNamespace(key=(m, n, k), dtype="fp16", A=buf((m, k)), B=buf((k, n)), C=buf((m, n)), guards=0)
+    ctx = SimpleNamespace(key=(m, n, k), dtype="fp16", A=buf((m, k)), B=buf((k, n)), Bt=buf((n, k)),
+                          C=buf((m, n)), guards=0)
     ctx.reset_guards = lambda: setattr(ctx, "guards", 0)
     ctx.bad_guards = lambda: ctx.guards
     ctx.A.data[...] = np.arange(m * k).reshape(m, k)
@@ -151,6 +152,28 @@ def test_unwritten_rows_written_inputs_and_overwritten_guards_are_charged_to_the
     assert np.array_equal(ctx.A.data, a_before) and ctx.guards == 0   # restored for the next subject
     sc.set_statuses()
     assert sc.status == {"bad": "wrong"} and sc.recs["bad"].failed() == "written"
+
+
+def test_a_call_that_writes_the_column_major_copy_of_b_is_charged_and_the_copy_restored():
+    """The copy is an input too (cuBLAS TN and column-major foreign kernels read it, harness.foreign):
+    a subject that writes it fails ``inputs`` and the next subject reads it as it was."""
+    holder: dict[str, object] = {}
+
+    def writes_bt() -> int:
+        ctx = holder["ctx"]
+        ctx.C.data[...] = 1
+        ctx.Bt.data[1, 0] = 7
+        return 0
+
+    sc, ctx = _checks({"bad": _subject("bad", writes_bt)})
+    holder["ctx"] = ctx
+    ctx.Bt.data[...] = ctx.B.data.T
+    bt_before = ctx.Bt.data.copy()
+    sc.keep_inputs()
+    sc.run(sc.subjects["bad"])
+    sc.written_guards("bad", "seed 1")
+    assert sc.recs["bad"].results["inputs"]["detail"] == "the call wrote its inputs: 1 elements of Bt changed (seed 1)"
+    assert np.array_equal(ctx.Bt.data, bt_before)
 
 
 def test_a_refused_shape_is_unsupported_and_never_timed():
