@@ -56,7 +56,7 @@ class Profiling:
             reason = f"structure stable for {t.stable} steps"
         if reason:
             t.profiling_enabled = True
-            self._emit(ev_schema.PROFILING_ENABLED, track=t.id, step=t.step, reason=reason)
+            self._emit(ev_schema.ProfilingEnabled(track=t.id, step=t.step, reason=reason))
 
     def _profile(self: "AgentLoop", t: "Track") -> Gen:
         step = t.step
@@ -82,8 +82,8 @@ class Profiling:
         t.profiled_sha = sha
         if payload is not None:
             t.profile = payload
-            self._emit(ev_schema.PROFILED, track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
-                       metrics=payload.get("metrics") or {}, in_context=True)
+            self._emit(ev_schema.Profiled(track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
+                       metrics=payload.get("metrics") or {}, in_context=True))
         elif not t.profile_error_shown:
             self._error(t, "no profile available for this kernel (no recording / no ncu); the context keeps timings only")
             t.profile_error_shown = True

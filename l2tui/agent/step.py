@@ -38,7 +38,7 @@ ROW_KEYS = ("track", "shape", "acc", "step", "role", "policy", "model", "message
 class RewardSink(Protocol):
     """Where a reward goes: a ``Session`` (or the sweep's ``NullSession``)."""
 
-    def append(self, type: str, **payload: object) -> dict: ...
+    def record(self, event: ev_schema.Event) -> dict: ...
 
     def append_reward(self, row: dict) -> dict: ...
 
@@ -140,6 +140,6 @@ def record_reward(sink: RewardSink, info: StepInfo, step: int, prop: Proposal, *
     row = reward_row(info, step, prop, parent=parent, child=child, kind=kind, reward=reward, parts=parts,
                      speedup=speedup, seed_lines=seed_lines)
     sink.append_reward(row)
-    sink.append(ev_schema.REWARD, track=info.track, step=step, sha=child, reward=reward, parts=parts, kind=kind,
-                role=prop.role, origin=prop.origin, plan=one_line(prop.plan, 200), speedup=speedup)
+    sink.record(ev_schema.Reward(track=info.track, step=step, sha=child, reward=reward, parts=parts, kind=kind,
+                                 role=prop.role, origin=prop.origin, plan=one_line(prop.plan, 200), speedup=speedup))
     return row

@@ -178,8 +178,8 @@ class ResultsCache:
 class NullSession:
     """Stand-in when no session folder is wanted (library use, tests of the driver)."""
 
-    def append(self, type: str, **payload: Any) -> dict:
-        return {"type": type, **payload}
+    def record(self, event: ev_schema.Event) -> dict:
+        return {"type": event.type, **ev_schema.written_payload(event)}
 
     def put_kernel(self, source: str) -> str:
         return sha256(source)
@@ -315,23 +315,23 @@ class Sweep:
                 diff = unified_diff(parent, source)
             except ImportError:  # pragma: no cover
                 diff = ""
-        s.append(ev_schema.CANDIDATE, track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
-                 origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
+        s.record(ev_schema.Candidate(track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
+                 origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags)))
         return sha
 
     def _record(self, ctx: TrackContext, step: int, sha: str, ev: Evaluation, slot: Any) -> None:
         s = self.session
         b = ev.build
-        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
+        s.record(ev_schema.Compiled(track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
                  ptxas=b.ptxas.to_dict() if b is not None and b.ptxas is not None else None,
                  errors=[e.to_dict() for e in b.errors] if b is not None else [],
-                 seconds=b.seconds if b is not None else 0.0, cached=bool(b and b.cached))
+                 seconds=b.seconds if b is not None else 0.0, cached=bool(b and b.cached)))
         chk = ev.check or {}
         if ev.status != "compile_error":
-            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=ev.status == "ok", status=ev.status,
+            s.record(ev_schema.Checked(track=ctx.track, step=step, sha=sha, ok=ev.status == "ok", status=ev.status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
                      bound=chk.get("bound"), worker_s=ev.extra.get("seconds"), phases=ev.extra.get("phases"),
-                     gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch"))
+                     gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch")))
 
     def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
         """One track on one GPU slot, from the pick to its last refinement step; its session
@@ -463,7 +463,7 @@ class Sweep:
                 sources.append((p, p.source))
             else:
                 r = apply_patch(best_src, p.patch or "", allow_rewrite=False)
-                self.session.append(ev_schema.PATCH, track=track, step=step, role="coder", ok=r.ok, error=r.error)
+                self.session.record(ev_schema.Patch(track=track, step=step, role="coder", ok=r.ok, error=r.error))
                 if r.ok:
                     sources.append((p, r.source))
         return sources

@@ -251,15 +251,15 @@ class SearchPolicy:
         subjects = [(labels[p.source], p.source, p.config, f"known: {p.known.name} ({p.known.layer})")
                     if p.known is not None else (p.config.name if p.config else "", p.source, p.config, "")
                     for p in picked]
-        ctx.send(ev_schema.STAGE, stage="pick", status="start",
-                 detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels")
+        ctx.send(ev_schema.Stage(stage="pick", status="start",
+                 detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels"))
         by_arch: dict[str, list[str]] = {}
         for _, src, c, _ in subjects:
             by_arch.setdefault(build_arch_for(c.family, arch) if c is not None else arch, []).append(src)
         for a, srcs in by_arch.items():
             build_many(srcs, arch=a)
         evs = evaluate_many(self._evaluator, [(label, src, ()) for label, src, _, _ in subjects], shape, ctx.acc)
-        ctx.send(ev_schema.STAGE, stage="pick", status="end")
+        ctx.send(ev_schema.Stage(stage="pick", status="end"))
 
         def ms(label: str) -> float | None:
             e = evs.get(label)
