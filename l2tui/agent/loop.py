@@ -493,7 +493,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             evs = evaluate_many(self.evaluator, [(label, src, ()) for label, src, _ in subjects], t.shape, t.acc,
                                 baselines=(t.baseline,))
             ctx.send(ev_schema.Stage(stage="known", status="end"))
-            timed = []
+            timed: "list[tuple[float, int, tuple[str, str, KnownKernel | None]]]" = []
             for label, src, k in subjects:
                 ev = evs.get(label)
                 ms = (getattr(ev, "times_ms", None) or {}).get("candidate") if getattr(ev, "status", None) == "ok" else None
@@ -540,7 +540,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             info = gpu_identity(self.evaluator)
             made = made_now(timing=f"{self.config.mode}, {ev.get('timing') or 'per call'}", gpu=info, git=git_revision())
             sp = t.best_speedup if isinstance(t.best_speedup, (int, float)) and t.best_speedup > 0 else None
-            store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source, cfg.name if cfg else f"kernel {t.best_sha[:12]}",
+            store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source, cfg.name if cfg else f"kernel {(t.best_sha or '')[:12]}",
                                      "local", sp, t.baseline if sp else None, float(ms), made))
         except KnownError as e:
             self._error(t, f"known kernels: {e}")
@@ -732,8 +732,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             from harness.build import build
 
             # replaying a recording (``--recorded``): a recorded kernel keeps the recording's build
-            ev = self.evaluator
-            b = cast("ReplayEvaluator", ev).recorded_build(src, t.shape, t.acc, flags) if ev.replays_recording else None
+            evaluator = self.evaluator
+            b: dict[str, Any] | None = cast("ReplayEvaluator", evaluator).recorded_build(src, t.shape, t.acc, flags) \
+                if evaluator.replays_recording else None
             if b is None:
                 b = build(src, arch=self.config.arch, flags=flags).to_dict()
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
@@ -753,6 +754,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             return "compile_error", {"status": "compile_error", "build": b, "message": f"compile error: {first}"}
         yield
         self._stage(t, step, "check", "start")
+        ev: dict[str, Any]
         try:
             ev = evaluation_of(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate")).to_dict()
         except Exception as e:  # the worker died, the GPU went away...

@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from .. import events as ev_schema
+from .loop_host import LoopHost
 from ..steering import WAKE
 from .step import evaluation_of, speedup
 
@@ -25,7 +26,7 @@ def _live(t: "Track") -> bool:
     return t.done_reason is None
 
 
-class SteeringCommands:
+class SteeringCommands(LoopHost):
     """The ``_cmd_*`` handlers of :class:`l2tui.agent.loop.AgentLoop` (a mixin of it)."""
 
     def _apply_commands(self) -> None:

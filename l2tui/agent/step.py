@@ -18,9 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from harness.channel import FrameError
+
+if TYPE_CHECKING:
+    from harness.channel import Json
 from harness.evaluate import Evaluation, evaluation_from_data
 from harness.stats import speedup as stats_speedup
 
@@ -66,7 +69,8 @@ def evaluation_of(raw: Evaluation | Mapping[str, object], where: str = "evaluati
     if isinstance(raw, Evaluation):
         return raw
     try:
-        return evaluation_from_data(dict(raw), where)
+        # evaluation_from_data checks every field against the schema: any value may come in
+        return evaluation_from_data(cast("Json", dict(raw)), where)
     except (FrameError, TypeError, ValueError) as e:
         return Evaluation("crashed", None, message=one_line(f"a malformed {where} came back: {e}", 300))
 

@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 from harness.evaluate import Evaluation
 from harness.families import Config, applicable, build_arch_for, catalog
@@ -73,8 +73,9 @@ def _recording_holds(executor: Any) -> Any:
     slots = getattr(executor, "slots", None)
     for slot in (slots() if callable(slots) else []):
         ev = getattr(slot, "evaluator", None)
-        if getattr(ev, "replays_recording", False) and callable(getattr(ev, "holds", None)):
-            return ev.holds
+        holds = getattr(ev, "holds", None) if getattr(ev, "replays_recording", False) else None
+        if callable(holds):
+            return holds
     return None
 
 
@@ -356,15 +357,16 @@ class Sweep:
                           gpu_uuid=slot.uuid)
         return TrackDriver(self, shape, acc, slot, track, res).run()
 
-    def _plan(self, tid: str) -> list[str]:
+    def _plan(self, key: Hashable) -> list[str]:
         """The planner's call (``NeededBuilds``): the track's pick, computed once and kept for the
         track, as the sources to build."""
+        tid = str(key)
         shape, acc = self._track_of[tid]
         ctx = TrackContext(track=tid, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0, arch=self.cfg.arch)
         seeds = self._pick_proposals(ctx)
         with self._plans_lock:
             self._plans[tid] = seeds
-        return [p.source for p in seeds]
+        return [p.source for p in seeds if p.source is not None]
 
     def _start_builds(self, todo: Sequence[tuple[Shape, str]], deadline: float | None) -> None:
         """Build what the tracks' picks need, in the order they need it, on the executor's
@@ -450,7 +452,7 @@ class Sweep:
             cfg.known.record(KnownKernel(shape, acc, cfg.known_gpu, best_src, c.name if c else f"kernel {sha256(best_src)[:12]}",
                                          "local", sp, cfg.baseline if sp else None, best_ms, made))
         except KnownError as e:
-            self.progress(f"known kernels: {e}") if self.progress else None
+            self.progress(f"known kernels: {e}")
 
     def _sources_of(self, props: Sequence[Proposal], best_src: str, track: str, step: int) -> list[tuple[Proposal, str]]:
         """Each proposal's source: its own, or its patch applied to the best (a failed patch is
