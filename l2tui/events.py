@@ -570,6 +570,19 @@ def payload(ev: Event) -> dict[str, Any]:
     return {k: v for k, v in to_dict(ev).items() if k not in BASE_KEYS}
 
 
+def written_payload(ev: Event) -> dict[str, object]:
+    """The payload a writer sends for a record built in code: its fields that are set (not
+    ``None``), in the order the class declares them, then ``extra``."""
+    out: dict[str, object] = {}
+    for s in _specs(type(ev)):
+        v = getattr(ev, s.name)
+        if v is not None:
+            out[s.name] = v
+    for k, v in ev.extra.items():
+        out.setdefault(k, v)
+    return out
+
+
 def schema_of(events: list[Any]) -> int:
     """The events schema a session was written with: the first event's ``schema``, else 1."""
     first = events[0] if events else None
@@ -584,4 +597,4 @@ def schema_of(events: list[Any]) -> int:
 
 __all__ = [name for name in dir() if (name.isupper() and not name.startswith("_")) or name in (
     "Event", "GenericEvent", "TrackEvent", "StepEvent", "parse", "parse_all", "to_dict", "payload",
-    "schema_of", "check_shape", "damaged", "shown_seq", "shown_type")] + [c.__name__ for c in EVENT_TYPES.values()]
+    "schema_of", "written_payload", "check_shape", "damaged", "shown_seq", "shown_type")] + [c.__name__ for c in EVENT_TYPES.values()]

@@ -401,8 +401,8 @@ class Session:
         _fsync_dir(p)
         s = cls(p, config, gpu or {}, versions or {}, [], [], [])
         s.writer_lock = lock
-        s.append(ev_schema.SESSION_STARTED, config=config, gpu=gpu or {}, versions=versions or {},
-                 schema=ev_schema.SCHEMA_VERSION)
+        s.record(ev_schema.SessionStarted(config=config, gpu=gpu or {}, versions=versions or {},
+                                          schema=ev_schema.SCHEMA_VERSION))
         return s
 
     @classmethod
@@ -559,9 +559,16 @@ class Session:
             self._records.append(record)
             return ev
 
-    def append_event(self, event: ev_schema.Event) -> dict:
-        """Append a typed record (its seq and time are assigned here); returns the dict written."""
-        return self.append(event.type, **ev_schema.payload(event))
+    def record(self, event: ev_schema.Event) -> dict:
+        """Append a typed record (its seq and time are assigned here); returns the dict written.
+
+        The writers of l2tui build the record of :mod:`l2tui.events`, so a field a type does
+        not have is a ``TypeError`` where it is built, and a field of the wrong type is refused
+        here; fields left at ``None`` are not written (a reader treats absent and null alike).
+        """
+        return self.append(event.type, **ev_schema.written_payload(event))
+
+    append_event = record
 
     def put_kernel(self, source: str) -> str:
         """Store a kernel source once, by the sha256 of its text; returns the sha."""

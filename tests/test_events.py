@@ -140,19 +140,46 @@ def test_the_registry_names_every_constant_once():
         assert cls.TYPE == typ and cls().type == typ
 
 
-def test_writers_name_event_types_by_constant():
-    """Every event written in l2tui/ names its type with a constant the registry knows (the loop's
-    ``_emit``, a policy's ``ctx.send``, a session's ``append``; the UI's ``self.send`` is a command)."""
-    writer = r"(?:\b_emit|\bemit|\bctx\.send|\bsession\.append|\bs\.append)\(\s*"
-    pat = re.compile(writer + r"\"(" + "|".join(E.EVENT_TYPES) + r")\"")
-    used = re.compile(writer + r"ev_schema\.([A-Z_]+)\b")
+def test_writers_build_the_event_records():
+    """Every event written in l2tui/ is built as its record of ``l2tui.events`` (the loop's
+    ``_emit``, a policy's ``ctx.send``, a session's or a sink's ``record``), never as a type and
+    loose keywords, so a mistyped field is a ``TypeError`` where the event is made (and a mypy
+    finding) rather than a key that reaches the file."""
+    loose = re.compile(r"(?:\b_emit|\bemit|\bctx\.send|\bsession\.append|\bs\.append|\bsink\.append)\(\s*"
+                       r"(?:ev_schema\.[A-Z_]+\b|\"(?:" + "|".join(E.EVENT_TYPES) + r")\")")
+    built = re.compile(r"(?:\b_emit|\bctx\.send|\.record)\(\s*ev_schema\.([A-Za-z]+)\(")
+    classes = {cls.__name__ for cls in E.EVENT_TYPES.values()}
     names: set[str] = set()
     for f in (ROOT / "l2tui").rglob("*.py"):
         text = f.read_text(encoding="utf-8")
-        assert not pat.search(text), f"{f.relative_to(ROOT)} writes an event type as a string literal"
-        names |= set(used.findall(text))
-    assert names and all(getattr(E, n) in E.EVENT_TYPES for n in names)
-    assert {E.TRACK_ADDED, E.CANDIDATE, E.BEST, E.SESSION_ENDED} <= {getattr(E, n) for n in names}
+        assert not loose.search(text), f"{f.relative_to(ROOT)} writes an event from a type and keywords"
+        names |= set(built.findall(text))
+    assert names <= classes, names - classes
+    assert {"TrackAdded", "Candidate", "Compiled", "Checked", "Timed", "Reward", "Best", "SessionEnded",
+            "LlmCall", "Stage"} <= names
+
+
+@pytest.mark.parametrize("cls", list(E.EVENT_TYPES.values()), ids=lambda c: c.TYPE)
+def test_a_mistyped_field_of_any_event_record_is_an_error_where_it_is_built(cls):
+    with pytest.raises(TypeError, match="kidn"):
+        cls(kidn="ok")
+
+
+def test_a_record_with_an_unknown_field_in_extra_is_refused_and_writes_nothing(tmp_path):
+    s = _new(tmp_path)
+    before = (s.path / EVENTS_FILE).read_text()
+    with pytest.raises(SessionError, match=r"\(timed\) would have unknown field\(s\) spedup"):
+        s.record(E.Timed(track="t", step=1, sha=SHA, extra={"spedup": 1.0}))
+    assert (s.path / EVENTS_FILE).read_text() == before and len(s.events) == 1
+
+
+def test_record_writes_the_fields_that_are_set_in_declared_order(tmp_path):
+    s = _new(tmp_path)
+    d = s.record(E.Checked(track="t", step=2, sha=SHA, ok=False, status="wrong", failed=None, detail="x"))
+    line = json.loads((s.path / EVENTS_FILE).read_text().splitlines()[-1])
+    assert line == d and list(d) == ["seq", "time", "type", "track", "step", "sha", "ok", "status", "detail"]
+    back = Session.open(s.path).records[-1]
+    assert isinstance(back, E.Checked) and back.status == "wrong" and back.failed is None
 
 
 # ------------------------------------------------------------------ the session writes and loads through it

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.shapes import Shape
+from l2tui import events as E
 from l2tui.agent.llm_client import LLMClient
 from l2tui.agent.policies.base import TrackContext
 from l2tui.agent.policies.llm import LLMPolicy
@@ -92,8 +93,9 @@ def test_a_truncated_planner_reply_is_never_a_plan(scripted_server, tmp_path):
 
 
 def ctx_for(session: Session) -> TrackContext:
-    def emit(type: str, **payload):
-        session.append(type, track="64x64x64-f32", step=1, **payload)
+    def emit(event: E.StepEvent) -> None:
+        event.track, event.step = "64x64x64-f32", 1
+        session.record(event)
 
     return TrackContext(track="64x64x64-f32", shape=Shape(64, 64, 64), acc="f32", baseline="cublas", step=1,
                         source=SEED, sha=session.put_kernel(SEED), times_ms={"candidate": 0.01, "cublas": 0.012},

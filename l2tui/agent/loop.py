@@ -103,8 +103,8 @@ class _LoopSink:
     def __init__(self, loop: "AgentLoop"):
         self.loop = loop
 
-    def append(self, type: str, **payload: Any) -> dict:
-        return self.loop._emit(type, **payload)
+    def record(self, event: ev_schema.Event) -> dict:
+        return self.loop._emit(event)
 
     def append_reward(self, row: dict) -> dict:
         return self.loop.session.append_reward(row)
@@ -153,7 +153,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         t = Track(tid, shape, acc, self.config.baseline)
         self.tracks[tid] = t
         self.order.append(tid)
-        self._emit(ev_schema.TRACK_ADDED, track=tid, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=t.baseline)
+        self._emit(ev_schema.TrackAdded(track=tid, shape=[shape.m, shape.n, shape.k], acc=acc, baseline=t.baseline))
         self._set_state(t, "queued")
         return tid
 
@@ -178,7 +178,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             if t.state == "stopped" and t.done_reason is None:
                 self._set_state(t, "queued")
         if self._resumed_from is not None:
-            self._emit(ev_schema.SESSION_RESUMED, from_seq=self._resumed_from)
+            self._emit(ev_schema.SessionResumed(from_seq=self._resumed_from))
             self._resumed_from = None
         try:
             while not self._stop.is_set():
@@ -224,7 +224,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
                     t.run_started = None
                 if t.state in ("running", "queued", "paused") and t.done_reason is None:
                     self._set_state(t, "stopped")
-            self._emit(ev_schema.SESSION_ENDED, reason=reason)
+            self._emit(ev_schema.SessionEnded(reason=reason))
 
     # ================================================================== telemetry
     TELEMETRY_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "power_limit_w", "util_pct", "mem_used_mib")
@@ -252,11 +252,12 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         s = self._telemetry.latest() if hasattr(self._telemetry, "latest") else None
         s = s or self._telemetry.sample()
         if s:
-            self._emit(ev_schema.TELEMETRY, **{k: s.get(k) for k in self.TELEMETRY_KEYS})
+            self._emit(ev_schema.Telemetry(**{k: s.get(k) for k in self.TELEMETRY_KEYS}))
 
     # ================================================================== events
-    def _emit(self, type: str, **payload: Any) -> dict:
-        ev = self.session.append(type, **payload)
+    def _emit(self, event: ev_schema.Event) -> dict:
+        """Write one event to the session, then hand what was written to the subscribers."""
+        ev = self.session.record(event)
         for fn in list(self._subs):
             try:
                 fn(ev)
@@ -273,16 +274,16 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         elif state != "running" and t.run_started is not None:
             t.wall_prior += time.monotonic() - t.run_started
             t.run_started = None
-        self._emit(ev_schema.TRACK_STATE, track=t.id, state=state)
+        self._emit(ev_schema.TrackState(track=t.id, state=state))
 
     def _error(self, t: Track | None, message: str) -> None:
-        self._emit(ev_schema.ERROR, track=t.id if t else None, message=one_line(message))
+        self._emit(ev_schema.Error(track=t.id if t else None, message=one_line(message)))
 
     def _stage(self, t: Track, step: int, stage: str, status: str, detail: str | None = None) -> None:
         p: dict[str, Any] = {"track": t.id, "step": step, "stage": stage, "status": status}
         if detail:
             p["detail"] = detail
-        self._emit(ev_schema.STAGE, **p)
+        self._emit(ev_schema.Stage(**p))
 
     # ================================================================== scheduling
     def _advance(self, t: Track) -> None:
@@ -350,7 +351,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             return
         t.done_reason = reason
         self._set_state(t, state)
-        self._emit(ev_schema.TRACK_DONE, track=t.id, reason=reason, best_sha=t.best_sha, best_speedup=t.best_speedup)
+        self._emit(ev_schema.TrackDone(track=t.id, reason=reason, best_sha=t.best_sha, best_speedup=t.best_speedup))
         self._record_known(t)
 
     # ================================================================== the state machine
@@ -384,13 +385,14 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         build = ev.get("build") or {}
         emitted: set[str] = set()
 
-        def emit(type: str, **payload: Any) -> None:
-            emitted.add(type)
-            if type == ev_schema.LLM_CALL:
-                u = payload.get("usage") or {}
+        def emit(event: ev_schema.StepEvent) -> None:
+            emitted.add(event.type)
+            if isinstance(event, ev_schema.LlmCall):
+                u = event.usage or {}
                 n = int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
                 t.tokens += n
-            self._emit(type, track=t.id, step=step, **payload)
+            event.track, event.step = t.id, step
+            self._emit(event)
 
         ctx = TrackContext(
             track=t.id, shape=t.shape, acc=t.acc, baseline=t.baseline, step=step,
@@ -488,11 +490,11 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         if len(subjects) > 1:
             from ..executors.batch import evaluate_many
 
-            ctx.send(ev_schema.STAGE, stage="known", status="start", detail=f"{len(subjects)} kernels")
+            ctx.send(ev_schema.Stage(stage="known", status="start", detail=f"{len(subjects)} kernels"))
             evs = evaluate_many(self.evaluator, [(label, src, ()) for label, src, _ in subjects], t.shape, t.acc,
                                 baselines=(t.baseline,))
-            ctx.send(ev_schema.STAGE, stage="known", status="end")
-            timed = []
+            ctx.send(ev_schema.Stage(stage="known", status="end"))
+            timed: "list[tuple[float, int, tuple[str, str, KnownKernel | None]]]" = []
             for label, src, k in subjects:
                 ev = evs.get(label)
                 ms = (getattr(ev, "times_ms", None) or {}).get("candidate") if getattr(ev, "status", None) == "ok" else None
@@ -540,7 +542,8 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             info = gpu_identity(self.evaluator)
             made = made_now(timing=f"{self.config.mode}, {ev.get('timing') or 'per call'}", gpu=info, git=git_revision())
             sp = t.best_speedup if isinstance(t.best_speedup, (int, float)) and t.best_speedup > 0 else None
-            store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source, cfg.name if cfg else f"kernel {t.best_sha[:12]}",
+            store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source,
+                                     cfg.name if cfg else f"kernel {(t.best_sha or '')[:12]}",
                                      "local", sp, t.baseline if sp else None, float(ms), made,
                                      dtype=source_dtype(t.best_source)))
         except KnownError as e:
@@ -586,7 +589,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
 
     def _note_plan(self, ctx: TrackContext, prop: Proposal) -> None:
         if prop.plan and ev_schema.PLAN not in getattr(ctx, "_emitted", set()):
-            ctx.send(ev_schema.PLAN, role=prop.role if prop.role != "seed" else "planner", text=prop.plan)
+            ctx.send(ev_schema.Plan(role=prop.role if prop.role != "seed" else "planner", text=prop.plan))
 
     def _refine(self, t: Track) -> Gen:
         t.step += 1
@@ -632,11 +635,11 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             new, diff, err = pr.source, pr.diff, pr.error
             if not pr.ok and not _has_code(prop.patch or ""):
                 # nothing that even looks like code: the reply is unusable, not a bad patch
-                self._emit(ev_schema.PATCH, track=t.id, step=step, role=prop.role, ok=False, error=err)
+                self._emit(ev_schema.Patch(track=t.id, step=step, role=prop.role, ok=False, error=err))
                 self._reward_failure(t, step, prop, base_sha, None, "no_patch", err or "no patch")
                 t.feedback = err
                 return
-        self._emit(ev_schema.PATCH, track=t.id, step=step, role=prop.role, ok=err is None, error=err)
+        self._emit(ev_schema.Patch(track=t.id, step=step, role=prop.role, ok=err is None, error=err))
         if err is not None:
             self._reward_failure(t, step, prop, base_sha, None, "patch_failed", err)
             t.feedback = err
@@ -665,8 +668,8 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             sha = self.session.put_kernel(cand)
             flags = list(cprop.flags) if cprop.flags else list(t.flags)
             d = diff if diff is not None else unified_diff(cparent or "", cand) if cparent is not None else ""
-            self._emit(ev_schema.CANDIDATE, track=t.id, step=step, sha=sha, parent=cparent_sha, origin=corigin,
-                       policy=self._policy(t).name, family=cprop.family or t.family, diff=d, flags=flags)
+            self._emit(ev_schema.Candidate(track=t.id, step=step, sha=sha, parent=cparent_sha, origin=corigin,
+                       policy=self._policy(t).name, family=cprop.family or t.family, diff=d, flags=flags))
             diff = None
             yield
             kind, ev = yield from self._compile_and_eval(t, step, cand, sha, flags)
@@ -706,7 +709,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
                     err = guard_debug_patch(failing_src, new, max_lines=self.config.debug_max_lines)
                     if err is None and new == failing_src:
                         err = "the debug patch changes nothing"
-                self._emit(ev_schema.PATCH, track=t.id, step=step, role="debugger", ok=err is None, error=err)
+                self._emit(ev_schema.Patch(track=t.id, step=step, role="debugger", ok=err is None, error=err))
                 if err is not None:
                     kind_r = "patch_failed"
                     self._reward_failure(t, step, dprop, failing_sha, None, kind_r, err)
@@ -733,8 +736,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             from harness.build import build
 
             # replaying a recording (``--recorded``): a recorded kernel keeps the recording's build
-            ev = self.evaluator
-            b = cast("ReplayEvaluator", ev).recorded_build(src, t.shape, t.acc, flags) if ev.replays_recording else None
+            evaluator = self.evaluator
+            b: dict[str, Any] | None = cast("ReplayEvaluator", evaluator).recorded_build(src, t.shape, t.acc, flags) \
+                if evaluator.replays_recording else None
             if b is None:
                 b = build(src, arch=self.config.arch, flags=flags).to_dict()
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
@@ -746,14 +750,15 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
                                                           "severity": "error", "message": msg}],
                  "log": msg, "seconds": 0.0, "cached": False}
         errors = [e for e in (b.get("errors") or [])][:20]
-        self._emit(ev_schema.COMPILED, track=t.id, step=step, sha=sha, ok=bool(b.get("ok")), ptxas=b.get("ptxas"),
-                   errors=errors, seconds=round(float(b.get("seconds") or 0.0), 3), cached=bool(b.get("cached")))
+        self._emit(ev_schema.Compiled(track=t.id, step=step, sha=sha, ok=bool(b.get("ok")), ptxas=b.get("ptxas"),
+                   errors=errors, seconds=round(float(b.get("seconds") or 0.0), 3), cached=bool(b.get("cached"))))
         self._stage(t, step, "compile", "end", "ok" if b.get("ok") else "failed")
         if not b.get("ok"):
             first = next((e.get("message", "") for e in errors if e.get("severity") != "warning"), "compile failed")
             return "compile_error", {"status": "compile_error", "build": b, "message": f"compile error: {first}"}
         yield
         self._stage(t, step, "check", "start")
+        ev: dict[str, Any]
         try:
             ev = evaluation_of(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate")).to_dict()
         except Exception as e:  # the worker died, the GPU went away...
@@ -765,9 +770,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             ev["build"] = b
         status = ev.get("status") or "crashed"
         chk = ev.get("check") or {}
-        self._emit(ev_schema.CHECKED, track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
+        self._emit(ev_schema.Checked(track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
                    failed=chk.get("failed"), detail=one_line(chk.get("detail") or ev.get("message") or ""),
-                   rel_err=chk.get("rel_err"), bound=chk.get("bound"))
+                   rel_err=chk.get("rel_err"), bound=chk.get("bound")))
         self._stage(t, step, "check", "end", status)
         if status != "ok":
             return status, ev
@@ -775,9 +780,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         self._stage(t, step, "time", "start")
         times = dict(ev.get("times_ms") or {})
         sp = speedup(times, t.baseline)
-        self._emit(ev_schema.TIMED, track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
+        self._emit(ev_schema.Timed(track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
                    times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp,
-                   **ev_schema.library_fields(ev.get("extra")))
+                   **ev_schema.library_fields(ev.get("extra"))))
         self._stage(t, step, "time", "end")
         return "ok", ev
 
@@ -824,8 +829,8 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             t.best_stack.append(t.best_sha)
         t.best_sha, t.best_source, t.best_eval, t.best_speedup = sha, src, ev, sp
         t.flags = list(flags)
-        self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
-        self._emit(ev_schema.DECISION, track=t.id, sha=sha, action="accept", by=by)
+        self._emit(ev_schema.Best(track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {})))
+        self._emit(ev_schema.Decision(track=t.id, sha=sha, action="accept", by=by))
 
     def _end_step(self, t: Track) -> None:
         t.steps_done += 1
@@ -834,9 +839,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             t.stable += 1
         else:
             t.stable, t.last_structure = 0, key
-        self._emit(ev_schema.CHECKPOINT, track=t.id, step=t.step, steps_done=t.steps_done, stable=t.stable,
+        self._emit(ev_schema.Checkpoint(track=t.id, step=t.step, steps_done=t.steps_done, stable=t.stable,
                    structure=key, tokens=t.tokens, wall_s=round(t.wall_s(), 3), best_sha=t.best_sha,
-                   best_speedup=t.best_speedup, profiling_enabled=t.profiling_enabled)
+                   best_speedup=t.best_speedup, profiling_enabled=t.profiling_enabled))
 
 
 

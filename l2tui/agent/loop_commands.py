@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from .. import events as ev_schema
+from .loop_host import LoopHost
 from ..steering import WAKE
 from .step import evaluation_of, speedup
 
@@ -25,7 +26,7 @@ def _live(t: "Track") -> bool:
     return t.done_reason is None
 
 
-class SteeringCommands:
+class SteeringCommands(LoopHost):
     """The ``_cmd_*`` handlers of :class:`l2tui.agent.loop.AgentLoop` (a mixin of it)."""
 
     def _apply_commands(self) -> None:
@@ -39,7 +40,7 @@ class SteeringCommands:
                 continue
             args = dict(cmd.args)
             log_args = {k: (v if k != "source" else f"<{len(str(v))} chars>") for k, v in args.items()}
-            self._emit(ev_schema.COMMAND, name=name, track=cmd.track, args=log_args)
+            self._emit(ev_schema.Command(name=name, track=cmd.track, args=log_args))
             try:
                 self._apply(name, cmd.track, args)
             except Exception as e:
@@ -87,7 +88,7 @@ class SteeringCommands:
         text = str(a.get("text") or "").strip() or None
         for t in self._targets(tid):
             t.hint = text
-        self._emit(ev_schema.HINT, track=tid, text=text or "")
+        self._emit(ev_schema.Hint(track=tid, text=text or ""))
 
     def _cmd_edit(self, tid: str | None, a: dict) -> None:
         src = str(a.get("source") or "")
@@ -123,8 +124,8 @@ class SteeringCommands:
             t.baseline = value
             if t.best_eval:
                 t.best_speedup = speedup(t.best_eval.get("times_ms") or {}, value)
-                self._emit(ev_schema.BEST, track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
-                           times_ms=dict(t.best_eval.get("times_ms") or {}))
+                self._emit(ev_schema.Best(track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
+                           times_ms=dict(t.best_eval.get("times_ms") or {})))
         if tid is None:
             self.config.baseline = value
 
@@ -167,7 +168,7 @@ class SteeringCommands:
     }
 
     def _decide(self, t: Track, action: str, sha: str) -> None:
-        self._emit(ev_schema.DECISION, track=t.id, sha=sha, action=action, by="user")
+        self._emit(ev_schema.Decision(track=t.id, sha=sha, action=action, by="user"))
         if action == "accept" and sha != t.best_sha:
             if not self.session.has_kernel(sha):
                 raise ValueError(f"unknown kernel {sha[:12]}")
@@ -185,7 +186,7 @@ class SteeringCommands:
         if t.best_sha and t.best_sha != sha:
             t.best_stack.append(t.best_sha)
         t.best_sha, t.best_source, t.best_eval, t.best_speedup, t.flags = sha, src, ev, sp, list(flags)
-        self._emit(ev_schema.BEST, track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {}))
+        self._emit(ev_schema.Best(track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {})))
 
     def _bench_server(self, t: Track) -> None:
         if not t.best_source or self.evaluator.mode is None:
@@ -198,6 +199,6 @@ class SteeringCommands:
         finally:
             self.evaluator.mode = old
         times = dict(ev.get("times_ms") or {})
-        self._emit(ev_schema.TIMED, track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
-                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=speedup(times, t.baseline))
+        self._emit(ev_schema.Timed(track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
+                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=speedup(times, t.baseline)))
 

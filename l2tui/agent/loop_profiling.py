@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import events as ev_schema
+from .loop_host import LoopHost
 from .interrupt import StepInterrupted, interrupted
 
 if TYPE_CHECKING:
     from harness.evaluator_protocol import ReplayEvaluator
 
-    from .loop import AgentLoop, Gen
+    from .loop import Gen
     from .track import Track
 
 
@@ -40,10 +41,10 @@ def profile_payload(p: Any) -> dict | None:
     return {"verdict": verdict, "metrics": out}
 
 
-class Profiling:
+class Profiling(LoopHost):
     """The profiling steps of :class:`l2tui.agent.loop.AgentLoop` (a mixin of it)."""
 
-    def _maybe_enable_profiling(self: "AgentLoop", t: "Track", manual: bool = False) -> None:
+    def _maybe_enable_profiling(self, t: "Track", manual: bool = False) -> None:
         if t.profiling_enabled:
             return
         c = self.config
@@ -56,9 +57,9 @@ class Profiling:
             reason = f"structure stable for {t.stable} steps"
         if reason:
             t.profiling_enabled = True
-            self._emit(ev_schema.PROFILING_ENABLED, track=t.id, step=t.step, reason=reason)
+            self._emit(ev_schema.ProfilingEnabled(track=t.id, step=t.step, reason=reason))
 
-    def _profile(self: "AgentLoop", t: "Track") -> Gen:
+    def _profile(self, t: "Track") -> Gen:
         step = t.step
         sha, src = t.best_sha, t.best_source
         if sha is None or src is None:
@@ -82,8 +83,8 @@ class Profiling:
         t.profiled_sha = sha
         if payload is not None:
             t.profile = payload
-            self._emit(ev_schema.PROFILED, track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
-                       metrics=payload.get("metrics") or {}, in_context=True)
+            self._emit(ev_schema.Profiled(track=t.id, step=step, sha=sha, verdict=payload.get("verdict"),
+                       metrics=payload.get("metrics") or {}, in_context=True))
         elif not t.profile_error_shown:
             self._error(t, "no profile available for this kernel (no recording / no ncu); the context keeps timings only")
             t.profile_error_shown = True

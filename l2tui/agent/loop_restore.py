@@ -6,9 +6,10 @@ malformed one is one :class:`SessionError` line naming the event, never a traceb
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import events as ev_schema
+from .loop_host import LoopHost
 from ..errors import SessionError
 from ..session import check_shape
 from .policies.base import Attempt
@@ -16,17 +17,15 @@ from .rewards import code_lines
 from .step import speedup
 from .track import Track
 
-if TYPE_CHECKING:
-    from .loop import AgentLoop
 
 #: track_done reasons that a larger per-track budget on --resume lifts (see AgentLoop._budget)
 BUDGET_REASONS = ("max_steps (", "wall_time (", "token_budget (")
 
 
-class Restore:
+class Restore(LoopHost):
     """The resume of :class:`l2tui.agent.loop.AgentLoop` (a mixin of it)."""
 
-    def _restore(self: "AgentLoop") -> None:
+    def _restore(self) -> None:
         """Rebuild tracks and loop state from the session's events (after any stop, incl. kill -9)."""
         events = self.session.events
         if not any(e.get("type") == ev_schema.TRACK_ADDED for e in events):
@@ -44,7 +43,7 @@ class Restore:
                                f"({_shown_type(current)}) has a malformed field; the session file is damaged") from None
         self._settle(events, evals, cand_flags)
 
-    def _fold(self: "AgentLoop", e: dict, evals: dict[str, dict], cand_flags: dict[str, list]) -> None:
+    def _fold(self, e: dict, evals: dict[str, dict], cand_flags: dict[str, list]) -> None:
         """One event into the tracks' state (``evals``: what each kernel's events said of it;
         ``cand_flags``: its compiler flags); TypeError / ValueError / KeyError for a malformed field."""
         typ, tid = e.get("type"), e.get("track")
@@ -112,7 +111,7 @@ class Restore:
         elif typ == ev_schema.TRACK_DONE:
             t.done_reason = e.get("reason") or "done"
 
-    def _settle(self: "AgentLoop", events: list[dict], evals: dict[str, dict], cand_flags: dict[str, list]) -> None:
+    def _settle(self, events: list[dict], evals: dict[str, dict], cand_flags: dict[str, list]) -> None:
         """After the fold: global hints, each track's best kernel and evaluation, and whether it goes on."""
         for e in events:  # global hints apply to every track
             if e.get("type") == ev_schema.HINT and e.get("track") is None:

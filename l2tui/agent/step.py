@@ -18,9 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from harness.channel import FrameError
+
+if TYPE_CHECKING:
+    from harness.channel import Json
 from harness.evaluate import Evaluation, evaluation_from_data
 from harness.stats import speedup as stats_speedup
 
@@ -38,7 +41,7 @@ ROW_KEYS = ("track", "shape", "acc", "step", "role", "policy", "model", "message
 class RewardSink(Protocol):
     """Where a reward goes: a ``Session`` (or the sweep's ``NullSession``)."""
 
-    def append(self, type: str, **payload: object) -> dict: ...
+    def record(self, event: ev_schema.Event) -> dict: ...
 
     def append_reward(self, row: dict) -> dict: ...
 
@@ -66,7 +69,8 @@ def evaluation_of(raw: Evaluation | Mapping[str, object], where: str = "evaluati
     if isinstance(raw, Evaluation):
         return raw
     try:
-        return evaluation_from_data(dict(raw), where)
+        # evaluation_from_data checks every field against the schema: any value may come in
+        return evaluation_from_data(cast("Json", dict(raw)), where)
     except (FrameError, TypeError, ValueError) as e:
         return Evaluation("crashed", None, message=one_line(f"a malformed {where} came back: {e}", 300))
 
@@ -140,6 +144,6 @@ def record_reward(sink: RewardSink, info: StepInfo, step: int, prop: Proposal, *
     row = reward_row(info, step, prop, parent=parent, child=child, kind=kind, reward=reward, parts=parts,
                      speedup=speedup, seed_lines=seed_lines)
     sink.append_reward(row)
-    sink.append(ev_schema.REWARD, track=info.track, step=step, sha=child, reward=reward, parts=parts, kind=kind,
-                role=prop.role, origin=prop.origin, plan=one_line(prop.plan, 200), speedup=speedup)
+    sink.record(ev_schema.Reward(track=info.track, step=step, sha=child, reward=reward, parts=parts, kind=kind,
+                                 role=prop.role, origin=prop.origin, plan=one_line(prop.plan, 200), speedup=speedup))
     return row

@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 from harness.evaluate import Evaluation
 from harness.families import Config, applicable, build_arch_for, catalog
@@ -73,8 +73,9 @@ def _recording_holds(executor: Any) -> Any:
     slots = getattr(executor, "slots", None)
     for slot in (slots() if callable(slots) else []):
         ev = getattr(slot, "evaluator", None)
-        if getattr(ev, "replays_recording", False) and callable(getattr(ev, "holds", None)):
-            return ev.holds
+        holds = getattr(ev, "holds", None) if getattr(ev, "replays_recording", False) else None
+        if callable(holds):
+            return holds
     return None
 
 
@@ -179,8 +180,8 @@ class ResultsCache:
 class NullSession:
     """Stand-in when no session folder is wanted (library use, tests of the driver)."""
 
-    def append(self, type: str, **payload: Any) -> dict:
-        return {"type": type, **payload}
+    def record(self, event: ev_schema.Event) -> dict:
+        return {"type": event.type, **ev_schema.written_payload(event)}
 
     def put_kernel(self, source: str) -> str:
         return sha256(source)
@@ -316,23 +317,23 @@ class Sweep:
                 diff = unified_diff(parent, source)
             except ImportError:  # pragma: no cover
                 diff = ""
-        s.append(ev_schema.CANDIDATE, track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
-                 origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags))
+        s.record(ev_schema.Candidate(track=ctx.track, step=step, sha=sha, parent=sha256(parent) if parent else None,
+                 origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags)))
         return sha
 
     def _record(self, ctx: TrackContext, step: int, sha: str, ev: Evaluation, slot: Any) -> None:
         s = self.session
         b = ev.build
-        s.append(ev_schema.COMPILED, track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
+        s.record(ev_schema.Compiled(track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
                  ptxas=b.ptxas.to_dict() if b is not None and b.ptxas is not None else None,
                  errors=[e.to_dict() for e in b.errors] if b is not None else [],
-                 seconds=b.seconds if b is not None else 0.0, cached=bool(b and b.cached))
+                 seconds=b.seconds if b is not None else 0.0, cached=bool(b and b.cached)))
         chk = ev.check or {}
         if ev.status != "compile_error":
-            s.append(ev_schema.CHECKED, track=ctx.track, step=step, sha=sha, ok=ev.status == "ok", status=ev.status,
+            s.record(ev_schema.Checked(track=ctx.track, step=step, sha=sha, ok=ev.status == "ok", status=ev.status,
                      failed=chk.get("failed"), detail=chk.get("detail", ""), rel_err=chk.get("rel_err"),
                      bound=chk.get("bound"), worker_s=ev.extra.get("seconds"), phases=ev.extra.get("phases"),
-                     gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch"))
+                     gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch")))
 
     def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
         """One track on one GPU slot, from the pick to its last refinement step; its session
@@ -357,15 +358,16 @@ class Sweep:
                           gpu_uuid=slot.uuid)
         return TrackDriver(self, shape, acc, slot, track, res).run()
 
-    def _plan(self, tid: str) -> list[str]:
+    def _plan(self, key: Hashable) -> list[str]:
         """The planner's call (``NeededBuilds``): the track's pick, computed once and kept for the
         track, as the sources to build."""
+        tid = str(key)
         shape, acc = self._track_of[tid]
         ctx = TrackContext(track=tid, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0, arch=self.cfg.arch)
         seeds = self._pick_proposals(ctx)
         with self._plans_lock:
             self._plans[tid] = seeds
-        return [p.source for p in seeds]
+        return [p.source for p in seeds if p.source is not None]
 
     def _start_builds(self, todo: Sequence[tuple[Shape, str]], deadline: float | None) -> None:
         """Build what the tracks' picks need, in the order they need it, on the executor's
@@ -453,7 +455,7 @@ class Sweep:
                                          "local", sp, cfg.baseline if sp else None, best_ms, made,
                                          dtype=source_dtype(best_src)))
         except KnownError as e:
-            self.progress(f"known kernels: {e}") if self.progress else None
+            self.progress(f"known kernels: {e}")
 
     def _sources_of(self, props: Sequence[Proposal], best_src: str, track: str, step: int) -> list[tuple[Proposal, str]]:
         """Each proposal's source: its own, or its patch applied to the best (a failed patch is
@@ -466,7 +468,7 @@ class Sweep:
                 sources.append((p, p.source))
             else:
                 r = apply_patch(best_src, p.patch or "", allow_rewrite=False)
-                self.session.append(ev_schema.PATCH, track=track, step=step, role="coder", ok=r.ok, error=r.error)
+                self.session.record(ev_schema.Patch(track=track, step=step, role="coder", ok=r.ok, error=r.error))
                 if r.ok:
                     sources.append((p, r.source))
         return sources

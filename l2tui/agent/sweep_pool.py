@@ -118,8 +118,8 @@ class SlotPool:
             left = len(self.live)
             self.inflight -= 1
             self.cond.notify_all()
-        self.sweep.session.append(ev_schema.TRACK_STATE, track=tid, state="queued", requeued=True, gpu=slot.uuid,
-                                  reason=str(e))
+        self.sweep.session.record(ev_schema.TrackState(track=tid, state="queued", requeued=True, gpu=slot.uuid,
+                                  reason=str(e)))
         self.sweep.progress(f"{e}; {tid} goes back to the queue ({left} GPU(s) left)")
 
     def _report(self, r: "TrackResult") -> None:

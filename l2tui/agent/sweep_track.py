@@ -47,9 +47,9 @@ class TrackDriver:
         """The pick, the refinement steps, the winner; the track's result."""
         t0 = time.monotonic()
         s, cfg, track = self.s, self.cfg, self.track
-        s.append(ev_schema.TRACK_ADDED, track=track, shape=[self.shape.m, self.shape.n, self.shape.k], acc=self.acc,
-                 baseline=cfg.baseline, gpu=self.slot.uuid)
-        s.append(ev_schema.TRACK_STATE, track=track, state="running")
+        s.record(ev_schema.TrackAdded(track=track, shape=[self.shape.m, self.shape.n, self.shape.k], acc=self.acc,
+                 baseline=cfg.baseline, gpu=self.slot.uuid))
+        s.record(ev_schema.TrackState(track=track, state="running"))
         self._pick()
         self.seed_lines = code_lines(self.best_src or "")
         self._refine()
@@ -58,16 +58,16 @@ class TrackDriver:
         res.build_s, res.gpu_s = round(res.build_s, 2), round(res.gpu_s, 2)
         if self.best_src is not None:
             self.sweep._keep_winner(res, self.shape, self.acc, self.best_src, self.best_ms, self.base_ms)
-        s.append(ev_schema.TRACK_DONE, track=track, reason="budget" if self.best_src else "failed",
-                 best_sha=res.best_sha, best_speedup=res.speedup, gpu=self.slot.uuid)
-        s.append(ev_schema.TRACK_STATE, track=track, state="done" if self.best_src else "failed")
+        s.record(ev_schema.TrackDone(track=track, reason="budget" if self.best_src else "failed",
+                 best_sha=res.best_sha, best_speedup=res.speedup, gpu=self.slot.uuid))
+        s.record(ev_schema.TrackState(track=track, state="done" if self.best_src else "failed"))
         return res
 
     def _pick(self) -> None:
         """The policy's seed and the catalog configurations chosen beside it, built, then checked and
         timed together (with the baselines) in one request on this track's GPU."""
         s, cfg, track, sweep = self.s, self.cfg, self.track, self.sweep
-        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="start")
+        s.record(ev_schema.Stage(track=track, step=0, stage="seed", status="start"))
         with sweep._plans_lock:
             seeds = sweep._plans.pop(track, None)
         if seeds is None:
@@ -75,21 +75,21 @@ class TrackDriver:
         self.res.picked = len(seeds)
         if seeds:
             names = [(c.name if c else "seed") for c in (Config.from_source(p.source or "") for p in seeds)]
-            s.append(ev_schema.PLAN, track=track, step=0, role="planner",
+            s.record(ev_schema.Plan(track=track, step=0, role="planner",
                      text=f"pick: timing {len(seeds)} catalog configurations together on {self.slot.uuid}: "
-                          + ", ".join(names))
+                          + ", ".join(names)))
             t_build = time.monotonic()
             if sweep.builds is not None:
                 sweep.builds.wait(track)
             if cfg.build_batches:
                 sweep._build([p.source or "" for p in seeds])
             self.res.build_s += time.monotonic() - t_build
-            s.append(ev_schema.STAGE, track=track, step=0, stage="compile", status="start")
+            s.record(ev_schema.Stage(track=track, step=0, stage="compile", status="start"))
             items = [(f"pick{i}", p.source or "", tuple(p.flags)) for i, p in enumerate(seeds)]
             evs = self.slot.evaluate_many(items, self.shape, self.acc, baselines=(cfg.baseline, *cfg.libraries))
             for (label, src, _), p in zip(items, seeds):
                 self.consider(p, src, None, 0, raw=evs[label])
-        s.append(ev_schema.STAGE, track=track, step=0, stage="seed", status="end")
+        s.record(ev_schema.Stage(track=track, step=0, stage="seed", status="end"))
 
     def _refine(self) -> None:
         """Refinement steps from the best so far, until the step budget, the policy or patience ends them."""
@@ -116,7 +116,7 @@ class TrackDriver:
         """Evaluate one candidate (unless ``raw`` is its evaluation already), record it, score it."""
         sha = self.sweep._announce(self.ctx, prop, source, parent, step)
         if raw is None:
-            self.s.append(ev_schema.STAGE, track=self.track, step=step, stage="compile", status="start")
+            self.s.record(ev_schema.Stage(track=self.track, step=step, stage="compile", status="start"))
             raw = self.slot.evaluate(source, self.shape, self.acc, flags=tuple(prop.flags),
                                      time_baselines=not self.base_ms)
         ev = evaluation_of(raw)
@@ -125,9 +125,9 @@ class TrackDriver:
         times = {**self.base_ms, **ev.times_ms}
         sp = speedup(times, self.cfg.baseline) if ev.status == "ok" else None
         if ev.status == "ok":
-            self.s.append(ev_schema.TIMED, track=self.track, step=step, sha=sha, mode="offline", times_ms=times,
+            self.s.record(ev_schema.Timed(track=self.track, step=step, sha=sha, mode="offline", times_ms=times,
                           roofline_ms=ev.roofline_ms, baseline=self.cfg.baseline, speedup=sp, gpu=self.slot.uuid,
-                          timing=ev.extra.get("timing"), **self.base_tune)
+                          timing=ev.extra.get("timing"), **self.base_tune))
         reward, parts = score(ev.status, speedup=sp, check=ev.check, source=source, seed_lines=self.seed_lines,
                               cfg=self.cfg.rewards, message=ev.message)
         record_reward(self.s, self.info, step, prop, parent=sha256_text(parent) if parent else None, child=sha,
@@ -159,5 +159,5 @@ class TrackDriver:
         self.best_src, self.best_ms = source, t
         ctx = self.ctx
         ctx.source, ctx.sha, ctx.times_ms, ctx.speedup, ctx.evaluation = source, sha, times, sp, ev
-        self.s.append(ev_schema.BEST, track=self.track, sha=sha, speedup=sp, baseline=self.cfg.baseline,
-                      times_ms=times)
+        self.s.record(ev_schema.Best(track=self.track, sha=sha, speedup=sp, baseline=self.cfg.baseline,
+                      times_ms=times))

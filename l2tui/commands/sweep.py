@@ -195,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
 
         session = open_session(session_dir, writer="sweep")
         saved = dict((session.config or {}).get("sweep", {}))
-        session.append(ev_schema.SESSION_RESUMED, from_seq=session.events[-1]["seq"] if session.events else 0)
+        session.record(ev_schema.SessionResumed(from_seq=session.events[-1]["seq"] if session.events else 0))
         spec = spec or saved.get("shapes")
         accs = tuple(args.acc or saved.get("accs") or accs)
     dtype = _dtype(args, saved, accs)
@@ -506,11 +506,11 @@ def _sweep_in(plan: SweepPlan, executor, session: Session, gpu: dict, slots: lis
                   executor=executor, build_progress=lambda what: BuildProgress(what, redraw=False))
     results = sweep.run()
     if sweep.left_at_limit:
-        session.append(ev_schema.SESSION_ENDED, reason="time limit")
+        session.record(ev_schema.SessionEnded(reason="time limit"))
         say(_stopped_line(sweep, results, args.baseline, session))
         say(_times(sweep.record_run(plan.started, results, "time limit")))
         return 0
-    session.append(ev_schema.SESSION_ENDED, reason="sweep done")
+    session.record(ev_schema.SessionEnded(reason="sweep done"))
     if sweep.requeued:
         say(f"{len(sweep.requeued)} track(s) started again on another GPU after theirs was lost: "
             + ", ".join(f"{t} (lost {u})" for t, u in sweep.requeued))

@@ -41,7 +41,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from .base import ExecutorError, Progress, SlotLost
 
@@ -224,14 +224,17 @@ class GpuActor:
         from l2tui import compose
 
         if spec.get("recorded"):
-            self.ev: Evaluator = compose.recorded_evaluator(spec["recorded"], arch=self.arch)
-            gpu = dict(self.ev.meta.get("gpu") or {})
+            recorded = compose.recorded_evaluator(spec["recorded"], arch=self.arch)
+            self.ev: Evaluator = recorded
+            gpu = dict(recorded.meta.get("gpu") or {})
             gpu["uuid"] = spec.get("uuid") or gpu.get("uuid")
             gpu["replayed_from"] = str(spec["recorded"])
         else:
-            self.ev = compose.gpu_evaluator(arch=self.arch, baselines=tuple(spec.get("baselines") or ()),
-                                            mode=spec.get("mode", "offline"), timeout_s=spec.get("timeout_s", 60))
-            gpu = dict(self.ev.gpu_info())
+            on_gpu = compose.gpu_evaluator(arch=self.arch, baselines=tuple(spec.get("baselines") or ()),
+                                           mode=spec.get("mode", "offline"), timeout_s=spec.get("timeout_s", 60))
+            # its ``mode`` is a str, the protocol's a settable ``str | None``: the same object
+            self.ev = cast("Evaluator", on_gpu)
+            gpu = dict(on_gpu.gpu_info())
         self.info = {**gpu, "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
                      "pid": os.getpid(), "cache_dir": str(cache_dir()),
                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
@@ -421,7 +424,7 @@ class RayExecutor:
         try:
             if recorded is not None:
                 n = max(1, int(simulate))
-                specs = [{"recorded": str(recorded), "arch": arch, "uuid": f"GPU-recorded-{i}",
+                specs: list[dict[str, object]] = [{"recorded": str(recorded), "arch": arch, "uuid": f"GPU-recorded-{i}",
                           "cache_dir": cache_for_actors, "sandbox": self.sandbox} for i in range(n)]
                 opts = {"num_cpus": 0, "max_restarts": 0}
             else:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from ...events import StepEvent
     from harness.known import KnownKernel
 
 # Origins a candidate may have (the ``origin`` of a ``candidate`` event).
@@ -133,14 +134,15 @@ class TrackContext:
     mode: str = "offline"
     arch: str | None = None
     options: dict = field(default_factory=dict)   # policy-specific config ([search] table, ...)
-    emit: Callable[..., Any] | None = None        # emit(type, **payload): track/step filled in by the loop
+    emit: "Callable[[StepEvent], None] | None" = None   # track and step are filled in by the loop
     # the best known kernels for the shape (harness.known.KnownKernel), timed beside the seed
     known: "list[KnownKernel]" = field(default_factory=list)
 
-    def send(self, type: str, **payload: Any) -> None:
-        """Emit an event (e.g. ``llm_delta``) through the loop, if it gave a sink."""
+    def send(self, event: "StepEvent") -> None:
+        """Emit an event (e.g. ``llm_delta``) through the loop, if it gave a sink; the loop sets
+        its ``track`` and ``step``."""
         if self.emit is not None:
-            self.emit(type, **payload)
+            self.emit(event)
 
 
 @runtime_checkable

@@ -382,9 +382,10 @@ def log_error(model: CostModel, records: Sequence[tuple[Config, Shape, float]]) 
 
 
 #: the grids :func:`fit` searches: the global constants, then each family's
-GLOBAL_GRIDS = (("intensity_half", (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0)),
+#: (attribute, values) searched for the whole model, then for each family
+GLOBAL_GRIDS: tuple[tuple[str, Sequence[float]], ...] = (("intensity_half", (8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0)),
                 ("reread_gbs", (2000.0, 4000.0, 7000.0, 11000.0, 16000.0, 25000.0, 50000.0, 1e9)))
-FAMILY_GRIDS = (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
+FAMILY_GRIDS: tuple[tuple[str, Sequence[float]], ...] = (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5]),
                 ("peak_tflops", [120, 160, 200, 250, 320, 400, 480, 560, 640, 720, 800, 880]),
                 ("fill_ktiles", [0.5, 1.0, 2.0, 3.0, 4.0, 6.0]),
                 ("ktile_latency_us", [0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0]),
@@ -395,6 +396,17 @@ FAMILY_GRIDS = (("fixed_us", [0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.5])
 #: what :func:`fit` can minimise
 OBJECTIVES = ("log", "top3")
 
+
+
+def _lowest(params: Params, cands: list[Params], records: list) -> Params:
+    """The first of ``cands`` with the lowest :func:`log_error` on ``records`` (``params`` when
+    there is none)."""
+    best: tuple[float, Params] | None = None
+    for cand in cands:
+        err = log_error(CostModel(cand), records)
+        if best is None or err < best[0] - 1e-12:
+            best = (err, cand)
+    return best[1] if best is not None else params
 
 def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = None, rounds: int = 3,
         objective: str = "log") -> Params:
@@ -414,24 +426,12 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
     fams = sorted({c.family for c, _, _ in records})
     for _ in range(rounds):
         for attr, grid in GLOBAL_GRIDS:
-            best = None
-            for v in grid:
-                cand = replace(params, **{attr: v})
-                err = log_error(CostModel(cand), records)
-                if best is None or err < best[0] - 1e-12:
-                    best = (err, cand)
-            params = best[1]
+            params = _lowest(params, [replace(params, **{attr: v}) for v in grid], records)  # type: ignore[arg-type]
         for fam in fams:
             recs = [r for r in records if r[0].family == fam]
             for attr, grid in FAMILY_GRIDS:
-                best = None
-                for v in grid:
-                    fp = replace(params.families[fam], **{attr: float(v)})
-                    cand = replace(params, families={**params.families, fam: fp})
-                    err = log_error(CostModel(cand), recs)
-                    if best is None or err < best[0] - 1e-12:
-                        best = (err, cand)
-                params = best[1]
+                params = _lowest(params, [replace(params, families={**params.families, fam: replace(
+                    params.families[fam], **{attr: float(v)})}) for v in grid], recs)
     return params
 
 
@@ -514,15 +514,17 @@ def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None
         return (_ranking_sum(grp, preds, times, top1_weight) / n_shapes
                 + log_weight * _sq_log_sum(records, preds, idx) / n_rec)
 
-    def best_of(cands, idx, grp) -> tuple[Params, list[float]]:
+    def best_of(cands: list[Params], idx: Sequence[int], grp: object) -> tuple[Params, list[float]]:
         # the first candidate of the lowest score, with its predictions (only ``idx`` change)
-        best = None
+        best: tuple[float, Params, list[float]] | None = None
         for cand in cands:
             trial = list(preds)
             predict_into(trial, cand, idx)
             err = score(trial, grp, idx)
             if best is None or err < best[0] - 1e-12:
                 best = (err, cand, trial)
+        if best is None:
+            raise ValueError("cost model fit: an empty grid")
         return best[1], best[2]
 
     everything = range(len(records))
@@ -530,7 +532,8 @@ def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None
     predict_into(preds, params, everything)
     for _ in range(rounds):
         for attr, grid in GLOBAL_GRIDS:
-            params, preds = best_of([replace(params, **{attr: v}) for v in grid], everything, groups)
+            params, preds = best_of([replace(params, **{attr: v}) for v in grid],  # type: ignore[arg-type]
+                                    everything, groups)
         for fam in fams:
             for attr, grid in FAMILY_GRIDS:
                 params, preds = best_of([replace(params, families={**params.families, fam: replace(

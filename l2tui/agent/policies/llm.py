@@ -72,11 +72,11 @@ class LLMPolicy:
     def _call(self, ctx: TrackContext, role: str, messages: list[dict]) -> LLMResult:
         res = self.client.chat(
             messages, role=role,
-            on_delta=lambda text: ctx.send(ev_schema.LLM_DELTA, role=role, text=text),
-            on_retry=lambda n, why, delay: ctx.send(ev_schema.LLM_RETRY, role=role, attempt=n, error=why, delay_s=round(delay, 3)),
+            on_delta=lambda text: ctx.send(ev_schema.LlmDelta(role=role, text=text)),
+            on_retry=lambda n, why, delay: ctx.send(ev_schema.LlmRetry(role=role, attempt=n, error=why, delay_s=round(delay, 3))),
         )
-        ctx.send(ev_schema.LLM_CALL, role=role, model=self.client.model, usage=dict(res.usage), seconds=round(res.seconds, 3),
-                 ok=res.ok, error=res.error, attempts=res.attempts)
+        ctx.send(ev_schema.LlmCall(role=role, model=self.client.model, usage=dict(res.usage), seconds=round(res.seconds, 3),
+                 ok=res.ok, error=res.error, attempts=res.attempts))
         if res.endpoint_unusable:   # the call is recorded; the loop pauses what needs the model
             raise EndpointUnusable(res.error or "the endpoint never answered")
         return res
@@ -112,7 +112,7 @@ class LLMPolicy:
                              origin="patch", role="planner", model=self.model,
                              error=f"planner call failed: {plan_res.error}")]
         plan = plan_res.text.strip()
-        ctx.send(ev_schema.PLAN, role="planner", text=_shown_plan(plan))
+        ctx.send(ev_schema.Plan(role="planner", text=_shown_plan(plan)))
         rewrite = wants_rewrite(plan)
         coder_msgs = msgs + [
             {"role": "assistant", "content": plan},
@@ -129,7 +129,7 @@ class LLMPolicy:
         prop.patch = code_res.text
         prop.flags, note = choose_flags(code_res.text, ctx.allowed_flags, ctx.flags)
         if note:
-            ctx.send(ev_schema.PLAN, role="compiler", text=note)
+            ctx.send(ev_schema.Plan(role="compiler", text=note))
         return [prop]
 
     def debug(self, ctx: TrackContext, failure: Failure) -> Proposal:

@@ -87,7 +87,9 @@ def _distinct_first(scored: list) -> list:
     each configuration-up-to-the-epilogue comes first: the cost model barely tells epilogue
     variants apart, and a step that spends its whole width on three of them explores nothing
     else (the next step still reaches the other variants as one-knob edits)."""
-    first, rest, seen = [], [], set()
+    first: list = []
+    rest: list = []
+    seen: set[object] = set()
     for row in scored:
         key = sans_epilogue(row[2].config)
         (rest if key in seen else first).append(row)
@@ -159,7 +161,7 @@ class SearchPolicy:
     def _tried_set(self, ctx: TrackContext) -> set[str]:
         s = self._tried.setdefault(ctx.track, set())
         for a in ctx.history or ():
-            if getattr(a, "sha", None):
+            if a.sha:
                 s.add(a.sha)
         if ctx.sha:
             s.add(ctx.sha)
@@ -251,22 +253,24 @@ class SearchPolicy:
         subjects = [(labels[p.source], p.source, p.config, f"known: {p.known.name} ({p.known.layer})")
                     if p.known is not None else (p.config.name if p.config else "", p.source, p.config, "")
                     for p in picked]
-        ctx.send(ev_schema.STAGE, stage="pick", status="start",
-                 detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels")
+        ctx.send(ev_schema.Stage(stage="pick", status="start",
+                 detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels"))
         by_arch: dict[str, list[str]] = {}
         for _, src, c, _ in subjects:
             by_arch.setdefault(build_arch_for(c.family, arch) if c is not None else arch, []).append(src)
         for a, srcs in by_arch.items():
             build_many(srcs, arch=a)
         evs = evaluate_many(self._evaluator, [(label, src, ()) for label, src, _, _ in subjects], shape, ctx.acc)
-        ctx.send(ev_schema.STAGE, stage="pick", status="end")
+        ctx.send(ev_schema.Stage(stage="pick", status="end"))
 
         def ms(label: str) -> float | None:
             e = evs.get(label)
             return (getattr(e, "times_ms", {}) or {}).get("candidate") if getattr(e, "status", None) == "ok" else None
 
-        timed = sorted((ms(label), i, label, src, c, note) for i, (label, src, c, note) in enumerate(subjects) if ms(label))
-        rows = "\n".join(f"  {note or label}: " + (f"{ms(label) * 1e3:.1f} us per call" if ms(label)
+        got = {label: ms(label) for label, _, _, _ in subjects}
+        timed = sorted((t, i, label, src, c, note) for i, (label, src, c, note) in enumerate(subjects)
+                       if (t := got[label]))
+        rows = "\n".join(f"  {note or label}: " + (f"{t * 1e3:.1f} us per call" if (t := got[label])
                                                   else str(getattr(evs.get(label), "status", "?")))
                          + (f" (model {self.cost.predict(c, shape) * 1e6:.1f} us)" if c is not None else "")
                          for label, src, c, note in subjects)
@@ -395,9 +399,9 @@ class SearchPolicy:
                 # small_splitk: cluster split-K replaces the global one (SPLIT_K 1), a two-knob move
                 # (tiny_mma has no global split: its CLUSTER_K steps are the ordinal moves above)
                 if cur["CLUSTER_K"] == "1" and cur["SPLIT_K"] != "1":
-                    for ck in ("4", "8"):
-                        add({"SPLIT_K": "1", "CLUSTER_K": ck},
-                            f"{ck} K slices in one cluster, added through distributed shared memory")
+                    for slices in ("4", "8"):
+                        add({"SPLIT_K": "1", "CLUSTER_K": slices},
+                            f"{slices} K slices in one cluster, added through distributed shared memory")
                 elif cur["CLUSTER_K"] != "1":
                     add({"CLUSTER_K": "1", "SPLIT_K": "0"}, "back to the global split-K (workspace + counters)")
             for f in (2,):
@@ -438,7 +442,7 @@ class SearchPolicy:
         else:
             moves = self.neighbours(cfg, shape, ctx.acc, arch)
         catalog_set = set(self.candidates(shape, ctx.acc, arch))
-        scored = []
+        scored: list[tuple[float, int, Move, str, str | None, str, float]] = []
         step_shas: set[str] = set()   # two moves can reach the same kernel (a jump == a knob edit)
         for mv in moves:
             src = mv.config.source() if (mv.rewrite or cfg is None) else None
