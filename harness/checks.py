@@ -391,6 +391,43 @@ def rel_err(cp: CupyModule, c: DeviceArray, ref: DeviceArray, norm: float, dtype
     return num / norm if norm > 0 else (0.0 if num == 0 else math.inf)
 
 
+#: a bf16 C whose mean error toward zero exceeds cuBLAS's on the same inputs by more than this
+#: many units of bf16's roundoff was not rounded to nearest: truncating f32 sums (rounding toward
+#: zero) lands about 0.7 below round-to-nearest-even, whose own mean is 0 within 0.02 on 1,024
+#: outputs. Measured against cuBLAS's, so what the tensor cores' accumulation does to both cancels.
+ROUNDING_BIAS_LIMIT = 0.35
+#: fewer outputs than this leave the mean too noisy to judge (the check is then not made)
+ROUNDING_MIN_OUTPUTS = 1024
+
+
+def rounding_bias(cp: CupyModule, c: DeviceArray, ref: DeviceArray, dtype: str = "fp16") -> float | None:
+    """The mean signed error of C toward the reference's sign, over the mean magnitude of the
+    reference, in units of ``dtype``'s unit roundoff (negative: toward zero); None when C has
+    fewer than :data:`ROUNDING_MIN_OUTPUTS` elements or a non-finite one (the accuracy check
+    judges those).
+
+    Why: an error bound on the norm cannot tell truncation from rounding (truncating costs about
+    twice the error, and the bound is twice cuBLAS's), but truncation's error always points toward
+    zero, and over a thousand outputs that mean is far outside rounding's noise."""
+    if int(ref.size) < ROUNDING_MIN_OUTPUTS:
+        return None
+    d = to_float32(cp, c, dtype).astype(ref.dtype) - ref
+    num = float(cp.sum(d * cp.sign(ref), dtype=cp.float64))
+    den = float(cp.sum(cp.abs(ref), dtype=cp.float64))
+    if not math.isfinite(num) or not den > 0:
+        return None
+    return num / den / UNIT_ROUNDOFF[dtype]
+
+
+def rounding_verdict(bias: float | None, ref_bias: float | None) -> tuple[bool, str]:
+    """Whether C was rounded to nearest, judged against cuBLAS's ``ref_bias`` on the same inputs
+    (both from :func:`rounding_bias`); not judged (ok) when either is None."""
+    if bias is None or ref_bias is None or abs(bias - ref_bias) <= ROUNDING_BIAS_LIMIT:
+        return True, ""
+    return False, (f"C is not rounded to nearest: its mean error toward zero is {-bias:.2f} units of "
+                   f"roundoff against cuBLAS's {-ref_bias:.2f} (truncated instead of rounded?)")
+
+
 def bound_for(acc: str, e32: float, e16: float | None, dtype: str = "fp16") -> float:
     """Twice cuBLAS's own error on the same inputs (in the same element type), never below a
     floor scaled by the element type's unit roundoff (:func:`precision_scale`)."""

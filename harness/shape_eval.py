@@ -266,6 +266,7 @@ class ShapeChecks:
         self.recs = {label: ck.CheckRecord() for label in subjects}
         self.alive = dict(subjects)
         self.dtype: str = ctx.dtype
+        self.ref_bias: float | None = None   # cuBLAS's rounding bias on the current inputs (bf16 only)
         self.nan = ck.nan_value(cp, self.dtype)
         self.inputs: dict[str, Any] = {}   # copies of A and B as last filled: a call must leave them as they are
         self.prev: dict[str, Any] = {}     # each subject's last C, for the stale check
@@ -482,6 +483,7 @@ def shim_errors(sc: ShapeChecks, fn32: Callable[..., int], fn16: Callable[..., i
         raise RuntimeError("cuBLAS shim failed on this shape")
     s.synchronize()
     e32 = ck.rel_err(cp, C.data, ref, norm, sc.dtype)
+    sc.ref_bias = ck.rounding_bias(cp, C.data, ref, sc.dtype) if sc.dtype == "bf16" else None
     e16 = None
     if acc == "f16":
         with s:
@@ -498,8 +500,12 @@ def check_accuracy(sc: ShapeChecks, label: str, tag: str, ref: DeviceArray, norm
     rec = sc.recs[label]
     if err > rec.rel_err or rec.bound == 0:
         rec.rel_err, rec.bound = err, bound
-    rec.put("accuracy", err <= bound, f"rel. error {err:.3g} > bound {bound:.3g} ({tag})" if err > bound else "",
-            rel_err=err, bound=bound)
+    if err > bound:
+        rec.put("accuracy", False, f"rel. error {err:.3g} > bound {bound:.3g} ({tag})", rel_err=err, bound=bound)
+        return
+    rounded, why = (ck.rounding_verdict(ck.rounding_bias(sc.cp, sc.ctx.C.data, ref, sc.dtype), sc.ref_bias)
+                    if sc.dtype == "bf16" else (True, ""))
+    rec.put("accuracy", rounded, f"{why} ({tag})" if why else "", rel_err=err, bound=bound)
 
 
 def check_deterministic(sc: ShapeChecks, label: str, subj: bl.Subject, tag: str, ref: DeviceArray, norm: float,
