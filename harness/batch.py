@@ -18,11 +18,12 @@ charged alone: the request is repeated without it. An evaluator that does not ba
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Sequence, cast
 
 from harness.shapes import Shape
 
 if TYPE_CHECKING:
+    from harness.evaluate import Evaluation
     from harness.evaluator_protocol import BatchEvaluator, Evaluator
 
 Item = tuple[str, str, Sequence[str]]     # (label, source, nvcc flags)
@@ -41,13 +42,13 @@ def _msg(status: str, t: float | None, check: dict[str, object] | None) -> str:
 
 
 def evaluate_many(evaluator: "Evaluator", items: Sequence[Item], shape: Shape, acc: str = "f32", *,
-                  baselines: Sequence[str] = ()) -> dict[str, Any]:
+                  baselines: Sequence[str] = ()) -> dict[str, Evaluation]:
     """label -> Evaluation of every item (see the module docstring). ``baselines`` are timed in
     the same request (and reported on every item's Evaluation)."""
     if not items:
         return {}
     if not evaluator.can_batch:
-        out: dict[str, Any] = {}
+        out: dict[str, Evaluation] = {}
         for i, (label, src, flags) in enumerate(items):
             out[label] = evaluator.evaluate(src, shape, acc, flags=tuple(flags), time_baselines=bool(baselines) and i == 0)
         return out
@@ -55,14 +56,14 @@ def evaluate_many(evaluator: "Evaluator", items: Sequence[Item], shape: Shape, a
 
 
 def _batched(evaluator: "BatchEvaluator", items: Sequence[Item], shape: Shape, acc: str,
-             baselines: Sequence[str]) -> dict[str, Any]:
+             baselines: Sequence[str]) -> dict[str, Evaluation]:
     """One request for every item that builds (see the module docstring)."""
     from harness.build import build
     from harness.errors import KernelSourceError, ToolMissing
     from harness.evaluate import Evaluation, is_nondeterministic
     from harness.worker import WorkerError
 
-    out = {}
+    out: dict[str, Evaluation] = {}
     builds = {}
     for label, src, flags in items:
         try:

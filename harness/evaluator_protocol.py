@@ -41,7 +41,11 @@ Methods a capability guards (``run_shape`` with ``can_batch``; ``recorded_build`
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from .evaluate import Evaluation
+    from .gemm_shape import Shape
 
 
 @runtime_checkable
@@ -67,8 +71,8 @@ class Evaluator(Protocol):
     replays_recording: bool
     own_profiles: bool
 
-    def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Sequence[str] = (),
-                 label: str = "candidate", time_baselines: bool = True) -> Any: ...
+    def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
+                 label: str = "candidate", time_baselines: bool = True) -> Evaluation: ...
 
     def close(self) -> None: ...
 
@@ -85,7 +89,7 @@ class BatchEvaluator(Evaluator, Protocol):
 
     timing: str | None
 
-    def run_shape(self, shape: Any, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
+    def run_shape(self, shape: Shape, acc: str, candidates: list[dict[str, Any]], baselines: Sequence[str],
                   timeout_s: float | None = None) -> dict[str, Any]: ...
 
 
@@ -98,9 +102,9 @@ class ReplayEvaluator(Evaluator, Protocol):
     ``profile(source, shape, acc)``: the recorded profile, or None when there is none (never
     raises for a missing one)."""
 
-    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Sequence[str] = ()) -> dict[str, object] | None: ...
+    def recorded_build(self, source: str, shape: Shape, acc: str = "f32", flags: Sequence[str] = ()) -> dict[str, object] | None: ...
 
-    def profile(self, source: str, shape: Any, acc: str = "f32") -> Any: ...
+    def profile(self, source: str, shape: Shape, acc: str = "f32") -> object: ...
 
 
 __all__ = ["BatchEvaluator", "EvaluationLike", "Evaluator", "ReplayEvaluator"]

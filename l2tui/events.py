@@ -28,9 +28,12 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence, TypedDict, Union
 
 from .errors import SessionError
+
+if TYPE_CHECKING:
+    from harness.gemm_shape import Shape
 
 SCHEMA_VERSION = 1
 
@@ -76,7 +79,7 @@ class Event:
     seq: int | None = None
     time: float | None = None
     type: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    extra: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
     #: the keys of the object it was parsed from, in order (None when built in code)
     keys: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
@@ -131,7 +134,7 @@ class TrackAdded(TrackEvent):
     shape: list[int] | None = field(default=None, metadata={"check": "shape"})
     acc: str | None = None
     baseline: str | None = None
-    gpu: Any = None  # the sweep's GPU uuid
+    gpu: object = None  # the sweep's GPU uuid
 
 
 @dataclass(kw_only=True)
@@ -139,7 +142,7 @@ class TrackState(TrackEvent):
     TYPE: ClassVar[str] = TRACK_STATE
     state: str | None = None
     requeued: bool | None = None  # the sweep: the track's GPU was lost, it waits for another
-    gpu: Any = None
+    gpu: object = None
     reason: str | None = None
 
 
@@ -149,7 +152,7 @@ class TrackDone(TrackEvent):
     reason: str | None = None
     best_sha: str | None = None
     best_speedup: float | None = None
-    gpu: Any = None
+    gpu: object = None
 
 
 @dataclass(kw_only=True)
@@ -242,10 +245,10 @@ class Checked(StepEvent):
     rel_err: float | None = None
     bound: float | None = None
     # the sweep's worker bookkeeping, shown as recorded
-    worker_s: Any = None
-    phases: Any = None
-    gpu: Any = None
-    batch: Any = None
+    worker_s: object = None
+    phases: object = None
+    gpu: object = None
+    batch: object = None
     # an imported bench result: each check's verdict, and that it was imported (``source``)
     checks: dict | None = None
     source: str | None = None
@@ -260,8 +263,8 @@ class Timed(StepEvent):
     roofline_ms: float | None = None
     baseline: str | None = None
     speedup: float | None = None
-    gpu: Any = None
-    timing: Any = None
+    gpu: object = None
+    timing: object = None
     # the harness's cuBLASLt autotune of this request (best_index, available, requested,
     # cublaslt_version): an export pins that algorithm in its fallback
     autotune: dict | None = None
@@ -270,12 +273,12 @@ class Timed(StepEvent):
     cublas_variant: str | None = None
     # an imported bench result (``source``) keeps the bench's own statistics of its times
     source: str | None = None
-    p90_ms: Any = None
-    spread: Any = None
-    device_ms: Any = None
-    reps: Any = None
-    clocks: Any = None
-    detail_times_ms: Any = None
+    p90_ms: object = None
+    spread: object = None
+    device_ms: object = None
+    reps: object = None
+    clocks: object = None
+    detail_times_ms: object = None
 
 
 @dataclass(kw_only=True)
@@ -381,7 +384,7 @@ _NOT_PAYLOAD = frozenset(("seq", "time", "type", "extra", "keys"))
 @dataclass(frozen=True)
 class _Spec:
     name: str
-    hint: Any
+    hint: object
     check: str | None
 
 
@@ -399,9 +402,9 @@ def _specs(cls: type[Event]) -> tuple[_Spec, ...]:
     return got
 
 
-def _fits(value: Any, hint: Any) -> bool:
+def _fits(value: object, hint: object) -> bool:
     """Whether a JSON value fits a field's annotation (an int is a float; a bool is neither)."""
-    if hint is Any:
+    if hint is object:
         return True
     origin = typing.get_origin(hint)
     if origin is Union or origin is types.UnionType:
@@ -424,19 +427,19 @@ def _fits(value: Any, hint: Any) -> bool:
     raise TypeError(f"events: no check for annotation {hint!r}")  # a programming error in this module
 
 
-def shown_seq(obj: Any) -> str:
+def shown_seq(obj: object) -> str:
     """The seq of a raw event for a message ("?" when it has none fit to print)."""
     seq = obj.get("seq") if isinstance(obj, dict) else None
     return str(seq) if isinstance(seq, int) and not isinstance(seq, bool) else "?"
 
 
-def shown_type(obj: Any) -> str:
+def shown_type(obj: object) -> str:
     """The type of a raw event for a message: an identifier of at most 40 characters, else "?"."""
     typ = obj.get("type") if isinstance(obj, dict) else None
     return typ if isinstance(typ, str) and typ.isidentifier() and len(typ) <= 40 else "?"
 
 
-def damaged(obj: Any, what: str, where: str = "events.jsonl", *, writing: bool = False) -> SessionError:
+def damaged(obj: object, what: str, where: str = "events.jsonl", *, writing: bool = False) -> SessionError:
     """The one line for a field of an event that has the wrong type (read back, or about to be written)."""
     if writing:
         return SessionError(f"{where}: event seq {shown_seq(obj)} ({shown_type(obj)}) would have a malformed "
@@ -445,7 +448,7 @@ def damaged(obj: Any, what: str, where: str = "events.jsonl", *, writing: bool =
                         "the session file is damaged")
 
 
-def check_shape(value: Any, where: str) -> Any:
+def check_shape(value: object, where: str) -> Shape:
     """A recorded ``[M, N, K]`` as a :class:`harness.shapes.Shape`, or one :class:`SessionError` line.
 
     A shape of two elements, a string, a float or a dimension past the harness's
@@ -465,21 +468,30 @@ def check_shape(value: Any, where: str) -> Any:
 AUTOTUNE_FIELDS = ("best_index", "available", "requested", "cublaslt_version")
 
 
-def library_fields(extra: Any) -> dict:
+class LibraryFields(TypedDict, total=False):
+    """The library fields of a ``timed`` event, as :func:`library_fields` gives them (a keyword
+    argument set for :class:`Timed`)."""
+
+    autotune: dict[str, int]
+    cublas_variant: str
+
+
+def library_fields(extra: object) -> LibraryFields:
     """The fields of an evaluation's ``extra`` a ``timed`` event keeps about the libraries timed
     beside the kernel (what an export needs to pin one): ``autotune`` and ``cublas_variant``,
     each only when present."""
     extra = extra if isinstance(extra, dict) else {}
-    out: dict[str, Any] = {}
+    out: LibraryFields = {}
     rec = autotune_record(extra.get("autotune"))
     if rec:
         out["autotune"] = rec
-    if extra.get("cublas_variant") in ("nn", "tn"):
-        out["cublas_variant"] = extra["cublas_variant"]
+    variant = extra.get("cublas_variant")
+    if variant == "nn" or variant == "tn":
+        out["cublas_variant"] = variant
     return out
 
 
-def autotune_record(raw: Any) -> dict | None:
+def autotune_record(raw: object) -> dict[str, int] | None:
     """What a ``timed`` event keeps of an evaluation's cuBLASLt autotune (its ``extra["autotune"]``):
     the integer fields an export needs to pin the same algorithm, or None when there is none."""
     if not isinstance(raw, dict) or not isinstance(raw.get("best_index"), int):
@@ -488,7 +500,7 @@ def autotune_record(raw: Any) -> dict | None:
             if isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool)}
 
 
-def parse(obj: Any, *, where: str = "events.jsonl", writing: bool = False) -> Event:
+def parse(obj: object, *, where: str = "events.jsonl", writing: bool = False) -> Event:
     """One event as its typed record; one :class:`SessionError` line when a field is malformed.
 
     ``where`` names the file in the message (a path, or just ``events.jsonl``);
@@ -532,7 +544,7 @@ def parse(obj: Any, *, where: str = "events.jsonl", writing: bool = False) -> Ev
     return ev
 
 
-def parse_all(objs: Iterable[Any], *, where: str = "events.jsonl") -> list[Event]:
+def parse_all(objs: Iterable[object], *, where: str = "events.jsonl") -> list[Event]:
     """Every event of a session, parsed in order (the first malformed one stops it)."""
     return [parse(o, where=where) for o in objs]
 
@@ -583,7 +595,7 @@ def written_payload(ev: Event) -> dict[str, object]:
     return out
 
 
-def schema_of(events: list[Any]) -> int:
+def schema_of(events: Sequence[object]) -> int:
     """The events schema a session was written with: the first event's ``schema``, else 1."""
     first = events[0] if events else None
     if isinstance(first, Event):

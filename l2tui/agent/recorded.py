@@ -38,12 +38,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Sequence, cast
 
 from ..session import sha256_text
 
 if TYPE_CHECKING:
+    from harness.channel import Record
     from harness.evaluate import Evaluation
+    from harness.gemm_shape import Shape
     from harness.evaluator_protocol import Evaluator, ReplayEvaluator
 
 NOT_RECORDED = "not_recorded"
@@ -51,7 +53,7 @@ NOT_RECORDED = "not_recorded"
 MAX_RECORDING_BYTES = 64 << 20
 
 
-def _recording_schema() -> Any:
+def _recording_schema() -> Record:
     """What a recording file may hold (harness.channel schemas): every record an evaluation's dict
     form, profiles bounded data, aliases sha256 to sha256; other top-level keys bounded data."""
     from harness.channel import Bool, Data, MapOf, Record, Str
@@ -88,17 +90,18 @@ def load_recording(path: str | Path) -> dict:
     return doc
 
 
-def record_key(source: str, shape: Any, acc: str) -> str:
+def record_key(source: str, shape: Shape, acc: str) -> str:
     return f"{sha256_text(source)}:{shape.m}x{shape.n}x{shape.k}:{acc}"
 
 
-def _to_dict(obj: Any) -> dict:
+def _to_dict(obj: object) -> dict:
     if obj is None:
         return {}
     if isinstance(obj, dict):
         return obj
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        return dict(to_dict())
     raise TypeError(f"cannot record {type(obj).__name__}")
 
 
@@ -141,7 +144,7 @@ class RecordedEvaluator:
     def provisional(self) -> bool:
         return bool(self.meta.get("provisional"))
 
-    def _key(self, source: str, shape: Any, acc: str, table: dict | None = None) -> str:
+    def _key(self, source: str, shape: Shape, acc: str, table: dict | None = None) -> str:
         """The key ``source`` is recorded under in ``table`` (records by default): its own, else
         its alias's (module docstring); its own when neither is there."""
         table = self.records if table is None else table
@@ -154,19 +157,19 @@ class RecordedEvaluator:
             return f"{alias}:{rest}"
         return key
 
-    def holds(self, source: str, shape: Any, acc: str = "f32") -> bool:
+    def holds(self, source: str, shape: Shape, acc: str = "f32") -> bool:
         """Whether the recording has a result for ``source`` on ``shape`` (its own or its alias's):
         what a search replaying it can propose (anything else could only come back not_recorded)."""
         return self._key(source, shape, acc) in self.records
 
-    def _build(self, source: str, flags: Any) -> dict | None:
+    def _build(self, source: str, flags: Sequence[str] | None) -> dict | None:
         if not self.do_build:
             return None
         from harness.build import build
 
         return build(source, arch=self.arch, flags=list(flags or ())).to_dict()
 
-    def _recorded_build(self, key: str, flags: Any = None) -> dict | None:
+    def _recorded_build(self, key: str, flags: Sequence[str] | None = None) -> dict | None:
         """The recording's own successful build of ``key`` (``build="unrecorded"`` only; with
         ``flags``, only a build made with those flags)."""
         if self.do_build != "unrecorded":
@@ -178,14 +181,14 @@ class RecordedEvaluator:
             return None
         return b
 
-    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Any = ()) -> dict | None:
+    def recorded_build(self, source: str, shape: Shape, acc: str = "f32", flags: Sequence[str] = ()) -> dict | None:
         """What the loop's compile stage uses instead of running nvcc, when the recording holds
         this kernel's build (``build="unrecorded"``); None: build it."""
         b = self._recorded_build(self._key(source, shape, acc), flags)
         return None if b is None else {**json.loads(json.dumps(b)), "replayed": True}
 
-    def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Any = (), label: str = "candidate",
-                 time_baselines: bool = True) -> Any:
+    def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
+                 label: str = "candidate", time_baselines: bool = True) -> Evaluation:
         key = self._key(source, shape, acc)
         if self._recorded_build(key, flags) is not None:
             d = json.loads(json.dumps(self.records[key]))
@@ -213,7 +216,7 @@ class RecordedEvaluator:
             d["build"] = b
         return _wrap(d)
 
-    def profile(self, source: str, shape: Any, acc: str = "f32") -> dict | None:
+    def profile(self, source: str, shape: Shape, acc: str = "f32") -> dict | None:
         return self.profiles.get(self._key(source, shape, acc, self.profiles))
 
     def close(self) -> None:
@@ -222,7 +225,7 @@ class RecordedEvaluator:
     def __enter__(self) -> "RecordedEvaluator":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -252,18 +255,19 @@ class RecordingEvaluator:
                 self.profiles.update(doc.get("profiles", {}))
                 self.aliases.update(doc.get("aliases", {}))
 
-    def evaluate(self, source: str, shape: Any, acc: str = "f32", **kw: Any) -> Any:
-        ev = self.inner.evaluate(source, shape, acc, **kw)
+    def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
+                 label: str = "candidate", time_baselines: bool = True) -> Evaluation:
+        ev = self.inner.evaluate(source, shape, acc, flags=flags, label=label, time_baselines=time_baselines)
         d = json.loads(json.dumps(_to_dict(ev), default=str))
         with self._lock:
             self.records[record_key(source, shape, acc)] = d
         return ev
 
-    def recorded_build(self, source: str, shape: Any, acc: str = "f32", flags: Any = ()) -> dict | None:
+    def recorded_build(self, source: str, shape: Shape, acc: str = "f32", flags: Sequence[str] = ()) -> dict | None:
         """None: a recorder builds every kernel for real."""
         return None
 
-    def profile(self, source: str, shape: Any, acc: str = "f32") -> Any:
+    def profile(self, source: str, shape: Shape, acc: str = "f32") -> object:
         if not self.inner.own_profiles:
             return None
         # ``own_profiles`` is the protocol's promise that ``profile`` is there

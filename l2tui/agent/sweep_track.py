@@ -38,7 +38,7 @@ class TrackDriver:
         self.info = StepInfo(track=track, shape=(shape.m, shape.n, shape.k), acc=acc, baseline=self.cfg.baseline,
                              policy="search")
         self.base_ms: dict[str, float] = {}
-        self.base_tune: dict = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
+        self.base_tune: ev_schema.LibraryFields = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
         self.best_src: str | None = None
         self.best_ms = math.inf
         self.seed_lines = 0   # the pick's candidates are seeds; refinements measure against the pick's winner

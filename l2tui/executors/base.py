@@ -39,11 +39,17 @@ Errors a user can fix (no cluster at that address, no GPU in the cluster) are
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, runtime_checkable
 
 from ..errors import UserError
 
-Progress = Callable[[int, int, Any], None]
+if TYPE_CHECKING:
+    from harness.build import BuildResult
+    from harness.evaluate import Evaluation
+    from harness.gemm_shape import Shape
+
+#: ``progress(done, total, result)`` as builds finish (None: a source not built)
+Progress = Callable[[int, int, "BuildResult | None"], None]
 
 
 class ExecutorError(UserError):
@@ -59,11 +65,11 @@ class Slot(Protocol):
     uuid: str
     name: str
 
-    def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Sequence[str] = (),
-                 time_baselines: bool = True) -> Any: ...
+    def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
+                 time_baselines: bool = True) -> Evaluation: ...
 
-    def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: Any, acc: str = "f32", *,
-                      baselines: Sequence[str] = ()) -> dict[str, Any]: ...
+    def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: Shape, acc: str = "f32", *,
+                      baselines: Sequence[str] = ()) -> dict[str, Evaluation]: ...
 
 
 @runtime_checkable
@@ -74,7 +80,7 @@ class Executor(Protocol):
     def build_width(self) -> int: ...
 
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
-                   progress: Progress | None = None, deadline: float | None = None) -> list[Any]: ...
+                   progress: Progress | None = None, deadline: float | None = None) -> list[BuildResult | None]: ...
 
     def slots(self) -> list[Slot]: ...
 

@@ -8,22 +8,25 @@ or recorded evaluations).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .base import Progress
 
 if TYPE_CHECKING:
+    from harness.build import BuildResult
+    from harness.evaluate import Evaluation
     from harness.evaluator_protocol import Evaluator
+    from harness.gemm_shape import Shape
 
 
-def gpu_identity(evaluator: Any) -> dict:
+def gpu_identity(evaluator: object) -> dict:
     """The GPU an evaluator times on: its worker's ``gpu_info``, or a recording's GPU."""
     info: dict = {}
     fn = getattr(evaluator, "gpu_info", None)
     if fn is not None:
         info = dict(fn() or {})
-    elif isinstance(getattr(evaluator, "meta", None), dict):
-        info = dict(evaluator.meta.get("gpu") or {})
+    elif isinstance(meta := getattr(evaluator, "meta", None), dict):
+        info = dict(meta.get("gpu") or {})
     return info
 
 
@@ -35,12 +38,12 @@ class EvaluatorSlot:
         self.uuid = uuid or "local"
         self.name = name or "local GPU"
 
-    def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Sequence[str] = (),
-                 time_baselines: bool = True) -> Any:
+    def evaluate(self, source: str, shape: "Shape", acc: str = "f32", *, flags: Sequence[str] = (),
+                 time_baselines: bool = True) -> "Evaluation":
         return self.evaluator.evaluate(source, shape, acc, flags=tuple(flags), time_baselines=time_baselines)
 
-    def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: Any, acc: str = "f32", *,
-                      baselines: Sequence[str] = ()) -> dict[str, Any]:
+    def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: "Shape", acc: str = "f32", *,
+                      baselines: Sequence[str] = ()) -> dict[str, "Evaluation"]:
         from .batch import evaluate_many
 
         return evaluate_many(self.evaluator, items, shape, acc, baselines=baselines)
@@ -54,7 +57,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, evaluator: Any = None, *, jobs: int | None = None, gpu: dict | None = None) -> None:
+    def __init__(self, evaluator: "Evaluator | None" = None, *, jobs: int | None = None, gpu: dict | None = None) -> None:
         self.jobs = jobs
         self._slots: list[EvaluatorSlot] = []
         if evaluator is not None:
@@ -69,7 +72,7 @@ class LocalExecutor:
         return self.jobs or default_jobs()
 
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
-                   progress: Progress | None = None, deadline: float | None = None) -> list[Any]:
+                   progress: Progress | None = None, deadline: float | None = None) -> list["BuildResult | None"]:
         from harness.build import build_many
 
         return build_many(list(sources), arch=arch, flags=flags, jobs=self.jobs, progress=progress,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 
 def _hms(s: float) -> str:
@@ -62,7 +62,7 @@ class BuildProgress:
             tail = f"{_hms(time.monotonic() - self.t0)} (nvcc {_hms(self.nvcc_s)} in all)"
         return f"{self.what} [{'#' * fill}{'.' * (self.width - fill)}] {', '.join(parts)}  {tail}"
 
-    def __call__(self, done: int, total: int, res: Any) -> None:
+    def __call__(self, done: int, total: int, res: object) -> None:
         with self._lock:
             self.done, self.total = done, total
             if getattr(res, "cached", False):

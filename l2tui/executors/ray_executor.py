@@ -41,12 +41,18 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Sequence, TypeAlias, cast, overload
 
 from .base import ExecutorError, Progress, SlotLost
 
 if TYPE_CHECKING:
+    from harness.build import BuildResult
+    from harness.evaluate import Evaluation
     from harness.evaluator_protocol import EvaluationLike, Evaluator
+    from harness.gemm_shape import Shape
+
+#: a Ray actor handle or object reference: Ray ships no types, so both are untyped to mypy
+RayHandle: TypeAlias = Any
 
 START_TIMEOUT_S = 600.0      # an actor's Evaluator starts a GPU worker (CUDA init, cuBLAS load)
 #: the most JSON text one actor answer may be (evaluations of a batch, compile logs included)
@@ -145,14 +151,14 @@ def _set_sandbox_override(value: str | None) -> None:
         pass
 
 
-def lookup(source: str, arch: str | None, flags: Sequence[str]) -> Any:
+def lookup(source: str, arch: str | None, flags: Sequence[str]) -> BuildResult | None:
     """The cached BuildResult of ``source`` in this process's build cache, or None."""
     from harness.build import cached_build
 
     return cached_build(source, arch, flags)
 
 
-def install(d: dict, data: bytes | None, cacheable: bool = True) -> Any:
+def install(d: dict, data: bytes | None, cacheable: bool = True) -> BuildResult:
     """Write a build made elsewhere into this process's build cache; its BuildResult here."""
     from harness.build import LIB_NAME, BuildResult, _cache_entry, _load_cached
     from harness.channel import FrameError, validate
@@ -188,7 +194,7 @@ def install(d: dict, data: bytes | None, cacheable: bool = True) -> Any:
     return res
 
 
-def _entry_of(br: Any) -> tuple[dict, bytes | None] | None:
+def _entry_of(br: BuildResult | None) -> tuple[dict, bytes | None] | None:
     """(build.json, library bytes) of a cached build, to ship to another node."""
     if br is None or not br.ok or br.so_path is None:
         return None
@@ -275,21 +281,29 @@ class GpuActor:
         self.ev.close()
 
 
-def _from_dict(d: dict) -> Any:
+def _from_dict(d: dict) -> Evaluation:
     """An evaluation from its checked dict form (``not_recorded`` included: a replaying actor's)."""
     from harness.evaluate import evaluation_from_data
 
     return evaluation_from_data(d)      # (checked again: cheap, and the only door to an Evaluation)
 
 
-def _malformed(uuid: str, e: Exception) -> Any:
+def _malformed(uuid: str, e: Exception) -> Evaluation:
     from harness.evaluate import Evaluation
 
     reason = " ".join(str(e).split())[:200]
     return Evaluation("crashed", None, message=f"the GPU actor {uuid} sent a malformed evaluation: {reason}")
 
 
-def read_answer(text: object, uuid: str, labels: Sequence[str] | None = None) -> Any:
+@overload
+def read_answer(text: object, uuid: str, labels: None = None) -> Evaluation: ...
+
+
+@overload
+def read_answer(text: object, uuid: str, labels: Sequence[str]) -> dict[str, Evaluation]: ...
+
+
+def read_answer(text: object, uuid: str, labels: Sequence[str] | None = None) -> Evaluation | dict[str, Evaluation]:
     """An actor's answer (JSON text, at most MAX_ANSWER_BYTES) as evaluations: one, or with
     ``labels`` one per label. Every evaluation is checked against harness.evaluate's schema before
     one is built; an answer that fails charges the evaluations it carried as ``crashed`` in one line."""
@@ -316,7 +330,7 @@ def read_answer(text: object, uuid: str, labels: Sequence[str] | None = None) ->
 class RaySlot:
     """A :class:`~l2tui.executors.base.Slot` over one GPU actor."""
 
-    def __init__(self, actor: Any, info: dict, *, ship: bool, arch: str | None) -> None:
+    def __init__(self, actor: RayHandle, info: dict, *, ship: bool, arch: str | None) -> None:
         self.actor = actor
         self.info = info
         self.uuid = str(info.get("uuid") or "unknown")
@@ -332,13 +346,13 @@ class RaySlot:
         for src, flags in sources:
             br = lookup(src, self.arch, flags)
             e = _entry_of(br)
-            if e is not None and br.key not in self._shipped:
+            if br is not None and e is not None and br.key not in self._shipped:
                 entries.append(e)
                 self._shipped.add(br.key)
         if entries:
             self._get(self.actor.install.remote(entries))
 
-    def _get(self, ref: Any) -> Any:
+    def _get(self, ref: RayHandle) -> object:
         import ray
         from ray.exceptions import ActorUnavailableError, RayActorError
 
@@ -347,15 +361,15 @@ class RaySlot:
         except (RayActorError, ActorUnavailableError) as e:
             raise SlotLost(f"GPU actor {self.uuid} is gone: {_first_line(e)}") from None
 
-    def evaluate(self, source: str, shape: Any, acc: str = "f32", *, flags: Sequence[str] = (),
-                 time_baselines: bool = True) -> Any:
+    def evaluate(self, source: str, shape: Shape, acc: str = "f32", *, flags: Sequence[str] = (),
+                 time_baselines: bool = True) -> Evaluation:
         self._ship([(source, flags)])
         text = self._get(self.actor.evaluate.remote(source, (shape.m, shape.n, shape.k), acc, list(flags),
                                                     bool(time_baselines)))
         return read_answer(text, self.uuid)
 
-    def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: Any, acc: str = "f32", *,
-                      baselines: Sequence[str] = ()) -> dict[str, Any]:
+    def evaluate_many(self, items: Sequence[tuple[str, str, Sequence[str]]], shape: Shape, acc: str = "f32", *,
+                      baselines: Sequence[str] = ()) -> dict[str, Evaluation]:
         self._ship([(src, flags) for _, src, flags in items])
         text = self._get(self.actor.evaluate_many.remote([[lb, src, list(fl)] for lb, src, fl in items],
                                                          (shape.m, shape.n, shape.k), acc, list(baselines)))
@@ -388,7 +402,7 @@ class RayExecutor:
         self.arch = arch
         self.recorded = str(recorded) if recorded else None   # the recording the actors replay
         self._owns_ray = False
-        self._actors: list[Any] = []
+        self._actors: list[RayHandle] = []
         self._slots: list[RaySlot] = []
         self._closed = False
         if not ray.is_initialized():
@@ -460,13 +474,13 @@ class RayExecutor:
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
-                   progress: Progress | None = None, deadline: float | None = None) -> list[Any]:
+                   progress: Progress | None = None, deadline: float | None = None) -> list[BuildResult | None]:
         """Cache hits at once, the misses as tasks; with ``deadline`` at most ``build_width``
         tasks are in flight and none is submitted after it (those sources come back None)."""
         import ray
 
         unique = list(dict.fromkeys(sources))
-        results: dict[str, Any] = {}
+        results: dict[str, BuildResult | None] = {}
         done = 0
         misses = []
         for src in unique:
@@ -480,8 +494,8 @@ class RayExecutor:
                 progress(done, len(unique), hit)
         queue = collections.deque(misses)
         window = len(misses) if deadline is None else self.build_width
-        refs: dict[Any, str] = {}
-        pending: list[Any] = []
+        refs: dict[RayHandle, str] = {}
+        pending: list[RayHandle] = []
 
         def submit() -> None:
             while queue and len(pending) < window and (deadline is None or time.monotonic() < deadline):
