@@ -62,10 +62,16 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .cupy_types import CudaStream, CupyModule, DeviceArray
+from .cupy_types import CudaKernel, CudaStream, CupyDtype, CupyModule, DeviceArray, DeviceRandom
 from .paths import KERNELS_DIR
+
+if TYPE_CHECKING:
+    import random
+
+    import numpy as np
+    from numpy.typing import NDArray
 
 #: the CUDA of the checks' own kernels (package data); cupy compiles each text with NVRTC as it is
 CHECK_KERNELS_DIR = KERNELS_DIR / "checks"
@@ -136,7 +142,7 @@ VERIFY_SOURCE = _check_kernel("verify.cu")
 # masks. The worker's random.Random is seeded from the shape, so that a run's order of timing
 # rounds can be repeated; these come from the OS's entropy instead, per verifier, and reach the GPU
 # as kernel arguments or as x (the device arrays a kernel could read are x, y = B x and counters).
-def secret_signs(n: int) -> Any:
+def secret_signs(n: int) -> NDArray[np.float32]:
     """``n`` float32 values of +-1, each sign from the OS's entropy."""
     import numpy as np
 
@@ -169,7 +175,7 @@ class Separator:
     verified error of every call so far, in call order (inf where a row was NaN or a call was not
     verified). ``steps`` is the number of calls per graph replay."""
 
-    _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
+    _kernels: dict[tuple[int, str], tuple[CudaKernel, CudaKernel]] = {}
 
     def __init__(self, cp: CupyModule, a: DeviceArray, b: DeviceArray, c: DeviceArray, stream: CudaStream,
                  capacity: int, steps: int, dtype: str = "fp16") -> None:
@@ -226,7 +232,7 @@ class Separator:
 class GuardedBuffer:
     """A device array with sentinel-filled guard regions on both sides."""
 
-    def __init__(self, cp: CupyModule, shape: tuple[int, int], dtype: Any) -> None:
+    def __init__(self, cp: CupyModule, shape: tuple[int, int], dtype: CupyDtype) -> None:
         self.cp = cp
         itemsize = cp.dtype(dtype).itemsize
         self.nbytes = shape[0] * shape[1] * itemsize
@@ -238,7 +244,7 @@ class GuardedBuffer:
         self.head = self.raw[:GUARD_BYTES]
         self.tail = self.raw[GUARD_BYTES + self.nbytes:]
 
-    def bad_guard_bytes(self) -> Any:
+    def bad_guard_bytes(self) -> DeviceArray:
         """Device scalar: number of guard bytes that lost the sentinel."""
         cp = self.cp
         return cp.count_nonzero(self.head != SENTINEL) + cp.count_nonzero(self.tail != SENTINEL)
@@ -257,7 +263,7 @@ class CheckRecord:
     bound: float = 0.0
     unsupported: bool = False
 
-    def put(self, name: str, ok: bool, detail: str = "", **extra: Any) -> None:
+    def put(self, name: str, ok: bool, detail: str = "", **extra: object) -> None:
         prev = self.results.get(name)
         if prev is not None and not prev["ok"]:
             return  # keep the first failure of a check
@@ -291,13 +297,14 @@ EXACT_TERMS = {"fp16": EXACT_MAX_TERMS, "bf16": 256}
 BF16_NAN_BITS = 0x7FC0
 
 
-def perturb_bits(dtype: str = "fp16") -> Any:
+def perturb_bits(dtype: str = "fp16") -> NDArray[np.uint16]:
     """PERTURB_VALUES with either sign as ``dtype`` bits (numpy uint16), what the perturbing
     kernels write into A (every value is exact in fp16 and bf16)."""
     import numpy as np
 
     vals = np.array([v * sgn for v in PERTURB_VALUES for sgn in (1.0, -1.0)], dtype=np.float32)
-    return from_float32(np, vals, dtype).view(np.uint16)
+    bits: NDArray[np.uint16] = from_float32(np, vals, dtype).view(np.uint16)
+    return bits
 
 
 def kernel_name(name: str, dtype: str = "fp16") -> str:
@@ -313,20 +320,20 @@ def precision_scale(dtype: str) -> float:
     return UNIT_ROUNDOFF[dtype] / UNIT_ROUNDOFF["fp16"]
 
 
-def storage_dtype(cp: CupyModule, dtype: str = "fp16") -> Any:
+def storage_dtype(cp: CupyModule, dtype: str = "fp16") -> CupyDtype:
     """The array dtype holding ``dtype`` elements: float16, or uint16 bits for bf16."""
     precision_scale(dtype)
     return cp.uint16 if dtype == "bf16" else cp.float16
 
 
-def to_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> Any:
+def to_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> DeviceArray:
     """Elements of ``dtype`` (as stored, :func:`storage_dtype`) widened exactly to float32."""
     if dtype == "bf16":
         return (x.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
     return x.astype(cp.float32)
 
 
-def from_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> Any:
+def from_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> DeviceArray:
     """float32 values rounded to ``dtype``'s storage: bf16 by round-to-nearest-even on the bits
     (what __float2bfloat16_rn does; a NaN stays a quiet NaN), fp16 by the array's own cast."""
     if dtype != "bf16":
@@ -337,12 +344,12 @@ def from_float32(cp: CupyModule, x: DeviceArray, dtype: str = "fp16") -> Any:
     return cp.where(cp.isnan(x), cp.uint16(BF16_NAN_BITS), rounded).astype(cp.uint16)
 
 
-def nan_value(cp: CupyModule, dtype: str = "fp16") -> Any:
+def nan_value(cp: CupyModule, dtype: str = "fp16") -> DeviceArray:
     """The NaN that poisons C before a call, in ``dtype``'s storage."""
     return cp.uint16(BF16_NAN_BITS) if dtype == "bf16" else cp.float16(float("nan"))
 
 
-def fp16_normal(cp: CupyModule, rs: Any, shape: tuple[int, int], dtype: str = "fp16") -> Any:
+def fp16_normal(cp: CupyModule, rs: DeviceRandom, shape: tuple[int, int], dtype: str = "fp16") -> DeviceArray:
     return from_float32(cp, rs.standard_normal(shape, dtype=cp.float32), dtype)
 
 
@@ -369,7 +376,7 @@ def fill_binary(cp: CupyModule, seed: int, a: DeviceArray, b: DeviceArray, dtype
     b[...] = from_float32(cp, (rs.random_sample(b.shape, dtype=cp.float32) < 0.5).astype(cp.float32), dtype)
 
 
-def reference(cp: CupyModule, a: DeviceArray, b: DeviceArray, dtype: str = "fp16") -> Any:
+def reference(cp: CupyModule, a: DeviceArray, b: DeviceArray, dtype: str = "fp16") -> DeviceArray:
     """fp32-accumulated reference of the upcast inputs (CUPY_TF32 is 0 in the worker);
     float64 for problems small enough that it costs nothing."""
     m, k = a.shape
@@ -445,7 +452,7 @@ class Perturber:
     """Launches ``l2_perturb`` on ``stream``: one element of ``a`` changes per launch; ``row``
     (device) holds the row it changed last."""
 
-    _kernels: dict[int, Any] = {}
+    _kernels: dict[int, CudaKernel] = {}
 
     def __init__(self, cp: CupyModule, a: DeviceArray, stream: CudaStream, dtype: str = "fp16") -> None:
         self.cp, self.a, self.stream = cp, a, stream
@@ -478,7 +485,7 @@ class SignFlipper:
     every verified call, and as cheap as reading A. After a dense change there is nothing to
     update from; part (3) of ``fresh`` compares the two (:func:`dense_verdict`)."""
 
-    _kernels: dict[int, Any] = {}
+    _kernels: dict[int, CudaKernel] = {}
 
     def __init__(self, cp: CupyModule, a: DeviceArray, stream: CudaStream) -> None:
         self.cp, self.a, self.stream = cp, a, stream
@@ -514,7 +521,7 @@ class Verifier:
     launch of VERIFY_ROWS blocks writing each row's |C[r] x - A[r] y| / |C[r]| into ``worst``.
     ``y = B x`` is computed once here; ``b_unchanged`` recomputes it after the graph."""
 
-    _kernels: dict[tuple[int, str], tuple[Any, Any]] = {}
+    _kernels: dict[tuple[int, str], tuple[CudaKernel, CudaKernel]] = {}
 
     def __init__(self, cp: CupyModule, a: DeviceArray, b: DeviceArray, c: DeviceArray, stream: CudaStream, capacity: int, changed_row: DeviceArray,
                  dtype: str = "fp16") -> None:
@@ -535,7 +542,7 @@ class Verifier:
         self.worst = cp.full(self.capacity, cp.nan, dtype=cp.float32)
         self.counter = cp.zeros(1, dtype=cp.uint32)
 
-    def _bx(self) -> Any:
+    def _bx(self) -> DeviceArray:
         cp = self.cp
         y = cp.zeros(self.k, dtype=cp.float32)
         with self.stream:
@@ -589,7 +596,7 @@ def verify_verdict(worst: list[float], expected: int, limit: float) -> tuple[boo
                    f"a row off by {v:.3g} of its norm > {limit:.3g}): the kernel skips work on some calls")
 
 
-def sparse_change(cp: CupyModule, a: DeviceArray, rng: Any, count: int = FRESH_SPARSE, value: float = FRESH_VALUE,
+def sparse_change(cp: CupyModule, a: DeviceArray, rng: random.Random, count: int = FRESH_SPARSE, value: float = FRESH_VALUE,
                   dtype: str = "fp16") -> int:
     """Set ``count`` random elements of ``a`` (in place, same buffer; elements of ``dtype`` as
     stored) to +-``value``; returns how many."""

@@ -18,3 +18,11 @@ DeviceArray: TypeAlias = Any
 CudaStream: TypeAlias = Any
 #: a captured ``cupy.cuda.Graph``
 CudaGraph: TypeAlias = Any
+#: a ``cupy.cuda.Event`` (timing marks)
+CudaEvent: TypeAlias = Any
+#: a compiled ``cupy.RawKernel`` / ``cupy.ElementwiseKernel``
+CudaKernel: TypeAlias = Any
+#: an element type as cupy takes it (``cupy.float16``, ``cupy.uint16``, a numpy dtype)
+CupyDtype: TypeAlias = Any
+#: a ``cupy.random.RandomState``
+DeviceRandom: TypeAlias = Any

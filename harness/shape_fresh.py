@@ -179,7 +179,7 @@ def dense_checks(sc: ShapeChecks, labels: list[str], limit: float, rng: random.R
         sc.charge(label, "fresh", ok, det, **{**(fields or {}).get(label, {}), **got})
 
 
-def fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[Any],
+def fresh_checks(sc: ShapeChecks, labels: list[str], timing_mode: str, graphs: list[timing.Graph],
                  timed: dict[str, dict[str, Any]], chained: dict[str, dict[str, Any]], bound: float,
                  rng: random.Random, dense: dict[str, tuple[bool, str, dict[str, Any]]] | None,
                  limit: float) -> None:

@@ -156,11 +156,11 @@ class PerCallGraphs:
         self.g, self.ctx, self.calls = g, ctx, dict(calls)
         cp, s = g.cp, g.stream
         A, B, C = ctx.A, ctx.B, ctx.C
-        self.graphs: list[Any] = []
-        self.base: Any = None
-        self.dense_graphs: list[Any] = []
-        self.dense_base: Any = None
-        self.dense_seps: dict[str, Any] = {}
+        self.graphs: list[timing.Graph] = []
+        self.base: timing.Graph | None = None
+        self.dense_graphs: list[timing.Graph] = []
+        self.dense_base: timing.Graph | None = None
+        self.dense_seps: dict[str, ck.Separator] = {}
         est: dict[str, float] = {}
         for label, call in list(self.calls.items()):
             try:
@@ -221,7 +221,7 @@ class PerCallGraphs:
                 self.dense_seps.pop(label)
                 continue
 
-            def step(sep: Any = sep) -> int:
+            def step(sep: ck.Separator = sep) -> int:
                 sep.step()
                 return self.flip.step()
 
@@ -241,10 +241,10 @@ class PerCallGraphs:
             _, self.dense_base = timing.isolated_graphs(cp, s, {}, {}, (base_step, self.dense_sep_base.tail),
                                                         self.reps, base_label=DENSE_SEPARATOR_LABEL)
 
-    def all_graphs(self) -> list[Any]:
-        if not self.graphs:
+    def all_graphs(self) -> list[timing.Graph]:
+        if not self.graphs or self.base is None:
             return []
-        dense = [*self.dense_graphs, self.dense_base] if self.dense_graphs else []
+        dense = [*self.dense_graphs, self.dense_base] if self.dense_graphs and self.dense_base is not None else []
         return [*self.graphs, self.base, *dense]
 
     def dense_verdicts(self, raw: dict[str, dict[str, Any]], per: dict[str, dict[str, Any]], replays: int,
@@ -254,6 +254,7 @@ class PerCallGraphs:
         graph) within :func:`harness.checks.dense_verdict` of the timed per-call time."""
         if not self.dense_graphs:
             return {}
+        assert self.dense_base is not None   # captured with the dense graphs
         self.g.stream.synchronize()
         dense = timing.per_call(raw, [gr.label for gr in self.dense_graphs], self.dense_base.label)
         expected = self.reps * (replays + 1)
@@ -275,6 +276,7 @@ class PerCallGraphs:
         return out
 
     def per_call(self, raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        assert self.base is not None   # captured with the per-call graphs
         per = timing.per_call(raw, [gr.label for gr in self.graphs], self.base.label)
         return {gr.subject: per[gr.label] for gr in self.graphs}
 
@@ -291,7 +293,7 @@ class PerCallGraphs:
             out[gr.subject] = (ok, det, fields)
         return out
 
-    def _reset(self, a0: DeviceArray, sep: Any) -> None:
+    def _reset(self, a0: DeviceArray, sep: ck.Separator) -> None:
         with self.g.stream:
             self.ctx.A.data[...] = a0
         sep.reset()
@@ -303,6 +305,7 @@ class PerCallGraphs:
         same way)."""
         cp, s, A = self.g.cp, self.g.stream, self.ctx.A
         inputs = sc.inputs
+        assert self.base is not None   # captured with the per-call graphs
         self._reset(a0, self.sep_base)
         for _ in range(GRAPH_REPLAYS):   # as many launches as sc.replay_graph makes of each graph
             self.base.graph.launch(s)
@@ -339,9 +342,9 @@ class PerCallGraphs:
 # --------------------------------------------------------------------------- offline
 
 
-def _chained_graphs(sc: ShapeChecks, labels: list[str]) -> list[Any]:
+def _chained_graphs(sc: ShapeChecks, labels: list[str]) -> list[timing.Graph]:
     """One back-to-back graph per subject (a subject whose capture fails is charged and left out)."""
-    graphs: list[Any] = []
+    graphs: list[timing.Graph] = []
     for label in labels:
         try:
             graphs.append(timing.make_graph(sc.cp, sc.s, label, sc.subjects[label].call))
@@ -356,7 +359,7 @@ def _bound(seeds: SeedChecks) -> float:
     return seeds.bound if seeds.bound is not None else math.nan
 
 
-def _replay_chained(sc: ShapeChecks, graphs: list[Any], seeds: SeedChecks) -> None:
+def _replay_chained(sc: ShapeChecks, graphs: list[timing.Graph], seeds: SeedChecks) -> None:
     """``graph_replay`` of the back-to-back graphs: each once more on poisoned C and re-verified."""
     bound = _bound(seeds)
     for gr in graphs:
@@ -392,7 +395,7 @@ def time_offline(g: Gpu, sc: ShapeChecks, labels: list[str], timing_mode: str, r
     A = sc.ctx.A
     with s:
         a0 = A.data.copy()     # the checks' last inputs: A is restored to them after timing
-    graphs: list[Any] = []
+    graphs: list[timing.Graph] = []
     if timing_mode in ("chained", "both"):
         graphs = _chained_graphs(sc, labels)
     iso = None

@@ -32,7 +32,7 @@ import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
-from .cupy_types import CudaGraph, CudaStream, CupyModule
+from .cupy_types import CudaEvent, CudaGraph, CudaStream, CupyModule
 
 TARGET_REPLAY_MS = 1.0
 MAX_REPS = 2000
@@ -211,7 +211,7 @@ def offline(cp: CupyModule, stream: CudaStream, graphs: list[Graph], replays: in
     for _ in range(warmup):
         for g in graphs:
             g.graph.launch(stream)
-    marks: list[tuple[str, Any, Any]] = []
+    marks: list[tuple[str, CudaEvent, CudaEvent]] = []
     for _ in range(replays):
         order = list(graphs)
         rng.shuffle(order)
