@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import sandbox as _sandbox
 from .errors import HarnessError, KernelSourceError, ToolMissing
@@ -980,7 +980,7 @@ def build_many(
     flags: Sequence[str] = (),
     jobs: int | None = None,
     use_cache: bool = True,
-    progress: Any = None,
+    progress: Callable[[int, int, BuildResult], None] | None = None,
     deadline: float | None = None,
 ) -> list[BuildResult | None]:
     """Build several sources in parallel (default: one nvcc per core).

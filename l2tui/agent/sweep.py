@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Sequence
 
 from harness.evaluate import Evaluation
 from harness.families import Config, applicable, build_arch_for, catalog
@@ -57,11 +57,19 @@ from .sweep_pool import SlotPool
 from .track import track_id
 from .sweep_track import TrackDriver
 
+if TYPE_CHECKING:
+    from harness.build import BuildResult
+    from harness.evaluator_protocol import Evaluator
+    from harness.known import GpuKey, KnownKernel, KnownStore
+
+    from ..executors.base import Executor, Progress, Slot
+    from ..session import Session
+
 RESULTS_FILE = "sweep.json"
 WINNERS_DIR = "winners"
 
 
-def _recording_holds(executor: Any) -> Any:
+def _recording_holds(executor: object) -> Callable[[str, Shape, str], bool] | None:
     """``holds(source, shape, acc)`` of the recording the executor replays (its local evaluator, or
     the file its Ray actors replay), None when it times on GPUs: a sweep replaying a recording picks
     and proposes only what the recording holds (``SearchPolicy.replay_only``)."""
@@ -112,8 +120,8 @@ class SweepConfig:
     # the known kernels (harness.known.KnownStore) and the GPU key they are looked up and recorded
     # under: each track's pick times its shape's known kernel (else the nearest shapes' winners)
     # beside its own choices, and its verified winner goes into the local layer
-    known: Any = None
-    known_gpu: Any = None
+    known: KnownStore | None = None
+    known_gpu: GpuKey | None = None
     known_info: dict | None = None     # the GPU as its worker describes it (driver, name): provenance
     rewards: RewardConfig = field(default_factory=RewardConfig)   # the session's [rewards]
 
@@ -201,18 +209,13 @@ class Sweep:
     local executor over ``evaluator`` (None: builds only, e.g. ``prebuild``).
     """
 
-    def __init__(self, cfg: SweepConfig, evaluator: Any = None, *, session: Any = None, out_dir: Path | None = None,
+    def __init__(self, cfg: SweepConfig, evaluator: Evaluator | None = None, *, session: Session | NullSession | None = None,
+                 out_dir: Path | None = None,
                  policy: SearchPolicy | None = None, progress: Callable[[str], None] = print,
-                 gpu_name: str | None = None, executor: Any = None,
-                 build_progress: Callable[[str], Callable[[int, int, Any], None]] | None = None) -> None:
+                 gpu_name: str | None = None, executor: Executor | None = None,
+                 build_progress: Callable[[str], Progress] | None = None) -> None:
         self.cfg = cfg
-        if executor is None:
-            from l2tui.executors.local import LocalExecutor
-
-            gpu = {"name": gpu_name} if gpu_name else None
-            executor = LocalExecutor(evaluator, jobs=cfg.jobs, gpu=gpu) if evaluator is not None else \
-                LocalExecutor(None, jobs=cfg.jobs)
-        self.executor = executor
+        self.executor: Executor = executor if executor is not None else self._local(evaluator, gpu_name)
         self.session = session or NullSession()
         self.out_dir = Path(out_dir) if out_dir else None
         if policy is None:
@@ -222,7 +225,7 @@ class Sweep:
                                   new_builds=cfg.new_builds, families=cfg.families,
                                   cost_model=CostModel(cfg.cost_params) if cfg.cost_params is not None else None)
         self.policy = policy
-        holds = _recording_holds(executor)
+        holds = _recording_holds(self.executor)
         if holds is not None and hasattr(policy, "replay_only"):
             policy.replay_only(holds)
         self.progress = progress
@@ -246,8 +249,16 @@ class Sweep:
 
     # ------------------------------------------------------------ builds
 
-    def _build(self, sources: Sequence[str], flags: Sequence[str] = (), progress: Any = None,
-               deadline: float | None = None) -> list[Any]:
+    def _local(self, evaluator: Evaluator | None, gpu_name: str | None) -> Executor:
+        """The executor of a sweep given none: this machine, over ``evaluator`` (None: builds only)."""
+        from l2tui.executors.local import LocalExecutor
+
+        gpu = {"name": gpu_name} if gpu_name else None
+        return LocalExecutor(evaluator, jobs=self.cfg.jobs, gpu=gpu) if evaluator is not None else \
+            LocalExecutor(None, jobs=self.cfg.jobs)
+
+    def _build(self, sources: Sequence[str], flags: Sequence[str] = (), progress: Progress | None = None,
+               deadline: float | None = None) -> list[BuildResult | None]:
         """Build through the executor, each source for its family's arch (sm_90a for the CUTLASS
         ones); with ``deadline``, None for each source whose build had not started by then."""
         arch = self.cfg.arch or "sm_90a"
@@ -255,7 +266,7 @@ class Sweep:
         for i, src in enumerate(sources):
             c = Config.from_source(src)
             by_arch.setdefault(build_arch_for(c.family, arch) if c else arch, []).append(i)
-        out: list[Any] = [None] * len(sources)
+        out: list[BuildResult | None] = [None] * len(sources)
         for a, idx in by_arch.items():
             for i, r in zip(idx, self.executor.build_many([sources[i] for i in idx], arch=a, flags=flags,
                                                            progress=progress, deadline=deadline)):
@@ -274,7 +285,7 @@ class Sweep:
         if prog is None:
             t0 = time.monotonic()
 
-            def prog(done: int, total: int, res: Any) -> None:
+            def prog(done: int, total: int, res: BuildResult) -> None:
                 self.progress(f"build {done}/{total} {'cached' if res.cached else f'{res.seconds:.0f}s'}"
                               f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
 
@@ -321,7 +332,7 @@ class Sweep:
                  origin=prop.origin, policy="search", family=prop.family, diff=diff, flags=list(prop.flags)))
         return sha
 
-    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Evaluation, slot: Any) -> None:
+    def _record(self, ctx: TrackContext, step: int, sha: str, ev: Evaluation, slot: Slot) -> None:
         s = self.session
         b = ev.build
         s.record(ev_schema.Compiled(track=ctx.track, step=step, sha=sha, ok=bool(b and b.ok),
@@ -335,7 +346,7 @@ class Sweep:
                      bound=chk.get("bound"), worker_s=ev.extra.get("seconds"), phases=ev.extra.get("phases"),
                      gpu=getattr(slot, "uuid", None), batch=ev.extra.get("batch")))
 
-    def run_track(self, shape: Shape, acc: str, slot: Any = None) -> TrackResult:
+    def run_track(self, shape: Shape, acc: str, slot: Slot | None = None) -> TrackResult:
         """One track on one GPU slot, from the pick to its last refinement step; its session
         lines are fsynced once, when it ends (``Session.batched``).
 
@@ -345,7 +356,7 @@ class Sweep:
         with (batched() if batched else contextlib.nullcontext()):
             return self._run_track(shape, acc, slot)
 
-    def _run_track(self, shape: Shape, acc: str, slot: Any) -> TrackResult:
+    def _run_track(self, shape: Shape, acc: str, slot: Slot | None) -> TrackResult:
         if slot is None:
             slots = self.executor.slots()
             if not slots:
@@ -424,7 +435,7 @@ class Sweep:
                "twin": "the incumbent's launch without PDL", "also": "named by --also"}.get(sub.reason)
         return f"pick: time {c.name} beside the others: {why or self.policy.cost.estimate(c, shape).rationale()}"
 
-    def _known_kernels(self, shape: Shape, acc: str) -> list[Any]:
+    def _known_kernels(self, shape: Shape, acc: str) -> list[KnownKernel]:
         """The known kernels for ``shape`` (``KnownStore.seeds``) the pick times beside its own
         choices; a replayed recording is asked only for kernels it holds."""
         cfg = self.cfg

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Sequence
 
 from harness.shapes import Shape
 
@@ -19,6 +19,7 @@ from .. import events as ev_schema
 from .track import track_id
 
 if TYPE_CHECKING:
+    from ..executors.base import Slot
     from .sweep import Sweep, TrackResult
 
 
@@ -26,7 +27,7 @@ class SlotPool:
     """The tracks to run (``todo``) over ``slots``; ``serve_all`` returns when none is left, the
     deadline has passed, an error stopped them, or every slot is lost."""
 
-    def __init__(self, sweep: "Sweep", todo: list[tuple[Shape, str]], slots: list[Any], total: int,
+    def __init__(self, sweep: "Sweep", todo: list[tuple[Shape, str]], slots: Sequence[Slot], total: int,
                  deadline: float | None):
         self.sweep, self.slots, self.total, self.deadline = sweep, slots, total, deadline
         self.todo = len(todo)
@@ -52,7 +53,7 @@ class SlotPool:
         for th in threads:
             th.join()
 
-    def serve(self, slot: Any) -> None:
+    def serve(self, slot: Slot) -> None:
         """One slot's loop: take a ready track, run it, report it; until the pool has nothing for it."""
         while True:
             taken = self._take()
@@ -83,7 +84,7 @@ class SlotPool:
             self.inflight += 1
             return shape, acc
 
-    def _run(self, slot: Any, shape: Shape, acc: str) -> bool:
+    def _run(self, slot: Slot, shape: Shape, acc: str) -> bool:
         """Run one track on ``slot``; whether the slot goes on serving."""
         from l2tui.executors.base import SlotLost
 
@@ -107,7 +108,7 @@ class SlotPool:
             self.cond.notify_all()
         return True
 
-    def _lost(self, slot: Any, shape: Shape, acc: str, e: Exception) -> None:
+    def _lost(self, slot: Slot, shape: Shape, acc: str, e: Exception) -> None:
         """``slot`` went away mid-track: the track goes back to the front of the queue."""
 
         tid = track_id(shape, acc)

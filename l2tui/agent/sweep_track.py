@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Mapping
 
 from harness.families import Config
 from harness.shapes import Shape
@@ -24,13 +24,14 @@ from .step import StepInfo, evaluation_of, record_reward, score, speedup
 if TYPE_CHECKING:
     from harness.evaluate import Evaluation
 
+    from ..executors.base import Slot
     from .sweep import Sweep, TrackResult
 
 
 class TrackDriver:
     """One track of a sweep on one slot (``run`` returns its :class:`TrackResult`)."""
 
-    def __init__(self, sweep: "Sweep", shape: Shape, acc: str, slot: Any, track: str, result: "TrackResult"):
+    def __init__(self, sweep: "Sweep", shape: Shape, acc: str, slot: "Slot", track: str, result: "TrackResult"):
         self.sweep, self.shape, self.acc, self.slot, self.track, self.res = sweep, shape, acc, slot, track, result
         self.cfg, self.s, self.pol = sweep.cfg, sweep.session, sweep.policy
         self.ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0,
@@ -112,7 +113,8 @@ class TrackDriver:
             if stale >= self.cfg.patience:
                 return
 
-    def consider(self, prop: Proposal, source: str, parent: str | None, step: int, raw: Any = None) -> None:
+    def consider(self, prop: Proposal, source: str, parent: str | None, step: int,
+                 raw: "Evaluation | Mapping[str, object] | None" = None) -> None:
         """Evaluate one candidate (unless ``raw`` is its evaluation already), record it, score it."""
         sha = self.sweep._announce(self.ctx, prop, source, parent, step)
         if raw is None:

@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from harness.evaluate import Evaluation
     from harness.gemm_shape import Shape
 
-#: ``progress(done, total, result)`` as builds finish (None: a source not built)
-Progress = Callable[[int, int, "BuildResult | None"], None]
+#: ``progress(done, total, result)`` as each build finishes
+Progress = Callable[[int, int, "BuildResult"], None]
 
 
 class ExecutorError(UserError):
@@ -82,6 +82,6 @@ class Executor(Protocol):
     def build_many(self, sources: Sequence[str], *, arch: str | None = None, flags: Sequence[str] = (),
                    progress: Progress | None = None, deadline: float | None = None) -> list[BuildResult | None]: ...
 
-    def slots(self) -> list[Slot]: ...
+    def slots(self) -> Sequence[Slot]: ...
 
     def close(self) -> None: ...

@@ -15,7 +15,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from harness.build import BuildResult
 
 
 def _hms(s: float) -> str:
@@ -62,7 +65,7 @@ class BuildProgress:
             tail = f"{_hms(time.monotonic() - self.t0)} (nvcc {_hms(self.nvcc_s)} in all)"
         return f"{self.what} [{'#' * fill}{'.' * (self.width - fill)}] {', '.join(parts)}  {tail}"
 
-    def __call__(self, done: int, total: int, res: object) -> None:
+    def __call__(self, done: int, total: int, res: "BuildResult") -> None:
         with self._lock:
             self.done, self.total = done, total
             if getattr(res, "cached", False):
