@@ -38,16 +38,19 @@ class GpuOptions(TypedDict, total=False):
     mode: str
     timeout_s: float
     timing: str | None
+    dtype: str
 
 
-def recorded_evaluator(path: str | Path, *, arch: str | None = None, build: bool | str = True) -> "RecordedEvaluator":
-    """GPU evaluations recorded in ``path``, replayed (one line for an unreadable file).
+def recorded_evaluator(path: str | Path, *, arch: str | None = None, build: bool | str = True,
+                       dtype: str | None = None) -> "RecordedEvaluator":
+    """GPU evaluations recorded in ``path``, replayed (one line for an unreadable file, or for a
+    recording of another element type than ``dtype`` when given).
 
     ``build``: True builds every kernel with nvcc; ``"unrecorded"`` keeps the recording's build
     of a recorded kernel (the loop's ``--recorded``); False builds nothing (reading the meta)."""
     from .agent.recorded import RecordedEvaluator
 
-    return RecordedEvaluator(path, arch=arch, build=build)
+    return RecordedEvaluator(path, arch=arch, build=build, dtype=dtype)
 
 
 def recorded_shapes(records: Mapping[str, object]) -> set[str]:
@@ -112,16 +115,18 @@ def gpu_evaluator(*, arch: str | None, baselines: Sequence[str], **options: Unpa
 
 
 def config_gpu_evaluator(cfg: Config) -> "GpuEvaluator":
-    """The GPU evaluator ``[harness]`` describes (arch, baselines, mode, timeout_s, timing)."""
+    """The GPU evaluator ``[harness]`` describes (arch, baselines, mode, timeout_s, timing), in
+    the run's element type (``[loop] dtype``): its kernels and baselines take that type."""
     h = cfg.harness
     return gpu_evaluator(arch=h.get("arch") or None, baselines=h["baselines"], mode=h["mode"],
-                         timeout_s=h["timeout_s"], timing=h.get("timing"))
+                         timeout_s=h["timeout_s"], timing=h.get("timing"), dtype=str(cfg.loop.get("dtype") or "fp16"))
 
 
 def loop_evaluator(cfg: Config, recorded: str | Path | None) -> "Evaluator":
     """The agent loop's evaluator: the recording in ``recorded`` (its builds kept), else the GPU."""
     if recorded:
-        return recorded_evaluator(recorded, arch=cfg.harness.get("arch") or None, build="unrecorded")
+        return recorded_evaluator(recorded, arch=cfg.harness.get("arch") or None, build="unrecorded",
+                                  dtype=str(cfg.loop.get("dtype") or "fp16"))
     return config_gpu_evaluator(cfg)
 
 

@@ -72,3 +72,4 @@ def test_loop_commands_round_trip_and_every_name_has_a_handler():
 
 class _Cfg:
     harness = {"arch": "", "baselines": ["cublas"], "mode": "offline", "timeout_s": 60}
+    loop = {"dtype": "fp16"}

@@ -145,3 +145,34 @@ def test_the_bf16_fallback_library_builds_with_its_bf16_entry_point():
                 name="export-fallback-bf16", trusted=True, dtype="bf16")
     assert res.ok, res.errors[:3]
     assert "l2_hgemm_bf16" in cdispatch.exported_symbols(res.so_path)
+
+
+def test_the_export_bench_times_a_bf16_export_in_bf16_and_refuses_a_mismatch(tmp_path, capsys):
+    """``python -m l2tui.export.bench`` takes the manifest's dtype: its forwarder defines the bf16
+    entry point (so the harness checks and times it beside the bf16 libraries), and a ``--dtype``
+    of the other type is one line before any GPU work (no GPU is needed to see it)."""
+    from harness.build import check_abi
+    from l2tui.export.bench import bench_dtype, main
+
+    out = tmp_path / "exp"
+    export_session(_bf16_session(tmp_path / "s"), out)
+    man = load_manifest(out)
+    assert bench_dtype(man, None, "exp") == "bf16" == bench_dtype(man, "bf16", "exp")
+    forwarder = cdispatch.render_bench_forwarder(out / "lib" / "libl2hgemm.so", bench_dtype(man, None, "exp"))
+    assert check_abi(forwarder, "bf16") == "bf16"
+    assert main([str(out), "--dtype", "fp16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "is a bf16 export but --dtype is fp16" in err and "--dtype bf16" in err
+
+
+def test_the_export_bench_reads_an_export_without_a_dtype_as_fp16(tmp_path, capsys):
+    from l2tui.export.bench import bench_dtype, main
+
+    out = tmp_path / "exp"
+    export_session(fx.make_session(tmp_path / "s"), out)
+    man = load_manifest(out)
+    man.pop("dtype", None)
+    assert bench_dtype(man, None, "exp") == "fp16"
+    assert main([str(out), "--dtype", "bf16"]) == 2
+    assert "is an fp16 export but --dtype is bf16" in capsys.readouterr().err

@@ -60,7 +60,7 @@ def _only(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import l2tui.agent.policies.search as search
 
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name == name])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name == name])
 
 
 def _sweep_session(tmp_path: Path, rec: Path) -> Session:

@@ -50,7 +50,7 @@ def test_sweep_logs_tracks_picks_winners_and_resumes(tmp_path, monkeypatch):
 
     timed = {name for r in json.loads((FIXTURES / "time_f32.json").read_text())["timings"] for name in r["times_ms"]}
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     sdir = tmp_path / "session"
     s = Session.create(sdir, config={"sweep": {}}, gpu={"name": "H200"}, versions={})
     ev = Counting(RecordedEvaluator(rec, arch="sm_90a", build=False))

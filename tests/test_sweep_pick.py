@@ -93,7 +93,7 @@ def test_the_sweep_times_the_pick_and_keeps_its_fastest(tmp_path, monkeypatch):
     timed = timed_names()
     full = search.catalog
     # the catalog the fixture timed (configurations added later have no recorded H200 time)
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     rec = recorded_file(tmp_path, [shape])
     s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={"name": "NVIDIA H200"}, versions={})
     ev = RecordedEvaluator(rec, arch="sm_90a", build=False)
@@ -136,7 +136,7 @@ def test_a_pick_candidate_without_a_result_never_wins(tmp_path, monkeypatch):
 
     timed = timed_names()
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     shape = Shape(4096, 4096, 4096)
     rec = recorded_file(tmp_path, [shape])
     doc = json.loads(rec.read_text())
@@ -167,7 +167,7 @@ def test_the_command_with_the_local_executor_picks_on_the_recordings_gpu(tmp_pat
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path / "cache"))
     timed, full = timed_names(), search.catalog
     # the catalog the fixture timed (the no-PDL twins added later have no recorded time)
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     shape = Shape(64, 64, 64)
     rec = recorded_file(tmp_path, [shape], ["sm80_mma"])
     sdir = tmp_path / "sweep"
@@ -217,7 +217,7 @@ def test_an_incumbent_is_timed_in_the_pick_and_kept_unless_beaten(tmp_path, monk
 
     timed = timed_names()
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     shape = Shape(4096, 4096, 4096)
     times = fixture_times()[(4096, 4096, 4096)]
     ranked = [c for c in ranked_for(shape) if c.name in timed]
@@ -271,7 +271,7 @@ def test_also_times_named_configurations_in_every_pick_where_they_run(tmp_path, 
 
     timed = timed_names()
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     shape = Shape(4096, 4096, 4096)
     ranked = [c for c in ranked_for(shape) if c.name in timed]
     outsider = next(c for c in reversed(ranked) if c.family == "sm90_cutlass")
@@ -324,7 +324,7 @@ def test_max_seconds_stops_starting_tracks_and_resume_finishes_them(tmp_path, mo
 
     timed = timed_names()
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     shapes = [Shape(4096, 4096, 4096), Shape(64, 64, 16384)]
     rec = recorded_file(tmp_path, shapes)
     s = Session.create(tmp_path / "s", config={"sweep": {}}, gpu={}, versions={})
@@ -399,7 +399,7 @@ def test_tracks_run_as_their_own_builds_finish_and_each_needed_build_runs_once(t
 
     timed = timed_names()
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     big, small = Shape(4096, 4096, 4096), Shape(64, 64, 16384)
     rec = recorded_file(tmp_path, [big, small])
     cfg = SweepConfig(shapes=[big, small], steps=0, seeds=3, arch="sm_90a")
@@ -497,7 +497,7 @@ def test_an_incumbent_launched_with_pdl_is_timed_beside_its_no_pdl_twin(tmp_path
 
     timed = timed_names()
     full = search.catalog
-    monkeypatch.setattr(search, "catalog", lambda acc, arch: [c for c in full(acc, arch) if c.name in timed])
+    monkeypatch.setattr(search, "catalog", lambda acc, arch, dtype="fp16": [c for c in full(acc, arch, dtype) if c.name in timed])
     shape = Shape(4096, 4096, 4096)
     times = fixture_times()[(4096, 4096, 4096)]
     held = next(c for c in catalog("f32", "sm_90a") if c.name in times and c.geometry().pdl)

@@ -31,18 +31,35 @@ PLACEHOLDERS = {
 _PH_RE = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
 CHARS_PER_TOKEN = 4
 
-ABI_TEXT = (
-    'extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream);\n'
-    "A is MxK row-major fp16, B is KxN row-major fp16, C is MxN row-major fp16, overwritten (beta = 0).\n"
-    "Return 0 on success, non-zero if the shape is unsupported. Enqueue all work on `stream` (a cudaStream_t);\n"
-    "no device-wide synchronisation and no per-call allocation after the first call. Padding, split-K and\n"
-    "workspaces are the kernel's own business. CUTLASS/CuTe headers may be included.\n"
-    "Checked on every run: A and B must stay bit for bit unchanged; every call must compute C from the inputs\n"
-    "it is given (no reuse of an earlier call's result, even when the inputs look the same or calls come in\n"
-    "quick succession: calls right after an input change are verified and timed); no host waits,\n"
-    "streams or threads of its own, no graph-capture detection, no global-timer reads, no environment or file\n"
-    "reads, no cuBLAS."
-)
+#: what each element type's kernel defines and takes: (entry point, element type, C++ type, header)
+ELEMENT_TYPES = {
+    "fp16": ("l2_hgemm", "fp16", "__half", "cuda_fp16.h"),
+    "bf16": ("l2_hgemm_bf16", "bf16 (bfloat16)", "__nv_bfloat16", "cuda_bf16.h"),
+}
+
+
+def abi_text(dtype: str = "fp16") -> str:
+    """The kernel contract told to the model, for the run's element type: a bf16 run's kernel
+    defines ``l2_hgemm_bf16`` and an fp16 kernel would be refused at its build."""
+    entry, elem, ctype, header = ELEMENT_TYPES[dtype]
+    return (
+        f'extern "C" int {entry}(const void* A, const void* B, void* C, int M, int N, int K, void* stream);\n'
+        f"A is MxK row-major {elem}, B is KxN row-major {elem}, C is MxN row-major {elem}, overwritten (beta = 0).\n"
+        + (f"The elements are {ctype} ({header}), accumulated in f32 and rounded to nearest into C.\n"
+           if dtype == "bf16" else "")
+        +         "Return 0 on success, non-zero if the shape is unsupported. Enqueue all work on `stream` (a cudaStream_t);\n"
+        "no device-wide synchronisation and no per-call allocation after the first call. Padding, split-K and\n"
+        "workspaces are the kernel's own business. CUTLASS/CuTe headers may be included.\n"
+        "Checked on every run: A and B must stay bit for bit unchanged; every call must compute C from the inputs\n"
+        "it is given (no reuse of an earlier call's result, even when the inputs look the same or calls come in\n"
+        "quick succession: calls right after an input change are verified and timed); no host waits,\n"
+        "streams or threads of its own, no graph-capture detection, no global-timer reads, no environment or file\n"
+        "reads, no cuBLAS."
+    )
+
+
+#: the fp16 contract (the default run's)
+ABI_TEXT = abi_text("fp16")
 
 EDIT_FORMAT = """Answer with one or more SEARCH/REPLACE blocks, exactly like this:
 <<<<<<< SEARCH
@@ -52,10 +69,14 @@ the new lines
 >>>>>>> REPLACE
 Copy SEARCH lines verbatim (no line numbers). Change only what the plan needs."""
 
-REWRITE_FORMAT = """Answer with the complete kernel file in ONE fenced block:
-```cuda
-... the whole file, defining extern "C" int l2_hgemm(...) ...
-```"""
+
+def rewrite_format(dtype: str = "fp16") -> str:
+    """How to answer with a whole file, naming the entry point of the run's element type."""
+    return ("Answer with the complete kernel file in ONE fenced block:\n```cuda\n"
+            f'... the whole file, defining extern "C" int {ELEMENT_TYPES[dtype][0]}(...) ...\n```')
+
+
+REWRITE_FORMAT = rewrite_format("fp16")
 
 
 class PromptError(Exception):
@@ -158,7 +179,7 @@ def ptxas_text(ptxas: dict | None) -> str:
 def problem_text(ctx: TrackContext) -> str:
     s = ctx.shape
     acc = "fp32 accumulation" if ctx.acc == "f32" else "fp16 accumulation"
-    return f"M={s.m}, N={s.n}, K={s.k}, fp16 inputs and output, {acc}"
+    return f"M={s.m}, N={s.n}, K={s.k}, {ELEMENT_TYPES[ctx.dtype][1]} inputs and output, {acc}"
 
 
 def base_values(ctx: TrackContext, gpu: dict | None = None) -> dict[str, Any]:
@@ -166,7 +187,7 @@ def base_values(ctx: TrackContext, gpu: dict | None = None) -> dict[str, Any]:
     return {
         "gpu": gpu.get("name") or "NVIDIA GPU",
         "arch": ctx.arch or gpu.get("arch") or "sm_90a",
-        "abi": ABI_TEXT,
+        "abi": abi_text(ctx.dtype),
         "problem": problem_text(ctx),
         "step": ctx.step,
         "track": ctx.track,
@@ -205,7 +226,7 @@ def planner_messages(ctx: TrackContext, *, context_tokens: int, gpu: dict | None
 
 def coder_followup(ctx: TrackContext, *, rewrite: bool) -> str:
     v = base_values(ctx)
-    v["edit_format"] = REWRITE_FORMAT if rewrite else EDIT_FORMAT
+    v["edit_format"] = rewrite_format(ctx.dtype) if rewrite else EDIT_FORMAT
     v["compiler"] = render("compiler", v)
     return render("coder", v)
 
@@ -213,12 +234,12 @@ def coder_followup(ctx: TrackContext, *, rewrite: bool) -> str:
 def seed_messages(ctx: TrackContext, gpu: dict | None = None) -> list[dict]:
     """First generation (no kernel yet): a whole file."""
     v = base_values(ctx, gpu)
-    v["edit_format"] = REWRITE_FORMAT
+    v["edit_format"] = rewrite_format(ctx.dtype)
     v["compiler"] = render("compiler", v)
     user = (
         "ROLE: coder\n\nWrite a first, correct and reasonably fast HGEMM kernel for "
         f"{problem_text(ctx)}. Put its tunable constants between `// l2: knobs begin` and "
-        "`// l2: knobs end` as #define lines.\n\n" + REWRITE_FORMAT
+        "`// l2: knobs end` as #define lines.\n\n" + rewrite_format(ctx.dtype)
     )
     return [{"role": "system", "content": render("system", v)}, {"role": "user", "content": user}]
 

@@ -402,7 +402,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             profile=t.profile if t.profiling_enabled else None, profiling_enabled=t.profiling_enabled,
             seed_source=self._seed_source(t), family=t.family, flags=list(t.flags),
             allowed_flags=list(self.config.allowed_flags), feedback=t.feedback, mode=self.config.mode,
-            arch=self.config.arch, options=dict(self.config.options), emit=emit,
+            arch=self.config.arch, options=dict(self.config.options), emit=emit, dtype=self.config.dtype,
         )
         ctx._emitted = emitted  # type: ignore[attr-defined]
         return ctx
@@ -424,7 +424,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             else:
                 from harness.families import render
 
-                src = render(spec)
+                src = render(spec, {"DTYPE": "DTYPE_BF16"} if self.config.dtype == "bf16" else None)
         self._seed_cache[spec] = src
         return src
 
@@ -576,7 +576,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         self._note_plan(ctx, prop)
         if prop.source is None:
             self._reward_failure(t, step, prop, None, None, "no_patch", prop.error or "no seed kernel")
-            fb = self._fallback_seed()
+            fb = self._fallback_seed() if self.config.dtype == "fp16" else None   # (the reference is fp16)
             if fb is None:
                 self._error(t, f"no seed kernel for {t.id}: {prop.error}")
                 return
@@ -740,7 +740,8 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             b: dict[str, Any] | None = cast("ReplayEvaluator", evaluator).recorded_build(src, t.shape, t.acc, flags) \
                 if evaluator.replays_recording else None
             if b is None:
-                b = build(src, arch=self.config.arch, flags=flags).to_dict()
+                # a kernel of another element type than the run's is refused here, in one line
+                b = build(src, arch=self.config.arch, flags=flags, dtype=self.config.dtype).to_dict()
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
             if _interrupted(e):
                 self._stage(t, step, "compile", "end", "interrupted")
@@ -791,7 +792,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
              reward: float, parts: dict, speedup: float | None) -> None:
         pol = self._policy(t)
         info = StepInfo(track=t.id, shape=(t.shape.m, t.shape.n, t.shape.k), acc=t.acc, baseline=t.baseline,
-                        policy=pol.name, model=getattr(pol, "model", None))
+                        policy=pol.name, model=getattr(pol, "model", None), dtype=self.config.dtype)
         record_reward(_LoopSink(self), info, step, prop, parent=parent, child=child, kind=kind, reward=reward,
                       parts=parts, speedup=speedup, seed_lines=t.seed_lines)
 

@@ -20,7 +20,7 @@ every ``Evaluation.to_dict()`` (and profile) it returns, keyed by
 
 Recording file (JSON)::
 
-    {"meta": {"provisional": bool, "gpu": ..., "created": ..., "note": ...},
+    {"meta": {"provisional": bool, "gpu": ..., "created": ..., "note": ..., "dtype": "fp16" | "bf16"},
      "records": {"<sha>:<MxNxK>:<acc>": <Evaluation dict>, ...},
      "profiles": {"<sha>:<MxNxK>:<acc>": <profile dict>, ...},
      "aliases": {"<sha now>": "<sha recorded>", ...}}
@@ -29,6 +29,9 @@ Recording file (JSON)::
 not change its code: today's render of a recorded configuration has another sha256 but the same
 translation unit, and ``tools/alias_recording.py`` maps the one to the other after checking that
 (``nvcc -E`` of both). A lookup tries the source's own key first, then its alias.
+
+``meta.dtype`` is the element type every recorded evaluation ran in (a recording without it is
+fp16): a run of another type cannot replay it, since its kernels and baselines differ.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, cast
+from typing import TYPE_CHECKING, Mapping, Sequence, cast
 
 from ..session import sha256_text
 
@@ -60,7 +63,8 @@ def _recording_schema() -> Record:
     from harness.evaluate import EVALUATION_SCHEMA
 
     sha = Str(64, pattern=r"[0-9a-f]{64}")
-    meta = Record({}, optional={"arch": Str(16, pattern=r"sm_\d+[a-z]?", null=True), "provisional": Bool(null=True)},
+    meta = Record({}, optional={"arch": Str(16, pattern=r"sm_\d+[a-z]?", null=True), "provisional": Bool(null=True),
+                                "dtype": Str(8, pattern=r"fp16|bf16", null=True)},
                   extra=Data())
     return Record({}, optional={"meta": meta,
                                 "records": MapOf(EVALUATION_SCHEMA, 1_000_000, 300),
@@ -88,6 +92,11 @@ def load_recording(path: str | Path) -> dict:
         raise UserError(f"cannot read recorded evaluations {p}: {reason}; record them with tools/record_evaluations.py") from None
     assert isinstance(doc, dict)
     return doc
+
+
+def recording_dtype(meta: Mapping[str, object]) -> str:
+    """The element type a recording's evaluations ran in: ``meta.dtype``, fp16 where it has none."""
+    return str(meta.get("dtype") or "fp16")
 
 
 def record_key(source: str, shape: Shape, acc: str) -> str:
@@ -128,10 +137,18 @@ class RecordedEvaluator:
     own_profiles = True
     mode: str | None = None
 
-    def __init__(self, path: str | Path, *, arch: str | None = None, build: bool | str = True):
+    def __init__(self, path: str | Path, *, arch: str | None = None, build: bool | str = True,
+                 dtype: str | None = None):
         self.path = Path(path)
         doc = load_recording(self.path)
         self.meta: dict = doc.get("meta", {})
+        self.dtype = recording_dtype(self.meta)
+        if dtype is not None and dtype != self.dtype:
+            from ..errors import UserError
+
+            raise UserError(f"the recording {self.path} holds {self.dtype} evaluations but this run is {dtype}: "
+                            f"replay it with --dtype {self.dtype}, or record {dtype} ones on a GPU "
+                            f"(tools/record_evaluations.py)")
         self.records: dict[str, dict] = doc.get("records", {})
         self.profiles: dict[str, dict] = doc.get("profiles", {})
         aliases = doc.get("aliases", {})
@@ -167,7 +184,7 @@ class RecordedEvaluator:
             return None
         from harness.build import build
 
-        return build(source, arch=self.arch, flags=list(flags or ())).to_dict()
+        return build(source, arch=self.arch, flags=list(flags or ()), dtype=self.dtype).to_dict()
 
     def _recorded_build(self, key: str, flags: Sequence[str] | None = None) -> dict | None:
         """The recording's own successful build of ``key`` (``build="unrecorded"`` only; with
@@ -243,14 +260,16 @@ class RecordingEvaluator:
         self.inner = inner
         self.arch: str | None = inner.arch
         self.replays_recording: bool = inner.replays_recording
-        self.meta = dict(meta or {})
+        # the element type of everything recorded: the wrapped evaluator's (a replayer's dtype too)
+        self.meta = {**dict(meta or {}), "dtype": str(getattr(inner, "dtype", None) or "fp16")}
         self.records: dict[str, dict] = {}
         self.profiles: dict[str, dict] = {}
         self.aliases: dict[str, str] = {}
         self._lock = threading.Lock()
         if existing and Path(existing).is_file():
             doc = load_recording(existing)
-            if not doc.get("meta", {}).get("provisional"):
+            old = doc.get("meta", {})
+            if not old.get("provisional") and recording_dtype(old) == self.meta["dtype"]:
                 self.records.update(doc.get("records", {}))
                 self.profiles.update(doc.get("profiles", {}))
                 self.aliases.update(doc.get("aliases", {}))

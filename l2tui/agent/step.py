@@ -33,7 +33,7 @@ from .recorded import NOT_RECORDED
 from .rewards import RewardConfig, code_lines, failure_reward, reference_error, success_reward
 
 #: the keys of every ``rewards.jsonl`` row (``seq`` and ``time`` are added by the session)
-ROW_KEYS = ("track", "shape", "acc", "step", "role", "policy", "model", "messages", "completion", "reward",
+ROW_KEYS = ("track", "shape", "acc", "dtype", "step", "role", "policy", "model", "messages", "completion", "reward",
             "parts", "kind", "parent_sha", "child_sha", "usage", "baseline", "speedup", "origin", "plan",
             "seed_lines")
 
@@ -112,6 +112,7 @@ class StepInfo:
     baseline: str
     policy: str
     model: str | None = None
+    dtype: str = "fp16"   # element type of the track's kernels (rl-data rows carry it)
 
 
 def _usage(prop: Proposal) -> dict:
@@ -128,7 +129,8 @@ def reward_row(info: StepInfo, step: int, prop: Proposal, *, parent: str | None,
                reward: float, parts: dict, speedup: float | None, seed_lines: int) -> dict:
     """One ``rewards.jsonl`` row (:data:`ROW_KEYS`), the same for every writer."""
     row = {
-        "track": info.track, "shape": list(info.shape), "acc": info.acc, "step": step, "role": prop.role,
+        "track": info.track, "shape": list(info.shape), "acc": info.acc, "dtype": info.dtype, "step": step,
+        "role": prop.role,
         "policy": info.policy, "model": prop.model or info.model, "messages": prop.messages,
         "completion": prop.completion, "reward": reward, "parts": parts, "kind": kind, "parent_sha": parent,
         "child_sha": child, "usage": _usage(prop), "baseline": info.baseline, "speedup": speedup,

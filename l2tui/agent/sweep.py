@@ -280,7 +280,8 @@ class Sweep:
         if self.cfg.also:
             configs = [c for acc in self.cfg.accs for c in self.cfg.also.get(acc, ())]
         else:
-            configs = [c for acc in self.cfg.accs for c in catalog(acc, arch) if fams is None or c.family in fams]
+            configs = [c for acc in self.cfg.accs for c in catalog(acc, arch, dtype=self.cfg.dtype)
+                       if fams is None or c.family in fams]
         prog = self.build_progress("catalog") if self.build_progress else None
         if prog is None:
             t0 = time.monotonic()
@@ -374,7 +375,8 @@ class Sweep:
         track, as the sources to build."""
         tid = str(key)
         shape, acc = self._track_of[tid]
-        ctx = TrackContext(track=tid, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0, arch=self.cfg.arch)
+        ctx = TrackContext(track=tid, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0, arch=self.cfg.arch,
+                           dtype=self.cfg.dtype)
         seeds = self._pick_proposals(ctx)
         with self._plans_lock:
             self._plans[tid] = seeds
@@ -406,7 +408,7 @@ class Sweep:
         cfg, pol, shape, acc = self.cfg, self.policy, ctx.shape, ctx.acc
         arch = cfg.arch or "sm_90a"
         seed = pol.seed(ctx)
-        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch), shape)]
+        ranked = [c for _, c in pol.rank(pol.candidates(shape, acc, arch, dtype=ctx.dtype), shape)]
         picked = subjects(ranked, shape, PickSettings(top=max(0, cfg.seeds), kinds=cfg.pick_kinds,
                                                       siblings=cfg.pick_kinds),
                           incumbent=(cfg.incumbents or {}).get((shape, acc)),

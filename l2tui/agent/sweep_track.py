@@ -35,9 +35,9 @@ class TrackDriver:
         self.sweep, self.shape, self.acc, self.slot, self.track, self.res = sweep, shape, acc, slot, track, result
         self.cfg, self.s, self.pol = sweep.cfg, sweep.session, sweep.policy
         self.ctx = TrackContext(track=track, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0,
-                                arch=self.cfg.arch)
+                                arch=self.cfg.arch, dtype=self.cfg.dtype)
         self.info = StepInfo(track=track, shape=(shape.m, shape.n, shape.k), acc=acc, baseline=self.cfg.baseline,
-                             policy="search")
+                             policy="search", dtype=self.cfg.dtype)
         self.base_ms: dict[str, float] = {}
         self.base_tune: ev_schema.LibraryFields = {}   # how base_ms's libraries ran (autotune record, cuBLAS layout)
         self.best_src: str | None = None

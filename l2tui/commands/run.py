@@ -273,7 +273,8 @@ def _run(args: argparse.Namespace) -> int:
     evaluator: RecordedEvaluator | GpuEvaluator
     replay: RecordedEvaluator | None = None
     if args.recorded:
-        evaluator = replay = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded")
+        evaluator = replay = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded",
+                                                        dtype=str(cfg.loop["dtype"]))
         gpu = compose.recorded_gpu(replay.meta, args.recorded, provisional=replay.provisional)
     else:
         info = compose.require_local_gpu()

@@ -140,9 +140,9 @@ def load_incumbents(paths: list[str], arch: str) -> dict:
     return out
 
 
-def resolve_also(names: list[str], accs: tuple[str, ...], arch: str) -> dict[str, tuple]:
+def resolve_also(names: list[str], accs: tuple[str, ...], arch: str, dtype: str = "fp16") -> dict[str, tuple]:
     """acc -> the catalog configurations ``--also`` names for it; one line for a name no catalog of
-    ``accs`` holds (with the closest names), or that does not run on ``arch``."""
+    ``accs`` in element type ``dtype`` holds (with the closest names), or that does not run on ``arch``."""
     import difflib
 
     from harness.families import catalog
@@ -150,9 +150,9 @@ def resolve_also(names: list[str], accs: tuple[str, ...], arch: str) -> dict[str
     from ..errors import UserError
 
     by_acc: dict[str, tuple] = {}
-    everywhere = {c.name for acc in accs for c in catalog(acc, None)}
+    everywhere = {c.name for acc in accs for c in catalog(acc, None, dtype)}
     for acc in accs:
-        here = {c.name: c for c in catalog(acc, arch)}
+        here = {c.name: c for c in catalog(acc, arch, dtype)}
         by_acc[acc] = tuple(here[n] for n in dict.fromkeys(names) if n in here)
     for n in names:
         if any(c.name == n for cs in by_acc.values() for c in cs):
@@ -160,7 +160,7 @@ def resolve_also(names: list[str], accs: tuple[str, ...], arch: str) -> dict[str
         if n in everywhere:
             raise UserError(f"--also {n}: that configuration does not run on {arch}")
         close = difflib.get_close_matches(n, sorted(everywhere), n=3)
-        raise UserError(f"--also {n}: no such catalog configuration for {'/'.join(accs)}"
+        raise UserError(f"--also {n}: no such {dtype} catalog configuration for {'/'.join(accs)}"
                         + (f" (closest: {', '.join(close)})" if close else ""))
     return by_acc
 
@@ -226,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
                       families=args.families or saved.get("families") or None,
                       incumbents=load_incumbents(incumbent_files, arch) if incumbent_files else None,
                       max_seconds=args.max_seconds, cost_params=cost_params,
-                      also=resolve_also(args.also_names, accs, arch) if args.also_names else None)
+                      also=resolve_also(args.also_names, accs, arch, dtype) if args.also_names else None)
     args.rewards_section = _rewards_section(args, session)
     cfg.rewards = RewardConfig.from_section(args.rewards_section)
     def say(line: str) -> None:
@@ -551,16 +551,18 @@ def _executor(args: argparse.Namespace, arch: str):
         from ..executors.ray_executor import RayExecutor
 
         if args.recorded:
-            compose.recorded_evaluator(args.recorded, arch=arch)   # the one-line error for a bad file, before Ray starts
+            # the one-line error for a bad file (or one of another dtype), before Ray starts
+            compose.recorded_evaluator(args.recorded, arch=arch, dtype=args.sweep_dtype)
         return RayExecutor(address=args.ray_address, arch=arch, baselines=(args.baseline, *args.sweep_libraries), gpus=args.gpus,
-                           recorded=args.recorded, simulate=args.gpus or 1)
+                           recorded=args.recorded, simulate=args.gpus or 1, dtype=args.sweep_dtype)
     if args.gpus not in (None, 1):
         raise UserError("--executor local times on one GPU; use --executor ray for several")
     from ..executors.local import LocalExecutor
 
     if args.recorded:
-        return LocalExecutor(compose.recorded_evaluator(args.recorded, arch=arch), jobs=args.jobs)
+        return LocalExecutor(compose.recorded_evaluator(args.recorded, arch=arch, dtype=args.sweep_dtype), jobs=args.jobs)
     from harness.gpuinfo import require_gpu
 
     require_gpu()   # the one-line "no NVIDIA GPU found" before a worker is started for nothing
-    return LocalExecutor(compose.gpu_evaluator(arch=arch, baselines=(args.baseline, *args.sweep_libraries)), jobs=args.jobs, gpu={})
+    return LocalExecutor(compose.gpu_evaluator(arch=arch, baselines=(args.baseline, *args.sweep_libraries), dtype=args.sweep_dtype),
+                         jobs=args.jobs, gpu={})

@@ -230,14 +230,15 @@ class GpuActor:
         from l2tui import compose
 
         if spec.get("recorded"):
-            recorded = compose.recorded_evaluator(spec["recorded"], arch=self.arch)
+            recorded = compose.recorded_evaluator(spec["recorded"], arch=self.arch, dtype=spec.get("dtype"))
             self.ev: Evaluator = recorded
             gpu = dict(recorded.meta.get("gpu") or {})
             gpu["uuid"] = spec.get("uuid") or gpu.get("uuid")
             gpu["replayed_from"] = str(spec["recorded"])
         else:
             on_gpu = compose.gpu_evaluator(arch=self.arch, baselines=tuple(spec.get("baselines") or ()),
-                                           mode=spec.get("mode", "offline"), timeout_s=spec.get("timeout_s", 60))
+                                           mode=spec.get("mode", "offline"), timeout_s=spec.get("timeout_s", 60),
+                                           dtype=spec.get("dtype") or "fp16")
             # its ``mode`` is a str, the protocol's a settable ``str | None``: the same object
             self.ev = cast("Evaluator", on_gpu)
             gpu = dict(on_gpu.gpu_info())
@@ -392,7 +393,7 @@ class RayExecutor:
     def __init__(self, *, address: str | None = None, arch: str | None = None, baselines: Sequence[str] = (),
                  mode: str = "offline", timeout_s: float = 60, gpus: int | None = None,
                  recorded: str | Path | None = None, simulate: int = 1, actor_cache_dir: str | None = None,
-                 init: dict | None = None, start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 init: dict | None = None, start_timeout_s: float = START_TIMEOUT_S, dtype: str = "fp16") -> None:
         try:
             import ray
         except ImportError:
@@ -439,7 +440,7 @@ class RayExecutor:
             if recorded is not None:
                 n = max(1, int(simulate))
                 specs: list[dict[str, object]] = [{"recorded": str(recorded), "arch": arch, "uuid": f"GPU-recorded-{i}",
-                          "cache_dir": cache_for_actors, "sandbox": self.sandbox} for i in range(n)]
+                          "cache_dir": cache_for_actors, "sandbox": self.sandbox, "dtype": dtype} for i in range(n)]
                 opts = {"num_cpus": 0, "max_restarts": 0}
             else:
                 n = int(gpus) if gpus is not None else int(ray.cluster_resources().get("GPU", 0))
@@ -447,7 +448,7 @@ class RayExecutor:
                     raise ExecutorError("the Ray cluster has no GPU: start `ray start --head` on a GPU machine "
                                         "(or join one with `ray start --address HEAD:6379`), or use --executor local")
                 specs = [{"arch": arch, "baselines": list(baselines), "mode": mode, "timeout_s": timeout_s,
-                          "cache_dir": cache_for_actors, "sandbox": self.sandbox} for _ in range(n)]
+                          "cache_dir": cache_for_actors, "sandbox": self.sandbox, "dtype": dtype} for _ in range(n)]
                 opts = {"num_gpus": 1, "num_cpus": 1, "max_restarts": 0}
             self._actors = [Actor.options(**opts).remote(s) for s in specs]
             try:

@@ -26,6 +26,10 @@ Two measurements, written as JSON (``--out``) and printed as a table:
 ``--fallback`` sets ``L2HGEMM_FALLBACK`` for this process and the harness
 worker (both read it once), to compare the fallback paths.
 
+An export is timed in its manifest's element type (``dtype``): a bf16 export's forwarder defines
+``l2_hgemm_bf16`` and the harness checks and times it against the bf16 libraries; ``--dtype``, when
+given, must name that type (a mismatch is one line, before any GPU work).
+
 Needs a GPU, cupy and a library built with ``l2tui export --build`` (or one is
 built into a temporary copy).
 """
@@ -126,6 +130,31 @@ def median_times(runs: list[dict[str, float]]) -> dict[str, float]:
     return {lab: statistics.median(r[lab] for r in runs) for lab in sorted(labels)}
 
 
+def bench_dtype(manifest: dict, wanted: str | None, where: str) -> str:
+    """The element type the export is timed in: its manifest's; ``wanted`` (``--dtype``) must be the
+    same, else one line (bf16 bits timed as fp16 would be numbers, all wrong)."""
+    from l2tui.errors import UserError
+    from l2tui.export.manifest import manifest_dtype
+
+    have = manifest_dtype(manifest)
+    if wanted is not None and wanted != have:
+        raise UserError(f"{where} is {'an' if have == 'fp16' else 'a'} {have} export but --dtype is {wanted}: "
+                        f"run with --dtype {have} (or leave --dtype out)")
+    return have
+
+
+def _operands(cp: Any, m: int, n: int, k: int, dtype: str, *, ones: bool = False) -> tuple[Any, Any, Any]:
+    """A, B and C for one call in ``dtype``: cupy float16 arrays, or for bf16 uint16 arrays that hold
+    bf16 bit patterns (what the runtime takes; cupy has no bfloat16), random or all ones."""
+    def fill(rows: int, cols: int) -> Any:
+        x = cp.ones((rows, cols), dtype=cp.float32) if ones else cp.random.standard_normal((rows, cols), dtype=cp.float32)
+        if dtype == "bf16":
+            return (x.view(cp.uint32) >> 16).astype(cp.uint16)   # the top half of an f32 is its bf16
+        return x.astype(cp.float16)
+
+    return fill(m, k), fill(k, n), cp.empty((m, n), dtype=cp.uint16 if dtype == "bf16" else cp.float16)
+
+
 def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]], *, arch: str,
                     baselines: str, replays: int, missing: Sequence[tuple[int, int, int]] = (),
                     timing: str = "isolated", repeats: int = 1) -> list[dict]:
@@ -139,12 +168,14 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
 
     from l2tui.events import library_fields
     from l2tui.export.cdispatch import render_bench_forwarder
+    from l2tui.export.manifest import manifest_dtype
 
-    source = render_bench_forwarder(visible_to_worker(so))
+    dtype = manifest_dtype(manifest)
+    source = render_bench_forwarder(visible_to_worker(so), dtype)
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
     todo = list(shapes) + [m for m in missing if m not in entries]
     results: dict[tuple[int, int, int], list[Any]] = {s: [] for s in todo}
-    with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays, timing=timing) as ev:
+    with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays, timing=timing, dtype=dtype) as ev:
         for _ in range(repeats):
             for s in todo:
                 e = entries.get(s)
@@ -217,30 +248,38 @@ def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: 
                    missing: tuple[int, int, int]) -> list[dict]:
     from harness.timing import server
     from l2tui.export import runtime
+    from l2tui.export.manifest import manifest_dtype
 
+    dtype = manifest_dtype(manifest)
     rows = []
     for s in list(shapes) + [missing]:
         m, n, k = s
-        a = cp.random.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
-        b = cp.random.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
-        c = cp.empty((m, n), dtype=cp.float16)
+        a, b, c = _operands(cp, m, n, k, dtype)
         pa, pb, pc, sp = a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr
         subjects: dict[str, Any] = {}
         if s != missing:
             direct = runtime._argtypes(getattr(cdll, manifest_symbol(manifest, s)))
             subjects["direct_ctypes"] = lambda: direct(pa, pb, pc, m, n, k, sp)
-        else:
+        elif dtype == "fp16":
             subjects["cupy_matmul"] = lambda: (cp.matmul(a, b, out=c), 0)[1]
+        elif torch is not None:   # (cupy would multiply bf16 bit patterns as integers)
+            ra, rb, rc = (torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16) for x in (a, b, c))
+            subjects["torch_matmul"] = lambda: (torch.matmul(ra, rb, out=rc), 0)[1]
+        if s == missing:
             if hasattr(cdll, "l2hgemm_fallback"):
                 fallback = runtime._argtypes(cdll.l2hgemm_fallback)
                 subjects["c_fallback"] = lambda: fallback(pa, pb, pc, m, n, k, sp)
         subjects["c_dispatch"] = lambda: disp(pa, pb, pc, m, n, k, sp)
         subjects["py_matmul_cupy"] = lambda: (lib.matmul(a, b, out=c), 0)[1]
         if torch is not None:
-            ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
+            if dtype == "bf16":   # the same memory as torch.bfloat16 tensors (int16: torch's 16-bit integer)
+                ta, tb, tc = (torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16) for x in (a, b, c))
+            else:
+                ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
             subjects["py_matmul_torch"] = lambda: (lib.matmul(ta, tb, out=tc), 0)[1]
         res = server(cp, stream, subjects, qps=qps, calls_per_subject=calls)
-        ref = "direct_ctypes" if s != missing else "cupy_matmul"
+        ref = "direct_ctypes" if s != missing else next(
+            (r for r in ("cupy_matmul", "torch_matmul", "c_fallback") if r in subjects), "c_dispatch")
         base = res[ref]["median_ms"]
         row = {"shape": list(s), "route": lib.route(m, n, k).kind, "reference": ref,
                "fallback_tuned": (cdll.l2hgemm_fallback_tuned(m, n, k)
@@ -260,7 +299,7 @@ CHOICES = {0: "not called", 1: "cublaslt pinned", 2: "cublaslt tuned", 3: "cubla
            5: "cublaslt heuristic", -1: "cublaslt failed"}
 
 
-def fallback_choices(so: Path, rows: list[dict]) -> None:
+def fallback_choices(root: Path, so: Path, rows: list[dict]) -> None:
     """Adds ``fallback_choice`` to every fallback row: how the library's fallback chose its algorithm.
 
     Asked in this process after one ``l2hgemm`` call per shape (the timing ran in the harness's
@@ -273,6 +312,10 @@ def fallback_choices(so: Path, rows: list[dict]) -> None:
     cdll = ctypes.CDLL(str(so))
     if not hasattr(cdll, "l2hgemm_fallback_choice"):
         return
+    from l2tui.export.manifest import load as load_manifest
+    from l2tui.export.manifest import manifest_dtype
+
+    dtype = manifest_dtype(load_manifest(root))
     disp = runtime._argtypes(cdll.l2hgemm)
     choice = cdll.l2hgemm_fallback_choice
     choice.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
@@ -282,9 +325,7 @@ def fallback_choices(so: Path, rows: list[dict]) -> None:
             continue
         m, n, k = row["shape"]
         with stream:
-            a = cp.ones((m, k), dtype=cp.float16)
-            b = cp.ones((k, n), dtype=cp.float16)
-            c = cp.empty((m, n), dtype=cp.float16)
+            a, b, c = _operands(cp, m, n, k, dtype, ones=True)
             rc = disp(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, stream.ptr)
             stream.synchronize()
         index = ctypes.c_int(-1)
@@ -326,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"set {FALLBACK_ENV} for this run (default: as in the environment, else {FALLBACK_MODES[0]})")
     p.add_argument("--skip-offline", action="store_true", help="only the overhead measurement")
     p.add_argument("--shapes", action="append", metavar="SPEC", help="only these exported shapes (MxNxK, a set, a file)")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default=None,
+                   help="the element type the export must hold (default: the manifest's; a mismatch is refused)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be 1 or more")
@@ -344,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = Path(args.dir).resolve()
         manifest = load_manifest(root)
+        dtype = bench_dtype(manifest, args.dtype, str(root))   # before any GPU work
         gpu = require_gpu()
         so = _library(root, manifest, gpu.arch, keep)
         want = {(x.m, x.n, x.k) for x in resolve_shapes(args.shapes)} if args.shapes else None
@@ -358,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             "fallback": fallback_mode(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "git_revision": git_revision(REPO_ROOT), "library": str(so), "command": sys.argv,
-            "timing": args.timing, "mode_label": MODE_LABELS[args.timing],
+            "timing": args.timing, "mode_label": MODE_LABELS[args.timing], "dtype": dtype,
         }
         if not args.skip_offline:
             print(f"library vs best baseline ({MODE_LABELS[args.timing]}, graph replay, checked):", file=sys.stderr)
@@ -367,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                                              repeats=args.repeats)
             doc["repeats"] = args.repeats
             doc.update(summarize(doc["offline"]))
-            fallback_choices(so, doc["offline"])
+            fallback_choices(root, so, doc["offline"])
         print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
         doc["overhead"] = dispatch_overhead(root, so, manifest, kernel_shapes[: args.overhead_shapes],
                                             qps=args.qps, calls=args.calls, missing=missing)

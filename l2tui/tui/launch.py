@@ -179,7 +179,8 @@ def make_live_app(args: argparse.Namespace, cfg: Config, *, wrap: Callable[[Eval
     shapes = resolve_shapes(getattr(args, "shapes", None), default="sample100")
     gpu: dict = {}
     if recorded:
-        replay = compose.recorded_evaluator(recorded, build=False)  # one-line error for an unreadable file
+        # one line for an unreadable file, or a recording of another element type than the run's
+        replay = compose.recorded_evaluator(recorded, build=False, dtype=str(cfg.loop["dtype"]))
         if not resume and getattr(args, "shapes", None):
             compose.require_recorded_shapes(replay.records, shapes, cfg.loop["acc"], recorded)
         meta = replay.meta

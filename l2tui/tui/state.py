@@ -189,6 +189,7 @@ class SessionModel:
         self.ended: str | None = None
         self.policy: str = ""
         self.mode: str = "offline"
+        self.dtype: str = "fp16"   # element type of the session's kernels ([loop] dtype; fp16 when unrecorded)
         self.n_events = 0
         self._streams: dict[tuple, str] = {}
 
@@ -270,6 +271,9 @@ class SessionModel:
         self.versions = dict(ev.get("versions") or {})
         self.policy = str(self.config.get("policy") or self.policy)
         self.mode = str(self.config.get("mode") or self.mode)
+        loop = self.config.get("loop")
+        dtype = loop.get("dtype") if isinstance(loop, dict) else None
+        self.dtype = dtype if dtype in ("fp16", "bf16") else "fp16"   # (a session file is data)
         changes.session = True
         self._log(changes, ev, "session", f"session started on {self.gpu.get('name') or 'no GPU'}")
 

@@ -137,6 +137,7 @@ class TrackContext:
     emit: "Callable[[StepEvent], None] | None" = None   # track and step are filled in by the loop
     # the best known kernels for the shape (harness.known.KnownKernel), timed beside the seed
     known: "list[KnownKernel]" = field(default_factory=list)
+    dtype: str = "fp16"                # element type of A, B and C: "fp16" or "bf16" ([loop] dtype)
 
     def send(self, event: "StepEvent") -> None:
         """Emit an event (e.g. ``llm_delta``) through the loop, if it gave a sink; the loop sets

@@ -172,8 +172,9 @@ class SearchPolicy:
         s = ctx.shape
         return s if isinstance(s, Shape) else Shape(*s)
 
-    def candidates(self, shape: Shape, acc: str, arch: str) -> list[Config]:
-        """Seed pool: the prebuilt catalog of every family that runs on ``arch``; timed per call,
+    def candidates(self, shape: Shape, acc: str, arch: str, dtype: str = "fp16") -> list[Config]:
+        """Seed pool: the prebuilt catalog in element type ``dtype`` (a bf16 run draws from the bf16
+        configurations only) of every family that runs on ``arch``; timed per call,
         without the configurations launched with PDL that have a no-PDL twin there
         (``harness.families.per_call_pool``: per call the twin is the faster launch)."""
         fams = {f.name for f in families_for(arch)}
@@ -183,7 +184,7 @@ class SearchPolicy:
         fams = {f for f in fams if applicable(f, shape, arch)}
         # a family no GPU run has verified yet is timed only where the families setting names it
         fams = {f for f in fams if get_family(f).verified_on_gpu or (self.families and f in self.families)}
-        pool = [c for c in catalog(acc, arch) if c.family in fams]
+        pool = [c for c in catalog(acc, arch, dtype) if c.family in fams]
         if self._holds is not None:   # first: a PDL launch stays where the recording lacks its twin
             pool = [c for c in pool if self._holds(_source_of(c), shape, acc)]
         return per_call_pool(pool) if self.launch == "per_call" else pool
@@ -199,7 +200,7 @@ class SearchPolicy:
         return self.cost.rank(list(configs), shape)
 
     def _state_text(self, ctx: TrackContext, shape: Shape) -> str:
-        lines = [f"Problem: C[{shape.m}x{shape.n}] = A[{shape.m}x{shape.k}] @ B[{shape.k}x{shape.n}], fp16, "
+        lines = [f"Problem: C[{shape.m}x{shape.n}] = A[{shape.m}x{shape.k}] @ B[{shape.k}x{shape.n}], {ctx.dtype}, "
                  f"{ctx.acc} accumulate, GPU arch {self._arch(ctx)}, baseline {ctx.baseline}."]
         if ctx.source:
             cfg = Config.from_source(ctx.source)
@@ -295,7 +296,7 @@ class SearchPolicy:
             fam = family_of(ctx.seed_source)
             return Proposal(source=ctx.seed_source, plan="configured seed kernel", origin="seed", role="seed",
                             family=fam.name if fam else ctx.family, messages=[], completion="")
-        pool = self.candidates(shape, ctx.acc, self._arch(ctx))
+        pool = self.candidates(shape, ctx.acc, self._arch(ctx), ctx.dtype)
         if ctx.family:
             pool = [c for c in pool if c.family == ctx.family] or pool
         ranked = self.rank(pool, shape)
@@ -320,7 +321,8 @@ class SearchPolicy:
     # ------------------------------------------------------------ propose
 
     def neighbours(self, cfg: Config, shape: Shape, acc: str, arch: str) -> list[Move]:
-        """Localized legal edits of ``cfg`` (plus a switch to the best config of other families)."""
+        """Localized legal edits of ``cfg`` (plus a switch to the best config of other families),
+        all in ``cfg``'s element type (its DTYPE is never a move: the catalog's of that type)."""
         fam = get_family(cfg.family)
         cur = cfg.knob_dict
         moves: list[Move] = []
@@ -412,7 +414,7 @@ class SearchPolicy:
                     add({"BN": str(bn * f), "WARPS_N": str(min(4, int(cur["WARPS_N"]) * f))},
                         "double BN with twice the warps along N")
         # family switches: the best catalog configuration of each other (allowed) family
-        ranked = self.rank([c for c in self.candidates(shape, acc, arch) if c.family != cfg.family], shape)
+        ranked = self.rank([c for c in self.candidates(shape, acc, arch, cfg.dtype) if c.family != cfg.family], shape)
         seen_fams = set()
         for _, c in ranked:
             if c.family in seen_fams:
@@ -420,7 +422,8 @@ class SearchPolicy:
             seen_fams.add(c.family)
             moves.append(Move(c, {}, f"switch family to {c.name} ({get_family(c.family).summary})", rewrite=True))
         # and the catalog's best of the same family (a multi-knob jump to a known-good point)
-        same = self.rank([c for c in self.candidates(shape, acc, arch) if c.family == cfg.family and c != cfg], shape)
+        same = self.rank([c for c in self.candidates(shape, acc, arch, cfg.dtype) if c.family == cfg.family and c != cfg],
+                         shape)
         for _, c in same[:2]:
             changes = {k: v for k, v in c.knob_dict.items() if cur.get(k) != v}
             if changes:
@@ -437,11 +440,11 @@ class SearchPolicy:
         bad = self._bad.get(ctx.track, set())
         if cfg is None:
             # not a family source (edited by hand beyond the knob block): offer the model's best seeds
-            ranked = self.rank(self.candidates(shape, ctx.acc, arch), shape)
+            ranked = self.rank(self.candidates(shape, ctx.acc, arch, ctx.dtype), shape)
             moves = [Move(c, {}, f"start over from {c.name}", rewrite=True) for _, c in ranked]
         else:
             moves = self.neighbours(cfg, shape, ctx.acc, arch)
-        catalog_set = set(self.candidates(shape, ctx.acc, arch))
+        catalog_set = set(self.candidates(shape, ctx.acc, arch, ctx.dtype))
         scored: list[tuple[float, int, Move, str, str | None, str, float]] = []
         step_shas: set[str] = set()   # two moves can reach the same kernel (a jump == a knob edit)
         for mv in moves:

@@ -73,7 +73,11 @@ class TelemetryBar(_Line):
         for tr in m.tracks.values():
             states[tr.state] = states.get(tr.state, 0) + 1
         t.append(" │ ", style="grey50")
-        t.append(f"{m.policy or '—'} · {m.mode} · vs {self.baseline or _first_baseline(m) or '—'}")
+        t.append(f"{m.policy or '—'} · ")
+        if m.dtype != "fp16":   # the default element type goes unnamed; a bf16 session says so
+            t.append(m.dtype, style="bold")
+            t.append(" · ")
+        t.append(f"{m.mode} · vs {self.baseline or _first_baseline(m) or '—'}")
         t.append(" │ ", style="grey50")
         t.append(" ".join(f"{n} {s}" for s, n in states.items()) or "no tracks")
         gm = m.geomean_best(self.baseline)
