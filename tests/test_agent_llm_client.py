@@ -125,7 +125,7 @@ def test_an_estimated_usage_stays_marked_through_the_policy_and_into_the_reward_
     assert _add_usage(exact, guessed) == {"prompt_tokens": 17, "completion_tokens": 8, "estimated": True}
     s = Session.create(tmp_path / "s", config={}, gpu={}, versions={})
     fake = SimpleNamespace(_policy=lambda t: SimpleNamespace(name="llm", model="m"), session=s,
-                           _emit=lambda *a, **k: None)
+                           _emit=lambda *a, **k: None, config=SimpleNamespace(dtype="fp16"))
     track = SimpleNamespace(id="t", shape=Shape(64, 64, 64), acc="f32", baseline="cublas", seed_lines=0)
     for usage in (guessed, exact):
         prop = Proposal(plan="p", messages=[], completion="c", usage=usage, role="coder", origin="llm")
