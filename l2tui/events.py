@@ -64,6 +64,7 @@ COMMAND = "command"
 HINT = "hint"
 ERROR = "error"
 TELEMETRY = "telemetry"
+DTYPE_SWITCH = "dtype_switch"
 
 #: the keys every event has; the payload is everything else
 BASE_KEYS = ("seq", "time", "type")
@@ -370,11 +371,24 @@ class Telemetry(Event):
     mem_used_mib: float | None = None
 
 
+@dataclass(kw_only=True)
+class DtypeSwitch(Event):
+    """The answer to a ``dtype`` steering command: the element type in force after it
+    (``dtype``), the one asked for (``requested``) and, when the loop refused, why (``refused``,
+    one line; None when the switch was made). A reader folds it to know a session's type after
+    a switch, which ``session_started``'s config no longer says."""
+
+    TYPE: ClassVar[str] = DTYPE_SWITCH
+    dtype: str | None = None
+    requested: str | None = None
+    refused: str | None = None
+
+
 #: event type -> its record class (a type not here loads as :class:`GenericEvent`)
 EVENT_TYPES: dict[str, type[Event]] = {cls.TYPE: cls for cls in (
     SessionStarted, SessionResumed, SessionEnded, TrackAdded, TrackState, TrackDone, Stage, Plan,
     LlmCall, LlmDelta, LlmRetry, Patch, Candidate, Compiled, Checked, Timed, Reward, Best, Decision,
-    ProfilingEnabled, Profiled, Checkpoint, Command, Hint, Error, Telemetry)}
+    ProfilingEnabled, Profiled, Checkpoint, Command, Hint, Error, Telemetry, DtypeSwitch)}
 
 
 # ------------------------------------------------------------------ validation

@@ -109,6 +109,19 @@ def _toml_clean(obj: Any) -> Any:
     return obj
 
 
+def _write_toml(folder: Path, doc: dict) -> None:
+    """Write ``folder/session.toml`` whole: a temporary file (never through a link), fsynced,
+    then renamed over the old one, so a crash leaves either the old file or the new one."""
+    import tomli_w
+
+    tmp = folder / (TOML_FILE + ".tmp")
+    with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
+        tomli_w.dump(_toml_clean(doc), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / TOML_FILE)
+
+
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
     """``os.open`` that refuses a symbolic link at ``path`` (``O_NOFOLLOW``) in one line naming it.
 
@@ -361,6 +374,41 @@ class Session:
             self.writer_lock.release()
             self.writer_lock = None
 
+    def set_loop_dtype(self, dtype: str) -> None:
+        """Rewrite ``[loop] dtype`` in ``session.toml`` (and in :attr:`config`): the element type
+        a resume, the export and rl-data read for this session. The file is read and replaced
+        without following links; a ``session.toml`` that is a link, too large or not TOML is
+        refused in one :class:`SessionError` line and left as it is."""
+        if dtype not in ("fp16", "bf16"):
+            raise SessionError(f"dtype {str(dtype)[:20]!r} is not fp16 or bf16")
+        with self._lock:
+            doc = self._read_toml_for_update()
+            config = doc.setdefault("config", {})
+            loop = config.setdefault("loop", {}) if isinstance(config, dict) else None
+            if not isinstance(loop, dict):
+                raise SessionError(f"{self.path / TOML_FILE}: [config.loop] is not a table; the session file is damaged")
+            loop["dtype"] = dtype
+            _write_toml(self.path, doc)
+            _fsync_dir(self.path)
+            self.config = config
+
+    def _read_toml_for_update(self) -> dict:
+        """``session.toml`` as a table to rewrite: the file read through no link, or this
+        session's own tables where there is none (a session recorded without one)."""
+        tf = self.path / TOML_FILE
+        if not (tf.exists() or tf.is_symlink()):
+            return {"config": dict(self.config), "gpu": dict(self.gpu), "versions": dict(self.versions)}
+        try:
+            import tomllib  # type: ignore[import-not-found]
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        try:
+            return tomllib.loads(read_text_nofollow(tf))
+        except OSError as e:
+            raise SessionError(f"cannot read {tf}: {e.strerror}") from None
+        except ValueError:   # not UTF-8, or not TOML
+            raise SessionError(f"{tf} is not valid TOML; the session file is damaged") from None
+
     # ------------------------------------------------------------------ create / open
     @classmethod
     def create(cls, path: str | Path, *, config: dict, gpu: dict, versions: dict,
@@ -387,15 +435,7 @@ class Session:
             lock.release()
             raise SessionError(f"{p} already holds a session; use --resume to continue it or pick a new folder")
         config = scrub(config)
-        import tomli_w
-
-        doc = _toml_clean({"config": config, "gpu": gpu or {}, "versions": versions or {}})
-        tmp = p / (TOML_FILE + ".tmp")
-        with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
-            tomli_w.dump(doc, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p / TOML_FILE)
+        _write_toml(p, {"config": config, "gpu": gpu or {}, "versions": versions or {}})
         for name in (EVENTS_FILE, REWARDS_FILE):
             os.close(open_nofollow(p / name, os.O_WRONLY | os.O_CREAT))
         _fsync_dir(p)

@@ -8,9 +8,13 @@ targets (None: every track) and its arguments. The app builds them from its key 
 which is how a command is written to the session's ``command`` event.
 
 Arguments by command: ``hint`` ``text``; ``edit`` ``source``; ``accept`` / ``reject`` / ``pin`` /
-``unpin`` ``sha``; ``policy`` / ``baseline`` / ``acc`` / ``mode`` ``value``; ``reorder``
-``order`` (track ids); ``pause``, ``resume``, ``step``, ``stop``, ``profile``, ``bench_server``
-none.
+``unpin`` ``sha``; ``policy`` / ``baseline`` / ``acc`` / ``mode`` / ``dtype`` ``value``;
+``reorder`` ``order`` (track ids); ``pause``, ``resume``, ``step``, ``stop``, ``profile``,
+``bench_server`` none.
+
+``dtype`` switches the session's element type (``fp16`` / ``bf16``); a session holds one, so the
+loop makes the switch only while it holds no kernel, and answers either way with a
+``dtype_switch`` event (:func:`dtype_switch_line` says it in words).
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 COMMAND_NAMES = ("pause", "resume", "step", "stop", "hint", "edit", "accept", "reject", "pin", "unpin",
-                 "policy", "baseline", "acc", "mode", "reorder", "profile", "bench_server")
+                 "policy", "baseline", "acc", "mode", "dtype", "reorder", "profile", "bench_server")
+
+#: the element types a session can hold (``[loop] dtype``)
+DTYPES = ("fp16", "bf16")
 
 #: sent only to wake a waiting loop; it is not logged and does nothing
 WAKE = "_wake"
@@ -48,4 +55,12 @@ class LoopCommand:
         return {"name": self.name, "track": self.track, **self.args}
 
 
-__all__ = ["COMMAND_NAMES", "WAKE", "LoopCommand"]
+def dtype_switch_line(dtype: object, refused: object) -> str:
+    """One line for a ``dtype_switch`` event: the type in force, or why the switch was refused
+    (the event is session data: its fields are shown as text, never trusted to be strings)."""
+    if refused:
+        return f"dtype switch refused: {refused}"
+    return f"element type now {dtype}: new kernels are built, checked and timed in {dtype}"
+
+
+__all__ = ["COMMAND_NAMES", "DTYPES", "WAKE", "LoopCommand", "dtype_switch_line"]

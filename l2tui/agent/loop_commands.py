@@ -2,19 +2,20 @@
 
 Commands arrive on the loop's queue from any thread (``AgentLoop.send``) and are applied here,
 in the loop's thread, between steps: pause, resume, step, stop, hint, edit, accept / reject /
-pin / unpin, a policy, baseline, accumulator or timing-mode switch, reorder, profile, and a
-server-mode timing of the best. Each is recorded as a ``command`` event by the loop.
+pin / unpin, a policy, baseline, accumulator, timing-mode or element-type switch, reorder,
+profile, and a server-mode timing of the best. Each is recorded as a ``command`` event by the loop.
 """
 
 from __future__ import annotations
 
 import queue
 from functools import partial
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, cast
 
 from .. import events as ev_schema
 from .loop_host import LoopHost
-from ..steering import WAKE
+from ..errors import SessionError
+from ..steering import DTYPES, WAKE
 from .step import evaluation_of, speedup
 
 if TYPE_CHECKING:
@@ -24,6 +25,32 @@ if TYPE_CHECKING:
 def _live(t: "Track") -> bool:
     """A track still open to steering (not finished)."""
     return t.done_reason is None
+
+
+class _HasDtype(Protocol):
+    """An evaluator whose element type can be set (``harness.evaluate.Evaluator``)."""
+
+    dtype: str
+
+
+def _retype_evaluator(evaluator: object, value: str) -> None:
+    """Set the element type ``evaluator`` builds, checks and times in (``harness.evaluate.Evaluator``
+    has a ``dtype`` it reads per request); a recorder also notes it as its recording's type, and
+    passes it to the evaluator it wraps."""
+    inner = getattr(evaluator, "inner", None)
+    if inner is not None:
+        _retype_evaluator(inner, value)
+        meta = getattr(evaluator, "meta", None)
+        if isinstance(meta, dict):
+            meta["dtype"] = value
+        return
+    cast(_HasDtype, evaluator).dtype = value
+
+
+def _retypable(evaluator: object) -> bool:
+    """Whether ``evaluator`` (or the one it wraps) has an element type to set."""
+    inner = getattr(evaluator, "inner", None)
+    return _retypable(inner) if inner is not None else hasattr(evaluator, "dtype")
 
 
 class SteeringCommands(LoopHost):
@@ -141,6 +168,55 @@ class SteeringCommands(LoopHost):
         if self.evaluator.mode is not None:   # None: a recording, timed in its own mode
             self.evaluator.mode = value
 
+    def _cmd_dtype(self, tid: str | None, a: dict) -> None:
+        """Switch the session's element type, or refuse in one line (a ``dtype_switch`` event
+        either way). A session holds one type (``[loop] dtype``, its kernels, the known store's
+        entries, the export), so the switch is made only before its first kernel."""
+        value = str(a.get("value"))
+        refused = self._dtype_refusal(value)
+        if refused is None and value != self.config.dtype:
+            try:
+                self.session.set_loop_dtype(value)
+            except SessionError as e:
+                refused = f"{e}; the session stays {self.config.dtype}"
+            else:
+                self._retype(value)
+        self._emit(ev_schema.DtypeSwitch(dtype=self.config.dtype, requested=value[:20], refused=refused))
+
+    def _dtype_refusal(self, value: str) -> str | None:
+        """Why this loop cannot switch to ``value`` now (one line), or None."""
+        now = self.config.dtype
+        if value not in DTYPES:
+            return f"{value[:20]!r} is not an element type: use one of {', '.join(DTYPES)}"
+        if value == now:
+            return None
+        if getattr(self.evaluator, "replays_recording", False):
+            return (f"a replay of recorded evaluations stays in the recording's type ({now}); "
+                    f"start a new session with --dtype {value} on a GPU machine")
+        if not _retypable(self.evaluator):
+            return f"this evaluator has one element type ({now}); start a new session with --dtype {value}"
+        made = sum(1 for r in self.session.records if isinstance(r, ev_schema.Candidate))
+        if made or self.session.rewards():
+            return (f"this session already holds {made} {now} kernel(s) and one session has one element type; "
+                    f"start a new session with --dtype {value}")
+        f16 = [t.id for t in self.tracks.values() if t.acc == "f16"]
+        if value == "bf16" and (f16 or self.config.acc == "f16"):
+            return (f"bf16 accumulates in f32 only and {f16[0] if f16 else 'the session default'} "
+                    f"accumulates in f16; use f32 tracks for bf16")
+        return None
+
+    def _retype(self, value: str) -> None:
+        """Make ``value`` the type of everything that comes next: the loop's config (every track
+        context is built from it), the evaluator, the rendered seed; a step already begun (no
+        kernel made yet, or the switch would have been refused) starts again in the new type."""
+        self.config.dtype = value
+        _retype_evaluator(self.evaluator, value)
+        self._seed_cache.clear()
+        for t in self.tracks.values():
+            if t.gen is not None:
+                t.gen.close()
+                t.gen = None
+
     def _cmd_reorder(self, tid: str | None, a: dict) -> None:
         order = [i for i in a.get("order") or [] if i in self.tracks]
         self.order = order + [i for i in self.order if i not in order]
@@ -163,7 +239,7 @@ class SteeringCommands(LoopHost):
         "hint": _cmd_hint, "edit": _cmd_edit,
         "accept": partial(_cmd_decide, action="accept"), "reject": partial(_cmd_decide, action="reject"),
         "pin": partial(_cmd_decide, action="pin"), "unpin": partial(_cmd_decide, action="unpin"),
-        "policy": _cmd_policy, "baseline": _cmd_baseline, "acc": _cmd_acc, "mode": _cmd_mode,
+        "policy": _cmd_policy, "baseline": _cmd_baseline, "acc": _cmd_acc, "mode": _cmd_mode, "dtype": _cmd_dtype,
         "reorder": _cmd_reorder, "profile": _cmd_profile, "bench_server": _cmd_bench_server,
     }
 

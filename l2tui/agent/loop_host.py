@@ -37,6 +37,7 @@ class LoopHost:
         order: list[str]
         _commands: queue.Queue[LoopCommand]
         _resumed_from: int | None
+        _seed_cache: dict[str, str | None]
 
         def _emit(self, event: ev_schema.Event) -> dict: ...
 

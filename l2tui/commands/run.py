@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from harness.termtext import visible
 
 from .. import events as ev_schema
+from ..steering import dtype_switch_line
 
 if TYPE_CHECKING:
     from harness.evaluate import Evaluator as GpuEvaluator
@@ -100,7 +101,7 @@ class Progress:
     SHOW = {ev_schema.TRACK_ADDED, ev_schema.CANDIDATE, ev_schema.COMPILED, ev_schema.CHECKED, ev_schema.TIMED,
             ev_schema.PATCH, ev_schema.REWARD, ev_schema.BEST, ev_schema.PROFILING_ENABLED, ev_schema.PROFILED,
             ev_schema.ERROR, ev_schema.TRACK_DONE, ev_schema.LLM_RETRY, ev_schema.LLM_CALL,
-            ev_schema.SESSION_RESUMED, ev_schema.HINT}
+            ev_schema.SESSION_RESUMED, ev_schema.HINT, ev_schema.DTYPE_SWITCH}
 
     def __init__(self, quiet: bool = False, out: TextIO | None = None):
         self.quiet = quiet
@@ -162,6 +163,8 @@ class Progress:
             return f"[{ts}] resumed the session after event {e.get('from_seq')}"
         if typ == ev_schema.HINT:
             return head + f"hint: {e.get('text')}"
+        if typ == ev_schema.DTYPE_SWITCH:
+            return head + dtype_switch_line(e.get("dtype"), e.get("refused"))
         return None
 
 

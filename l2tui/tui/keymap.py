@@ -48,6 +48,7 @@ MAIN = (
     Spec("baseline", "b", "baseline", "Baseline…", "steer"),
     Spec("acc", "u", "acc", "Accumulator…", "steer"),
     Spec("mode", "t", "mode", "Offline/server timing", "steer"),
+    Spec("dtype", "D", "dtype", "Element type fp16/bf16…", "steer"),
     Spec("bench_server", "s", "bench_server", "Server benchmark now", "steer"),
     Spec("profile", "f", "profile", "NCU profile now", "steer"),
     Spec("export", "X", "export", "Export accepted kernels", "steer"),

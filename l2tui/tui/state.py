@@ -17,6 +17,7 @@ from harness.stats import geomean, speedup
 
 from .. import events as ev_schema
 from ..gemm_roles import session_roles
+from ..steering import DTYPES, dtype_switch_line
 
 TRACK_STATES = ("queued", "running", "paused", "done", "failed", "stopped")
 CANDIDATE_LABEL = "candidate"
@@ -190,6 +191,7 @@ class SessionModel:
         self.policy: str = ""
         self.mode: str = "offline"
         self.dtype: str = "fp16"   # element type of the session's kernels ([loop] dtype; fp16 when unrecorded)
+        self.dtype_switched = False   # a dtype_switch event made the type: the bar names it, fp16 too
         self.n_events = 0
         self._streams: dict[tuple, str] = {}
 
@@ -458,6 +460,16 @@ class SessionModel:
             changes.tracks.add(tid)
         self._log(changes, ev, "hint", f"hint: {ev.get('text')}", tid if isinstance(tid, str) else None)
 
+    def _on_dtype_switch(self, ev: dict, changes: Changes) -> None:
+        """The loop's answer to a ``dtype`` command: the type in force after it (a type this
+        model does not know is logged, never shown as the session's)."""
+        dtype = ev.get("dtype")
+        if not ev.get("refused") and dtype in DTYPES:
+            self.dtype = str(dtype)
+            self.dtype_switched = True
+        changes.session = True
+        self._log(changes, ev, "command", dtype_switch_line(dtype, ev.get("refused")))
+
     def _on_telemetry(self, ev: dict, changes: Changes) -> None:
         self.telemetry = {k: v for k, v in ev.items() if k not in ("seq", "type")}
         changes.telemetry = True
@@ -545,6 +557,7 @@ _HANDLERS: dict[str, Callable[[SessionModel, dict, Changes], None]] = {
     ev_schema.COMMAND: SessionModel._on_command,
     ev_schema.HINT: SessionModel._on_hint,
     ev_schema.TELEMETRY: SessionModel._on_telemetry,
+    ev_schema.DTYPE_SWITCH: SessionModel._on_dtype_switch,
     ev_schema.ERROR: SessionModel._on_error,
     ev_schema.TRACK_DONE: SessionModel._on_track_done,
 }

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.containers import Horizontal, Vertical
@@ -26,7 +27,8 @@ from textual import events
 from textual.widgets import Footer, Static
 
 from ...export.core import routes_line
-from ...steering import LoopCommand
+from ... import events as ev_schema
+from ...steering import DTYPES, LoopCommand, dtype_switch_line
 from .. import keymap
 from ..palette import SteeringCommands
 from ..sessionio import read_kernel
@@ -199,6 +201,8 @@ class MainScreen(Screen):
             ch.reset = True
         else:
             ch = self.model.apply_many(msg.events)
+            if not self.ctx.replay:
+                self._answer_dtype_switches(msg.events)
         self._sync_all(ch)
 
     def _sync_all(self, ch: Changes) -> None:
@@ -529,6 +533,23 @@ class MainScreen(Screen):
 
     def action_mode(self) -> None:
         self._choose("Timing mode", list(MODES), self.model.mode, lambda v: self.send("mode", self.track_id, value=v))
+
+    def action_dtype(self) -> None:
+        """Ask the loop to switch the session's element type; its answer (made, or the one-line
+        refusal once the session holds a kernel) comes back as a ``dtype_switch`` event."""
+        if self.ctx.replay or self.ctx.handle is None:
+            self.notify(self.read_only_message(), severity="warning", timeout=5)
+            return
+        self._choose("Element type of the session (only before its first kernel)", list(DTYPES), self.model.dtype,
+                     lambda v: self.send("dtype", None, value=v))
+
+    def _answer_dtype_switches(self, events: list[dict]) -> None:
+        """A toast for each answer of the loop to a ``dtype`` command in a live batch."""
+        for ev in events:
+            if ev.get("type") == ev_schema.DTYPE_SWITCH:
+                refused = ev.get("refused")
+                self.notify(escape(dtype_switch_line(ev.get("dtype"), refused)),
+                            severity="warning" if refused else "information", timeout=8)
 
     def action_bench_server(self) -> None:
         if tr := self._need_track():

@@ -74,7 +74,7 @@ class TelemetryBar(_Line):
             states[tr.state] = states.get(tr.state, 0) + 1
         t.append(" │ ", style="grey50")
         t.append(f"{m.policy or '—'} · ")
-        if m.dtype != "fp16":   # the default element type goes unnamed; a bf16 session says so
+        if m.dtype != "fp16" or m.dtype_switched:   # fp16 goes unnamed unless a switch chose it
             t.append(m.dtype, style="bold")
             t.append(" · ")
         t.append(f"{m.mode} · vs {self.baseline or _first_baseline(m) or '—'}")
