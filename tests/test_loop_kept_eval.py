@@ -109,3 +109,43 @@ def test_hostile_event_fields_are_left_out_of_the_kept_evaluation():
     assert kept.status == "" and kept.ptxas is None and kept.roofline_ms is None and kept.timing is None
     assert KernelEval.from_events(None, None, None) is None
     assert KernelEval.from_events(None, None, {"times_ms": [1, 2]}) == KernelEval(status="")
+
+
+def test_the_timing_method_reaches_the_timed_event_the_known_kernel_and_resume(tmp_path, agent_cache):
+    """An evaluation's timing method (``extra["timing"]``) is written on the loop's ``timed``
+    event, names the method of the known kernel a finished track records, and is read back on
+    resume. Recorded builds are replayed: no nvcc."""
+    import json
+    from pathlib import Path
+
+    from harness.known import GpuKey, KnownKernel, KnownStore, read_local
+    from harness.shapes import Shape
+    from l2tui.agent.recorded import RecordedEvaluator
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    # recorded on the H200 at 512x512x512; known from an H100, so the loop times it here
+    fast = (fixtures / "sessions" / "demo-h200-scripted" / "kernels"
+            / "04fe70be41e028a397a2b7d5f105e36eb9c8179cdff142f063b18da80a14c4a9.cu").read_text()
+    h200, h100 = GpuKey("NVIDIA H200", 132, 13), GpuKey("NVIDIA H100 80GB HBM3", 132, 13)
+    store = KnownStore(bundled=[], local=tmp_path / "known.json")
+    store.record(KnownKernel(Shape(512, 512, 512), "f32", h100, fast, "from-h100", "local", 1.0, "cublas", 0.05,
+                             {"timing": "offline, per call"}))
+    doc = json.loads((fixtures / "recorded" / "evaluations.json").read_text())
+    for rec in doc["records"].values():
+        rec.setdefault("extra", {})["timing"] = "chained"
+    recording = tmp_path / "evaluations.json"
+    recording.write_text(json.dumps(doc))
+    ev = RecordedEvaluator(recording, build="unrecorded")
+    s = Session.create(tmp_path / "s", config={}, gpu=dict(ev.meta.get("gpu") or {}), versions={})
+    loop = AgentLoop(s, LoopConfig(max_steps=1, known=True, baseline="cublas", arch="sm_90a"),
+                     policy=SearchPolicy(budget=0), evaluator=ev)
+    loop.known_store = store
+    loop.record_replays = True    # the recording stands for the GPU here
+    tid = loop.add_track(Shape(512, 512, 512), "f32")
+    loop.run()
+    timed = [e for e in s.events if e["type"] == "timed"]
+    assert timed and all(e.get("timing") == "chained" for e in timed)
+    mine = [k for k in read_local(tmp_path / "known.json") if k.gpu.same_model(h200)]
+    assert len(mine) == 1 and mine[0].made["timing"] == "offline, chained"
+    kept = _resumed(Session.open(s.path)).tracks[tid].best_eval
+    assert kept is not None and kept.timing == "chained" and kept.status == "ok" and kept.times_ms.get("candidate")
