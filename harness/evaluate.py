@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from . import channel
 from .baselines import DEFAULT_BASELINES, build_shim, parse_baselines
-from .build import BuildResult, build
+from .build import BuildResult, CompileError, build
 from .channel import MAX_STRING, Bool, Data, FrameError, Int, Json, ListOf, MapOf, Num, Record, Str
 from .errors import HarnessError, ToolMissing
 from .shapes import Shape, parse_accumulator
@@ -155,6 +155,27 @@ def evaluation_from_data(d: Json, where: str = "$") -> "Evaluation":
         return Evaluation.from_dict(d)
     except (TypeError, ValueError, KeyError) as e:
         raise FrameError(f"{where}: not an evaluation ({type(e).__name__}: {str(e)[:100]})") from None
+
+
+def build_from_data(d: Json, where: str = "build") -> BuildResult:
+    """A BuildResult from its dict form read as untrusted data (a recording's build): FrameError
+    (one line naming the field) unless it fits :data:`BUILD_SCHEMA`."""
+    if d is None:
+        raise FrameError(f"{where}: no build")
+    channel.validate(d, BUILD_SCHEMA, where)
+    assert isinstance(d, dict)
+    try:
+        return BuildResult.from_dict(d)
+    except (TypeError, ValueError, KeyError) as e:
+        raise FrameError(f"{where}: not a build ({type(e).__name__}: {str(e)[:100]})") from None
+
+
+def failed_build(message: str, arch: str = "", flags: Sequence[str] = ()) -> BuildResult:
+    """A build that did not happen (no ``l2_hgemm``, nvcc missing, bad flags, a malformed recorded
+    build) as one error at ``kernel.cu``, so the compile stage reports it like nvcc's own."""
+    return BuildResult(ok=False, key="", so_path=None, ptxas=None,
+                       errors=[CompileError("kernel.cu", None, None, "error", message)], log=message,
+                       seconds=0.0, cached=False, arch=arch, flags=list(flags))
 
 
 def _failure_kind(e: WorkerError) -> str:

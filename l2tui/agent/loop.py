@@ -24,9 +24,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, cast
+
+from harness.build import BuildResult
+from harness.channel import FrameError
+from harness.evaluate import Evaluation, build_from_data, failed_build
 
 from .. import events as ev_schema
 from ..session import Session, sha256_text
@@ -40,11 +44,12 @@ from .interrupt import StepInterrupted
 from .interrupt import interrupted as _interrupted
 from .loop_profiling import Profiling
 from .loop_restore import Restore
-from .track import Track, track_id
+from .track import KernelEval, KnownCandidate, Track, track_id
 from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
 
 if TYPE_CHECKING:
+    from harness.channel import Json
     from harness.evaluator_protocol import Evaluator, ReplayEvaluator
     from harness.known import GpuKey, KnownKernel, KnownStore
 
@@ -381,8 +386,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             yield
 
     def _ctx(self, t: Track, step: int) -> TrackContext:
-        ev = t.best_eval or {}
-        build = ev.get("build") or {}
+        kept = t.best_eval
         emitted: set[str] = set()
 
         def emit(event: ev_schema.StepEvent) -> None:
@@ -397,8 +401,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         ctx = TrackContext(
             track=t.id, shape=t.shape, acc=t.acc, baseline=t.baseline, step=step,
             source=t.best_source, sha=t.best_sha, evaluation=t.best_eval,
-            times_ms=dict(ev.get("times_ms") or {}), speedup=t.best_speedup, roofline_ms=ev.get("roofline_ms"),
-            ptxas=build.get("ptxas"), errors=[], history=list(t.history), hint=t.hint,
+            times_ms=dict(kept.times_ms) if kept else {}, speedup=t.best_speedup,
+            roofline_ms=kept.roofline_ms if kept else None,
+            ptxas=dict(kept.ptxas) if kept and kept.ptxas is not None else None, errors=[], history=list(t.history), hint=t.hint,
             profile=t.profile if t.profiling_enabled else None, profiling_enabled=t.profiling_enabled,
             seed_source=self._seed_source(t), family=t.family, flags=list(t.flags),
             allowed_flags=list(self.config.allowed_flags), feedback=t.feedback, mode=self.config.mode,
@@ -525,9 +530,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
     def _record_known(self, t: Track) -> None:
         """A finished track's verified best goes into the local layer of the known kernels."""
         store, gpu = self._known() if self.config.known else (None, None)
-        ev = t.best_eval or {}
-        ms = (ev.get("times_ms") or {}).get("candidate") if isinstance(ev, dict) else None
-        if store is None or gpu is None or not t.best_source or ev.get("status") != "ok" or not ms:
+        kept = t.best_eval
+        ms = kept.times_ms.get("candidate") if kept is not None else None
+        if store is None or gpu is None or not t.best_source or kept is None or kept.status != "ok" or not ms:
             return
         if getattr(self.evaluator, "replays_recording", False) and not self.record_replays:
             return
@@ -540,7 +545,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         cfg = Config.from_source(t.best_source)
         try:
             info = gpu_identity(self.evaluator)
-            made = made_now(timing=f"{self.config.mode}, {ev.get('timing') or 'per call'}", gpu=info, git=git_revision())
+            made = made_now(timing=f"{self.config.mode}, {kept.timing or 'per call'}", gpu=info, git=git_revision())
             sp = t.best_speedup if isinstance(t.best_speedup, (int, float)) and t.best_speedup > 0 else None
             store.record(KnownKernel(t.shape, t.acc, gpu, t.best_source,
                                      cfg.name if cfg else f"kernel {(t.best_sha or '')[:12]}",
@@ -721,69 +726,76 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             if not fixed:
                 return kind
 
-    def _failure(self, kind: str, ev: dict, src: str, sha: str, parent: str | None, rnd: int,
+    def _failure(self, kind: str, ev: Evaluation, src: str, sha: str, parent: str | None, rnd: int,
                  feedback: str | None) -> Failure:
-        b = ev.get("build") or {}
-        errs = [e for e in (b.get("errors") or []) if e.get("severity") != "warning"] if kind == "compile_error" else []
-        log = (b.get("log") or "")[-4000:] if kind == "compile_error" else ""
-        return Failure(kind=kind, message=one_line(ev.get("message") or kind), source=src, sha=sha,
-                       parent_source=parent, errors=errs, check=ev.get("check"), log=log, round=rnd,
+        b = ev.build
+        compile_failed = kind == "compile_error" and b is not None
+        errs = [e.to_dict() for e in b.errors if e.severity != "warning"] if compile_failed and b else []
+        log = b.log[-4000:] if compile_failed and b else ""
+        return Failure(kind=kind, message=one_line(ev.message or kind), source=src, sha=sha,
+                       parent_source=parent, errors=errs, check=ev.check, log=log, round=rnd,
                        feedback=feedback)
 
-    def _compile_and_eval(self, t: Track, step: int, src: str, sha: str, flags: list[str]) -> Generator[None, None, tuple[str, dict]]:
+    def _build(self, t: Track, src: str, flags: list[str]) -> BuildResult:
+        """The compile stage's build: the recording's own where a replay holds it (read as data),
+        else nvcc's; a build that cannot start (no ``l2_hgemm``, a kernel of another element type,
+        nvcc missing, bad flags) is a failed build with that one line."""
+        from harness.build import build
+
+        evaluator = self.evaluator
+        recorded = cast("ReplayEvaluator", evaluator).recorded_build(src, t.shape, t.acc, flags) \
+            if evaluator.replays_recording else None
+        if recorded is None:
+            return build(src, arch=self.config.arch, flags=flags, dtype=self.config.dtype)
+        try:
+            return build_from_data(cast("Json", recorded), "recorded build")
+        except FrameError as e:
+            return failed_build(one_line(f"a malformed recorded build: {e}"), self.config.arch or "", flags)
+
+    def _compile_and_eval(self, t: Track, step: int, src: str, sha: str,
+                          flags: list[str]) -> Generator[None, None, tuple[str, Evaluation]]:
         self._stage(t, step, "compile", "start")
         try:
-            from harness.build import build
-
-            # replaying a recording (``--recorded``): a recorded kernel keeps the recording's build
-            evaluator = self.evaluator
-            b: dict[str, Any] | None = cast("ReplayEvaluator", evaluator).recorded_build(src, t.shape, t.acc, flags) \
-                if evaluator.replays_recording else None
-            if b is None:
-                # a kernel of another element type than the run's is refused here, in one line
-                b = build(src, arch=self.config.arch, flags=flags, dtype=self.config.dtype).to_dict()
+            b = self._build(t, src, flags)
         except Exception as e:  # KernelSourceError (no l2_hgemm), ToolMissing, bad flags
             if _interrupted(e):
                 self._stage(t, step, "compile", "end", "interrupted")
                 raise StepInterrupted(f"step {step} compile interrupted") from None
-            msg = one_line(e)
-            b = {"ok": False, "ptxas": None, "errors": [{"file": "kernel.cu", "line": None, "col": None,
-                                                          "severity": "error", "message": msg}],
-                 "log": msg, "seconds": 0.0, "cached": False}
-        errors = [e for e in (b.get("errors") or [])][:20]
-        self._emit(ev_schema.Compiled(track=t.id, step=step, sha=sha, ok=bool(b.get("ok")), ptxas=b.get("ptxas"),
-                   errors=errors, seconds=round(float(b.get("seconds") or 0.0), 3), cached=bool(b.get("cached"))))
-        self._stage(t, step, "compile", "end", "ok" if b.get("ok") else "failed")
-        if not b.get("ok"):
-            first = next((e.get("message", "") for e in errors if e.get("severity") != "warning"), "compile failed")
-            return "compile_error", {"status": "compile_error", "build": b, "message": f"compile error: {first}"}
+            b = failed_build(one_line(e), self.config.arch or "", flags)
+        errors = [e.to_dict() for e in b.errors][:20]
+        self._emit(ev_schema.Compiled(track=t.id, step=step, sha=sha, ok=b.ok,
+                   ptxas=b.ptxas.to_dict() if b.ptxas is not None else None,
+                   errors=errors, seconds=round(float(b.seconds or 0.0), 3), cached=b.cached))
+        self._stage(t, step, "compile", "end", "ok" if b.ok else "failed")
+        if not b.ok:
+            first = next((e.message for e in b.errors if e.severity != "warning"), "compile failed")
+            return "compile_error", Evaluation("compile_error", b, message=f"compile error: {first}")
         yield
         self._stage(t, step, "check", "start")
-        ev: dict[str, Any]
         try:
-            ev = evaluation_of(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate")).to_dict()
+            ev = evaluation_of(self.evaluator.evaluate(src, t.shape, t.acc, flags=flags, label="candidate"))
         except Exception as e:  # the worker died, the GPU went away...
             if _interrupted(e):
                 self._stage(t, step, "check", "end", "interrupted")
                 raise StepInterrupted(f"step {step} evaluation interrupted") from None
-            ev = {"status": "crashed", "build": b, "check": None, "times_ms": {}, "message": one_line(f"evaluator failed: {e}")}
-        if not ev.get("build"):
-            ev["build"] = b
-        status = ev.get("status") or "crashed"
-        chk = ev.get("check") or {}
+            ev = Evaluation("crashed", b, message=one_line(f"evaluator failed: {e}"))
+        if ev.build is None:
+            ev = replace(ev, build=b)
+        status = ev.status or "crashed"
+        chk = ev.check or {}
         self._emit(ev_schema.Checked(track=t.id, step=step, sha=sha, ok=status == "ok", status=status,
-                   failed=chk.get("failed"), detail=one_line(chk.get("detail") or ev.get("message") or ""),
+                   failed=chk.get("failed"), detail=one_line(chk.get("detail") or ev.message or ""),
                    rel_err=chk.get("rel_err"), bound=chk.get("bound")))
         self._stage(t, step, "check", "end", status)
         if status != "ok":
             return status, ev
         yield
         self._stage(t, step, "time", "start")
-        times = dict(ev.get("times_ms") or {})
-        sp = speedup(times, t.baseline)
-        self._emit(ev_schema.Timed(track=t.id, step=step, sha=sha, mode=ev.get("mode") or (ev.get("extra") or {}).get("mode") or self.config.mode,
-                   times_ms=times, roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=sp,
-                   **ev_schema.library_fields(ev.get("extra"))))
+        times = dict(ev.times_ms)
+        timing = ev.extra.get("timing")
+        self._emit(ev_schema.Timed(track=t.id, step=step, sha=sha, mode=ev.extra.get("mode") or self.config.mode,
+                   times_ms=times, roofline_ms=ev.roofline_ms, baseline=t.baseline, speedup=speedup(times, t.baseline),
+                   timing=timing if isinstance(timing, str) else None, **ev_schema.library_fields(ev.extra)))
         self._stage(t, step, "time", "end")
         return "ok", ev
 
@@ -804,33 +816,35 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         t.history.append(Attempt(step, prop.plan, prop.origin, kind, child, None, r, one_line(why, 160)))
 
     def _reward_outcome(self, t: Track, step: int, prop: Proposal, parent: str | None, sha: str, kind: str,
-                        ev: dict, src: str, flags: list[str]) -> None:
-        sp = speedup(ev.get("times_ms"), t.baseline) if kind == "ok" else None
-        r, parts = score(kind, speedup=sp, check=ev.get("check"), source=src, seed_lines=t.seed_lines,
-                         cfg=self.config.rewards, message=ev.get("message") or "")
+                        ev: Evaluation, src: str, flags: list[str]) -> None:
+        sp = speedup(ev.times_ms, t.baseline) if kind == "ok" else None
+        r, parts = score(kind, speedup=sp, check=ev.check, source=src, seed_lines=t.seed_lines,
+                         cfg=self.config.rewards, message=ev.message)
         self._row(t, step, prop, parent, sha, kind, r, parts, sp)
+        kept = KernelEval.of(ev)
         if kind == "ok":
-            t.known[sha] = {"eval": ev, "speedup": sp, "flags": flags}
+            t.known[sha] = KnownCandidate(kept, sp, tuple(flags))
             better = t.best_sha is None or (sp is not None and (t.best_speedup is None or sp > t.best_speedup))
             if better:
-                self._set_best(t, sha, src, ev, sp, flags, by="policy")
-            note = one_line(ev.get("message") or "ok", 160)
+                self._set_best(t, sha, src, kept, sp, flags, by="policy")
+            note = one_line(ev.message or "ok", 160)
             t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, sp, r, note, better))
             return
         if kind == NOT_RECORDED:
             if t.best_sha is None and prop.origin == "seed":
                 # an unrecorded seed still anchors the track (no speedup known)
-                self._set_best(t, sha, src, ev, None, flags, by="policy")
+                self._set_best(t, sha, src, kept, None, flags, by="policy")
             t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, 0.0, "no recorded GPU result"))
             return
-        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, one_line(ev.get("message") or kind, 160)))
+        t.history.append(Attempt(step, prop.plan, prop.origin, kind, sha, None, r, one_line(ev.message or kind, 160)))
 
-    def _set_best(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str], by: str) -> None:
+    def _set_best(self, t: Track, sha: str, src: str, kept: KernelEval, sp: float | None, flags: list[str],
+                  by: str) -> None:
         if t.best_sha and t.best_sha != sha:
             t.best_stack.append(t.best_sha)
-        t.best_sha, t.best_source, t.best_eval, t.best_speedup = sha, src, ev, sp
+        t.best_sha, t.best_source, t.best_eval, t.best_speedup = sha, src, kept, sp
         t.flags = list(flags)
-        self._emit(ev_schema.Best(track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {})))
+        self._emit(ev_schema.Best(track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(kept.times_ms)))
         self._emit(ev_schema.Decision(track=t.id, sha=sha, action="accept", by=by))
 
     def _end_step(self, t: Track) -> None:

@@ -19,7 +19,7 @@ from ..steering import DTYPES, WAKE
 from .step import evaluation_of, speedup
 
 if TYPE_CHECKING:
-    from .track import Track
+    from .track import KnownCandidate, Track
 
 
 def _live(t: "Track") -> bool:
@@ -149,10 +149,10 @@ class SteeringCommands(LoopHost):
         value = str(a.get("value"))
         for t in self._targets(tid):
             t.baseline = value
-            if t.best_eval:
-                t.best_speedup = speedup(t.best_eval.get("times_ms") or {}, value)
+            if t.best_eval is not None:
+                t.best_speedup = speedup(t.best_eval.times_ms, value)
                 self._emit(ev_schema.Best(track=t.id, sha=t.best_sha, speedup=t.best_speedup, baseline=value,
-                           times_ms=dict(t.best_eval.get("times_ms") or {})))
+                           times_ms=dict(t.best_eval.times_ms)))
         if tid is None:
             self.config.baseline = value
 
@@ -248,21 +248,23 @@ class SteeringCommands(LoopHost):
         if action == "accept" and sha != t.best_sha:
             if not self.session.has_kernel(sha):
                 raise ValueError(f"unknown kernel {sha[:12]}")
-            k = t.known.get(sha, {})
-            ev = k.get("eval") or {}
-            self._set_best_quiet(t, sha, self.session.get_kernel(sha), ev, k.get("speedup"), k.get("flags") or t.flags)
+            self._set_best_quiet(t, sha, self.session.get_kernel(sha), t.known.get(sha))
         elif action == "reject" and sha == t.best_sha and t.best_stack:
             prev = t.best_stack.pop()
-            k = t.known.get(prev, {})
             t.best_sha = None  # do not push the rejected one back
-            self._set_best_quiet(t, prev, self.session.get_kernel(prev), k.get("eval") or {}, k.get("speedup"),
-                                 k.get("flags") or t.flags)
+            self._set_best_quiet(t, prev, self.session.get_kernel(prev), t.known.get(prev))
 
-    def _set_best_quiet(self, t: Track, sha: str, src: str, ev: dict, sp: float | None, flags: list[str]) -> None:
+    def _set_best_quiet(self, t: Track, sha: str, src: str, known: KnownCandidate | None) -> None:
+        """``sha`` is the track's best by the user's decision: its evaluation, speedup and flags
+        as the track timed it (none known: no times, the track's flags)."""
         if t.best_sha and t.best_sha != sha:
             t.best_stack.append(t.best_sha)
-        t.best_sha, t.best_source, t.best_eval, t.best_speedup, t.flags = sha, src, ev, sp, list(flags)
-        self._emit(ev_schema.Best(track=t.id, sha=sha, speedup=sp, baseline=t.baseline, times_ms=dict(ev.get("times_ms") or {})))
+        kept = known.evaluation if known is not None else None
+        sp = known.speedup if known is not None else None
+        flags = list(known.flags) if known is not None and known.flags else t.flags
+        t.best_sha, t.best_source, t.best_eval, t.best_speedup, t.flags = sha, src, kept, sp, list(flags)
+        self._emit(ev_schema.Best(track=t.id, sha=sha, speedup=sp, baseline=t.baseline,
+                                  times_ms=dict(kept.times_ms) if kept is not None else {}))
 
     def _bench_server(self, t: Track) -> None:
         if not t.best_source or self.evaluator.mode is None:
@@ -271,10 +273,10 @@ class SteeringCommands(LoopHost):
         try:
             self.evaluator.mode = "server"
             ev = evaluation_of(self.evaluator.evaluate(t.best_source, t.shape, t.acc, flags=t.flags,
-                                                       label="candidate")).to_dict()
+                                                       label="candidate"))
         finally:
             self.evaluator.mode = old
-        times = dict(ev.get("times_ms") or {})
+        times = dict(ev.times_ms)
         self._emit(ev_schema.Timed(track=t.id, step=t.step, sha=t.best_sha, mode="server", times_ms=times,
-                   roofline_ms=ev.get("roofline_ms"), baseline=t.baseline, speedup=speedup(times, t.baseline)))
+                   roofline_ms=ev.roofline_ms, baseline=t.baseline, speedup=speedup(times, t.baseline)))
 

@@ -6,6 +6,7 @@ malformed one is one :class:`SessionError` line naming the event, never a traceb
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import events as ev_schema
@@ -15,7 +16,33 @@ from ..session import check_shape
 from .policies.base import Attempt
 from .rewards import code_lines
 from .step import speedup
-from .track import Track
+from .track import KernelEval, KnownCandidate, Track
+
+
+@dataclass
+class _Seen:
+    """What one track's events said of one kernel so far: its last ``compiled`` and ``checked``
+    events, the ``timed`` event resume keeps (one in the loop's timing mode over another), and,
+    once timed, the speedup that event gave and the candidate's flags."""
+
+    compiled: dict | None = None
+    checked: dict | None = None
+    timed: dict | None = None
+    timed_speedup: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+    def kept(self) -> KernelEval | None:
+        return KernelEval.from_events(self.compiled, self.checked, self.timed)
+
+    def known(self) -> KnownCandidate | None:
+        """The kernel as the track timed it (None: never timed on this track)."""
+        kept = self.kept() if self.timed is not None else None
+        return None if kept is None else KnownCandidate(kept, self.timed_speedup, tuple(self.flags))
+
+
+#: (track id, sha) -> what that track's events said of that kernel; a kernel shared by two tracks
+#: (a common seed) has been timed on each track's own shape
+_SeenKernels = dict[tuple[str, str], _Seen]
 
 
 #: track_done reasons that a larger per-track budget on --resume lifts (see AgentLoop._budget)
@@ -31,21 +58,20 @@ class Restore(LoopHost):
         if not any(e.get("type") == ev_schema.TRACK_ADDED for e in events):
             return
 
-        evals: dict[str, dict] = {}
-        cand_flags: dict[str, list] = {}
+        seen: _SeenKernels = {}
         current: dict = {}
         try:
             for e in events:
                 current = e
-                self._fold(e, evals, cand_flags)
+                self._fold(e, seen)
         except (TypeError, ValueError, KeyError, AttributeError):
             raise SessionError(f"{self.session.path}/events.jsonl: event seq {_shown_seq(current)} "
                                f"({_shown_type(current)}) has a malformed field; the session file is damaged") from None
-        self._settle(events, evals, cand_flags)
+        self._settle(events, seen)
 
-    def _fold(self, e: dict, evals: dict[str, dict], cand_flags: dict[str, list]) -> None:
-        """One event into the tracks' state (``evals``: what each kernel's events said of it;
-        ``cand_flags``: its compiler flags); TypeError / ValueError / KeyError for a malformed field."""
+    def _fold(self, e: dict, seen: _SeenKernels) -> None:
+        """One event into the tracks' state (``seen``: what each track's events said of each of its
+        kernels); TypeError / ValueError / KeyError for a malformed field."""
         typ, tid = e.get("type"), e.get("track")
         t = self.tracks.get(tid) if tid else None
         if typ == ev_schema.TRACK_ADDED:
@@ -68,22 +94,20 @@ class Restore(LoopHost):
         if typ == ev_schema.TRACK_STATE:
             t.state = e.get("state", t.state)
         elif typ == ev_schema.CANDIDATE:
-            cand_flags[e["sha"]] = list(e.get("flags") or [])
+            seen.setdefault((t.id, e["sha"]), _Seen()).flags = [str(f) for f in e.get("flags") or []]
             if e.get("origin") == "seed" and not t.seed_lines and self.session.has_kernel(e["sha"]):
                 t.seed_lines = code_lines(self.session.get_kernel(e["sha"]))
             if e.get("family"):
                 t.family = e["family"]
         elif typ == ev_schema.COMPILED:
-            evals.setdefault(e["sha"], {})["build"] = {"ok": e.get("ok"), "ptxas": e.get("ptxas"), "errors": e.get("errors")}
+            seen.setdefault((t.id, e["sha"]), _Seen()).compiled = e
         elif typ == ev_schema.CHECKED:
-            evals.setdefault(e["sha"], {}).update(status=e.get("status"), check={
-                "ok": e.get("ok"), "failed": e.get("failed"), "detail": e.get("detail"),
-                "rel_err": e.get("rel_err"), "bound": e.get("bound")})
+            seen.setdefault((t.id, e["sha"]), _Seen()).checked = e
         elif typ == ev_schema.TIMED:
-            d = evals.setdefault(e["sha"], {})
-            if e.get("mode", "offline") == self.config.mode or "times_ms" not in d:
-                d.update(times_ms=e.get("times_ms") or {}, roofline_ms=e.get("roofline_ms"))
-            t.known[e["sha"]] = {"eval": d, "speedup": e.get("speedup"), "flags": cand_flags.get(e["sha"], [])}
+            k = seen.setdefault((t.id, e["sha"]), _Seen())
+            if e.get("mode", "offline") == self.config.mode or k.timed is None:
+                k.timed = e
+            k.timed_speedup = e.get("speedup")
         elif typ == ev_schema.BEST:
             if t.best_sha and t.best_sha != e["sha"]:
                 t.best_stack.append(t.best_sha)
@@ -111,20 +135,25 @@ class Restore(LoopHost):
         elif typ == ev_schema.TRACK_DONE:
             t.done_reason = e.get("reason") or "done"
 
-    def _settle(self, events: list[dict], evals: dict[str, dict], cand_flags: dict[str, list]) -> None:
+    def _settle(self, events: list[dict], seen: _SeenKernels) -> None:
         """After the fold: global hints, each track's best kernel and evaluation, and whether it goes on."""
         for e in events:  # global hints apply to every track
             if e.get("type") == ev_schema.HINT and e.get("track") is None:
                 for t in self.tracks.values():
                     t.hint = e.get("text") or None
+        for (tid, sha), k in seen.items():
+            known = k.known()
+            if known is not None:
+                self.tracks[tid].known[sha] = known
         for t in self.tracks.values():
             if t.best_sha:
                 if self.session.has_kernel(t.best_sha):
+                    best = seen.get((t.id, t.best_sha), _Seen())
                     t.best_source = self.session.get_kernel(t.best_sha)
-                    t.best_eval = evals.get(t.best_sha, {})
-                    t.flags = cand_flags.get(t.best_sha, [])
-                    if t.best_eval.get("times_ms"):
-                        t.best_speedup = speedup(t.best_eval["times_ms"], t.baseline)
+                    t.best_eval = best.kept()
+                    t.flags = list(best.flags)
+                    if t.best_eval is not None and t.best_eval.times_ms:
+                        t.best_speedup = speedup(t.best_eval.times_ms, t.baseline)
                 else:
                     t.best_sha = None
             for a in t.history:

@@ -20,6 +20,7 @@ from ..session import sha256_text
 from .policies.base import Attempt, Failure, Proposal, TrackContext
 from .rewards import code_lines
 from .step import StepInfo, evaluation_of, record_reward, score, speedup
+from .track import KernelEval
 
 if TYPE_CHECKING:
     from harness.evaluate import Evaluation
@@ -160,6 +161,7 @@ class TrackDriver:
         """``source`` is the track's best now (the policy refines from it)."""
         self.best_src, self.best_ms = source, t
         ctx = self.ctx
-        ctx.source, ctx.sha, ctx.times_ms, ctx.speedup, ctx.evaluation = source, sha, times, sp, ev
+        ctx.source, ctx.sha, ctx.times_ms, ctx.speedup = source, sha, times, sp
+        ctx.evaluation = KernelEval.of(ev)
         self.s.record(ev_schema.Best(track=self.track, sha=sha, speedup=sp, baseline=self.cfg.baseline,
                       times_ms=times))

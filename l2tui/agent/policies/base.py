@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from ...events import StepEvent
     from harness.known import KnownKernel
 
+    from ..track import KernelEval
+
 # Origins a candidate may have (the ``origin`` of a ``candidate`` event).
 ORIGINS = ("seed", "patch", "debug", "human", "rewrite")
 
@@ -116,7 +118,7 @@ class TrackContext:
     step: int
     source: str | None = None          # current best kernel (None before the seed)
     sha: str | None = None
-    evaluation: Any = None             # harness Evaluation of the best (object or dict), or None
+    evaluation: KernelEval | None = None   # what the loop keeps of the best's evaluation, or None
     times_ms: dict = field(default_factory=dict)
     speedup: float | None = None       # best's speedup over ``baseline``
     roofline_ms: float | None = None
