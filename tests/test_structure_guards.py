@@ -25,7 +25,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 #: and the commands shrinks them; a function leaves this list when it does). harness/ has none.
 LONG_FUNCTIONS_TO_SPLIT: frozenset[str] = frozenset({
     "l2tui/agent/policies/search.py:neighbours",
-    "l2tui/commands/run.py:_run",
 })
 
 
