@@ -66,3 +66,10 @@ def test_roles_helpers():
     assert choose_flags("x\nNVCC_FLAGS: -O3 -o evil\n", ["-O3"], ["-O2"]) == (["-O3"], "flags not in the allowed list dropped: -o evil")
     assert choose_flags("no flags line", ["-O3"], ["-O2"]) == (["-O2"], None)
     assert choose_flags("NVCC_FLAGS: none", ["-O3"], ["-O2"]) == ([], None)
+
+
+def test_the_last_flags_line_of_a_reply_wins():
+    """A reply that revises its flags means its last ``NVCC_FLAGS:`` line; earlier ones are drafts."""
+    reply = "NVCC_FLAGS: -O2\nthinking again...\n> NVCC_FLAGS: `-O3 -lineinfo`\nNVCC_FLAGS: -O3\n"
+    assert choose_flags(reply, ["-O2", "-O3", "-lineinfo"], []) == (["-O3"], None)
+    assert choose_flags(reply + "NVCC_FLAGS: none\n", ["-O3"], ["-O2"]) == ([], None)

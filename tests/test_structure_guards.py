@@ -21,16 +21,6 @@ MAX_FUNCTION_LINES = 80
 #: import cycles that are allowed to remain, as frozensets of module names, each with its reason
 ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 
-#: l2tui functions over MAX_FUNCTION_LINES today (issue 54's split of the agent loop, the sweep
-#: and the commands shrinks them; a function leaves this list when it does). harness/ has none.
-LONG_FUNCTIONS_TO_SPLIT: frozenset[str] = frozenset({
-    "l2tui/agent/llm_client.py:_once",
-    "l2tui/agent/policies/search.py:neighbours",
-    "l2tui/commands/run.py:_run",
-    "l2tui/export/bench.py:main",
-})
-
-
 def module_name(path: Path) -> str:
     """``harness/profiling/api.py`` -> ``harness.profiling.api``; a package's ``__init__`` is the package."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -198,29 +188,41 @@ def test_the_batched_evaluation_is_the_harness_one_and_imports_no_l2tui() -> Non
 
 @dataclass(frozen=True)
 class Function:
-    where: str     # path:name, the key of LONG_FUNCTIONS_TO_SPLIT
+    where: str     # path:name
     lineno: int
     lines: int
 
 
-def functions(pkg: str) -> list[Function]:
+def functions(pkg: str, root: Path = ROOT) -> list[Function]:
+    """Every function and method under ``root/pkg``, with its length from ``def`` to its last line."""
     out = []
-    for path in sorted((ROOT / pkg).rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
+    for path in sorted((root / pkg).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
                 out.append(Function(f"{rel}:{node.name}", node.lineno, node.end_lineno - node.lineno + 1))
     return out
 
 
+def too_long(found: list[Function]) -> list[Function]:
+    return [f for f in found if f.lines > MAX_FUNCTION_LINES]
+
+
+def test_the_length_check_counts_from_def_to_the_last_line(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    nested = "".join(f"        y{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (pkg / "m.py").write_text(f"def fits():\n{body}\n\ndef over():\n{body}    x = 0\n\n"
+                              f"class C:\n    async def method(self):\n{nested}")
+    found = {f.where: f.lines for f in functions("pkg", tmp_path)}
+    assert found == {"pkg/m.py:fits": MAX_FUNCTION_LINES, "pkg/m.py:over": MAX_FUNCTION_LINES + 1,
+                     "pkg/m.py:method": MAX_FUNCTION_LINES + 1}
+    assert sorted(f.where for f in too_long(functions("pkg", tmp_path))) == ["pkg/m.py:method", "pkg/m.py:over"]
+
+
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_no_function_over_80_lines(pkg: str) -> None:
-    long = [f for f in functions(pkg) if f.lines > MAX_FUNCTION_LINES and f.where not in LONG_FUNCTIONS_TO_SPLIT]
+    long = too_long(functions(pkg))
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(
         f"  {f.where} (line {f.lineno}): {f.lines} lines" for f in long)
-
-
-def test_the_long_function_list_only_names_long_functions() -> None:
-    long = {f.where for pkg in PACKAGES for f in functions(pkg) if f.lines > MAX_FUNCTION_LINES}
-    stale = sorted(LONG_FUNCTIONS_TO_SPLIT - long)
-    assert not stale, f"now {MAX_FUNCTION_LINES} lines or fewer (or gone), remove from LONG_FUNCTIONS_TO_SPLIT: {stale}"

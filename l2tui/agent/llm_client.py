@@ -152,6 +152,73 @@ def _in_thread(fn: Callable[[], Any], out: "queue.Queue[tuple[str, Any]]", cance
     return t
 
 
+@dataclass
+class _Attempt:
+    """One attempt's request and the channel between its reader thread and the waiting caller:
+    the reader feeds ``out``, the caller sets ``cancel`` when it stops listening, and ``stream``
+    is the open stream, which either side may close."""
+    client: Any
+    kw: dict[str, Any]
+    deadline: float
+    out: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    stream: object = None
+
+    def close_stream(self) -> None:
+        close = getattr(self.stream, "close", None)
+        if close:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - closing a half-read stream from either side
+                pass
+
+
+def _read_stream(call: _Attempt) -> None:
+    """The reader thread of a streamed attempt: every chunk into ``call.out``, then ``("end", None)``;
+    it stops early once the caller has cancelled."""
+    stream = call.client.chat.completions.create(stream=True, **call.kw)
+    call.stream = stream
+    try:
+        for chunk in stream:
+            if call.cancel.is_set():
+                return
+            call.out.put(("chunk", chunk))
+        call.out.put(("end", None))
+    finally:
+        call.close_stream()
+
+
+@dataclass
+class _StreamedReply:
+    """The text, usage and finish reason gathered from a stream's chunks, counted against ``cap``."""
+    cap: int
+    batch: DeltaBatcher
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
+    usage: dict | None = None
+    finish: str | None = None
+    chunks: int = 0
+
+    def take(self, chunk: object) -> bool:
+        """Adds one chunk; False as soon as the text passes the cap (that piece is not shown)."""
+        self.chunks += 1
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = usage.model_dump()
+        for ch in getattr(chunk, "choices", None) or []:
+            delta = getattr(ch, "delta", None)
+            piece = getattr(delta, "content", None) if delta is not None else None
+            if piece:
+                self.parts.append(piece)
+                self.size += len(piece)
+                if self.size > self.cap:
+                    return False
+                self.batch.add(piece)
+            if getattr(ch, "finish_reason", None):
+                self.finish = ch.finish_reason
+        return True
+
+
 class LLMClient:
     """One endpoint + model.  ``chat`` never raises for endpoint problems."""
 
@@ -304,104 +371,74 @@ class LLMClient:
         thread waits on its output with the attempt's deadline.  A reply that ends
         without its finish reason was cut short and is a failed attempt, never a plan.
         """
-        deadline = time.monotonic() + self.timeout_s
-        client = self._get_client()
-        kw: dict[str, Any] = dict(
+        call = _Attempt(client=self._get_client(), deadline=time.monotonic() + self.timeout_s, kw=dict(
             model=self.model, messages=messages, temperature=self.temperature,
             max_tokens=self.max_tokens, extra_headers={"X-L2tui-Role": role}, timeout=self.timeout_s,
-        )
-        out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
-        cancel = threading.Event()
-        held: dict[str, Any] = {}
-
-        def close_stream() -> None:
-            close = getattr(held.get("stream"), "close", None)
-            if close:
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - closing a half-read stream from either side
-                    pass
-
+        ))
         if not self.stream:
-            _in_thread(lambda: out.put(("done", self._read_bounded(client, kw))), out, cancel)
-            try:
-                kind, resp = out.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                cancel.set()
-                raise self._deadline_error() from None
-            if kind == "error":
-                raise resp
-            self.answered = True
-            text, usage, finish = _completion_fields(resp)
-            if not finish:
-                raise CallFailed("the reply has no finish reason (cut short)", True)
-            if len(text) > self._reply_cap():
-                raise self._too_long()
-            if on_delta and text:
-                shown = DeltaBatcher(on_delta)
-                shown.add(text)
-                shown.flush()
-            return text, usage, finish
+            return self._once_whole(call, on_delta)
         if self._stream_options_ok:
-            kw["stream_options"] = {"include_usage": True}
+            call.kw["stream_options"] = {"include_usage": True}
+        return self._once_streamed(call, on_delta)
 
-        def read() -> None:
-            stream = client.chat.completions.create(stream=True, **kw)
-            held["stream"] = stream
-            try:
-                for chunk in stream:
-                    if cancel.is_set():
-                        return
-                    out.put(("chunk", chunk))
-                out.put(("end", None))
-            finally:
-                close_stream()
+    def _once_whole(self, call: _Attempt, on_delta: Callable[[str], None] | None) -> tuple[str, dict | None, str | None]:
+        """A non-streamed attempt: the whole reply read (bounded) in the helper thread, shown at once."""
+        _in_thread(lambda: call.out.put(("done", self._read_bounded(call.client, call.kw))), call.out, call.cancel)
+        try:
+            kind, resp = call.out.get(timeout=max(0.0, call.deadline - time.monotonic()))
+        except queue.Empty:
+            call.cancel.set()
+            raise self._deadline_error() from None
+        if kind == "error":
+            raise resp
+        self.answered = True
+        text, usage, finish = _completion_fields(resp)
+        if not finish:
+            raise CallFailed("the reply has no finish reason (cut short)", True)
+        if len(text) > self._reply_cap():
+            raise self._too_long()
+        if on_delta and text:
+            shown = DeltaBatcher(on_delta)
+            shown.add(text)
+            shown.flush()
+        return text, usage, finish
 
-        batch = DeltaBatcher(on_delta)
-        parts: list[str] = []
-        size = 0
-        cap = self._reply_cap()
-        usage = None
-        finish = None
-        chunks = 0
-        _in_thread(read, out, cancel)
+    def _once_streamed(self, call: _Attempt, on_delta: Callable[[str], None] | None) -> tuple[str, dict | None, str | None]:
+        """A streamed attempt: chunks gathered as they come, shown in batches, stopped at the cap
+        or the deadline; the stream is closed however the attempt ends."""
+        reply = _StreamedReply(cap=self._reply_cap(), batch=DeltaBatcher(on_delta))
+        _in_thread(lambda: _read_stream(call), call.out, call.cancel)
         try:
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._deadline_error()
-                try:
-                    kind, chunk = out.get(timeout=left)
-                except queue.Empty:
-                    raise self._deadline_error() from None
+                kind, chunk = self._next_item(call)
                 if kind == "end":
                     break
-                if kind == "error":
-                    raise chunk
-                chunks += 1
                 self.answered = True
-                if getattr(chunk, "usage", None) is not None:
-                    usage = chunk.usage.model_dump()
-                for ch in getattr(chunk, "choices", None) or []:
-                    delta = getattr(ch, "delta", None)
-                    piece = getattr(delta, "content", None) if delta is not None else None
-                    if piece:
-                        parts.append(piece)
-                        size += len(piece)
-                        if size > cap:
-                            raise self._too_long()
-                        batch.add(piece)
-                    if getattr(ch, "finish_reason", None):
-                        finish = ch.finish_reason
+                if not reply.take(chunk):
+                    raise self._too_long()
         finally:
-            cancel.set()
-            batch.flush()
-            close_stream()
-        if chunks == 0:
+            call.cancel.set()
+            reply.batch.flush()
+            call.close_stream()
+        if reply.chunks == 0:
             raise ValueError("the endpoint sent no stream chunks (not an OpenAI-compatible streaming reply)")
-        if not finish:
+        if not reply.finish:
             raise CallFailed("the stream ended before its finish reason (reply cut short)", True)
-        return "".join(parts), usage, finish
+        return "".join(reply.parts), reply.usage, reply.finish
+
+    def _next_item(self, call: _Attempt) -> tuple[str, object]:
+        """The reader thread's next ``(kind, payload)``; the reader's error, or the deadline's once
+        it has passed, is raised here."""
+        left = call.deadline - time.monotonic()
+        if left <= 0:
+            raise self._deadline_error()
+        try:
+            kind, item = call.out.get(timeout=left)
+        except queue.Empty:
+            raise self._deadline_error() from None
+        if kind == "error":
+            raise item
+        return kind, item
 
     # -------------------------------------------------------------- public
     def chat(

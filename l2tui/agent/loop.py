@@ -668,7 +668,6 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         cand, cprop, corigin, cparent, cparent_sha = source, prop, origin, parent_src, parent_sha
         rounds = 0
         feedback: str | None = None
-        last_good_src, last_good_sha = parent_src, parent_sha
         while True:
             sha = self.session.put_kernel(cand)
             flags = list(cprop.flags) if cprop.flags else list(t.flags)
@@ -687,7 +686,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             while rounds < self.config.debug_rounds and not fixed:
                 rounds += 1
                 yield
-                failure = self._failure(kind, ev, failing_src, failing_sha, last_good_src, rounds, feedback)
+                failure = self._failure(kind, ev, failing_src, failing_sha, parent_src, rounds, feedback)
                 self._stage(t, step, "debug", "start", f"round {rounds}: {kind}")
                 ctx = self._ctx(t, step)
                 try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import deque
 
 ROLE_NAMES = ("planner", "coder", "debugger", "compiler")
 _FLAGS_RE = re.compile(r"^[ \t>*`-]*NVCC_FLAGS\s*:\s*(?P<flags>.*?)`?\s*$", re.M | re.I)
@@ -30,14 +31,19 @@ def wants_rewrite(plan: str) -> bool:
     return False
 
 
+def _last_flags_line(reply: str) -> re.Match[str] | None:
+    """The reply's last ``NVCC_FLAGS:`` line: a reply that revises its flags means the last one.
+    Only that match is kept, however many lines the reply repeats."""
+    last = deque(_FLAGS_RE.finditer(reply), maxlen=1)
+    return last[0] if last else None
+
+
 def choose_flags(reply: str, allowed: list[str], current: list[str]) -> tuple[list[str], str | None]:
     """The compiler role: flags from an ``NVCC_FLAGS:`` line, filtered by ``allowed``.
 
     Returns (flags, note); no line keeps ``current``; ``none`` clears them.
     """
-    m = None
-    for m in _FLAGS_RE.finditer(reply or ""):
-        pass
+    m = _last_flags_line(reply or "")
     if m is None:
         return list(current), None
     text = m.group("flags").strip().strip("`")

@@ -15,10 +15,11 @@ import argparse
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from harness.termtext import visible
 
@@ -27,6 +28,10 @@ from ..steering import dtype_switch_line
 
 if TYPE_CHECKING:
     from harness.evaluate import Evaluator as GpuEvaluator
+    from harness.shapes import Shape
+
+    from ..agent.policies.base import Policy
+    from ..config import Config
 
     from ..agent.loop import AgentLoop
     from ..agent.recorded import RecordedEvaluator
@@ -222,32 +227,76 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from harness.shapes import resolve_shapes
+@dataclass(frozen=True)
+class _RunChoice:
+    """What the user asked for, whichever spelling the parser gave it (``run``'s own options are
+    prefixed ``run_``, the top-level ones are not)."""
+    session_dir: str | None
+    resume: bool
+    shapes_spec: list[str] | None
+    policy_name: str
+    config_path: str | None
 
-    from .. import compose
+
+def _run_choice(args: argparse.Namespace) -> _RunChoice:
+    """The session, resume, shapes, policy and config options, ``run``'s spelling first."""
+    return _RunChoice(
+        session_dir=getattr(args, "run_session", None) or getattr(args, "session", None),
+        resume=bool(getattr(args, "run_resume", False) or getattr(args, "resume", False)),
+        shapes_spec=getattr(args, "run_shapes", None) or getattr(args, "shapes", None),
+        policy_name=getattr(args, "run_policy", None) or getattr(args, "policy", None) or "llm",
+        config_path=getattr(args, "run_config", None) or getattr(args, "config", None),
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The app, or headless: every check that can fail before anything is created, then the
+    evaluator, the session and the loop, run to its end or a stop."""
+    choice = _run_choice(args)
+    if not args.headless:
+        return _launch_app(args, choice)
+    cfg = _headless_config(args, choice)
+    plan = _shape_plan(args, choice.shapes_spec)
+    evaluator, replay, gpu = _evaluator(args, cfg)
+    session = None
+    try:
+        policy, factory = _policy(choice.policy_name, cfg, gpu)
+        if replay is not None:
+            from .. import compose
+
+            compose.require_recorded_shapes(replay.records, plan.shapes, cfg.loop["acc"], args.recorded)
+        session, cfg = _session(args, choice, cfg, plan, gpu)
+        loop = _agent_loop(args, session, cfg, policy, factory, evaluator, plan.shapes)
+        if not args.quiet:
+            print(f"session {session.path} ({len(loop.tracks)} track(s), policy {choice.policy_name})", flush=True)
+        return _drive(loop, session)
+    finally:
+        evaluator.close()
+        if session is not None:
+            session.close()  # the writer lock
+
+
+def _launch_app(args: argparse.Namespace, choice: _RunChoice) -> int:
+    """``l2tui run`` without ``--headless``: the app runs the same loop, reading the top-level names."""
+    from ..errors import UserError
+
+    args.session, args.resume, args.shapes = choice.session_dir, choice.resume, choice.shapes_spec
+    args.policy, args.config = choice.policy_name, choice.config_path
+    args.app_recorded = args.recorded or getattr(args, "app_recorded", None)
+    try:
+        from ..tui.launch import launch_app
+    except ImportError:
+        raise UserError("the app is not available in this build; add --headless") from None
+    return int(launch_app(args) or 0)
+
+
+def _headless_config(args: argparse.Namespace, choice: _RunChoice) -> Config:
+    """The configuration with the command line's overrides, refused in one line when it cannot run
+    (a bad seed, an untimed baseline, resume without a session, no shapes, the human policy)."""
     from ..config import check_seed, load_config
     from ..errors import UserError
-    from ..paths import sessions_root
 
-    session_dir = getattr(args, "run_session", None) or getattr(args, "session", None)
-    resume = bool(getattr(args, "run_resume", False) or getattr(args, "resume", False))
-    shapes_spec = getattr(args, "run_shapes", None) or getattr(args, "shapes", None)
-    policy_name = getattr(args, "run_policy", None) or getattr(args, "policy", None) or "llm"
-    config_path = getattr(args, "run_config", None) or getattr(args, "config", None)
-
-    if not args.headless:
-        # the app reads the top-level names
-        args.session, args.resume, args.shapes = session_dir, resume, shapes_spec
-        args.policy, args.config = policy_name, config_path
-        args.app_recorded = args.recorded or getattr(args, "app_recorded", None)
-        try:
-            from ..tui.launch import launch_app  # the app runs the same loop
-        except ImportError:
-            raise UserError("the app is not available in this build; add --headless") from None
-        return int(launch_app(args) or 0)
-
-    cfg = load_config(config_path)
+    cfg = load_config(choice.config_path)
     if args.seed_kernel:
         check_seed(args.seed_kernel, "", key="--seed")   # before any session, build or LLM call
     cfg = cfg.with_overrides({
@@ -258,85 +307,126 @@ def _run(args: argparse.Namespace) -> int:
     })
     if cfg.harness["baseline"] not in cfg.harness["baselines"]:
         raise UserError(f"baseline {cfg.harness['baseline']!r} is not timed: add it to [harness] baselines")
-    if resume and not session_dir:
+    if choice.resume and not choice.session_dir:
         raise UserError("--resume needs --session DIR (the session to continue)")
-    if policy_name == "human":
+    if choice.policy_name == "human":
         raise UserError("the human policy needs the app (edits come from the editor); use --policy llm or search")
-    if not resume and not shapes_spec:
+    if not choice.resume and not choice.shapes_spec:
         raise UserError("no shapes: add --shapes, e.g. --shapes 4096x4096x4096 or --shapes small")
+    return cfg
+
+
+@dataclass(frozen=True)
+class _ShapePlan:
+    """The shapes to run and what the spec says about them (token counts, tensor parallelism, each
+    shape's role in a model), recorded in a new session's config."""
+    shapes: list[Shape]
+    tokens: tuple[int, ...] | None
+    tp: int | None
+    roles: dict[str, str]
+
+
+def _shape_plan(args: argparse.Namespace, shapes_spec: list[str] | None) -> _ShapePlan:
+    """The shapes of ``--shapes`` (a model's, at ``--tokens`` and ``--tp``); none on a resume without it."""
     from harness.models import parse_tokens
-    from harness.shapes import shape_roles
+    from harness.shapes import resolve_shapes, shape_roles
 
     tokens = parse_tokens(args.run_tokens) if getattr(args, "run_tokens", None) else None
     tp = getattr(args, "run_tp", None)
-    shapes = resolve_shapes(shapes_spec, tokens=tokens, tp=tp) if shapes_spec else []
-    roles = {str(s): r for s, r in shape_roles(shapes_spec, tokens=tokens, tp=tp).items()} if shapes_spec else {}
+    if not shapes_spec:
+        return _ShapePlan(shapes=[], tokens=tokens, tp=tp, roles={})
+    return _ShapePlan(shapes=resolve_shapes(shapes_spec, tokens=tokens, tp=tp), tokens=tokens, tp=tp,
+                      roles={str(s): r for s, r in shape_roles(shapes_spec, tokens=tokens, tp=tp).items()})
 
-    # ---- evaluator (fail before creating anything)
-    evaluator: RecordedEvaluator | GpuEvaluator
-    replay: RecordedEvaluator | None = None
+
+def _evaluator(args: argparse.Namespace,
+               cfg: Config) -> tuple[RecordedEvaluator | GpuEvaluator, RecordedEvaluator | None, dict]:
+    """The evaluator, the replay when it is one, and the session's ``gpu`` entry: made before
+    anything is created, so a missing GPU or an unreadable recording fails with nothing written."""
+    from .. import compose
+
     if args.recorded:
-        evaluator = replay = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded",
-                                                        dtype=str(cfg.loop["dtype"]))
-        gpu = compose.recorded_gpu(replay.meta, args.recorded, provisional=replay.provisional)
-    else:
-        info = compose.require_local_gpu()
-        evaluator = compose.config_gpu_evaluator(cfg)
-        gpu = info.to_dict()
+        replay = compose.recorded_evaluator(args.recorded, arch=cfg.harness["arch"] or None, build="unrecorded",
+                                            dtype=str(cfg.loop["dtype"]))
+        return replay, replay, compose.recorded_gpu(replay.meta, args.recorded, provisional=replay.provisional)
+    info = compose.require_local_gpu()
+    return compose.config_gpu_evaluator(cfg), None, info.to_dict()
 
-    session = None
+
+def _policy(policy_name: str, cfg: Config, gpu: dict) -> tuple[Policy, Callable[[str], Policy]]:
+    """The policy and its factory; the llm policy against OpenAI's endpoint needs its key first."""
+    from .. import compose
+    from ..errors import UserError
+
+    if policy_name == "llm" and cfg.llm["base_url"].startswith("https://api.openai.com") and cfg.api_key() is None:
+        raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
+                        f"(or use --policy search)")
+    return compose.policies(policy_name, cfg, gpu)
+
+
+def _session(args: argparse.Namespace, choice: _RunChoice, cfg: Config, plan: _ShapePlan,
+             gpu: dict) -> tuple[Session, Config]:
+    """The session resumed (its budgets apply unless given on this command line, its problems
+    printed as warnings) or created with this run's config, and the config the loop runs with."""
+    from .. import compose
+    from ..paths import sessions_root
+
+    if choice.resume and choice.session_dir:  # --resume without --session stopped before
+        session = compose.open_session(choice.session_dir, writer="run")
+        cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
+        for p in session.problems:
+            print(f"l2tui: warning: {visible(p)}", file=sys.stderr)
+        return session, cfg
+    path = Path(choice.session_dir) if choice.session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
+    snap = cfg.snapshot()
+    snap["run"] = {"policy": choice.policy_name, "shapes": list(choice.shapes_spec or []), "recorded": args.recorded,
+                   **({"tokens": list(plan.tokens)} if plan.tokens else {}), **({"tp": plan.tp} if plan.tp else {}),
+                   **({"roles": plan.roles} if plan.roles else {})}
+    return compose.create_session(path, writer="run", config=snap, gpu=gpu, versions=_versions()), cfg
+
+
+def _agent_loop(args: argparse.Namespace, session: Session, cfg: Config, policy: Policy,
+                factory: Callable[[str], Policy], evaluator: RecordedEvaluator | GpuEvaluator,
+                shapes: list[Shape]) -> AgentLoop:
+    """The loop over the session's tracks, printing progress and stopping at an endpoint error;
+    a session with no tracks is one line."""
+    from .. import compose
+    from ..errors import UserError
+
+    loop = compose.agent_loop(session, cfg, policy=policy, policy_factory=factory, evaluator=evaluator,
+                              shapes=shapes, acc=cfg.loop["acc"])
+    loop.subscribe(Progress(args.quiet))
+    loop.subscribe(partial(_stop_on_endpoint_error, loop))
+    if not loop.tracks:
+        raise UserError(f"session {session.path} has no tracks: add --shapes")
+    return loop
+
+
+def _drive(loop: AgentLoop, session: Session) -> int:
+    """Runs the loop with Ctrl-C and SIGTERM asking it to stop at the next stage boundary (a second
+    one aborts), then prints the summary and how to resume."""
+    from ..errors import UserError
+
+    stopping = {"n": 0}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping["n"] += 1
+        if stopping["n"] > 1:
+            raise KeyboardInterrupt
+        print("l2tui: stopping at the next stage boundary (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+        loop.request_stop()
+
+    old_int = signal.signal(signal.SIGINT, on_signal)
+    old_term = signal.signal(signal.SIGTERM, on_signal)
     try:
-        if policy_name == "llm" and cfg.llm["base_url"].startswith("https://api.openai.com") and cfg.api_key() is None:
-            raise UserError(f"no API key: export ${cfg.llm['api_key_env']}, or point [llm] base_url at your endpoint "
-                            f"(or use --policy search)")
-        policy, factory = compose.policies(policy_name, cfg, gpu)
-        if replay is not None:
-            compose.require_recorded_shapes(replay.records, shapes, cfg.loop["acc"], args.recorded)
-        if resume and session_dir:  # --resume without --session stopped above
-            session = compose.open_session(session_dir, writer="run")
-            cfg = cfg.with_session_budgets(session.config, explicit=_explicit_budgets(args))
-            for p in session.problems:
-                print(f"l2tui: warning: {visible(p)}", file=sys.stderr)
-        else:
-            path = Path(session_dir) if session_dir else sessions_root() / time.strftime("run-%Y%m%d-%H%M%S")
-            snap = cfg.snapshot()
-            snap["run"] = {"policy": policy_name, "shapes": list(shapes_spec or []), "recorded": args.recorded,
-                           **({"tokens": list(tokens)} if tokens else {}), **({"tp": tp} if tp else {}),
-                           **({"roles": roles} if roles else {})}
-            session = compose.create_session(path, writer="run", config=snap, gpu=gpu, versions=_versions())
-        loop = compose.agent_loop(session, cfg, policy=policy, policy_factory=factory, evaluator=evaluator,
-                                  shapes=shapes, acc=cfg.loop["acc"])
-        loop.subscribe(Progress(args.quiet))
-        loop.subscribe(partial(_stop_on_endpoint_error, loop))
-        if not loop.tracks:
-            raise UserError(f"session {session.path} has no tracks: add --shapes")
-        if not args.quiet:
-            print(f"session {session.path} ({len(loop.tracks)} track(s), policy {policy_name})", flush=True)
-
-        stopping = {"n": 0}
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stopping["n"] += 1
-            if stopping["n"] > 1:
-                raise KeyboardInterrupt
-            print("l2tui: stopping at the next stage boundary (Ctrl-C again to abort)", file=sys.stderr, flush=True)
-            loop.request_stop()
-
-        old_int = signal.signal(signal.SIGINT, on_signal)
-        old_term = signal.signal(signal.SIGTERM, on_signal)
-        try:
-            loop.run()
-        finally:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
-        if loop.endpoint_error:
-            raise UserError(f"{loop.endpoint_error}; then continue with: "
-                            f"l2tui run --headless --session {session.path} --resume")
-        print(visible(summary(session), single_line=False), flush=True)
-        if stopping["n"]:
-            print(f"resume with: l2tui run --headless --session {session.path} --resume", flush=True)
-        return 0
+        loop.run()
     finally:
-        evaluator.close()
-        if session is not None:
-            session.close()  # the writer lock
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    if loop.endpoint_error:
+        raise UserError(f"{loop.endpoint_error}; then continue with: "
+                        f"l2tui run --headless --session {session.path} --resume")
+    print(visible(summary(session), single_line=False), flush=True)
+    if stopping["n"]:
+        print(f"resume with: l2tui run --headless --session {session.path} --resume", flush=True)
+    return 0

@@ -44,8 +44,15 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from harness.cupy_types import CudaStream, CupyModule
+
+if TYPE_CHECKING:
+    from l2tui.export.runtime import Array, ExportedLibrary, KernelFn
 
 
 def _library(root: Path, manifest: dict, arch: str, keep: list[Path]) -> Path:
@@ -246,52 +253,103 @@ def dispatch_overhead(root: Path, so: Path, manifest: dict, shapes: list[tuple[i
 def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: Any, manifest: dict,
                    shapes: list[tuple[int, int, int]], qps: float, calls: int,
                    missing: tuple[int, int, int]) -> list[dict]:
-    from harness.timing import server
-    from l2tui.export import runtime
+    """One overhead row per shape, the kernel shapes first and ``missing`` (the fallback path) last."""
     from l2tui.export.manifest import manifest_dtype
 
-    dtype = manifest_dtype(manifest)
+    ctx = _OverheadContext(cp=cp, torch=torch, stream=stream, lib=lib, cdll=cdll, disp=disp, manifest=manifest,
+                           dtype=manifest_dtype(manifest), qps=qps, calls=calls)
     rows = []
     for s in list(shapes) + [missing]:
-        m, n, k = s
-        a, b, c = _operands(cp, m, n, k, dtype)
-        pa, pb, pc, sp = a.data.ptr, b.data.ptr, c.data.ptr, stream.ptr
-        subjects: dict[str, Any] = {}
-        if s != missing:
-            direct = runtime._argtypes(getattr(cdll, manifest_symbol(manifest, s)))
-            subjects["direct_ctypes"] = lambda: direct(pa, pb, pc, m, n, k, sp)
-        elif dtype == "fp16":
-            subjects["cupy_matmul"] = lambda: (cp.matmul(a, b, out=c), 0)[1]
-        elif torch is not None:   # (cupy would multiply bf16 bit patterns as integers)
-            ra, rb, rc = (torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16) for x in (a, b, c))
-            subjects["torch_matmul"] = lambda: (torch.matmul(ra, rb, out=rc), 0)[1]
-        if s == missing:
-            if hasattr(cdll, "l2hgemm_fallback"):
-                fallback = runtime._argtypes(cdll.l2hgemm_fallback)
-                subjects["c_fallback"] = lambda: fallback(pa, pb, pc, m, n, k, sp)
-        subjects["c_dispatch"] = lambda: disp(pa, pb, pc, m, n, k, sp)
-        subjects["py_matmul_cupy"] = lambda: (lib.matmul(a, b, out=c), 0)[1]
-        if torch is not None:
-            if dtype == "bf16":   # the same memory as torch.bfloat16 tensors (int16: torch's 16-bit integer)
-                ta, tb, tc = (torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16) for x in (a, b, c))
-            else:
-                ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
-            subjects["py_matmul_torch"] = lambda: (lib.matmul(ta, tb, out=tc), 0)[1]
-        res = server(cp, stream, subjects, qps=qps, calls_per_subject=calls)
-        ref = "direct_ctypes" if s != missing else next(
-            (r for r in ("cupy_matmul", "torch_matmul", "c_fallback") if r in subjects), "c_dispatch")
-        base = res[ref]["median_ms"]
-        row = {"shape": list(s), "route": lib.route(m, n, k).kind, "reference": ref,
-               "fallback_tuned": (cdll.l2hgemm_fallback_tuned(m, n, k)
-                                  if s == missing and hasattr(cdll, "l2hgemm_fallback_tuned") else None),
-               "median_us": {lab: v["median_ms"] * 1e3 for lab, v in res.items()},
-               "p90_us": {lab: v["p90_ms"] * 1e3 for lab, v in res.items()},
-               "overhead_us": {lab: (v["median_ms"] - base) * 1e3 for lab, v in res.items() if lab != ref}}
+        row = _overhead_row(ctx, s, s == missing)
         rows.append(row)
-        tuned = "" if row["fallback_tuned"] is None else f" (fallback tuned over {row['fallback_tuned']} algorithms)"
-        print(f"  {m}x{n}x{k} {row['route']:8} ref {ref} {base * 1e3:.1f} us; overhead "
-              + ", ".join(f"{lab} {o:+.1f} us" for lab, o in row["overhead_us"].items()) + tuned, file=sys.stderr)
+        _print_overhead_row(row)
     return rows
+
+
+@dataclass(frozen=True)
+class _OverheadContext:
+    """What every shape of the overhead measurement shares: the array modules, the one stream every
+    subject enqueues on, the loaded library three ways (``runtime`` object, ctypes handle, its
+    dispatcher entry) and the server-mode settings."""
+    cp: CupyModule
+    torch: ModuleType | None
+    stream: CudaStream
+    lib: ExportedLibrary
+    cdll: ctypes.CDLL
+    disp: KernelFn
+    manifest: dict
+    dtype: str
+    qps: float
+    calls: int
+
+
+def _overhead_row(ctx: _OverheadContext, s: tuple[int, int, int], missing: bool) -> dict:
+    """One shape's server-mode medians and each subject's overhead over the reference subject: the
+    kernel's own entry on an exported shape, the plainest matmul (or the C fallback) on ``missing``."""
+    from harness.timing import server
+
+    m, n, k = s
+    subjects = _overhead_subjects(ctx, s, missing)
+    res = server(ctx.cp, ctx.stream, subjects, qps=ctx.qps, calls_per_subject=ctx.calls)
+    ref = "direct_ctypes" if not missing else next(
+        (r for r in ("cupy_matmul", "torch_matmul", "c_fallback") if r in subjects), "c_dispatch")
+    base = res[ref]["median_ms"]
+    tuned = hasattr(ctx.cdll, "l2hgemm_fallback_tuned")
+    return {"shape": list(s), "route": ctx.lib.route(m, n, k).kind, "reference": ref,
+            "fallback_tuned": ctx.cdll.l2hgemm_fallback_tuned(m, n, k) if missing and tuned else None,
+            "median_us": {lab: v["median_ms"] * 1e3 for lab, v in res.items()},
+            "p90_us": {lab: v["p90_ms"] * 1e3 for lab, v in res.items()},
+            "overhead_us": {lab: (v["median_ms"] - base) * 1e3 for lab, v in res.items() if lab != ref}}
+
+
+def _print_overhead_row(row: dict) -> None:
+    m, n, k = row["shape"]
+    ref = row["reference"]
+    tuned = "" if row["fallback_tuned"] is None else f" (fallback tuned over {row['fallback_tuned']} algorithms)"
+    print(f"  {m}x{n}x{k} {row['route']:8} ref {ref} {row['median_us'][ref]:.1f} us; overhead "
+          + ", ".join(f"{lab} {o:+.1f} us" for lab, o in row["overhead_us"].items()) + tuned, file=sys.stderr)
+
+
+def _overhead_subjects(ctx: _OverheadContext, s: tuple[int, int, int],
+                       missing: bool) -> dict[str, Callable[[], int]]:
+    """The calls timed on one shape, each on fresh operands of the export's type: a reference (the
+    kernel's entry, or on ``missing`` a plain matmul and the C fallback), the C dispatcher, and
+    ``runtime``'s ``matmul`` on cupy arrays and on torch tensors when torch is there. A function of
+    its own so that every call binds this shape's operands, not a loop's latest."""
+    from l2tui.export import runtime
+
+    cp, torch, cdll, lib = ctx.cp, ctx.torch, ctx.cdll, ctx.lib
+    m, n, k = s
+    a, b, c = _operands(cp, m, n, k, ctx.dtype)
+    pa, pb, pc, sp = a.data.ptr, b.data.ptr, c.data.ptr, ctx.stream.ptr
+    subjects: dict[str, Callable[[], int]] = {}
+    if not missing:
+        direct = runtime._argtypes(getattr(cdll, manifest_symbol(ctx.manifest, s)))
+        subjects["direct_ctypes"] = lambda: direct(pa, pb, pc, m, n, k, sp)
+    elif ctx.dtype == "fp16":
+        subjects["cupy_matmul"] = lambda: (cp.matmul(a, b, out=c), 0)[1]
+    elif torch is not None:   # (cupy would multiply bf16 bit patterns as integers)
+        ra, rb, rc = _torch_views(ctx, a, b, c)
+        subjects["torch_matmul"] = lambda: (torch.matmul(ra, rb, out=rc), 0)[1]
+    if missing and hasattr(cdll, "l2hgemm_fallback"):
+        fallback = runtime._argtypes(cdll.l2hgemm_fallback)
+        subjects["c_fallback"] = lambda: fallback(pa, pb, pc, m, n, k, sp)
+    subjects["c_dispatch"] = lambda: ctx.disp(pa, pb, pc, m, n, k, sp)
+    subjects["py_matmul_cupy"] = lambda: (lib.matmul(a, b, out=c), 0)[1]
+    if torch is not None:
+        ta, tb, tc = _torch_views(ctx, a, b, c)
+        subjects["py_matmul_torch"] = lambda: (lib.matmul(ta, tb, out=tc), 0)[1]
+    return subjects
+
+
+def _torch_views(ctx: _OverheadContext, *arrays: Array) -> tuple[Array, ...]:
+    """Torch tensors on the same memory as the cupy ``arrays``: bfloat16 views of a bf16 export's
+    uint16 bit patterns (through int16, torch's 16-bit integer), plain tensors for fp16."""
+    torch = ctx.torch
+    assert torch is not None, "called only where torch is installed"
+    if ctx.dtype == "bf16":
+        return tuple(torch.as_tensor(x.view(ctx.cp.int16), device="cuda").view(torch.bfloat16) for x in arrays)
+    return tuple(torch.as_tensor(x, device="cuda") for x in arrays)
 
 
 #: ``l2hgemm_fallback_choice``'s return codes
@@ -342,10 +400,15 @@ def manifest_symbol(manifest: dict, s: tuple[int, int, int]) -> str:
     raise KeyError(s)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from l2tui.export.cdispatch import FALLBACK_ENV, FALLBACK_MODES, fallback_mode
+#: the bench's result document (``--out``): JSON values under fixed keys, written by :func:`_measure`
+BenchDoc = dict[str, Any]
 
-    p = argparse.ArgumentParser(prog="python -m l2tui.export.bench", description=__doc__.split("\n\n")[0])
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: what to time, how (offline replays and repeats, server-mode rate) and where."""
+    from l2tui.export.cdispatch import FALLBACK_ENV, FALLBACK_MODES
+
+    p = argparse.ArgumentParser(prog="python -m l2tui.export.bench", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("dir", metavar="DIR", help="export folder (from l2tui export [--build])")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here")
     p.add_argument("--baselines", default="cublas,cublaslt_heuristic,cublaslt_autotune,torch")
@@ -369,62 +432,95 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", action="append", metavar="SPEC", help="only these exported shapes (MxNxK, a set, a file)")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default=None,
                    help="the element type the export must hold (default: the manifest's; a mismatch is refused)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.errors import HarnessError
+    from l2tui.export.cdispatch import FALLBACK_ENV
+
+    p = _parser()
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be 1 or more")
     if args.fallback:  # before anything loads the library or starts the harness worker: both read it once
         os.environ[FALLBACK_ENV] = args.fallback
-
-    from harness.errors import HarnessError
-    from harness.gpuinfo import require_gpu
-    from harness.shapes import parse_shape, resolve_shapes
-    from harness.timing import MODE_LABELS
-    from l2tui.export.core import git_revision
-    from l2tui.export.manifest import load as load_manifest
-    from l2tui.paths import REPO_ROOT
-
     keep: list[Path] = []
     try:
-        root = Path(args.dir).resolve()
-        manifest = load_manifest(root)
-        dtype = bench_dtype(manifest, args.dtype, str(root))   # before any GPU work
-        gpu = require_gpu()
-        so = _library(root, manifest, gpu.arch, keep)
-        want = {(x.m, x.n, x.k) for x in resolve_shapes(args.shapes)} if args.shapes else None
-        chosen = [e for e in manifest["kernels"] if want is None or tuple(e["shape"]) in want]
-        shapes = sorted(tuple(e["shape"]) for e in chosen)
-        kernel_shapes = sorted((tuple(e["shape"]) for e in chosen if not e.get("fallback")),
-                               key=lambda s: (s[0] * s[1] * s[2], s))
-        missing_all = [(x.m, x.n, x.k) for x in (parse_shape(t) for t in (args.missing or ["96x80x48"]))]
-        missing = missing_all[0]
-        doc: dict[str, Any] = {
-            "what": "l2tui export bench", "export": str(root), "gpu": gpu.to_dict(),
-            "fallback": fallback_mode(),
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "git_revision": git_revision(REPO_ROOT), "library": str(so), "command": sys.argv,
-            "timing": args.timing, "mode_label": MODE_LABELS[args.timing], "dtype": dtype,
-        }
-        if not args.skip_offline:
-            print(f"library vs best baseline ({MODE_LABELS[args.timing]}, graph replay, checked):", file=sys.stderr)
-            doc["offline"] = library_vs_best(so, manifest, shapes, arch=gpu.arch, baselines=args.baselines,
-                                             replays=args.replays, missing=missing_all, timing=args.timing,
-                                             repeats=args.repeats)
-            doc["repeats"] = args.repeats
-            doc.update(summarize(doc["offline"]))
-            fallback_choices(root, so, doc["offline"])
-        print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
-        doc["overhead"] = dispatch_overhead(root, so, manifest, kernel_shapes[: args.overhead_shapes],
-                                            qps=args.qps, calls=args.calls, missing=missing)
+        doc = _measure(args, keep)
     except HarnessError as e:
         print(f"export-bench: error: {e}", file=sys.stderr)
         return 2
     finally:
         for d in keep:
             shutil.rmtree(d, ignore_errors=True)
-    text = json.dumps(doc, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    _print_summary(doc)
+    return 0
+
+
+@dataclass(frozen=True)
+class _ShapePlan:
+    """Which shapes each measurement covers: every chosen exported shape offline, the smallest kernel
+    shapes for overhead, and the shapes without a kernel (the first of them in the overhead too)."""
+    shapes: list[tuple[int, int, int]]
+    kernel_shapes: list[tuple[int, int, int]]
+    missing: list[tuple[int, int, int]]
+
+
+def _shape_plan(manifest: dict, args: argparse.Namespace) -> _ShapePlan:
+    """The shapes ``--shapes`` and ``--missing`` pick out of the manifest (all exported ones by default)."""
+    from harness.shapes import parse_shape, resolve_shapes
+
+    want = {(x.m, x.n, x.k) for x in resolve_shapes(args.shapes)} if args.shapes else None
+    chosen = [e for e in manifest["kernels"] if want is None or tuple(e["shape"]) in want]
+    kernel_shapes = sorted((tuple(e["shape"]) for e in chosen if not e.get("fallback")),
+                           key=lambda s: (s[0] * s[1] * s[2], s))
+    return _ShapePlan(shapes=sorted(tuple(e["shape"]) for e in chosen), kernel_shapes=kernel_shapes,
+                      missing=[(x.m, x.n, x.k) for x in (parse_shape(t) for t in (args.missing or ["96x80x48"]))])
+
+
+def _measure(args: argparse.Namespace, keep: list[Path]) -> BenchDoc:
+    """Both measurements into one document; a library built on the way goes under a folder added to
+    ``keep`` (the caller removes them). The dtype check comes before any GPU work."""
+    from harness.gpuinfo import require_gpu
+    from harness.timing import MODE_LABELS
+    from l2tui.export.cdispatch import fallback_mode
+    from l2tui.export.core import git_revision
+    from l2tui.export.manifest import load as load_manifest
+    from l2tui.paths import REPO_ROOT
+
+    root = Path(args.dir).resolve()
+    manifest = load_manifest(root)
+    dtype = bench_dtype(manifest, args.dtype, str(root))
+    gpu = require_gpu()
+    so = _library(root, manifest, gpu.arch, keep)
+    plan = _shape_plan(manifest, args)
+    doc: BenchDoc = {
+        "what": "l2tui export bench", "export": str(root), "gpu": gpu.to_dict(),
+        "fallback": fallback_mode(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_revision": git_revision(REPO_ROOT), "library": str(so), "command": sys.argv,
+        "timing": args.timing, "mode_label": MODE_LABELS[args.timing], "dtype": dtype,
+    }
+    if not args.skip_offline:
+        print(f"library vs best baseline ({MODE_LABELS[args.timing]}, graph replay, checked):", file=sys.stderr)
+        doc["offline"] = library_vs_best(so, manifest, plan.shapes, arch=gpu.arch, baselines=args.baselines,
+                                         replays=args.replays, missing=plan.missing, timing=args.timing,
+                                         repeats=args.repeats)
+        doc["repeats"] = args.repeats
+        doc.update(summarize(doc["offline"]))
+        fallback_choices(root, so, doc["offline"])
+    print(f"dispatcher overhead (server mode, {args.qps:g} QPS, {args.calls} calls/subject):", file=sys.stderr)
+    doc["overhead"] = dispatch_overhead(root, so, manifest, plan.kernel_shapes[: args.overhead_shapes],
+                                        qps=args.qps, calls=args.calls, missing=plan.missing[0])
+    return doc
+
+
+def _print_summary(doc: BenchDoc) -> None:
+    """The verdict on stdout: the offline promise (when measured) and each shape's dispatch overhead."""
     if "min_ratio_vs_best" in doc:
         exported = sum(1 for r in doc["offline"] if r["exported"])
         best = doc["min_ratio_vs_best"]
@@ -439,7 +535,6 @@ def main(argv: list[str] | None = None) -> int:
     for r in doc["overhead"]:
         print(f"{'x'.join(map(str, r['shape']))} ({r['route']}): " +
               ", ".join(f"{k} {v:+.1f} us" for k, v in r["overhead_us"].items()))
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -117,6 +117,132 @@ class Move:
     rewrite: bool = False        # a family switch: whole source, not a patch
 
 
+class _Moves:
+    """The edits gathered around one configuration: ``add`` keeps an edit only when it changes a
+    knob and the family accepts the result, so each move generator may propose freely."""
+
+    def __init__(self, family: str, cur: dict[str, str]) -> None:
+        self.family = family
+        self.cur = cur
+        self.moves: list[Move] = []
+
+    def add(self, changes: dict[str, str], why: str) -> None:
+        new = {**self.cur, **changes}
+        changes = {k: v for k, v in changes.items() if self.cur.get(k) != v}
+        if not changes or validate(self.family, new):
+            return
+        self.moves.append(Move(Config.of(self.family, new), changes, why))
+
+
+def _knob_options(name: str, vals: list[str], now: str) -> list[str]:
+    """The values one step from ``now``: its neighbours for an ordered knob, every other value
+    for a choice; a count where 0 means "automatic" steps to and from 0 as well."""
+    i = vals.index(now)   # a value the knob does not list is an error, whatever the knob's kind
+    if name in AUTO_ZERO and now == "0":
+        # from "automatic" every fixed count is one step away (the cost model ranks them)
+        return [v for v in vals if v != "0"]
+    if name in AUTO_ZERO:
+        fixed = [v for v in vals if v != "0"]
+        j = fixed.index(now)
+        return ["0"] + [fixed[x] for x in (j - 1, j + 1) if 0 <= x < len(fixed)]
+    if name in ORDINAL:
+        return [vals[j] for j in (i - 1, i + 1) if 0 <= j < len(vals)]
+    return [v for v in vals if v != now]
+
+
+def _knob_moves(found: _Moves, arch: str, launch: str) -> None:
+    """One-knob edits, leaving out the knobs whose edit would do nothing here: the accumulator,
+    clusters before sm_90, split counts without a splitting scheduler, and PDL timed per call."""
+    cur = found.cur
+    for knob in get_family(found.family).knobs:
+        if knob.name == "ACC" or (knob.name == "CLUSTER_K" and cc_of(arch) < 90):
+            continue   # (thread-block clusters need sm_90)
+        if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE"):
+            continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
+        if knob.name == "PDL" and launch == "per_call" and cur.get("PDL") == "0":
+            continue   # timed per call, PDL is the slower launch (harness.families.no_pdl_twin)
+        for v in _knob_options(knob.name, list(knob.values), cur[knob.name]):
+            found.add({knob.name: v}, f"{knob.name} {cur[knob.name]} -> {v} ({knob.doc})")
+
+
+def _cutlass_moves(found: _Moves, arch: str) -> None:
+    """sm90_cutlass's several-knob edits: transposed tiles, schedule and scheduler changes, no cluster."""
+    cur, add = found.cur, found.add
+    add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"], "CLUSTER_M": cur["CLUSTER_N"],
+         "CLUSTER_N": cur["CLUSTER_M"]}, "transpose the CTA tile and cluster")
+    if cur["SCHEDULE"] == "COOPERATIVE":
+        for tm in ("64", "128"):
+            add({"SCHEDULE": "PINGPONG", "TILE_M": tm, "SCHEDULER": "PERSISTENT"},
+                f"ping-pong schedule with {tm}-row tiles (epilogue overlaps the next tile's mainloop)")
+    else:
+        add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128"}, "cooperative schedule, 128-row tiles")
+        add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128", "SCHEDULER": "STREAMK"},
+            "cooperative + stream-K (balances few tiles over all SMs)")
+    if cur["SCHEDULER"] == "PERSISTENT" and cur["SCHEDULE"] == "COOPERATIVE":
+        add({"SCHEDULER": "SPLITK", "SPLITS": "0"},
+            "split-K filling one wave of CTAs (few output tiles with a long K)")
+    if cur["SCHEDULER"] == "PERSISTENT":
+        add({"SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0"},
+            "split-K as batched K slices + a separate GPU-wide reduce kernel (few tiles, long K)")
+    if cur["SCHEDULER"] == "SPLITK_REDUCE":
+        add({"SCHEDULER": "PERSISTENT", "SPLITS": "1"}, "back to one persistent GEMM (no split)")
+    add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
+
+
+def _cutlass_t_moves(found: _Moves, arch: str) -> None:
+    """sm90_cutlass_t's edits: the other schedule, no cluster."""
+    if found.cur["SCHEDULE"] == "BASIC":
+        found.add({"SCHEDULE": "PINGPONG"}, "persistent ping-pong (the epilogue overlaps the next tile's mainloop)")
+    else:
+        found.add({"SCHEDULE": "BASIC"}, "a CTA per tile, one consumer warpgroup (no tile loop)")
+    found.add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
+
+
+def _ksplit_moves(found: _Moves, arch: str) -> None:
+    """sm90_ksplit's edits: transposed tiles, taller tiles over fewer K slices, the other grouping."""
+    cur, add = found.cur, found.add
+    add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"]}, "transpose the CTA tile")
+    ck = int(cur["CLUSTER_K"])
+    if ck > 1 and cur["TILE_M"] == "64":  # as many CTAs: twice as tall tiles, half the K slices
+        add({"TILE_M": "128", "CLUSTER_K": str(ck // 2)}, "twice as tall tiles, half the K slices "
+            "(as many CTAs, half the partial sums to add)")
+    if cur.get("GROUPS", "1") == "1":
+        add({"GROUPS": "0"}, "several clusters per tile, their sums added through a global workspace "
+            "(few tiles with a long K: fills the SMs)")
+    else:
+        add({"GROUPS": "1"}, "one cluster per tile (no workspace, no global barrier)")
+
+
+def _tile_moves(found: _Moves, arch: str) -> None:
+    """The BM/BN families' edits: a transposed tile and warp layout, cluster vs global split-K
+    where both exist (sm_90), and a doubled tile side with twice the warps along it."""
+    cur, add = found.cur, found.add
+    bm, bn = int(cur["BM"]), int(cur["BN"])
+    add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
+        "transpose the CTA tile and the warp layout")
+    if "CLUSTER_K" in cur and "SPLIT_K" in cur and cc_of(arch) >= 90:
+        # small_splitk: cluster split-K replaces the global one (SPLIT_K 1), a two-knob move
+        # (tiny_mma has no global split: its CLUSTER_K steps are the ordinal moves above)
+        if cur["CLUSTER_K"] == "1" and cur["SPLIT_K"] != "1":
+            for slices in ("4", "8"):
+                add({"SPLIT_K": "1", "CLUSTER_K": slices},
+                    f"{slices} K slices in one cluster, added through distributed shared memory")
+        elif cur["CLUSTER_K"] != "1":
+            add({"CLUSTER_K": "1", "SPLIT_K": "0"}, "back to the global split-K (workspace + counters)")
+    if bm * 2 in (16, 32, 64, 128, 256):
+        add({"BM": str(bm * 2), "WARPS_M": str(min(4, int(cur["WARPS_M"]) * 2))},
+            "double BM with twice the warps along M")
+    if bn * 2 in (32, 64, 128, 256):
+        add({"BN": str(bn * 2), "WARPS_N": str(min(4, int(cur["WARPS_N"]) * 2))},
+            "double BN with twice the warps along N")
+
+
+#: the several-knob edits of a family by name; the BM/BN families share ``_tile_moves``
+_FAMILY_MOVES: dict[str, Callable[[_Moves, str], None]] = {
+    "sm90_cutlass": _cutlass_moves, "sm90_cutlass_t": _cutlass_t_moves, "sm90_ksplit": _ksplit_moves,
+}
+
+
 class SearchPolicy:
     name = "search"
     model = None
@@ -323,97 +449,15 @@ class SearchPolicy:
     def neighbours(self, cfg: Config, shape: Shape, acc: str, arch: str) -> list[Move]:
         """Localized legal edits of ``cfg`` (plus a switch to the best config of other families),
         all in ``cfg``'s element type (its DTYPE is never a move: the catalog's of that type)."""
-        fam = get_family(cfg.family)
-        cur = cfg.knob_dict
+        found = _Moves(cfg.family, cfg.knob_dict)
+        _knob_moves(found, arch, self.launch)
+        _FAMILY_MOVES.get(cfg.family, _tile_moves)(found, arch)
+        return found.moves + self._catalog_moves(cfg, shape, acc, arch)
+
+    def _catalog_moves(self, cfg: Config, shape: Shape, acc: str, arch: str) -> list[Move]:
+        """Jumps to the catalog: the best configuration of each other (allowed) family, then the two
+        best of ``cfg``'s own family (a multi-knob jump to a known-good point)."""
         moves: list[Move] = []
-
-        def add(changes: dict[str, str], why: str) -> None:
-            new = {**cur, **changes}
-            changes = {k: v for k, v in changes.items() if cur.get(k) != v}
-            if not changes or validate(fam, new):
-                return
-            moves.append(Move(Config.of(fam.name, new), changes, why))
-
-        for knob in fam.knobs:
-            if knob.name == "ACC" or (knob.name == "CLUSTER_K" and cc_of(arch) < 90):
-                continue   # (thread-block clusters need sm_90)
-            if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE"):
-                continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
-            if knob.name == "PDL" and self.launch == "per_call" and cur.get("PDL") == "0":
-                continue   # timed per call, PDL is the slower launch (harness.families.no_pdl_twin)
-            vals = list(knob.values)
-            i = vals.index(cur[knob.name])
-            if knob.name in AUTO_ZERO and cur[knob.name] == "0":
-                # from "automatic" every fixed count is one step away (the cost model ranks them)
-                options = [v for v in vals if v != "0"]
-            elif knob.name in AUTO_ZERO:
-                fixed = [v for v in vals if v != "0"]
-                j = fixed.index(cur[knob.name])
-                options = ["0"] + [fixed[x] for x in (j - 1, j + 1) if 0 <= x < len(fixed)]
-            elif knob.name in ORDINAL:
-                options = [vals[j] for j in (i - 1, i + 1) if 0 <= j < len(vals)]
-            else:
-                options = [v for v in vals if v != cur[knob.name]]
-            for v in options:
-                add({knob.name: v}, f"{knob.name} {cur[knob.name]} -> {v} ({knob.doc})")
-        if fam.name == "sm90_cutlass":
-            add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"], "CLUSTER_M": cur["CLUSTER_N"],
-                 "CLUSTER_N": cur["CLUSTER_M"]}, "transpose the CTA tile and cluster")
-            if cur["SCHEDULE"] == "COOPERATIVE":
-                for tm in ("64", "128"):
-                    add({"SCHEDULE": "PINGPONG", "TILE_M": tm, "SCHEDULER": "PERSISTENT"},
-                        f"ping-pong schedule with {tm}-row tiles (epilogue overlaps the next tile's mainloop)")
-            else:
-                add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128"}, "cooperative schedule, 128-row tiles")
-                add({"SCHEDULE": "COOPERATIVE", "TILE_M": "128", "SCHEDULER": "STREAMK"},
-                    "cooperative + stream-K (balances few tiles over all SMs)")
-            if cur["SCHEDULER"] == "PERSISTENT" and cur["SCHEDULE"] == "COOPERATIVE":
-                add({"SCHEDULER": "SPLITK", "SPLITS": "0"},
-                    "split-K filling one wave of CTAs (few output tiles with a long K)")
-            if cur["SCHEDULER"] == "PERSISTENT":
-                add({"SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0"},
-                    "split-K as batched K slices + a separate GPU-wide reduce kernel (few tiles, long K)")
-            if cur["SCHEDULER"] == "SPLITK_REDUCE":
-                add({"SCHEDULER": "PERSISTENT", "SPLITS": "1"}, "back to one persistent GEMM (no split)")
-            add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
-        elif fam.name == "sm90_cutlass_t":
-            if cur["SCHEDULE"] == "BASIC":
-                add({"SCHEDULE": "PINGPONG"}, "persistent ping-pong (the epilogue overlaps the next tile's mainloop)")
-            else:
-                add({"SCHEDULE": "BASIC"}, "a CTA per tile, one consumer warpgroup (no tile loop)")
-            add({"CLUSTER_M": "1", "CLUSTER_N": "1"}, "no cluster (less multicast sync for small grids)")
-        elif fam.name == "sm90_ksplit":
-            add({"TILE_M": cur["TILE_N"], "TILE_N": cur["TILE_M"]}, "transpose the CTA tile")
-            ck = int(cur["CLUSTER_K"])
-            if ck > 1 and cur["TILE_M"] == "64":  # as many CTAs: twice as tall tiles, half the K slices
-                add({"TILE_M": "128", "CLUSTER_K": str(ck // 2)}, "twice as tall tiles, half the K slices "
-                    "(as many CTAs, half the partial sums to add)")
-            if cur.get("GROUPS", "1") == "1":
-                add({"GROUPS": "0"}, "several clusters per tile, their sums added through a global workspace "
-                    "(few tiles with a long K: fills the SMs)")
-            else:
-                add({"GROUPS": "1"}, "one cluster per tile (no workspace, no global barrier)")
-        else:
-            bm, bn = int(cur["BM"]), int(cur["BN"])
-            add({"BM": cur["BN"], "BN": cur["BM"], "WARPS_M": cur["WARPS_N"], "WARPS_N": cur["WARPS_M"]},
-                "transpose the CTA tile and the warp layout")
-            if "CLUSTER_K" in cur and "SPLIT_K" in cur and cc_of(arch) >= 90:
-                # small_splitk: cluster split-K replaces the global one (SPLIT_K 1), a two-knob move
-                # (tiny_mma has no global split: its CLUSTER_K steps are the ordinal moves above)
-                if cur["CLUSTER_K"] == "1" and cur["SPLIT_K"] != "1":
-                    for slices in ("4", "8"):
-                        add({"SPLIT_K": "1", "CLUSTER_K": slices},
-                            f"{slices} K slices in one cluster, added through distributed shared memory")
-                elif cur["CLUSTER_K"] != "1":
-                    add({"CLUSTER_K": "1", "SPLIT_K": "0"}, "back to the global split-K (workspace + counters)")
-            for f in (2,):
-                if bm * f in (16, 32, 64, 128, 256):
-                    add({"BM": str(bm * f), "WARPS_M": str(min(4, int(cur["WARPS_M"]) * f))},
-                        "double BM with twice the warps along M")
-                if bn * f in (32, 64, 128, 256):
-                    add({"BN": str(bn * f), "WARPS_N": str(min(4, int(cur["WARPS_N"]) * f))},
-                        "double BN with twice the warps along N")
-        # family switches: the best catalog configuration of each other (allowed) family
         ranked = self.rank([c for c in self.candidates(shape, acc, arch, cfg.dtype) if c.family != cfg.family], shape)
         seen_fams = set()
         for _, c in ranked:
@@ -421,9 +465,9 @@ class SearchPolicy:
                 continue
             seen_fams.add(c.family)
             moves.append(Move(c, {}, f"switch family to {c.name} ({get_family(c.family).summary})", rewrite=True))
-        # and the catalog's best of the same family (a multi-knob jump to a known-good point)
         same = self.rank([c for c in self.candidates(shape, acc, arch, cfg.dtype) if c.family == cfg.family and c != cfg],
                          shape)
+        cur = cfg.knob_dict
         for _, c in same[:2]:
             changes = {k: v for k, v in c.knob_dict.items() if cur.get(k) != v}
             if changes:
