@@ -1,7 +1,8 @@
 """Several candidates on one shape in one request of the harness's GPU worker.
 
-The agent's executors (``l2tui.executors``) and the search policy's pick call it through
-``l2tui.executors.batch``; it needs nothing of theirs.
+The agent's executors (``l2tui.executors``) and the loop's seed stage (``l2tui.agent.seed_timing``:
+the search policy's pick, the known kernels) call it through ``l2tui.executors.batch``; it needs
+nothing of theirs.
 
 Why one request: the worker checks every subject with the same inputs and times them
 interleaved with each other and with the baselines (the harness's one checker and one timer), so

@@ -25,7 +25,7 @@ An evaluator must
 * declare its capabilities:
 
   - ``can_batch``: ``run_shape`` checks and times several candidates and the baselines in one
-    worker request (``harness.batch``, the search policy's pick). When False,
+    worker request (``harness.batch``: the pick, timed by the loop's seed stage or a sweep). When False,
     ``run_shape`` is not called; callers evaluate one kernel at a time.
   - ``replays_recording``: its figures come from a recording of another machine's GPU, so this
     machine's GPU telemetry says nothing about them, and ``recorded_build`` / ``profile`` answer

@@ -185,26 +185,26 @@ def test_the_command_with_the_local_executor_picks_on_the_recordings_gpu(tmp_pat
 
 
 def test_the_search_policy_picks_only_with_an_evaluator_that_times_many_at_once(tmp_path):
-    """Bound to recorded evaluations (no batched request), ``l2tui run --policy search`` keeps the
-    cost model's seed, among the configurations the recording holds; the pick needs a GPU evaluator
-    (tests/test_sweep_ray_gpu.py)."""
+    """Replaying recorded evaluations (no batched request: ``can_batch`` False, which the loop
+    passes on in ``TrackContext.can_batch``), ``l2tui run --policy search`` keeps the cost model's
+    seed, among the configurations the recording holds; where the evaluator times many at once the
+    seed is a pick request (tests/test_seed_timing.py; on a GPU tests/test_sweep_ray_gpu.py)."""
     from l2tui.agent.policies.base import TrackContext
     from l2tui.agent.policies.search import SearchPolicy
 
     shape = Shape(4096, 4096, 4096)
     rec = RecordedEvaluator(recorded_file(tmp_path, [shape]), arch="sm_90a", build=False)
-    ctx = TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0, arch="sm_90a")
-    plain = SearchPolicy()
-    plain.replay_only(rec.holds)      # what binding a replay does, without the evaluator
-    seed = plain.seed(ctx)
-    assert rec.holds(seed.source, shape, "f32")
+    ctx = TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0, arch="sm_90a",
+                       can_batch=rec.can_batch)
     pol = SearchPolicy()
-    pol.bind_evaluator(rec)
-    assert pol._evaluator is None
-    bound = pol.seed(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune", step=0,
-                                  arch="sm_90a"))
-    assert bound.source == seed.source and "predicted" in bound.plan
-    # unbound, the model's favourite of today's catalog may be one the recording never timed
+    pol.replay_only(rec.holds)      # what the loop does when it replays a recording
+    seed = pol.seed(ctx)
+    assert rec.holds(seed.source, shape, "f32")
+    assert seed.pick is None and "predicted" in seed.plan
+    batching = SearchPolicy().seed(TrackContext(track="t", shape=shape, acc="f32", baseline="cublaslt_autotune",
+                                                step=0, arch="sm_90a", can_batch=True))
+    assert batching.pick is not None and batching.source is None
+    # without the filter, the model's favourite of today's catalog may be one the recording never timed
     assert SearchPolicy().candidates(shape, "f32", "sm_90a") != pol.candidates(shape, "f32", "sm_90a")
 
 

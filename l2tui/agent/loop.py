@@ -45,6 +45,7 @@ from .interrupt import interrupted as _interrupted
 from .loop_profiling import Profiling
 from .loop_restore import Restore
 from .track import KernelEval, KnownCandidate, Track, track_id
+from .seed_timing import time_pick, time_together
 from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from harness.channel import Json
     from harness.evaluator_protocol import Evaluator, ReplayEvaluator
     from harness.known import GpuKey, KnownKernel, KnownStore
+    from harness.shapes import Shape
 
 TERMINAL = ("done", "failed", "stopped_final")
 DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
@@ -476,11 +478,19 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
 
         arch = self.config.arch or getattr(self.evaluator, "arch", None) or "sm_90a"
         fam_ok = family_usable(t.shape, arch)
-        holds = getattr(self.evaluator, "holds", None) if getattr(self.evaluator, "replays_recording", False) else None
+        holds = self._replay_holds()
 
         def usable(k: "KnownKernel") -> bool:
             return fam_ok(k) and (holds is None or holds(k.source, t.shape, t.acc))
         return store.seeds(t.shape, t.acc, gpu, usable=usable, dtype=self.config.dtype)
+
+    def _replay_holds(self) -> "Callable[[str, Shape, str], bool] | None":
+        """Replaying a recording: whether it holds a kernel's result on a shape (``holds(source,
+        shape, acc)``); None for an evaluator that measures."""
+        if not getattr(self.evaluator, "replays_recording", False):
+            return None
+        holds = getattr(self.evaluator, "holds", None)
+        return holds if callable(holds) else None
 
     def _time_known(self, t: Track, ctx: TrackContext, prop: Proposal, known: "list[KnownKernel]") -> Proposal:
         """The track's seed: the fastest of the known kernels and the policy's own choice, checked
@@ -493,11 +503,9 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         winner = subjects[0]
         rows: list[str] = []
         if len(subjects) > 1:
-            from ..executors.batch import evaluate_many
-
             ctx.send(ev_schema.Stage(stage="known", status="start", detail=f"{len(subjects)} kernels"))
-            evs = evaluate_many(self.evaluator, [(label, src, ()) for label, src, _ in subjects], t.shape, t.acc,
-                                baselines=(t.baseline,))
+            evs = time_together(self.evaluator, [(label, src, ()) for label, src, _ in subjects], t.shape, t.acc,
+                                t.baseline)
             ctx.send(ev_schema.Stage(stage="known", status="end"))
             timed: "list[tuple[float, int, tuple[str, str, KnownKernel | None]]]" = []
             for label, src, k in subjects:
@@ -563,12 +571,15 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         pol = self._policy(t)
         self._stage(t, step, "seed", "start", pol.name)
         ctx = self._ctx(t, step)
-        bind = getattr(pol, "bind_evaluator", None)
-        if bind is not None:   # the search policy's pick times catalog configurations before it seeds
-            bind(self.evaluator)
+        ctx.can_batch = self.evaluator.can_batch
+        holds = self._replay_holds()
+        if holds is not None and hasattr(pol, "replay_only"):   # seed and propose only what is recorded
+            pol.replay_only(holds)
         try:
             ctx.known = self._known_seeds(t)
             prop = pol.seed(ctx)
+            if prop.pick is not None:   # kernels to time before the seed: timed here, chosen by the policy
+                prop = time_pick(self.evaluator, ctx, prop.pick)
             if ctx.known and not prop.known_timed:
                 prop = self._time_known(t, ctx, prop, ctx.known)
         except EndpointUnusable:

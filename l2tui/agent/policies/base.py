@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from harness.known import KnownKernel
 
     from ..track import KernelEval
+    from .pick import PickRequest
 
 # Origins a candidate may have (the ``origin`` of a ``candidate`` event).
 ORIGINS = ("seed", "patch", "debug", "human", "rewrite")
@@ -62,6 +63,9 @@ class Proposal:
     model: str | None = None                              # model name, or None for non-LLM policies
     error: str | None = None                              # one line: why there is no code
     known_timed: bool = False                             # the policy timed ctx.known beside its choice
+    # kernels to time together before seeding (the search policy's pick): the loop times them and
+    # ``pick.decide`` gives the seed; a proposal with a pick has no source of its own
+    pick: PickRequest | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,6 +144,9 @@ class TrackContext:
     # the best known kernels for the shape (harness.known.KnownKernel), timed beside the seed
     known: "list[KnownKernel]" = field(default_factory=list)
     dtype: str = "fp16"                # element type of A, B and C: "fp16" or "bf16" ([loop] dtype)
+    # the loop can check and time many kernels in one request (its evaluator's ``can_batch``: a
+    # GPU, not a recording), so a seed may propose a pick (``Proposal.pick``)
+    can_batch: bool = False
 
     def send(self, event: "StepEvent") -> None:
         """Emit an event (e.g. ``llm_delta``) through the loop, if it gave a sink; the loop sets

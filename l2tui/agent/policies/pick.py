@@ -21,22 +21,28 @@ What is timed (:func:`choose`), from the catalog ranked best-first by the cost m
 
 Around :func:`choose`, :func:`subjects` is the whole pipeline the sweep and the search policy share:
 the shape's incumbent and its no-PDL twin, ``--also`` and the known kernels join the chosen ones.
-This module only chooses; ``l2tui.executors.batch.evaluate_many`` checks and times the chosen ones.
+This module only chooses. A policy proposes what to time as a :class:`PickRequest` (the subjects,
+labelled, and how to turn their timings into the seed); the loop's seed stage builds and times
+them (``l2tui.agent.seed_timing``), the sweep's track driver (``l2tui.agent.sweep_track``) its own
+pick, both in one request of ``harness.batch.evaluate_many`` with the baseline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from harness.families import (Config, applicable, epilogue_siblings, launch_twins, no_pdl_twin, sans_epilogue,
-                              validate)
+from harness.families import (Config, applicable, build_arch_for, epilogue_siblings, launch_twins, no_pdl_twin,
+                              sans_epilogue, validate)
 from harness.shapes import Shape
 
 from .costmodel import SIBLING
 
 if TYPE_CHECKING:
+    from harness.evaluate import Evaluation
     from harness.known import KnownKernel
+
+    from .base import Proposal
 
 #: a predicate on a configuration: "of a kind the model is least sure of"
 Kind = Callable[[Config], bool]
@@ -217,3 +223,76 @@ def _no_pdl_twin(c: Config) -> Config | None:
     """``c`` launched without programmatic dependent launch, when its family has that knob."""
     knobs = no_pdl_twin(c.family, c.knob_dict)
     return Config.of(c.family, knobs) if knobs and not validate(c.family, knobs) else None
+
+
+@dataclass(frozen=True)
+class PickItem:
+    """One kernel of a :class:`PickRequest`: its ``label`` in the batch, its source, its catalog
+    configuration (None for a known kernel that is not one), and ``note``, what a known kernel is
+    (its name and layer; empty for a catalog configuration)."""
+
+    label: str
+    source: str
+    config: Config | None = None
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        """How the seed's plan and messages name it."""
+        return self.note or self.label
+
+
+#: a policy's turn of the pick's timings (label -> evaluation) into its seed
+Decide = Callable[["Mapping[str, Evaluation]"], "Proposal"]
+
+
+@dataclass(frozen=True)
+class PickRequest:
+    """What a policy proposes to time before it seeds: ``items`` (the first ``chosen`` of them
+    catalog configurations, the rest known kernels), built for ``arch``, and ``decide``, the
+    policy's seed from their timings. Why a request rather than timings: a policy only proposes;
+    the loop's seed stage (``l2tui.agent.seed_timing``) builds and times, so no policy holds an
+    evaluator."""
+
+    items: tuple[PickItem, ...]
+    chosen: int
+    arch: str
+    decide: Decide
+
+    @property
+    def known(self) -> int:
+        """How many of the items are known kernels."""
+        return len(self.items) - self.chosen
+
+    def detail(self) -> str:
+        """The ``stage`` event's detail: what the request times."""
+        return f"{self.chosen} catalog configurations, {self.known} known kernels"
+
+    def batch(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """The items as ``harness.batch`` items (label, source, no extra nvcc flags)."""
+        return [(it.label, it.source, ()) for it in self.items]
+
+    def builds(self) -> dict[str, list[str]]:
+        """The sources by the architecture each is built for (a family may build for another
+        than the GPU's, ``harness.families.build_arch_for``)."""
+        by_arch: dict[str, list[str]] = {}
+        for it in self.items:
+            a = build_arch_for(it.config.family, self.arch) if it.config is not None else self.arch
+            by_arch.setdefault(a, []).append(it.source)
+        return by_arch
+
+
+def candidate_ms(ev: Evaluation | None) -> float | None:
+    """The time of an item that passed every check, else None."""
+    if ev is None or ev.status != "ok":
+        return None
+    return ev.times_ms.get("candidate") or None
+
+
+def fastest(items: Sequence[PickItem], evs: Mapping[str, Evaluation]) -> tuple[float, PickItem] | None:
+    """The fastest item that passed (the earlier of equal times), with its time; None: none did."""
+    timed = [(t, i, it) for i, it in enumerate(items) if (t := candidate_ms(evs.get(it.label)))]
+    if not timed:
+        return None
+    t, _, best = min(timed, key=lambda row: (row[0], row[1]))
+    return t, best

@@ -5,11 +5,14 @@ demonstrations.  It works on the same text the LLM edits: the ``// l2: knobs`` b
 family (``harness.families``).
 
 * ``seed``    - rank every prebuilt configuration of every family that runs on the GPU with the
-                cost model (``costmodel.py``); with an evaluator bound (``bind_evaluator``, the
-                loop does it on a GPU), run the pick (``pick.py``): build the model's top
-                ``pick_top`` and the best of each kind it is least sure of in parallel, check and
-                time them together in one request, and start from the fastest that passes;
-                without one (recorded evaluations), start from the model's best.
+                cost model (``costmodel.py``); where the loop can time many kernels in one request
+                (``TrackContext.can_batch``: a GPU), propose the pick (``pick.py``): a
+                ``PickRequest`` for the model's top ``pick_top``, the best of each kind it is
+                least sure of and the known kernels, which the loop's seed stage builds, checks and
+                times together (``l2tui.agent.seed_timing``) and hands back to the policy, which
+                starts from the fastest that passes; without it (recorded evaluations), or when
+                nothing passes, start from the model's best. The policy itself never builds or
+                times anything.
 * ``propose`` - enumerate localized edits of the current best (one knob to a neighbouring legal
                 value, schedule swaps, tile transposes, cluster/stage/split-K changes, and a
                 switch to the best configuration of another family), drop invalid and already
@@ -31,7 +34,7 @@ import functools
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from harness.families import (
     Config,
@@ -49,9 +52,13 @@ from harness.families import (
 )
 from harness.shapes import Shape
 
-from ... import events as ev_schema
 from .base import Failure, Proposal, TrackContext
 from .costmodel import CostModel, unfitted_sibling
+from .pick import PickItem, PickRequest, PickSettings, candidate_ms, fastest
+from .pick import subjects as pick_subjects
+
+if TYPE_CHECKING:
+    from harness.evaluate import Evaluation
 
 SYSTEM = (
     "You are the search policy of l2tui. You tune HGEMM seed kernels by editing the knob block "
@@ -273,7 +280,6 @@ class SearchPolicy:
         if launch not in LAUNCHES:
             raise ValueError(f"launch must be one of {', '.join(LAUNCHES)}, not {launch!r}")
         self.launch = launch
-        self._evaluator: Any = None                # bound by the loop: the pick's checker and timer
         # replaying a recording: (source, shape, acc) -> whether it holds a result (replay_only)
         self._holds: Callable[[str, Shape, str], bool] | None = None
         self._tried: dict[str, set[str]] = {}   # track -> shas proposed (never propose twice)
@@ -350,71 +356,61 @@ class SearchPolicy:
 
     # ------------------------------------------------------------ seed
 
-    def bind_evaluator(self, evaluator: Any) -> None:
-        """The evaluator the pick times on. Only one that checks and times many candidates in one
-        request (``can_batch``: a GPU) is used; recorded evaluations keep the cost-model seed."""
-        self._evaluator = evaluator if evaluator.can_batch else None
-        if getattr(evaluator, "replays_recording", False) and callable(getattr(evaluator, "holds", None)):
-            self.replay_only(evaluator.holds)
-
-    def _pick(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]]) -> Proposal | None:
-        """The pick (``pick.py``): the fastest of the chosen catalog configurations on this GPU,
-        as the seed; None when nothing passed (the caller seeds from the cost model)."""
-        from harness.build import build_many
-        from harness.families import build_arch_for
-
-        from l2tui.executors.batch import evaluate_many
-
-        from .pick import PickSettings
-        from .pick import subjects as pick_subjects
-
-        arch = self._arch(ctx)
-        # the pick's pipeline (pick.py); the known kernels for the shape are timed in the same request
+    def _pick_request(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]]) -> PickRequest | None:
+        """The pick (``pick.py``) as a request: the chosen catalog configurations and the known kernels
+        for the shape, labelled, for the loop to time together; None when the pipeline chose no
+        catalog configuration (the caller seeds from the cost model)."""
         picked = pick_subjects([c for _, c in ranked], shape,
                                PickSettings(top=self.pick_top, kinds=self.pick_kinds, siblings=self.pick_kinds),
                                known=ctx.known)
-        chosen = [p for p in picked if p.known is None]
+        chosen = sum(1 for p in picked if p.known is None)
         if not chosen:
             return None
         labels = {k.source: f"known-{i}" for i, k in reversed(list(enumerate(ctx.known)))}
-        subjects = [(labels[p.source], p.source, p.config, f"known: {p.known.name} ({p.known.layer})")
-                    if p.known is not None else (p.config.name if p.config else "", p.source, p.config, "")
-                    for p in picked]
-        ctx.send(ev_schema.Stage(stage="pick", status="start",
-                 detail=f"{len(chosen)} catalog configurations, {len(subjects) - len(chosen)} known kernels"))
-        by_arch: dict[str, list[str]] = {}
-        for _, src, c, _ in subjects:
-            by_arch.setdefault(build_arch_for(c.family, arch) if c is not None else arch, []).append(src)
-        for a, srcs in by_arch.items():
-            build_many(srcs, arch=a)
-        evs = evaluate_many(self._evaluator, [(label, src, ()) for label, src, _, _ in subjects], shape, ctx.acc)
-        ctx.send(ev_schema.Stage(stage="pick", status="end"))
+        items = tuple(PickItem(labels[p.source], p.source, p.config, f"known: {p.known.name} ({p.known.layer})")
+                      if p.known is not None else PickItem(p.config.name if p.config else "", p.source, p.config)
+                      for p in picked)
+        return PickRequest(items, chosen, self._arch(ctx),
+                           decide=lambda evs: self._seed_of_pick(ctx, shape, ranked, items, chosen, evs))
 
-        def ms(label: str) -> float | None:
-            e = evs.get(label)
-            return (getattr(e, "times_ms", {}) or {}).get("candidate") if getattr(e, "status", None) == "ok" else None
-
-        got = {label: ms(label) for label, _, _, _ in subjects}
-        timed = sorted((t, i, label, src, c, note) for i, (label, src, c, note) in enumerate(subjects)
-                       if (t := got[label]))
-        rows = "\n".join(f"  {note or label}: " + (f"{t * 1e3:.1f} us per call" if (t := got[label])
-                                                  else str(getattr(evs.get(label), "status", "?")))
-                         + (f" (model {self.cost.predict(c, shape) * 1e6:.1f} us)" if c is not None else "")
-                         for label, src, c, note in subjects)
-        if not timed:
-            return None
-        t, _, label, source, best, note = timed[0]
-        self._tried_set(ctx).add(_sha(source))
-        what = note or label
-        why = f" {self.cost.estimate(best, shape).rationale()}." if best is not None else ""
-        plan = (f"Pick: {what} was the fastest of {len(chosen)} catalog configurations and "
-                f"{len(subjects) - len(chosen)} known kernels checked and timed together on this GPU "
+    def _seed_of_pick(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]],
+                      items: tuple[PickItem, ...], chosen: int, evs: Mapping[str, Evaluation]) -> Proposal:
+        """The seed from the pick's timings: the fastest item that passed, else the cost model's best."""
+        won = fastest(items, evs)
+        if won is None:
+            return self._model_seed(ctx, shape, ranked)
+        t, best = won
+        rows = "\n".join(f"  {it.name}: " + (f"{ms * 1e3:.1f} us per call" if (ms := candidate_ms(evs.get(it.label)))
+                                              else str(getattr(evs.get(it.label), "status", "?")))
+                         + (f" (model {self.cost.predict(it.config, shape) * 1e6:.1f} us)"
+                            if it.config is not None else "")
+                         for it in items)
+        self._tried_set(ctx).add(_sha(best.source))
+        cfg = best.config
+        why = f" {self.cost.estimate(cfg, shape).rationale()}." if cfg is not None else ""
+        plan = (f"Pick: {best.name} was the fastest of {chosen} catalog configurations and "
+                f"{len(items) - chosen} known kernels checked and timed together on this GPU "
                 f"({t * 1e3:.1f} us per call).{why}")
         messages = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": self._state_text(ctx, shape)
                      + "\nChoose a seed configuration. The pick's measurements (per call):\n" + rows}]
-        return Proposal(source=source, plan=plan, family=best.family if best is not None else None, origin="seed",
-                        role="seed", messages=messages, completion=f"{plan}\n```cuda\n{source}```\n", known_timed=True)
+        return Proposal(source=best.source, plan=plan, family=cfg.family if cfg is not None else None,
+                        origin="seed", role="seed", messages=messages,
+                        completion=f"{plan}\n```cuda\n{best.source}```\n", known_timed=True)
+
+    def _model_seed(self, ctx: TrackContext, shape: Shape, ranked: list[tuple[float, Config]]) -> Proposal:
+        """The seed without a pick: the cost model's best of the catalog."""
+        _, best = ranked[0]
+        table = "\n".join(f"  {c.name}: {p * 1e6:.1f} us predicted" for p, c in ranked[:6])
+        plan = (f"Seed with {best.name} ({get_family(best.family).summary}). "
+                f"{self.cost.estimate(best, shape).rationale()}.")
+        source = best.source()
+        self._tried_set(ctx).add(_sha(source))
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": self._state_text(ctx, shape)
+                     + "\nChoose a seed configuration. Cost-model ranking of the prebuilt catalog:\n" + table}]
+        return Proposal(source=source, plan=plan, family=best.family, origin="seed", role="seed",
+                        messages=messages, completion=f"{plan}\n```cuda\n{source}```\n")
 
     def seed(self, ctx: TrackContext) -> Proposal:
         shape = self._shape(ctx)
@@ -428,21 +424,11 @@ class SearchPolicy:
         ranked = self.rank(pool, shape)
         if not ranked:
             return Proposal(origin="seed", role="seed", error=f"no seed family runs on {self._arch(ctx)}")
-        if self._evaluator is not None and self.pick_top > 0:
-            picked = self._pick(ctx, shape, ranked)
-            if picked is not None:
-                return picked
-        t, best = ranked[0]
-        table = "\n".join(f"  {c.name}: {p * 1e6:.1f} us predicted" for p, c in ranked[:6])
-        plan = (f"Seed with {best.name} ({get_family(best.family).summary}). "
-                f"{self.cost.estimate(best, shape).rationale()}.")
-        source = best.source()
-        self._tried_set(ctx).add(_sha(source))
-        messages = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": self._state_text(ctx, shape)
-                     + "\nChoose a seed configuration. Cost-model ranking of the prebuilt catalog:\n" + table}]
-        return Proposal(source=source, plan=plan, family=best.family, origin="seed", role="seed",
-                        messages=messages, completion=f"{plan}\n```cuda\n{source}```\n")
+        if ctx.can_batch and self.pick_top > 0:
+            request = self._pick_request(ctx, shape, ranked)
+            if request is not None:   # the loop times it and hands the timings to request.decide
+                return Proposal(origin="seed", role="seed", pick=request)
+        return self._model_seed(ctx, shape, ranked)
 
     # ------------------------------------------------------------ propose
 
