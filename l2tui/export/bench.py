@@ -113,7 +113,7 @@ def ratio_row(s: tuple[int, int, int], path: str, exported: bool, times_ms: dict
     """One shape's library time against every baseline: ``baseline ms / library ms`` (>= 1: library faster)."""
     lib_ms = times_ms.get("library")
     base = {k: v for k, v in times_ms.items() if k != "library" and v}
-    best = min(base, key=base.get) if base else None
+    best = min(base, key=lambda k: base[k]) if base else None
     return {
         "shape": list(s), "path": path, "exported": exported, "library_ms": lib_ms, "baselines_ms": base,
         "ratio_vs": {k: v / lib_ms for k, v in sorted(base.items())} if lib_ms else {},

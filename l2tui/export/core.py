@@ -309,8 +309,8 @@ def export_session(
     try:
         out_p.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_p.name}.tmp-", dir=out_p.parent))
-    except OSError as e:
-        raise ExportError(f"cannot write the export to {out_p}: {e.strerror or e}; pick another --out") from None
+    except OSError as err:
+        raise ExportError(f"cannot write the export to {out_p}: {err.strerror or err}; pick another --out") from None
     library: Path | None = None
     try:
         (tmp / "kernels").mkdir()

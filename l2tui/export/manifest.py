@@ -195,13 +195,16 @@ def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str,
         return None
     if cublas_variant != "nn":
         timed.pop("cublas", None)
-    lab = min(timed, key=timed.get)
+    lab = min(timed, key=lambda k: timed[k])
     if lab == "cublas":
         return {"library": "cublas", "measured": lab}
     rec = autotune if isinstance(autotune, dict) else {}
-    fields = {k: rec.get(k) for k in ("best_index", "available", "requested", "cublaslt_version")}
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
-        return None
+    fields: dict[str, int] = {}
+    for k in ("best_index", "available", "requested", "cublaslt_version"):
+        v = rec.get(k)
+        if not isinstance(v, int) or isinstance(v, bool):
+            return None
+        fields[k] = v
     index = fields["best_index"] if lab == "cublaslt_autotune" else 0
     if not 0 <= index < fields["available"] <= fields["requested"] <= MAX_PIN_REQUEST:
         return None
@@ -220,9 +223,12 @@ def check_pin(pin: Any, where: str) -> None:
         raise bad
     if pin["library"] == "cublas":
         return
-    vals = [pin.get(k) for k in ("index", "count", "requested", "cublaslt_version")]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        raise bad
+    vals: list[int] = []
+    for k in ("index", "count", "requested", "cublaslt_version"):
+        v = pin.get(k)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise bad
+        vals.append(v)
     index, count, requested, version = vals
     if not (0 <= index < count <= requested <= MAX_PIN_REQUEST and 0 < version < 2**31):
         raise bad

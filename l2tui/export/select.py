@@ -126,6 +126,7 @@ def _tracks(events: Iterable[dict]) -> dict[str, _Track]:
             t = tracks[tid] = _Track(tid, parsed[0], parsed[1], None)
         return t
 
+    t: _Track | None
     for ev in events:
         typ = ev.get("type")
         if typ in (ev_schema.TRACK_ADDED, ev_schema.CANDIDATE, ev_schema.TIMED):
