@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from . import channel
 from .baselines import DEFAULT_BASELINES, build_shim, parse_baselines
@@ -146,15 +146,24 @@ EVALUATION_SCHEMA = Record(
 )
 
 
+T = TypeVar("T")
+
+
+def _from_data(d: Json, schema: channel.Schema, make: Callable[[dict[str, Json]], T], what: str, where: str) -> T:
+    """``make(d)`` once ``d`` fits ``schema``: FrameError (one line naming the field, or saying
+    it is not ``what``) for anything else, since ``d`` was read from where a kernel ran."""
+    channel.validate(d, schema, where)
+    assert isinstance(d, dict)
+    try:
+        return make(d)
+    except (TypeError, ValueError, KeyError) as e:
+        raise FrameError(f"{where}: not {what} ({type(e).__name__}: {str(e)[:100]})") from None
+
+
 def evaluation_from_data(d: Json, where: str = "$") -> "Evaluation":
     """An Evaluation from its dict form read as untrusted data: FrameError (one line naming the
     field) unless it fits :data:`EVALUATION_SCHEMA`."""
-    channel.validate(d, EVALUATION_SCHEMA, where)
-    assert isinstance(d, dict)
-    try:
-        return Evaluation.from_dict(d)
-    except (TypeError, ValueError, KeyError) as e:
-        raise FrameError(f"{where}: not an evaluation ({type(e).__name__}: {str(e)[:100]})") from None
+    return _from_data(d, EVALUATION_SCHEMA, Evaluation.from_dict, "an evaluation", where)
 
 
 def build_from_data(d: Json, where: str = "build") -> BuildResult:
@@ -162,12 +171,7 @@ def build_from_data(d: Json, where: str = "build") -> BuildResult:
     (one line naming the field) unless it fits :data:`BUILD_SCHEMA`."""
     if d is None:
         raise FrameError(f"{where}: no build")
-    channel.validate(d, BUILD_SCHEMA, where)
-    assert isinstance(d, dict)
-    try:
-        return BuildResult.from_dict(d)
-    except (TypeError, ValueError, KeyError) as e:
-        raise FrameError(f"{where}: not a build ({type(e).__name__}: {str(e)[:100]})") from None
+    return _from_data(d, BUILD_SCHEMA, BuildResult.from_dict, "a build", where)
 
 
 def failed_build(message: str, arch: str = "", flags: Sequence[str] = ()) -> BuildResult:
