@@ -486,7 +486,7 @@ static State& state() {
 
 // Grow-only workspace: allocated on the first call that needs it, never per call afterwards. A
 // smaller old buffer is not freed: a CUDA graph captured earlier may still point at it.
-static bool ensure_workspace(State& st, size_t floats, size_t counters) {
+static bool ensure_workspace(State& st, size_t floats, size_t counters, cudaStream_t stream) {
   if (floats > st.partial_floats) {
     st.partials = nullptr;
     st.partial_floats = 0;
@@ -497,7 +497,8 @@ static bool ensure_workspace(State& st, size_t floats, size_t counters) {
     st.counters = nullptr;
     st.counter_count = 0;
     if (cudaMalloc(&st.counters, counters * sizeof(int)) != cudaSuccess) return false;
-    if (cudaMemset(st.counters, 0, counters * sizeof(int)) != cudaSuccess) return false;
+    // on the call's stream: the launch after it sees zeros whatever kind of stream it is
+    if (cudaMemsetAsync(st.counters, 0, counters * sizeof(int), stream) != cudaSuccess) return false;
     st.counter_count = counters;
   }
   return true;
@@ -548,7 +549,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   }
   if (splits > 1 && CLUSTER_K == 1) {
     const size_t floats = (size_t)tiles * splits * BM * BN;
-    if (!ensure_workspace(st, floats, 2 * (size_t)tiles)) return 3;
+    if (!ensure_workspace(st, floats, 2 * (size_t)tiles, static_cast<cudaStream_t>(stream))) return 3;
   }
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(tiles, 1, splits);

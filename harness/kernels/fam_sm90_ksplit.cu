@@ -457,7 +457,7 @@ struct Workspace {
   size_t counter_count = 0;
 };
 
-static bool ensure_workspace(Workspace& ws, size_t vecs, size_t counters) {
+static bool ensure_workspace(Workspace& ws, size_t vecs, size_t counters, cudaStream_t stream) {
   if (vecs > ws.work_vecs) {
     ws.work = nullptr;
     ws.work_vecs = 0;
@@ -468,7 +468,8 @@ static bool ensure_workspace(Workspace& ws, size_t vecs, size_t counters) {
     ws.counters = nullptr;
     ws.counter_count = 0;
     if (cudaMalloc(&ws.counters, counters * sizeof(int)) != cudaSuccess) return false;
-    if (cudaMemset(ws.counters, 0, counters * sizeof(int)) != cudaSuccess) return false;
+    // on the call's stream: the launch after it sees zeros whatever kind of stream it is
+    if (cudaMemsetAsync(ws.counters, 0, counters * sizeof(int), stream) != cudaSuccess) return false;
     ws.counter_count = counters;
   }
   return true;
@@ -541,7 +542,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   static Workspace ws;
   if (groups > 1) {
     const size_t vecs = static_cast<size_t>(tiles) * groups * TILE_M * TILE_N / 4;
-    if (!ensure_workspace(ws, vecs, 2 * static_cast<size_t>(tiles) * CLUSTER_K)) {
+    if (!ensure_workspace(ws, vecs, 2 * static_cast<size_t>(tiles) * CLUSTER_K, lc.stream)) {
       cudaGetLastError();
       return 3;
     }
