@@ -410,7 +410,9 @@ class KnownStore:
         a shape it does not know, the known kernels of the shape on other GPU models and this GPU's
         winners of the nearest shapes in log M, log N, log K (distinct sources, at most ``limit``).
         ``usable`` filters (a neighbour's family must run the shape). Only kernels of ``dtype`` are
-        offered: a kernel of the other element type would read the track's data as garbage."""
+        offered: a kernel of the other element type would read the track's data as garbage; for
+        bf16, this GPU's fp16 winners retyped (:func:`bf16_twin`) follow the bf16 ones, the shape's
+        own first."""
         ok = usable or (lambda e: True)
         mine = self.results(gpu, acc, dtype) if gpu is not None else {}
         exact = mine.get((acc, shape))
@@ -428,9 +430,26 @@ class KnownStore:
         for e in others:
             if e.shape == shape and e.dtype == dtype:
                 add(e)
-        near = sorted(mine.values(), key=lambda e: (log_distance(e.shape, shape), e.shape))
-        for e in near:
-            add(e)
+        twins = self._fp16_mine(gpu, acc) if dtype == "bf16" else {}
+        exact_twin = twins.get((acc, shape))
+        if exact_twin is not None:
+            add(exact_twin)
+        for pool in (mine, twins):
+            for e in sorted(pool.values(), key=lambda e: (log_distance(e.shape, shape), e.shape)):
+                add(e)
+        return out
+
+    def _fp16_mine(self, gpu: GpuKey | None, acc: str) -> dict[tuple[str, Shape], KnownKernel]:
+        """This GPU's fp16 results as bf16 candidates (:func:`bf16_twin`): where nothing is known in
+        bf16 yet, the configuration that won a shape in fp16 is the first to time for it in bf16
+        (the tensor cores run both at one rate), so a bf16 track does not start cold."""
+        if gpu is None:
+            return {}
+        out: dict[tuple[str, Shape], KnownKernel] = {}
+        for key, e in self.results(gpu, acc, "fp16").items():
+            twin = bf16_twin(e)
+            if twin is not None:
+                out[key] = twin
         return out
 
     def record(self, kernel: KnownKernel) -> bool:
@@ -487,6 +506,26 @@ def git_revision() -> str:
         return ref[:12] if re.fullmatch(r"[0-9a-f]{40}", ref) else ""
     except (OSError, IndexError):
         return ""
+
+
+def bf16_twin(kernel: KnownKernel) -> KnownKernel | None:
+    """The bf16 render of an fp16 family configuration with f32 accumulation, as a candidate with
+    no time of its own (a bf16 time is only ever measured); None for a kernel that is not a family
+    render (its code cannot be retyped safely) or that accumulates in f16 (bf16 accumulates in f32)."""
+    from . import families as F
+
+    if kernel.dtype != "fp16" or kernel.acc != "f32":
+        return None
+    cfg = F.Config.from_source(kernel.source)
+    if cfg is None or cfg.source() != kernel.source:
+        return None
+    try:
+        twin = F.Config.of(cfg.family, {**cfg.knob_dict, "DTYPE": F.dtype_knob("bf16")})
+        source = twin.source()
+    except F.FamilyError:
+        return None
+    return KnownKernel(kernel.shape, kernel.acc, kernel.gpu, source, twin.name, f"{kernel.layer}, fp16 twin",
+                       made=kernel.made, dtype="bf16")
 
 
 def family_usable(shape: Shape, arch: str | None) -> Callable[[KnownKernel], bool]:

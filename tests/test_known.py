@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.known import (CHECKOUT_RESULTS, GpuKey, KnownError, KnownKernel, KnownStore, bundled_dirs,
+from harness.known import (CHECKOUT_RESULTS, GpuKey, KnownError, KnownKernel, KnownStore, bf16_twin, bundled_dirs,
                            log_distance, read_local)
 from harness.shapes import Shape
 from l2tui.agent.loop import AgentLoop, LoopConfig
@@ -292,6 +292,43 @@ def test_an_entry_without_dtype_is_fp16_and_a_wrong_dtype_is_refused(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(KnownError, match="'dtype' must be fp16 or bf16"):
         read_local(path)
+
+
+def test_a_bf16_track_starts_from_this_gpus_fp16_winner_retyped(tmp_path):
+    from harness import families as F
+    from harness.build import source_dtype
+
+    path = tmp_path / "known.json"
+    store = KnownStore(local=path)
+    shape = Shape(1024, 1024, 1024)
+    (won,) = store.seeds(shape, "f32", H200)
+    first, *near = store.seeds(shape, "f32", H200, dtype="bf16")
+    fp16_cfg, twin_cfg = F.Config.from_source(won.source), F.Config.from_source(first.source)
+    assert twin_cfg == F.Config.of(fp16_cfg.family, {**fp16_cfg.knob_dict, "DTYPE": "DTYPE_BF16"})
+    assert (first.shape, first.dtype, source_dtype(first.source), first.name) == (shape, "bf16", "bf16", fp16_cfg.name + "-bf16")
+    assert first.time_ms is None and first.speedup is None and "fp16 twin" in first.layer   # a candidate, never a result
+    assert near and all(k.dtype == "bf16" and k.shape != shape for k in near)
+    assert not store.results(H200, dtype="bf16")
+    # a bf16 result of this GPU for the shape is the seed, alone
+    measured = KnownKernel(shape, "f32", H200, first.source, first.name, "local", 1.1, "cublas", 0.02, {}, "bf16")
+    assert store.record(measured)
+    assert KnownStore(local=path).seeds(shape, "f32", H200, dtype="bf16") == [measured]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "L2TUI_KNOWN_DIR": str(tmp_path / "empty")}
+    p = subprocess.run([sys.executable, "-m", "l2tui", "known", "--gpu", "NVIDIA H200", "--dtype", "bf16", "--shapes",
+                        str(shape)], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"fp16 twins: {fp16_cfg.name}-bf16 ({shape})" in p.stdout
+
+
+def test_only_a_family_render_with_f32_accumulation_has_a_bf16_twin():
+    from harness import families as F
+
+    assert bf16_twin(kernel(FAST)) is None                      # hand-written code is not retyped
+    f16acc = F.Config.of("sm80_mma", {"ACC": "ACC_F16"}).source()
+    assert bf16_twin(KnownKernel(SHAPE, "f16", H200, f16acc, "f16acc", "local")) is None
+    edited = F.Config.of("sm80_mma", {}).source() + "\n// edited\n"   # no longer the family's render
+    assert bf16_twin(kernel(edited)) is None
+    assert bf16_twin(kernel(F.Config.of("sm80_mma", {}).source())) is not None
 
 
 def test_the_bundled_fp16_winners_are_never_bf16_results():

@@ -80,8 +80,8 @@ def _show(args: argparse.Namespace, key: GpuKey, store: KnownStore) -> int:
         for acc in [args.acc] if args.acc else ["f32"]:
             for s in shapes:
                 seeds = store.seeds(s, acc, key, usable=family_usable(s, "sm_90a"), dtype=args.dtype)
-                what = ("known" if seeds and seeds[0].shape == s and seeds[0].gpu.same_model(key)
-                        else "from neighbours" if seeds else "nothing known")
+                what = ("nothing known" if not seeds else "fp16 twins" if seeds[0].layer.endswith("fp16 twin")
+                        else "known" if seeds[0].shape == s and seeds[0].gpu.same_model(key) else "from neighbours")
                 print(f"{str(s):<20} {acc}  {roles.get(s, '')[:40]:<40} {what}: "
                       + ", ".join(f"{k.name} ({k.shape}{'' if k.gpu.same_model(key) else ', ' + k.gpu.name})" for k in seeds))
         return 0
