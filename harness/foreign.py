@@ -152,12 +152,14 @@ def cuda_l2_layout(binding: str, name: str) -> tuple[str, str]:
 
     The layout is the tensor whose data the binding reads: ``b`` (row-major) or
     ``b_col_major``; a binding that reads both, or neither, is refused, since one call of our
-    ABI carries one B."""
-    entries = _ENTRY.findall(binding)
+    ABI carries one B. The entry point may be defined more than once with one signature (the
+    branches of an ``#if``, a stub for other architectures): the preprocessor keeps one, and a
+    file that defines it twice for real fails to compile, charged to that file."""
+    entries = set(_ENTRY.findall(binding))
     if len(entries) != 1:
         raise KernelSourceError(f"{name}: cuda-l2 layout: expected one entry point taking four torch::Tensor "
                                 f"(a, b, b_col_major, c), found {len(entries)}")
-    entry, _a, b, bt, _c = entries[0]
+    entry, _a, b, bt, _c = entries.pop()
     reads = [lay for lay, t in (("row", b), ("col", bt)) if re.search(rf"\b{t}\s*\.\s*data_ptr\b", binding)]
     if len(reads) != 1:
         what = "both B tensors" if reads else "neither B tensor"

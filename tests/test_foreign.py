@@ -85,6 +85,14 @@ def test_cuda_l2_reads_the_row_major_b() -> None:
     assert "torch::Tensor tb{b, K, N};" in done.source and "torch::Tensor tbt{nullptr, N, K};" in done.source
 
 
+def test_an_entry_point_defined_in_each_branch_of_an_if_is_one_entry_point() -> None:
+    stub = binding("b_col_major").split("{", 1)[0] + "{\n  throw std::runtime_error(\"needs sm_90\");\n}\n"
+    text = (KERNEL_SECTION + "#if defined(CUTLASS_ARCH_MMA_SM90_SUPPORTED)\n" + binding("b_col_major")
+            + "#else\n" + stub.replace("#include <torch/extension.h>\n", "") + "#endif\n")
+    done = foreign.translate_cuda_l2(text, SHAPE, "64_32_16.cu")
+    assert done.b_layout == "col" and done.source.count("tiny_entry(ta, tb, tbt, tc);") == 1
+
+
 def test_a_mention_in_a_comment_is_not_a_read() -> None:
     text = KERNEL_SECTION + binding("b_col_major").replace("{\n", "{\n  // b.data_ptr() is never read\n", 1)
     assert foreign.translate_cuda_l2(text, SHAPE, "x.cu").b_layout == "col"
