@@ -39,12 +39,16 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from harness.shapes import Shape
 from l2tui import events as ev_schema
 from l2tui.config import session_dtype
 from l2tui.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.evaluator_protocol import Evaluator
+    from l2tui.agent.rewards import RewardConfig
 
 FORMATS = ("trl", "openai-sft", "openai-dpo")
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -62,7 +66,7 @@ class RowError(ValueError):
 # --------------------------------------------------------------------------- validation
 
 
-def _check_messages(msgs: Any, where: str, *, openai: bool) -> None:
+def _check_messages(msgs: object, where: str, *, openai: bool) -> None:
     if not isinstance(msgs, list) or not msgs:
         raise RowError(f"{where}: must be a non-empty list of messages")
     for i, m in enumerate(msgs):
@@ -74,7 +78,7 @@ def _check_messages(msgs: Any, where: str, *, openai: bool) -> None:
             raise RowError(f"{where}[{i}]: unexpected keys {sorted(set(m) - {'role', 'content', 'name', 'weight'})}")
 
 
-def validate_row(fmt: str, row: Any) -> None:
+def validate_row(fmt: str, row: object) -> None:
     """Raise :class:`RowError` unless ``row`` has every field ``fmt`` requires, with the right types."""
     if not isinstance(row, dict):
         raise RowError("a row must be a JSON object")
@@ -124,7 +128,7 @@ class _Row:
         return float(self.data["reward"])
 
 
-def _digest(obj: Any) -> str:
+def _digest(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -150,7 +154,7 @@ def _repaired(r: dict) -> bool:
     return r.get("role") == "debugger" and r.get("kind") == "ok"
 
 
-def _clean_messages(msgs: Any) -> list[dict] | None:
+def _clean_messages(msgs: object) -> list[dict] | None:
     if not isinstance(msgs, list):
         return None
     out = []
@@ -446,15 +450,15 @@ def rl_data(
 # --------------------------------------------------------------------------- GRPO reward functions
 
 
-def _text(completion: Any) -> str:
+def _text(completion: object) -> str:
     """A TRL completion (conversational list of messages, or plain text) as text."""
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         return str(completion[-1].get("content", ""))
     return str(completion)
 
 
-def logged_reward(prompts: Any = None, completions: Sequence[Any] = (), reward: Sequence[float] = (),
-                  logged_completion: Sequence[str] = (), **_: Any) -> list[float | None]:
+def logged_reward(prompts: object = None, completions: Sequence[object] = (), reward: Sequence[float] = (),
+                  logged_completion: Sequence[str] = (), **_: object) -> list[float | None]:
     """GRPO reward function: the logged reward where the generated completion *is* the logged one, else None.
 
     TRL treats None as "no reward from this function" for that sample, so pair it
@@ -464,7 +468,7 @@ def logged_reward(prompts: Any = None, completions: Sequence[Any] = (), reward: 
             for c, r, lc in zip(completions, reward, logged_completion)]
 
 
-def live_reward(evaluator: Any, *, reward_config: Any = None) -> Any:
+def live_reward(evaluator: Evaluator, *, reward_config: RewardConfig | None = None) -> Callable[..., list[float]]:
     """A GRPO reward function that scores *new* completions the way the agent loop does.
 
     For each generated completion: take the parent kernel (``parent_sha`` from
@@ -494,10 +498,10 @@ def live_reward(evaluator: Any, *, reward_config: Any = None) -> Any:
             parents[key] = Session.open(session).get_kernel(sha)
         return parents[key]
 
-    def reward_fn(prompts: Any = None, completions: Sequence[Any] = (), shape: Sequence[Any] = (),
+    def reward_fn(prompts: object = None, completions: Sequence[object] = (), shape: Sequence[Sequence[int]] = (),
                   acc: Sequence[str] = (), parent_sha: Sequence[str | None] = (), session: Sequence[str] = (),
                   baseline: Sequence[str | None] = (), seed_lines: Sequence[int | None] | None = None,
-                  **_: Any) -> list[float]:
+                  **_: object) -> list[float]:
         out: list[float] = []
         seeds = seed_lines if seed_lines is not None else [None] * len(completions)
         for c, shp, a, psha, sess, base, sl in zip(completions, shape, acc, parent_sha, session, baseline, seeds):
