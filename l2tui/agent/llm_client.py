@@ -23,10 +23,17 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 # a reply longer than ``[llm] max_reply_chars`` (within these bounds) is not a model's answer
 from l2tui.config import REPLY_CAP_CHARS, REPLY_CAP_MAX_CHARS, REPLY_CAP_MIN_CHARS
+
+if TYPE_CHECKING:
+    from l2tui.config import Config
+
+#: the ``openai`` SDK's client: its ``create`` overloads type every keyword, and the request here
+#: is a dict built once and sent through either the streamed or the bounded-read call
+SdkClient: TypeAlias = Any
 
 RETRY_CAP_S = 60.0
 #: streamed text reaches the session as one ``llm_delta`` event per DELTA_BATCH_S seconds or
@@ -124,7 +131,7 @@ class DeltaBatcher:
         self.last = now if now is not None else time.monotonic()
 
 
-def _completion_fields(data: dict[str, Any]) -> tuple[str, dict | None, str | None]:
+def _completion_fields(data: dict[str, object]) -> tuple[str, dict | None, str | None]:
     """(text, usage, finish reason) of a chat completion's JSON, each field checked for its type."""
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -137,7 +144,7 @@ def _completion_fields(data: dict[str, Any]) -> tuple[str, dict | None, str | No
             finish if isinstance(finish, str) and finish else None)
 
 
-def _in_thread(fn: Callable[[], Any], out: "queue.Queue[tuple[str, Any]]", cancel: threading.Event) -> threading.Thread:
+def _in_thread(fn: Callable[[], object], out: "queue.Queue[tuple[str, object]]", cancel: threading.Event) -> threading.Thread:
     """Run ``fn`` (which feeds ``out``) in a daemon thread; its exceptions arrive as ``("error", exc)``."""
 
     def body() -> None:
@@ -157,10 +164,10 @@ class _Attempt:
     """One attempt's request and the channel between its reader thread and the waiting caller:
     the reader feeds ``out``, the caller sets ``cancel`` when it stops listening, and ``stream``
     is the open stream, which either side may close."""
-    client: Any
-    kw: dict[str, Any]
+    client: SdkClient
+    kw: dict[str, object]
     deadline: float
-    out: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
+    out: queue.Queue[tuple[str, object]] = field(default_factory=queue.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     stream: object = None
 
@@ -248,12 +255,12 @@ class LLMClient:
         self.stream = stream
         self.max_reply_chars = min(REPLY_CAP_MAX_CHARS, max(REPLY_CAP_MIN_CHARS, int(max_reply_chars)))
         self._sleep = sleep
-        self._client: Any = None
+        self._client: SdkClient = None
         self._stream_options_ok = True
         self.answered = False  # the endpoint has sent something back (a reply or a chunk)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "LLMClient":
+    def from_config(cls, cfg: Config | None) -> "LLMClient":
         llm = cfg.llm if cfg is not None else {}
         return cls(
             base_url=llm["base_url"], model=llm["model"], api_key_env=llm["api_key_env"],
@@ -272,7 +279,7 @@ class LLMClient:
             text = text.replace(key, "***")
         return text
 
-    def _get_client(self) -> Any:
+    def _get_client(self) -> SdkClient:
         if self._client is None:
             import openai
 
@@ -285,7 +292,7 @@ class LLMClient:
         return self._client
 
     @staticmethod
-    def _retry_after(exc: Any) -> float | None:
+    def _retry_after(exc: BaseException) -> float | None:
         resp = getattr(exc, "response", None)
         headers = getattr(resp, "headers", None)
         if not headers:
@@ -326,7 +333,7 @@ class LLMClient:
         return CallFailed(f"the reply passed {self._reply_cap()} characters ([llm] max_reply_chars); "
                           "reading stopped, the reply is ignored", False)
 
-    def _read_bounded(self, client: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    def _read_bounded(self, client: SdkClient, kw: dict[str, object]) -> dict[str, object]:
         """A non-streamed completion read as raw bytes that stop at the cap, then parsed as JSON.
 
         The SDK's own ``create`` reads the whole body into memory first, whatever its size."""
@@ -389,8 +396,10 @@ class LLMClient:
         except queue.Empty:
             call.cancel.set()
             raise self._deadline_error() from None
-        if kind == "error":
+        if kind == "error" and isinstance(resp, BaseException):
             raise resp
+        if not isinstance(resp, dict):
+            raise ValueError("the endpoint answered something that is not a chat completion")
         self.answered = True
         text, usage, finish = _completion_fields(resp)
         if not finish:
@@ -436,7 +445,7 @@ class LLMClient:
             kind, item = call.out.get(timeout=left)
         except queue.Empty:
             raise self._deadline_error() from None
-        if kind == "error":
+        if kind == "error" and isinstance(item, BaseException):
             raise item
         return kind, item
 
