@@ -46,7 +46,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator, Mapping
 
 from . import events as ev_schema
 from .errors import SessionError
@@ -85,21 +85,31 @@ def sha256_text(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
-def scrub(obj: Any) -> Any:
+def scrub(config: Mapping[str, object]) -> dict[str, object]:
     """Drop secret-looking keys from nested dicts (``api_key_env`` names a variable, so it stays)."""
+    return {k: _scrub_value(v) for k, v in config.items() if not _secretish(k)}
+
+
+def _secretish(key: object) -> bool:
+    return isinstance(key, str) and bool(_SECRET_KEY_RE.search(key)) and key not in _ALLOWED_SECRETISH
+
+
+def _scrub_value(obj: object) -> object:
+    """:func:`scrub` for any value of a config: dicts lose their secret-looking keys at every depth."""
     if isinstance(obj, dict):
-        return {
-            k: scrub(v)
-            for k, v in obj.items()
-            if not (isinstance(k, str) and _SECRET_KEY_RE.search(k) and k not in _ALLOWED_SECRETISH)
-        }
+        return {k: _scrub_value(v) for k, v in obj.items() if not _secretish(k)}
     if isinstance(obj, (list, tuple)):
-        return [scrub(v) for v in obj]
+        return [_scrub_value(v) for v in obj]
     return obj
 
 
-def _toml_clean(obj: Any) -> Any:
+def _toml_doc(doc: Mapping[str, object]) -> dict[str, object]:
     """TOML has no null: drop None values (recursively) so tomli_w can write the snapshot."""
+    return {str(k): _toml_clean(v) for k, v in doc.items() if v is not None}
+
+
+def _toml_clean(obj: object) -> object:
+    """:func:`_toml_doc` for one value: None dropped from dicts and lists, paths as text."""
     if isinstance(obj, dict):
         return {str(k): _toml_clean(v) for k, v in obj.items() if v is not None}
     if isinstance(obj, (list, tuple)):
@@ -116,7 +126,7 @@ def _write_toml(folder: Path, doc: dict) -> None:
 
     tmp = folder / (TOML_FILE + ".tmp")
     with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
-        tomli_w.dump(_toml_clean(doc), f)
+        tomli_w.dump(_toml_doc(doc), f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, folder / TOML_FILE)
@@ -168,7 +178,7 @@ def read_text_nofollow(path: Path, limit: int = MAX_LINE_BYTES) -> str:
     return data.decode("utf-8")
 
 
-def _skip_rest_of_line(f: Any) -> bool:
+def _skip_rest_of_line(f: BinaryIO) -> bool:
     """Read past the rest of an over-long line in bounded chunks; True when it ended in a newline."""
     while True:
         chunk = f.readline(_SKIP_CHUNK)
@@ -246,7 +256,7 @@ def _fsync_dir(path: Path) -> None:
 _HOLDER_SAFE = re.compile(r"[^A-Za-z0-9_.:+@/ -]")
 
 
-def _holder_text(value: Any, limit: int = 80) -> str:
+def _holder_text(value: object, limit: int = 80) -> str:
     """A holder field fit for a one-line message (the lock file is read back, so it is cleaned)."""
     return _HOLDER_SAFE.sub("?", str(value))[:limit] or "?"
 
@@ -580,7 +590,7 @@ class Session:
                 finally:
                     os.close(fd)
 
-    def append(self, type: str, **payload: Any) -> dict:
+    def append(self, type: str, **payload: object) -> dict:
         """Append one event (seq/time assigned here), flushed and fsynced; returns it.
 
         The line is checked against :mod:`l2tui.events` as it will be read back, and a
@@ -696,20 +706,22 @@ class Session:
         return f"Session({str(self.path)!r}, events={len(self._events)})"
 
 
-def _json_default(o: Any) -> Any:
+def _json_default(o: object) -> object:
+    """What ``json.dumps`` writes for a payload value it has no form for: its ``to_dict()``, a
+    path as text, a set or tuple as a list, a dataclass instance as a dict, else its text."""
     if hasattr(o, "to_dict"):
         return o.to_dict()
     if isinstance(o, Path):
         return str(o)
     if isinstance(o, (set, tuple)):
         return list(o)
-    if hasattr(o, "__dataclass_fields__"):
-        from dataclasses import asdict
+    from dataclasses import asdict, is_dataclass
 
+    if is_dataclass(o) and not isinstance(o, type):
         return asdict(o)
     return str(o)
 
 
-def replay(path: str | Path, **kw: Any) -> Iterator[dict]:
+def replay(path: str | Path, *, speed: float | None = None, types: set[str] | None = None) -> Iterator[dict]:
     """Replay iterator over a session folder's events."""
-    return Session.open(path).replay(**kw)
+    return Session.open(path).replay(speed=speed, types=types)
