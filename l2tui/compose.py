@@ -178,7 +178,7 @@ def policies(name: str, cfg: Config, gpu: dict | None = None) -> tuple["Policy",
 
 
 def agent_loop(session: "Session", cfg: Config, *, policy: "Policy", policy_factory: Callable[[str], "Policy"],
-               evaluator: "Evaluator", shapes: Sequence[Shape | str] = (), acc: str | None = None) -> "AgentLoop":
+               evaluator: "Evaluator", shapes: Sequence[Shape] = (), acc: str | None = None) -> "AgentLoop":
     """The agent loop over ``evaluator``, one track per shape in ``shapes`` (none on a resume:
     the session's own tracks come back)."""
     from .agent.loop import make_loop

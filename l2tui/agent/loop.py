@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, cast
+from typing import TYPE_CHECKING, Callable, Generator, Mapping, cast
 
 from harness.build import BuildResult
 from harness.channel import FrameError
@@ -44,7 +44,7 @@ from .interrupt import StepInterrupted
 from .interrupt import interrupted as _interrupted
 from .loop_profiling import Profiling
 from .loop_restore import Restore
-from .track import KernelEval, KnownCandidate, Track, track_id
+from .track import Gen, KernelEval, KnownCandidate, Track, track_id
 from .seed_timing import time_pick, time_together
 from .step import StepInfo, evaluation_of, one_line, record_reward, score, speedup
 from .structure import guard_debug_patch, structure_key
@@ -53,13 +53,14 @@ if TYPE_CHECKING:
     from harness.channel import Json
     from harness.evaluator_protocol import Evaluator, ReplayEvaluator
     from harness.known import GpuKey, KnownKernel, KnownStore
+    from harness.profiling.telemetry import TelemetrySampler
     from harness.shapes import Shape
+
+    from ..config import Config
 
 TERMINAL = ("done", "failed", "stopped_final")
 DEBUGGABLE = ("compile_error", "wrong", "crashed", "timeout", "unsupported")
 NOT_RECORDED = "not_recorded"
-
-Gen = Generator[None, None, Any]
 
 
 @dataclass
@@ -90,7 +91,7 @@ class LoopConfig:
     options: dict = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "LoopConfig":
+    def from_config(cls, cfg: Config) -> "LoopConfig":
         lp, h = cfg.loop, cfg.harness
         return cls(
             max_steps=lp["max_steps"], debug_rounds=lp["debug_rounds"], profile_after=lp["profile_after"],
@@ -145,14 +146,14 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         # a replay of recorded evaluations re-reads old measurements: not recorded as new ones
         self.record_replays = False
         self._resumed_from: int | None = None
-        self._telemetry: Any = None
+        self._telemetry: TelemetrySampler | None = None
         self._telemetry_next = 0.0
         #: one line, once the LLM endpoint failed its first call (see _endpoint_unusable)
         self.endpoint_error: str | None = None
         self._restore()
 
     # ================================================================== public API
-    def add_track(self, shape: Any, acc: str | None = None) -> str:
+    def add_track(self, shape: Shape, acc: str | None = None) -> str:
         acc = acc or self.config.acc
         tid = track_id(shape, acc)
         if tid in self.tracks:
@@ -167,7 +168,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
     def subscribe(self, fn: Callable[[dict], None]) -> None:
         self._subs.append(fn)
 
-    def send(self, command: LoopCommand | Mapping[str, Any]) -> None:
+    def send(self, command: LoopCommand | Mapping[str, object]) -> None:
         """Queue a steering command (:mod:`l2tui.steering`); it runs at the next stage boundary."""
         self._commands.put(LoopCommand.of(command))
         self._wake.set()
@@ -234,8 +235,6 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
             self._emit(ev_schema.SessionEnded(reason=reason))
 
     # ================================================================== telemetry
-    TELEMETRY_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "power_limit_w", "util_pct", "mem_used_mib")
-
     def _maybe_telemetry(self) -> None:
         """A ``telemetry`` event every ``telemetry_s`` seconds (NVML sampler thread, read here)."""
         if not self.config.telemetry_s or self.evaluator.replays_recording:
@@ -259,7 +258,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         s = self._telemetry.latest() if hasattr(self._telemetry, "latest") else None
         s = s or self._telemetry.sample()
         if s:
-            self._emit(ev_schema.Telemetry(**{k: s.get(k) for k in self.TELEMETRY_KEYS}))
+            self._emit(_telemetry_event(s))
 
     # ================================================================== events
     def _emit(self, event: ev_schema.Event) -> dict:
@@ -287,10 +286,7 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
         self._emit(ev_schema.Error(track=t.id if t else None, message=one_line(message)))
 
     def _stage(self, t: Track, step: int, stage: str, status: str, detail: str | None = None) -> None:
-        p: dict[str, Any] = {"track": t.id, "step": step, "stage": stage, "status": status}
-        if detail:
-            p["detail"] = detail
-        self._emit(ev_schema.Stage(**p))
+        self._emit(ev_schema.Stage(track=t.id, step=step, stage=stage, status=status, detail=detail or None))
 
     # ================================================================== scheduling
     def _advance(self, t: Track) -> None:
@@ -675,7 +671,8 @@ class AgentLoop(SteeringCommands, Restore, Profiling):
 
     # ------------------------------------------------------------------ evaluate + debug
     def _evaluate_with_debug(self, t: Track, step: int, source: str, parent_src: str | None,
-                             parent_sha: str | None, prop: Proposal, origin: str, diff: str | None = None) -> Gen:
+                             parent_sha: str | None, prop: Proposal, origin: str,
+                             diff: str | None = None) -> Generator[None, None, str]:
         cand, cprop, corigin, cparent, cparent_sha = source, prop, origin, parent_src, parent_sha
         rounds = 0
         feedback: str | None = None
@@ -876,7 +873,22 @@ def _has_code(reply: str) -> bool:
     return has_patch_markers(reply) or "```" in reply or "l2_hgemm" in reply
 
 
-def make_loop(session: Session, cfg: Any, *, policy: Policy, evaluator: "Evaluator",
+def _reading(sample: Mapping[str, object], key: str) -> float | None:
+    """One field of an NVML sample: a number, else no reading (None)."""
+    v = sample.get(key)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _telemetry_event(sample: Mapping[str, object]) -> ev_schema.Telemetry:
+    """The ``telemetry`` event of one NVML sample."""
+    return ev_schema.Telemetry(
+        sm_clock_mhz=_reading(sample, "sm_clock_mhz"), mem_clock_mhz=_reading(sample, "mem_clock_mhz"),
+        temp_c=_reading(sample, "temp_c"), power_w=_reading(sample, "power_w"),
+        power_limit_w=_reading(sample, "power_limit_w"), util_pct=_reading(sample, "util_pct"),
+        mem_used_mib=_reading(sample, "mem_used_mib"))
+
+
+def make_loop(session: Session, cfg: Config, *, policy: Policy, evaluator: "Evaluator",
               policy_factory: Callable[[str], Policy] | None = None) -> AgentLoop:
     """Convenience: an AgentLoop from an ``l2tui.config.Config``."""
     return AgentLoop(session, LoopConfig.from_config(cfg), policy=policy, evaluator=evaluator,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Generator
 
     from harness.evaluator_protocol import Evaluator
+    from harness.shapes import Shape
 
     from .. import events as ev_schema
     from ..session import Session
@@ -51,7 +52,7 @@ class LoopHost:
 
         def _budget(self, t: Track) -> str | None: ...
 
-        def add_track(self, shape: object, acc: str | None = None) -> str: ...
+        def add_track(self, shape: Shape, acc: str | None = None) -> str: ...
 
         def request_stop(self) -> None: ...
 

@@ -8,7 +8,7 @@ and the metrics then go into the policy's context.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from .. import events as ev_schema
 from .loop_host import LoopHost
@@ -17,11 +17,11 @@ from .interrupt import StepInterrupted, interrupted
 if TYPE_CHECKING:
     from harness.evaluator_protocol import ReplayEvaluator
 
-    from .loop import Gen
+    from .track import Gen
     from .track import Track
 
 
-def profile_payload(p: Any) -> dict | None:
+def profile_payload(p: object) -> dict | None:
     """``{"verdict": str, "metrics": {name: {value, unit}}}`` from a harness Profile or a dict."""
     if p is None:
         return None

@@ -7,7 +7,6 @@ malformed one is one :class:`SessionError` line naming the event, never a traceb
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import events as ev_schema
 from .loop_host import LoopHost
@@ -196,7 +195,7 @@ def _check_types(e: dict) -> None:
                 raise TypeError(key)
 
 
-def _is_sha(x: Any) -> bool:
+def _is_sha(x: object) -> bool:
     return isinstance(x, str) and len(x) == 64 and all(c in "0123456789abcdef" for c in x)
 
 

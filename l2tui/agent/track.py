@@ -7,15 +7,20 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generator
 
-from .policies.base import Attempt
+from .policies.base import Attempt, Policy
 
 if TYPE_CHECKING:
     from harness.evaluate import Evaluation
+    from harness.shapes import Shape
+
+#: a track's steps as the loop runs them: each ``yield`` hands control back to the scheduler
+#: at a stage boundary
+Gen = Generator[None, None, None]
 
 
-def track_id(shape: Any, acc: str) -> str:
+def track_id(shape: Shape, acc: str) -> str:
     """A track's name, ``MxNxK-acc``: the key of the session's events, the app's and the sweep's."""
     return f"{shape.m}x{shape.n}x{shape.k}-{acc}"
 
@@ -89,7 +94,7 @@ class KnownCandidate:
 @dataclass
 class Track:
     id: str
-    shape: Any
+    shape: Shape
     acc: str
     baseline: str
     state: str = "queued"
@@ -117,8 +122,8 @@ class Track:
     run_started: float | None = None
     step_once: bool = False
     pending_edits: list[str] = field(default_factory=list)
-    policy: Any = None
-    gen: Any = None
+    policy: Policy | None = None
+    gen: Gen | None = None
     done_reason: str | None = None
     known: dict[str, KnownCandidate] = field(default_factory=dict)   # sha -> the kernel as timed on this track
 
