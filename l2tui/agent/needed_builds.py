@@ -19,17 +19,36 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Hashable, Sequence
+from typing import Callable, Generic, Hashable, Sequence, TypedDict, TypeVar
 
-Progress = Callable[[int, int, Any], None]
+#: what names a track (the sweep's track ids)
+K = TypeVar("K", bound=Hashable)
+#: one build's result (``harness.build.BuildResult`` in the sweep): counted as ``cached``, ``ok``
+#: and ``seconds`` where it has them, and handed to ``progress``
+R = TypeVar("R")
 
 
-def no_builds() -> dict[str, Any]:
+class _BuildStatsBase(TypedDict):
+    configs: int
+    wall_s: float
+    compiled: int
+    cached: int
+    nvcc_s: float
+    not_started: int
+
+
+class BuildStats(_BuildStatsBase, total=False):
+    """A run's builds as ``sweep.json`` records them under ``catalog`` (a prebuild of the whole
+    catalog reports its failures by name instead of a ``failed`` count)."""
+    failed: int
+
+
+def no_builds() -> BuildStats:
     """The stats of a run that built nothing (every track already done, or out of time at once)."""
     return {"configs": 0, "wall_s": 0.0, "compiled": 0, "cached": 0, "failed": 0, "nvcc_s": 0.0, "not_started": 0}
 
 
-class NeededBuilds:
+class NeededBuilds(Generic[K, R]):
     """See the module docstring.
 
     ``plan(track)`` returns the sources a track's pick needs (called once a track, in order, on the
@@ -38,8 +57,8 @@ class NeededBuilds:
     ``total`` being the sources queued so far.
     """
 
-    def __init__(self, plan: Callable[[Hashable], Sequence[str]], build: Callable[[str], Any], *, width: int,
-                 deadline: float | None = None, progress: Progress | None = None) -> None:
+    def __init__(self, plan: Callable[[K], Sequence[str]], build: Callable[[str], R | None], *, width: int,
+                 deadline: float | None = None, progress: Callable[[int, int, R], None] | None = None) -> None:
         self._plan_of = plan
         self._build = build
         self.width = max(1, int(width))
@@ -47,7 +66,7 @@ class NeededBuilds:
         self._progress = progress
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._needs: dict[Hashable, list[str]] = {}      # track -> its sources, once planned
+        self._needs: dict[K, list[str]] = {}      # track -> its sources, once planned
         self._built: dict[str, threading.Event] = {}     # source -> set once built, failed or skipped
         self._errors: list[BaseException] = []
         self._stop = False
@@ -62,14 +81,14 @@ class NeededBuilds:
 
     # ------------------------------------------------------------ running
 
-    def start(self, tracks: Sequence[Hashable]) -> None:
+    def start(self, tracks: Sequence[K]) -> None:
         """Plan ``tracks`` in order on a thread of its own and build as they are planned."""
         self._t0 = time.monotonic()
         self._pool = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="sweep-build")
         self._planner = threading.Thread(target=self._plan_all, args=(list(tracks),), name="sweep-plan", daemon=True)
         self._planner.start()
 
-    def _plan_all(self, tracks: list[Hashable]) -> None:
+    def _plan_all(self, tracks: list[K]) -> None:
         try:
             for t in tracks:
                 if self._stop:
@@ -96,7 +115,7 @@ class NeededBuilds:
                 self._changed.notify_all()
 
     def _build_one(self, src: str) -> None:
-        res: Any = None
+        res: R | None = None
         try:
             if self._stop or (self.deadline is not None and time.monotonic() >= self.deadline):
                 with self._lock:
@@ -129,28 +148,28 @@ class NeededBuilds:
 
     # ------------------------------------------------------------ asking
 
-    def planned(self, track: Hashable) -> bool:
+    def planned(self, track: K) -> bool:
         with self._lock:
             return track in self._needs
 
-    def ready(self, track: Hashable) -> bool:
+    def ready(self, track: K) -> bool:
         """Planned, and every source it needs built (or failed, or skipped at the deadline)."""
         with self._lock:
             return self._first_ready_locked([track]) == 0
 
-    def first_ready(self, tracks: Sequence[Hashable]) -> int | None:
+    def first_ready(self, tracks: Sequence[K]) -> int | None:
         """The index of the first ready track of ``tracks``, else None."""
         with self._lock:
             return self._first_ready_locked(tracks)
 
-    def wait_any(self, tracks: Sequence[Hashable], timeout: float = 1.0) -> int | None:
+    def wait_any(self, tracks: Sequence[K], timeout: float = 1.0) -> int | None:
         """Wait (at most ``timeout`` s) for one of ``tracks`` to be ready; its index, else None."""
         with self._changed:
             self._changed.wait_for(lambda: self._first_ready_locked(tracks) is not None or bool(self._errors)
                                    or (self._planning_done.is_set() and self._all_built_locked()), timeout)
         return self.first_ready(tracks)
 
-    def _first_ready_locked(self, tracks: Sequence[Hashable]) -> int | None:
+    def _first_ready_locked(self, tracks: Sequence[K]) -> int | None:
         for i, t in enumerate(tracks):
             needs = self._needs.get(t)
             if needs is not None and all(self._built[s].is_set() for s in needs):
@@ -160,7 +179,7 @@ class NeededBuilds:
     def _all_built_locked(self) -> bool:
         return all(e.is_set() for e in self._built.values())
 
-    def wait(self, track: Hashable) -> None:
+    def wait(self, track: K) -> None:
         """Until ``track`` is planned and its sources are built (or planning ended without it)."""
         with self._changed:
             self._changed.wait_for(lambda: track in self._needs or self._planning_done.is_set())
@@ -178,7 +197,7 @@ class NeededBuilds:
         """Start no more builds (the running ones go on; the caller may kill them); returns at once."""
         self._stop = True
 
-    def close(self, wait: bool = True) -> dict[str, Any]:
+    def close(self, wait: bool = True) -> BuildStats:
         """Stop planning; with ``wait`` let the queued builds run (else they are skipped); the
         stats for ``sweep.json``."""
         if not wait:
@@ -189,7 +208,7 @@ class NeededBuilds:
             self._pool.shutdown(wait=True)
         return self.stats()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> BuildStats:
         with self._lock:
             end = self._t_end if self._t_end is not None else self._t0
             return {"configs": len(self._built), "wall_s": round(max(0.0, end - self._t0), 3) if self._t0 else 0.0,

@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from harness.evaluate import Evaluation
 from harness.families import Config, applicable, build_arch_for, catalog
@@ -48,7 +48,7 @@ from harness.shapes import Shape
 from harness.stats import speedup
 
 from .. import events as ev_schema
-from .needed_builds import NeededBuilds, no_builds
+from .needed_builds import BuildStats, NeededBuilds, no_builds
 from .policies.base import Proposal, TrackContext
 from .policies.pick import PickSettings, Subject, subjects
 from .policies.search import SearchPolicy
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from harness.known import GpuKey, KnownKernel, KnownStore
 
     from ..executors.base import Executor, Progress, Slot
+    from .policies.costmodel import Params
     from ..session import Session
 
 RESULTS_FILE = "sweep.json"
@@ -116,7 +117,7 @@ class SweepConfig:
     # (--also: a new entry tried on chosen shapes); prebuild() then builds only these
     also: dict[str, tuple[Config, ...]] | None = None
     max_seconds: float | None = None   # from the sweep's start: no build or track started after it (--resume continues)
-    cost_params: Any = None            # the cost model's constants (costmodel.Params); None: the committed ones
+    cost_params: Params | None = None  # the cost model's constants; None: the committed ones
     # the known kernels (harness.known.KnownStore) and the GPU key they are looked up and recorded
     # under: each track's pick times its shape's known kernel (else the nearest shapes' winners)
     # beside its own choices, and its verified winner goes into the local layer
@@ -153,36 +154,56 @@ class ResultsCache:
 
     def __init__(self, path: Path):
         self.path = path
-        self.data: dict[str, Any] = {"version": 1, "tracks": {}}
+        self.data: dict[str, object] = _read_results(path)
         self._lock = threading.Lock()
-        if path.exists():
-            try:
-                self.data = json.loads(path.read_text())
-            except ValueError:
-                pass
-        self.data.setdefault("tracks", {})
+
+    @property
+    def tracks(self) -> dict[str, object]:
+        """Finished tracks by id, each row as written (:meth:`TrackResult.to_dict`) or read back."""
+        tracks = self.data.get("tracks")
+        if not isinstance(tracks, dict):   # a file of another shape: its tracks start afresh
+            tracks = self.data["tracks"] = {}
+        return tracks
 
     def done(self, track: str, gpu: str | None) -> bool:
-        row = self.data["tracks"].get(track)
-        return bool(row) and (gpu is None or row.get("gpu") in (None, gpu))
+        row = self.tracks.get(track)
+        return isinstance(row, dict) and bool(row) and (gpu is None or row.get("gpu") in (None, gpu))
 
     def put(self, res: TrackResult) -> None:
         with self._lock:
-            self.data["tracks"][res.track] = res.to_dict()
+            self.tracks[res.track] = res.to_dict()
             self._write()
 
-    def add_run(self, run: dict[str, Any]) -> list[dict[str, Any]]:
+    def add_run(self, run: dict[str, object]) -> list[dict[str, object]]:
         """One invocation's times (``runs``: a sweep resumed over several calls keeps each, so a
         cold sweep's wall, GPU and nvcc time add up from the file); every run so far."""
         with self._lock:
-            self.data.setdefault("runs", []).append(run)
+            runs = self.data.get("runs")
+            if not isinstance(runs, list):
+                runs = self.data["runs"] = []
+            runs.append(run)
             self._write()
-            return list(self.data["runs"])
+            return [r for r in runs if isinstance(r, dict)]
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
+
+
+def _read_results(path: Path) -> dict[str, object]:
+    """``sweep.json`` as read back; a file that does not parse as a JSON object starts afresh."""
+    fresh: dict[str, object] = {"version": 1, "tracks": {}}
+    if not path.exists():
+        return fresh
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return fresh
+    if not isinstance(data, dict):
+        return fresh
+    data.setdefault("tracks", {})
+    return data
 
 
 class NullSession:
@@ -235,8 +256,8 @@ class Sweep:
         self.requeued: list[tuple[str, str]] = []      # (track, uuid of the slot it was lost on)
         self.left_at_limit = 0                          # tracks not started when max_seconds ran out
         self.unbuilt_at_limit = 0                       # catalog builds not started when it ran out
-        self.catalog_stats: dict[str, Any] = no_builds()   # this run's builds: wall, compiled, cached, nvcc
-        self.builds: NeededBuilds | None = None         # what the picks need, built while tracks run
+        self.catalog_stats: BuildStats = no_builds()   # this run's builds: wall, compiled, cached, nvcc
+        self.builds: NeededBuilds[str, BuildResult] | None = None         # what the picks need, built while tracks run
         self._plans: dict[str, list[Proposal]] = {}     # track -> its pick, computed by the planner
         self._track_of: dict[str, tuple[Shape, str]] = {}   # track id -> (shape, acc) of this run's tracks
         self._plans_lock = threading.Lock()
@@ -273,7 +294,7 @@ class Sweep:
                 out[i] = r
         return out
 
-    def prebuild(self) -> dict[str, Any]:
+    def prebuild(self) -> dict[str, BuildResult]:
         """Compile the catalog for every accumulator once, in parallel (one progress bar)."""
         arch = self.cfg.arch or "sm_90a"
         fams = set(self.cfg.families) if self.cfg.families else None
@@ -370,10 +391,9 @@ class Sweep:
                           gpu_uuid=slot.uuid)
         return TrackDriver(self, shape, acc, slot, track, res).run()
 
-    def _plan(self, key: Hashable) -> list[str]:
+    def _plan(self, tid: str) -> list[str]:
         """The planner's call (``NeededBuilds``): the track's pick, computed once and kept for the
         track, as the sources to build."""
-        tid = str(key)
         shape, acc = self._track_of[tid]
         ctx = TrackContext(track=tid, shape=shape, acc=acc, baseline=self.cfg.baseline, step=0, arch=self.cfg.arch,
                            dtype=self.cfg.dtype)
@@ -501,7 +521,7 @@ class Sweep:
 
     # ------------------------------------------------------------ all tracks
 
-    def record_run(self, started: float, results: Sequence[TrackResult], ended: str) -> list[dict[str, Any]]:
+    def record_run(self, started: float, results: Sequence[TrackResult], ended: str) -> list[dict[str, object]]:
         """Append this invocation's times to ``sweep.json`` (``started``: its ``time.monotonic()``
         at the command's start); every run so far, this one last ([] without a results file)."""
         run = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ended": ended,

@@ -34,6 +34,7 @@ from ..agent.rewards import RewardConfig
 if TYPE_CHECKING:
     from harness.shapes import Shape
 
+    from ..agent.policies.costmodel import Params
     from ..agent.sweep import SweepConfig
     from ..session import Session
 
@@ -280,7 +281,7 @@ def _check_limits(args: argparse.Namespace, new_builds: int | None) -> None:
         raise UserError(f"--new-builds must be 0 or more, not {new_builds}")
 
 
-def _cost_params(args: argparse.Namespace, saved: dict, resume: bool) -> object:
+def _cost_params(args: argparse.Namespace, saved: dict, resume: bool) -> Params | None:
     """The cost model's constants (``--cost-model``, or the resumed sweep's; None: the committed
     ones); a resume must use the constants it started with. Sets ``args.cost_file``."""
     from ..errors import UserError
