@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import SupportsFloat
 
 from ..paths import prompts_dir
 from .policies.base import Attempt, Failure, TrackContext
@@ -102,7 +103,7 @@ def template(role: str, directory: Path | None = None) -> str:
     return text
 
 
-def render(role: str, values: dict[str, Any], directory: Path | None = None) -> str:
+def render(role: str, values: Mapping[str, object], directory: Path | None = None) -> str:
     text = template(role, directory)
     return _PH_RE.sub(lambda m: str(values.get(m.group(1), "")), text)
 
@@ -113,7 +114,10 @@ def numbered(source: str | None) -> str:
     return "\n".join(f"{i:4d}| {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
-def _fmt_ms(v: Any) -> str:
+def _fmt_ms(v: object) -> str:
+    """A time as the prompt shows it; ``n/a`` for anything that is not a number."""
+    if not isinstance(v, (str, SupportsFloat)):
+        return "n/a"
     try:
         return f"{float(v):.4f} ms"
     except (TypeError, ValueError):
@@ -182,7 +186,7 @@ def problem_text(ctx: TrackContext) -> str:
     return f"M={s.m}, N={s.n}, K={s.k}, {ELEMENT_TYPES[ctx.dtype][1]} inputs and output, {acc}"
 
 
-def base_values(ctx: TrackContext, gpu: dict | None = None) -> dict[str, Any]:
+def base_values(ctx: TrackContext, gpu: dict | None = None) -> dict[str, object]:
     gpu = gpu or {}
     return {
         "gpu": gpu.get("name") or "NVIDIA GPU",
@@ -270,7 +274,7 @@ def debugger_messages(ctx: TrackContext, failure: Failure, *, max_rounds: int, m
     return [{"role": "system", "content": system}, {"role": "user", "content": render("debugger", v)}]
 
 
-def _err_line(e: Any) -> str:
+def _err_line(e: object) -> str:
     if isinstance(e, dict):
         loc = e.get("file", "")
         if e.get("line") is not None:
