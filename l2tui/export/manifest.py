@@ -212,7 +212,7 @@ def fallback_pin(times_ms: dict[str, float], autotune: dict | None, acc: str,
             "requested": fields["requested"], "cublaslt_version": fields["cublaslt_version"]}
 
 
-def check_pin(pin: Any, where: str) -> None:
+def check_pin(pin: object, where: str) -> None:
     """A manifest's ``fallback_pin``: null or one of the two forms, integers in range (it goes into C)."""
     if pin is None:
         return
@@ -252,7 +252,7 @@ def _req(d: dict, key: str, types: tuple, where: str, nullable: bool = False) ->
     return v
 
 
-def validate(doc: Any, root: Path | None = None) -> dict:
+def validate(doc: object, root: Path | None = None) -> dict:
     """Check a manifest against the schema (and, with ``root``, that files exist). Returns it."""
     where = str(root / MANIFEST_NAME) if root else MANIFEST_NAME
     if not isinstance(doc, dict):
