@@ -532,7 +532,7 @@ def parse(obj: object, *, where: str = "events.jsonl", writing: bool = False) ->
     if when is not None and not _fits(when, float):
         raise damaged(obj, "time", where, writing=writing)
     cls = EVENT_TYPES.get(typ, GenericEvent)
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}   # each value checked against its field's hint (_fits) before the call
     for spec in _specs(cls):
         if spec.name not in obj:
             continue
@@ -563,16 +563,16 @@ def parse_all(objs: Iterable[object], *, where: str = "events.jsonl") -> list[Ev
     return [parse(o, where=where) for o in objs]
 
 
-def to_dict(ev: Event) -> dict[str, Any]:
+def to_dict(ev: Event) -> dict[str, object]:
     """The JSON object of an event: for a parsed one the object it came from (same keys, same
     order); for one built in code ``seq``, ``time``, ``type`` (when set), then its fields in the
     order the class declares them, then ``extra``."""
     known = {s.name for s in _specs(type(ev))}
 
-    def value(k: str) -> Any:
+    def value(k: str) -> object:
         return getattr(ev, k) if k in known or k in BASE_KEYS else ev.extra[k]
 
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if ev.keys is not None:
         for k in ev.keys:
             if k in BASE_KEYS or k in known or k in ev.extra:
@@ -591,7 +591,7 @@ def to_dict(ev: Event) -> dict[str, Any]:
     return out
 
 
-def payload(ev: Event) -> dict[str, Any]:
+def payload(ev: Event) -> dict[str, object]:
     """An event's fields without ``seq``, ``time`` and ``type`` (what ``Session.append`` takes)."""
     return {k: v for k, v in to_dict(ev).items() if k not in BASE_KEYS}
 
