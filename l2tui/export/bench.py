@@ -49,9 +49,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from harness.cupy_types import CudaStream, CupyModule
+from harness.cupy_types import CudaStream, CupyModule, DeviceArray
 
 if TYPE_CHECKING:
+    from harness.evaluate import Evaluation
     from l2tui.export.runtime import Array, ExportedLibrary, KernelFn
 
 
@@ -150,10 +151,11 @@ def bench_dtype(manifest: dict, wanted: str | None, where: str) -> str:
     return have
 
 
-def _operands(cp: Any, m: int, n: int, k: int, dtype: str, *, ones: bool = False) -> tuple[Any, Any, Any]:
+def _operands(cp: CupyModule, m: int, n: int, k: int, dtype: str, *,
+              ones: bool = False) -> tuple[DeviceArray, DeviceArray, DeviceArray]:
     """A, B and C for one call in ``dtype``: cupy float16 arrays, or for bf16 uint16 arrays that hold
     bf16 bit patterns (what the runtime takes; cupy has no bfloat16), random or all ones."""
-    def fill(rows: int, cols: int) -> Any:
+    def fill(rows: int, cols: int) -> DeviceArray:
         x = cp.ones((rows, cols), dtype=cp.float32) if ones else cp.random.standard_normal((rows, cols), dtype=cp.float32)
         if dtype == "bf16":
             return (x.view(cp.uint32) >> 16).astype(cp.uint16)   # the top half of an f32 is its bf16
@@ -181,7 +183,7 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
     source = render_bench_forwarder(visible_to_worker(so), dtype)
     entries = {tuple(e["shape"]): e for e in manifest["kernels"]}
     todo = list(shapes) + [m for m in missing if m not in entries]
-    results: dict[tuple[int, int, int], list[Any]] = {s: [] for s in todo}
+    results: dict[tuple[int, int, int], list[Evaluation]] = {s: [] for s in todo}
     with Evaluator(arch=arch, baselines=baselines, mode="offline", replays=replays, timing=timing, dtype=dtype) as ev:
         for _ in range(repeats):
             for s in todo:
@@ -206,7 +208,7 @@ def library_vs_best(so: Path, manifest: dict, shapes: list[tuple[int, int, int]]
     return rows
 
 
-def summarize(rows: list[dict]) -> dict[str, Any]:
+def summarize(rows: list[dict]) -> dict[str, object]:
     """The verdict over exported shapes (the promise), per path, and the shapes that miss it."""
     exported = [r for r in rows if r["exported"]]
     ratios = [r["ratio_vs_best"] for r in exported if r["ratio_vs_best"]]
@@ -250,7 +252,8 @@ def dispatch_overhead(root: Path, so: Path, manifest: dict, shapes: list[tuple[i
     return rows
 
 
-def _overhead_rows(cp: Any, torch: Any, stream: Any, lib: Any, cdll: Any, disp: Any, manifest: dict,
+def _overhead_rows(cp: CupyModule, torch: ModuleType | None, stream: CudaStream, lib: ExportedLibrary,
+                   cdll: ctypes.CDLL, disp: KernelFn, manifest: dict,
                    shapes: list[tuple[int, int, int]], qps: float, calls: int,
                    missing: tuple[int, int, int]) -> list[dict]:
     """One overhead row per shape, the kernel shapes first and ``missing`` (the fallback path) last."""
