@@ -14,9 +14,10 @@ working.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from harness.shapes import Shape
     from ...events import StepEvent
     from harness.known import KnownKernel
 
@@ -116,7 +117,7 @@ class TrackContext:
     """
 
     track: str
-    shape: Any                         # harness.shapes.Shape
+    shape: Shape
     acc: str
     baseline: str
     step: int

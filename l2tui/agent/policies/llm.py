@@ -13,11 +13,14 @@ Endpoint trouble never raises here: a failed call yields a Proposal with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ... import events as ev_schema
 from .. import context as C
 from ..llm_client import EndpointUnusable, LLMClient, LLMResult
+
+if TYPE_CHECKING:
+    from ...config import Config
 from ..patches import extract_rewrite
 from ..roles import choose_flags, wants_rewrite
 from .base import Failure, Proposal, TrackContext
@@ -57,7 +60,7 @@ class LLMPolicy:
         self.gpu = gpu or {}
 
     @classmethod
-    def from_config(cls, cfg: Any, gpu: dict | None = None, **_: Any) -> "LLMPolicy":
+    def from_config(cls, cfg: Config | None, gpu: dict | None = None, **_: object) -> "LLMPolicy":
         from ...config import Config
 
         cfg = cfg or Config()

@@ -34,7 +34,7 @@ import functools
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from harness.families import (
     Config,
@@ -258,7 +258,7 @@ class SearchPolicy:
                  arch: str | None = None, cost_model: CostModel | None = None,
                  families: Iterable[str] | None = None, candidates_per_step: int | None = None,
                  new_builds: int | None = None, pick_top: int = 5, pick_kinds: bool = True,
-                 launch: str = "per_call", **_: Any) -> None:
+                 launch: str = "per_call", **_: object) -> None:
         self.rng_seed = int(seed)
         # ``candidates_per_step`` is the [search] config key for the width
         self.width = max(1, int(candidates_per_step if candidates_per_step is not None else width))
