@@ -541,6 +541,24 @@ def family_usable(shape: Shape, arch: str | None) -> Callable[[KnownKernel], boo
     return ok
 
 
+#: what a track starts from, by its first seed (:func:`seed_kind`)
+SEED_KINDS = ("known", "fp16 twins", "from neighbours", "nothing known")
+
+
+def seed_kind(seeds: Sequence[KnownKernel], shape: Shape, gpu: GpuKey) -> str:
+    """One of :data:`SEED_KINDS` for the ``seeds`` of a track on ``shape``: this GPU's own entry
+    for the shape, the fp16 twins a bf16 track times, the neighbours' (or other GPU models')
+    kernels, or nothing. The ``known`` command and the app's known view say it in these words."""
+    if not seeds:
+        return "nothing known"
+    first = seeds[0]
+    if first.layer.endswith("fp16 twin"):
+        return "fp16 twins"
+    if first.shape == shape and first.gpu.same_model(gpu):
+        return "known"
+    return "from neighbours"
+
+
 def describe(entries: Iterable[KnownKernel]) -> list[str]:
     """One line per kernel, for the ``known`` command."""
     lines = []

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace, key: GpuKey, store: KnownStore) -> int:
-    from harness.known import describe, family_usable
+    from harness.known import describe, family_usable, seed_kind
     from harness.models import parse_tokens
     from harness.shapes import resolve_shapes, shape_roles
 
@@ -80,8 +80,7 @@ def _show(args: argparse.Namespace, key: GpuKey, store: KnownStore) -> int:
         for acc in [args.acc] if args.acc else ["f32"]:
             for s in shapes:
                 seeds = store.seeds(s, acc, key, usable=family_usable(s, "sm_90a"), dtype=args.dtype)
-                what = ("nothing known" if not seeds else "fp16 twins" if seeds[0].layer.endswith("fp16 twin")
-                        else "known" if seeds[0].shape == s and seeds[0].gpu.same_model(key) else "from neighbours")
+                what = seed_kind(seeds, s, key)
                 print(f"{str(s):<20} {acc}  {roles.get(s, '')[:40]:<40} {what}: "
                       + ", ".join(f"{k.name} ({k.shape}{'' if k.gpu.same_model(key) else ', ' + k.gpu.name})" for k in seeds))
         return 0

@@ -65,6 +65,7 @@ MAIN = (
     Spec("grid_focus", "g", "focus_grid", "Focus the grid", "view"),
     Spec("follow", "F", "follow", "Follow the running track and its best", "view"),
     Spec("pane", "w", "next_pane", "Next panel (small terminals)", "view"),
+    Spec("known", "K", "known", "Known kernels for this GPU", "view"),
 )
 
 REPLAY = (

@@ -41,6 +41,7 @@ from ..widgets.kernel_panel import KernelPanel
 from ..widgets.metrics_panel import MetricsPanel, profiled_ancestor
 from ..widgets.shape_grid import ShapeGrid, forms_grid
 from ..widgets.track_list import TrackList
+from .known import KnownScreen
 from .modals import ChoiceScreen, EditorScreen, HelpScreen, PromptScreen, ReorderScreen
 
 if TYPE_CHECKING:
@@ -682,6 +683,10 @@ class MainScreen(Screen):
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self))
+
+    def action_known(self) -> None:
+        """What this GPU knows for the session's shapes (live and in replay: it only reads)."""
+        self.app.push_screen(KnownScreen(self.model))
 
     @on(LiveFeed.LoopFinished)
     def _loop_finished(self, msg: LiveFeed.LoopFinished) -> None:
