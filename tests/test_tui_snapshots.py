@@ -77,3 +77,18 @@ def test_metrics_pane_at_80x24(snap_compare):
         await _settle(pilot)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_known_view(snap_compare):
+    """``K`` over the replay: the known kernels for the session's GPU (the bundled H200 layer:
+    a change of ``results/h200`` winners redraws this one) beside each track's best."""
+    app = replay_app(GRID, start=10**6)
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("K")
+        for worker in [w for w in app.workers if w.group == "known"]:
+            await worker.wait()
+        await _settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -108,7 +108,7 @@ def session_cell(tr: Track | None, kind: str, seeds: Sequence[KnownKernel]) -> T
         sp = tr.speedup_vs(known.baseline)
         if sp is not None:
             beat = sp > known.speedup
-            return Text(f"{sp:.2f}× {'beats known' if beat else 'below known'}",
+            return Text(f"{sp:.2f}× {'beats it' if beat else 'below it'}",
                         style="green" if beat else "yellow")
     return Text(_speedup(tr.best_speedup, tr.baseline or None))
 
