@@ -512,20 +512,31 @@ def bf16_twin(kernel: KnownKernel) -> KnownKernel | None:
     """The bf16 render of an fp16 family configuration with f32 accumulation, as a candidate with
     no time of its own (a bf16 time is only ever measured); None for a kernel that is not a family
     render (its code cannot be retyped safely) or that accumulates in f16 (bf16 accumulates in f32)."""
-    from . import families as F
-
     if kernel.dtype != "fp16" or kernel.acc != "f32":
         return None
-    cfg = F.Config.from_source(kernel.source)
-    if cfg is None or cfg.source() != kernel.source:
+    retyped = _bf16_render(kernel.source)
+    if retyped is None:
+        return None
+    name, source = retyped
+    return KnownKernel(kernel.shape, kernel.acc, kernel.gpu, source, name, f"{kernel.layer}, fp16 twin",
+                       made=kernel.made, dtype="bf16")
+
+
+@functools.lru_cache(maxsize=2048)
+def _bf16_render(source: str) -> tuple[str, str] | None:
+    """The bf16 configuration's name and source for an fp16 family render, else None. Cached by
+    source: a bf16 track's seeds retype every fp16 winner of the GPU (about a thousand on the
+    H200, a few seconds of rendering), and the app's known view asks for every track at once."""
+    from . import families as F
+
+    cfg = F.Config.from_source(source)
+    if cfg is None or cfg.source() != source:
         return None
     try:
         twin = F.Config.of(cfg.family, {**cfg.knob_dict, "DTYPE": F.dtype_knob("bf16")})
-        source = twin.source()
+        return twin.name, twin.source()
     except F.FamilyError:
         return None
-    return KnownKernel(kernel.shape, kernel.acc, kernel.gpu, source, twin.name, f"{kernel.layer}, fp16 twin",
-                       made=kernel.made, dtype="bf16")
 
 
 def family_usable(shape: Shape, arch: str | None) -> Callable[[KnownKernel], bool]:

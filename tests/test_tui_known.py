@@ -78,12 +78,7 @@ async def test_escape_closes_the_view_and_the_replay_goes_on():
 
 async def test_a_session_with_no_gpu_says_so_in_one_line(tmp_path):
     src = tmp_path / "nogpu"
-    shutil.copytree(GRID, src)
-    events = (src / "events.jsonl").read_text().splitlines()
-    first = json.loads(events[0])
-    assert first["type"] == "session_started"
-    first.pop("gpu", None)
-    (src / "events.jsonl").write_text("\n".join([json.dumps(first)] + events[1:]) + "\n")
+    _rewrite_start(GRID, src, lambda ev: ev.pop("gpu", None))
     app = replay_app(src, start=10**6)
     async with app.run_test(size=SIZE) as pilot:
         scr = await open_known(pilot, app)
@@ -137,3 +132,27 @@ async def test_the_help_screen_and_the_palette_offer_the_view():
         await pilot.pause(0.05)
         entries = SteeringCommands(under)._entries()
         assert ("Known kernels for this GPU", "known", "K") in entries
+
+
+def _rewrite_start(src, dst, change) -> None:  # noqa: ANN001 - fixture folders and a dict edit
+    """A copy of the session ``src`` whose session_started event ``change`` edits."""
+    shutil.copytree(src, dst)
+    events = (dst / "events.jsonl").read_text().splitlines()
+    first = json.loads(events[0])
+    assert first["type"] == "session_started"
+    change(first)
+    (dst / "events.jsonl").write_text("\n".join([json.dumps(first)] + events[1:]) + "\n")
+
+
+async def test_a_bf16_session_starts_from_the_fp16_twins(tmp_path):
+    """No bf16 kernel is bundled for the H200: each bf16 track times the bf16 renders of the fp16
+    winners, the shape's own first, and the view says so without a time of their own."""
+    src = tmp_path / "bf16"
+    _rewrite_start(GRID, src, lambda ev: ev["config"].setdefault("loop", {}).update(dtype="bf16"))
+    app = replay_app(src, start=10**6)
+    async with app.run_test(size=SIZE) as pilot:
+        scr = await open_known(pilot, app)
+        assert "bf16" in str(scr.query_one("#known-title").content)
+        row = rows(scr)["1024x1024x1024"]
+        assert row[3] == "fp16 twins" and row[5] == "no bf16 time yet"
+        assert row[6].endswith("fp16 twin")
