@@ -156,3 +156,4 @@ async def test_a_bf16_session_starts_from_the_fp16_twins(tmp_path):
         row = rows(scr)["1024x1024x1024"]
         assert row[3] == "fp16 twins" and row[5] == "no bf16 time yet"
         assert row[6].endswith("fp16 twin")
+        assert row[4].split(" (")[0].endswith("-bf16") and "(1024x1024x1024)" in row[4]   # the shape's own first

@@ -88,14 +88,15 @@ def kernel_cells(kind: str, seeds: Sequence[KnownKernel], key: GpuKey) -> tuple[
     first = seeds[0]
     if kind == "known":
         return first.name, _speedup(first.speedup, first.baseline), first.layer
-    names = []
-    for k in seeds[:SHOWN_NEIGHBOURS]:
-        where = "" if kind == "fp16 twins" and k.shape == first.shape else f" ({k.shape}"
-        where += ("" if k.gpu.same_model(key) else f", {k.gpu.name}") + (")" if where else "")
-        names.append(k.name + where)
+    names = [f"{k.name} ({_origin(k, key)})" for k in seeds[:SHOWN_NEIGHBOURS]]
     more = f" +{len(seeds) - SHOWN_NEIGHBOURS} more" if len(seeds) > SHOWN_NEIGHBOURS else ""
-    note = "no bf16 time yet" if kind == "fp16 twins" else "of other shapes"
+    note = "no bf16 time yet" if kind == "fp16 twins" else "no time on this shape here"
     return "; ".join(names) + more, note, first.layer
+
+
+def _origin(k: KnownKernel, key: GpuKey) -> str:
+    """Where a seed was best: its shape, and its GPU when that is another model (a candidate)."""
+    return str(k.shape) if k.gpu.same_model(key) else f"{k.shape}, {k.gpu.name}"
 
 
 def session_cell(tr: Track | None, kind: str, seeds: Sequence[KnownKernel]) -> Text:
