@@ -52,6 +52,7 @@ def test_record_demo_rehearsal_leaves_a_complete_replayable_session(tmp_path):
     for name in ("events.jsonl", "session.toml", "rewards.jsonl", "shapes.txt", "l2tui.toml", "evaluations.json"):
         assert (out / name).is_file(), name
     assert (out / "shapes.txt").read_text() == "512x512x512\n"
+    assert 'baseline = "cublaslt_autotune"' in (out / "l2tui.toml").read_text()   # what the replay is over
     svg = shot.read_text()
     assert svg.startswith("<svg") and "l2tui" in svg and "512x512x512" in svg
     rec = json.loads((out / "evaluations.json").read_text())
@@ -100,6 +101,44 @@ def test_the_demo_shapes_cover_the_size_classes():
     assert [s.size_class for s in shapes].count("small") == 8
     assert [s.size_class for s in shapes].count("mid") == 8
     assert [s.size_class for s in shapes].count("big") == 8
+
+
+def _recorder():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_demo", ROOT / "tools" / "record_demo.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_the_prebuild_builds_each_shapes_known_kernels_and_their_first_proposals(tmp_path, monkeypatch):
+    from harness.known import GpuKey, KnownStore, family_usable
+    from harness.shapes import parse_shape
+    from l2tui.config import load_config
+
+    monkeypatch.setenv("L2TUI_KNOWN_DIR", str(tmp_path))
+    rd, cfg = _recorder(), load_config(None)
+    shapes = [parse_shape("16x6144x4096"), parse_shape("1024x128x1024")]
+    known = rd.known_sources(shapes, cfg, "sm_90a", {"name": "NVIDIA H200", "sms": 132, "cuda_driver": "13.0"})
+    store = KnownStore()
+    for s in shapes:   # what the loop's seed stage times on this GPU
+        want = store.seeds(s, "f32", GpuKey("NVIDIA H200", 132, 13), usable=family_usable(s, "sm_90a"))
+        assert known[s] == [k.source for k in want] and known[s]
+    seeds, firsts = rd.predicted_sources(shapes, cfg, "sm_90a", known)
+    plain, plain_firsts = rd.predicted_sources(shapes, cfg, "sm_90a")
+    assert all(src in seeds for srcs in known.values() for src in srcs)
+    assert set(plain) <= set(seeds) and set(plain_firsts) <= set(firsts) and len(firsts) > len(plain_firsts)
+    assert rd.known_sources(shapes, cfg, "sm_90a", {}) == {}      # no GPU named: nothing known to build
+
+
+def test_the_demo_is_over_cublaslt_autotuned_unless_told_otherwise():
+    rd = _recorder()
+    seen: list[str] = []
+    rd.record = lambda args, t0: seen.append(args.baseline) or 0   # the arguments only
+    rd.main(["--out", "x"])
+    rd.main(["--out", "x", "--baseline", "cublas"])
+    assert seen == ["cublaslt_autotune", "cublas"]
 
 
 @pytest.mark.gpu

@@ -9,6 +9,8 @@ It drives the real app (``L2App`` through Textual's ``run_test`` pilot, the same
 and worker thread as ``l2tui``; the loop builds with nvcc and evaluates on the GPU) on 24 shapes,
 eight from each size class of ``harness.shapes`` (small / mid / big, spread over the sample100
 set), with delayed profiling after the first refinement step so Nsight Compute verdicts show up,
+speedups over ``--baseline`` (cuBLASLt autotuned by default), each track starting from the known
+kernels for its shape (``harness.known``, timed beside the cost model's choice and prebuilt with it)
 (the seed is the cost model's choice, ``[search] pick_top = 0``: the pick's catalog timings go
 through the evaluator's batch request, which ``--recorded`` cannot replay; ``--pick-top 5`` shows
 the pick instead, at the price of a demo that replays only from its events), and writes
@@ -129,11 +131,27 @@ class DemoRecording:
             return self.rec.save(path)
 
 
-def predicted_sources(shapes: list, cfg: Any, arch: str) -> tuple[list[str], list[str]]:
+def known_sources(shapes: list, cfg: Any, arch: str, gpu: dict) -> dict[Any, list[str]]:
+    """Per shape, the known kernels a track times first (``harness.known``: this GPU's entry, or
+    its neighbours' winners), as the loop's seed stage asks for them; empty without a GPU key."""
+    from harness.known import GpuKey, KnownStore, family_usable
+
+    key = GpuKey.from_info(gpu)
+    if key is None or not cfg.loop.get("known", True):
+        return {}
+    store = KnownStore()
+    return {s: [k.source for k in store.seeds(s, cfg.loop["acc"], key, usable=family_usable(s, arch),
+                                              dtype=cfg.loop.get("dtype", "fp16"))] for s in shapes}
+
+
+def predicted_sources(shapes: list, cfg: Any, arch: str,
+                      known: dict[Any, list[str]] | None = None) -> tuple[list[str], list[str]]:
     """(seeds, first proposals): the kernels the search will build first for ``shapes``.
 
     The search is deterministic: its seed depends on the shape alone, and its first step's
-    proposals on the seed, the track and the step number, none of them on a measurement."""
+    proposals on the seed, the track and the step number, none of them on a measurement. The
+    shape's known kernels (``known``) are timed beside that seed; the fastest becomes the seed, so
+    each is built with the first step's proposals from it."""
     import hashlib
 
     from l2tui.agent.patches import apply_patch
@@ -147,29 +165,29 @@ def predicted_sources(shapes: list, cfg: Any, arch: str) -> tuple[list[str], lis
         pol = make_policy("search", cfg, gpu={"arch": arch})   # a fresh one: nothing tried yet
         track = f"{s}-{acc}"
         seed = pol.seed(TrackContext(track=track, shape=s, acc=acc, baseline=baseline, step=0, arch=arch)).source
-        if not seed:
-            continue
-        if seed not in seeds:
-            seeds.append(seed)
-        sha = hashlib.sha256(seed.encode()).hexdigest()
-        for prop in pol.propose(TrackContext(track=track, shape=s, acc=acc, baseline=baseline, step=1, source=seed,
-                                             sha=sha, arch=arch)):
-            src = prop.source
-            if src is None and prop.patch:
-                res = apply_patch(seed, prop.patch, allow_rewrite=prop.origin in ("rewrite", "seed"))
-                src = res.source if res.ok else None
-            if src and src not in seeds and src not in firsts:
-                firsts.append(src)
+        for start in ([seed] if seed else []) + list((known or {}).get(s, [])):
+            if start not in seeds:
+                seeds.append(start)
+            sha = hashlib.sha256(start.encode()).hexdigest()
+            for prop in pol.propose(TrackContext(track=track, shape=s, acc=acc, baseline=baseline, step=1,
+                                                 source=start, sha=sha, arch=arch)):
+                src = prop.source
+                if src is None and prop.patch:
+                    res = apply_patch(start, prop.patch, allow_rewrite=prop.origin in ("rewrite", "seed"))
+                    src = res.source if res.ok else None
+                if src and src not in seeds and src not in firsts:
+                    firsts.append(src)
     return seeds, firsts
 
 
-def prebuild(shapes: list, cfg: Any, arch: str, deadline: float) -> Any:
-    """Build the seeds and the first step's proposals in parallel (one nvcc per core): the
-    loop starts once the seeds are built (or at ``deadline``), and the rest go on building into
-    the cache while the GPU evaluates the seeds.  Returns the pool (never joined)."""
+def prebuild(shapes: list, cfg: Any, arch: str, deadline: float, gpu: dict) -> Any:
+    """Build the seeds (the search's and the known kernels) and the first step's proposals in
+    parallel (one nvcc per core): the loop starts once the seeds are built (or at ``deadline``),
+    and the rest go on building into the cache while the GPU evaluates the seeds.  Returns the
+    pool (never joined)."""
     from harness.build import build
 
-    seeds, firsts = predicted_sources(shapes, cfg, arch)
+    seeds, firsts = predicted_sources(shapes, cfg, arch, known_sources(shapes, cfg, arch, gpu))
     print(f"record_demo: building {len(seeds)} seed kernels and {len(firsts)} first proposals of "
           f"{len(shapes)} shapes on {os.cpu_count()} cores", flush=True)
     t = time.monotonic()
@@ -301,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recorded", metavar="FILE", help="replay evaluations from FILE (a rehearsal without a GPU)")
     ap.add_argument("--config", metavar="FILE", help="config file the run starts from (default: l2tui's search)")
     ap.add_argument("--profile-after", type=int, default=1, help="[loop] profile_after (default 1)")
+    ap.add_argument("--baseline", default="cublaslt_autotune",
+                    help="[harness] baseline the speedups are over (default cublaslt_autotune, the fastest library "
+                         "per call on most shapes)")
     ap.add_argument("--candidates-per-step", type=int, default=2, help="[search] candidates_per_step (default 2)")
     ap.add_argument("--parallel-tracks", type=int, default=None, help="[loop] parallel_tracks (default: every shape)")
     ap.add_argument("--seed-kernel", metavar="FILE", help="[loop] seed (default: the search policy's pick)")
@@ -342,6 +363,7 @@ def record(args: argparse.Namespace, t0: float) -> int:
     cfg = load_config(args.config)
     overrides: dict[str, Any] = {
         "loop.profile_after": args.profile_after,
+        "harness.baseline": args.baseline,
         "loop.parallel_tracks": args.parallel_tracks or len(shapes),
         "loop.seed": args.seed_kernel,
         "loop.max_steps": args.max_steps,
@@ -363,7 +385,7 @@ def record(args: argparse.Namespace, t0: float) -> int:
         arch = cfg.harness.get("arch") or info.arch
         meta.update(gpu=info.to_dict(), arch=arch)
         if not args.no_prebuild and not args.seed_kernel and not args.pick_top:
-            prebuild(shapes, cfg, arch, deadline=t0 + args.budget_s / 3)
+            prebuild(shapes, cfg, arch, deadline=t0 + args.budget_s / 3, gpu=info.to_dict())
 
     hard_stop = t0 + args.budget_s - 8.0
     loop_budget = max(10.0, hard_stop - time.monotonic() - min(TAIL_S, args.budget_s / 4))
