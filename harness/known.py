@@ -490,7 +490,11 @@ def made_now(*, timing: str, gpu: Mapping[str, object], git: str = "") -> dict[s
 
 
 def git_revision() -> str:
-    """The checkout's short revision when running from one (empty for an installed wheel)."""
+    """The checkout's short revision when running from one (empty for an installed wheel);
+    ``$L2TUI_GIT_REV`` wins, as in the bench's result files: a tree copied to another machine may
+    carry a stale ``.git``."""
+    if os.environ.get("L2TUI_GIT_REV"):
+        return os.environ["L2TUI_GIT_REV"][:MAX_TEXT]
     head = PACKAGE_DIR.parent / ".git"
     try:
         if head.is_file():   # a worktree: "gitdir: PATH"

@@ -372,3 +372,12 @@ def test_h100_and_h200_winners_are_each_only_a_candidate_on_the_other(tmp_path):
     big = Shape(4096, 4096, 4096)
     assert store.seeds(big, "f32", H100)[0].gpu == H100      # each card starts from its own winner
     assert store.seeds(big, "f32", H200)[0].gpu == H200
+
+
+def test_the_revision_a_local_entry_records_is_the_one_named_in_the_environment(monkeypatch):
+    from harness.known import git_revision
+
+    monkeypatch.setenv("L2TUI_GIT_REV", "1c85e46")
+    assert git_revision() == "1c85e46"
+    monkeypatch.delenv("L2TUI_GIT_REV")
+    assert git_revision() == "" or len(git_revision()) == 12
