@@ -430,27 +430,30 @@ class KnownStore:
         for e in others:
             if e.shape == shape and e.dtype == dtype:
                 add(e)
-        twins = self._fp16_mine(gpu, acc) if dtype == "bf16" else {}
-        exact_twin = twins.get((acc, shape))
-        if exact_twin is not None:
-            add(exact_twin)
-        for pool in (mine, twins):
-            for e in sorted(pool.values(), key=lambda e: (log_distance(e.shape, shape), e.shape)):
-                add(e)
+        def nearest(pool: Iterable[KnownKernel]) -> list[KnownKernel]:
+            return sorted(pool, key=lambda e: (log_distance(e.shape, shape), e.shape))
+
+        fp16 = nearest(self.results(gpu, acc, "fp16").values()) if dtype == "bf16" and gpu is not None else []
+        if fp16 and fp16[0].shape == shape:   # the shape's own fp16 winner, retyped, before bf16 neighbours
+            self._add_twins(fp16[:1], add, out, limit)
+        for e in nearest(mine.values()):
+            add(e)
+        self._add_twins(fp16, add, out, limit)
         return out
 
-    def _fp16_mine(self, gpu: GpuKey | None, acc: str) -> dict[tuple[str, Shape], KnownKernel]:
-        """This GPU's fp16 results as bf16 candidates (:func:`bf16_twin`): where nothing is known in
-        bf16 yet, the configuration that won a shape in fp16 is the first to time for it in bf16
-        (the tensor cores run both at one rate), so a bf16 track does not start cold."""
-        if gpu is None:
-            return {}
-        out: dict[tuple[str, Shape], KnownKernel] = {}
-        for key, e in self.results(gpu, acc, "fp16").items():
+    @staticmethod
+    def _add_twins(fp16: Sequence[KnownKernel], add: Callable[[KnownKernel], None], out: list[KnownKernel],
+                   limit: int) -> None:
+        """This GPU's fp16 results, nearest first, as bf16 candidates (:func:`bf16_twin`) until
+        ``out`` is full: where nothing is known in bf16 yet, the configuration that won a shape in
+        fp16 is the first to time for it in bf16 (the tensor cores run both at one rate), so a bf16
+        track does not start cold. Retyped one at a time: only the few that are offered."""
+        for e in fp16:
+            if len(out) >= limit:
+                return
             twin = bf16_twin(e)
             if twin is not None:
-                out[key] = twin
-        return out
+                add(twin)
 
     def record(self, kernel: KnownKernel) -> bool:
         """Add ``kernel`` to the local layer when it beats what is there for its key; True when
