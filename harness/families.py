@@ -225,8 +225,9 @@ SM90T = Family(
     build_arch="sm_90a",
     summary="CUTLASS 3.x on Hopper, the transposed product: tiles of 48-256 rows of C (mid shapes)",
     knobs=(
-        Knob("TILE_M", _V(48, 64, 80, 96, 112, 128, 160, 192, 256),
-             "CTA tile rows of C (the WGMMA's N in this order: any multiple of 16 up to 256)"),
+        Knob("TILE_M", _V(16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256),
+             "CTA tile rows of C (the WGMMA's N in this order: any multiple of 16 up to 256; 16 and 32 "
+             "for decode GEMMs)"),
         Knob("TILE_N", _V(64, 128, 256), "CTA tile columns of C (the WGMMA's M: 64 per consumer warpgroup)"),
         Knob("TILE_K", _V(64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),
@@ -235,6 +236,9 @@ SM90T = Family(
              "BASIC: a CTA per tile, one consumer warpgroup; persistent: consumer warpgroups "
              "alternate tiles / share a tile"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
+        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK"),
+             "CUTLASS's tile scheduler (STREAMK and SPLITK need COOPERATIVE): few tiles share a long K"),
+        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK, 0 = fill one wave per call"),
         Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
@@ -647,8 +651,9 @@ def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     accb = 2 if acc == "f16" else 4
     if fam.name == "sm90_cutlass_t":
         # the same machinery and shared memory as sm90_cutlass (A and B staged alike, a delayed-
-        # store epilogue), persistent scheduler only; tiles counted in C's orientation
-        return replace(geometry(SM90, {**knobs, "SCHEDULER": "PERSISTENT", "SPLITS": "1",
+        # store epilogue, the same schedulers); tiles counted in C's orientation
+        return replace(geometry(SM90, {**knobs, "SCHEDULER": knobs.get("SCHEDULER", "PERSISTENT"),
+                                       "SPLITS": knobs.get("SPLITS", "1"),
                                        "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "0"}), family=fam.name)
     if fam.name == "sm90_cutlass":
         tm, tn, tk = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K")
@@ -863,6 +868,11 @@ def _sm90_cutlass_t_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]
                         f"not {g.tile_n}")
     if sched == "COOPERATIVE" and g.tile_n % 128:
         problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
+    scheduler = knobs.get("SCHEDULER", "PERSISTENT")
+    if scheduler != "PERSISTENT" and sched != "COOPERATIVE":
+        problems.append(f"{scheduler} needs SCHEDULE COOPERATIVE (CUTLASS's stream-K kernels)")
+    if scheduler == "SPLITK" and knobs.get("SPLITS") == "1":
+        problems.append("SPLITK with SPLITS 1 is PERSISTENT: use 0 or 2 and more")
     problems += _cutlass_resource_problems(g)
     return problems
 
@@ -1018,7 +1028,9 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_cutlass_t":
-        extra = ("-r" + k["RASTER"][-1].lower() if k["RASTER"] != "RASTER_HEURISTIC" else "")
+        extra = {"PERSISTENT": "", "STREAMK": "-sk", "SPLITK": f"-split{k.get('SPLITS', '1')}"}[
+            k.get("SCHEDULER", "PERSISTENT")]
+        extra += ("-r" + k["RASTER"][-1].lower() if k["RASTER"] != "RASTER_HEURISTIC" else "")
         extra += f"-sw{k['SWIZZLE']}" if k["SWIZZLE"] != "1" else ""
         return (f"sm90t-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-st{k['STAGES']}{extra}{acc}")

@@ -17,7 +17,9 @@
 // (16-byte aligned TMA rows; otherwise l2_hgemm returns 2 = unsupported); M is free.
 //
 // Knobs (legal values), in the ABI's orientation:
-//   TILE_M          48, 64, 80, 96, 112, 128, 160, 192, 256  CTA tile rows of C (CUTLASS's N)
+//   TILE_M          16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256
+//                                       CTA tile rows of C (CUTLASS's N; 16 and 32: decode GEMMs,
+//                                       a few tokens against a wide weight matrix)
 //   TILE_N          64, 128, 256        CTA tile columns of C (CUTLASS's M: 64 rows per consumer
 //                                       warpgroup; COOPERATIVE splits 128 or 256 over two)
 //   TILE_K          64, 128             K slice per pipeline stage
@@ -30,6 +32,14 @@
 //                                       alternate tiles; COOPERATIVE: persistent, two consumer
 //                                       warpgroups share a tile (TILE_N 128 or 256)
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
+//   SCHEDULER       PERSISTENT, STREAMK, SPLITK
+//                                       CUTLASS's tile schedulers (STREAMK and SPLITK need
+//                                       COOPERATIVE): few tiles over a long K (a decode GEMM's
+//                                       4096 x 16 tiles of 256 x 16 are 16 CTAs) share their K
+//                                       among CTAs, the partial tiles reduced by CUTLASS's fixup
+//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK (ignored otherwise); 0 = chosen per
+//                                       call: tiles x splits fill one wave of resident CTAs, at
+//                                       least 4 k-tiles per split
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (of C's tiles)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order
 //   ACC             ACC_F32, ACC_F16    accumulator type
@@ -44,6 +54,9 @@
 #define COOPERATIVE 1
 #define PINGPONG 2
 #define BASIC 3
+#define PERSISTENT 1
+#define STREAMK 2
+#define SPLITK 3
 #define RASTER_HEURISTIC 0
 #define RASTER_ALONG_M 1
 #define RASTER_ALONG_N 2
@@ -58,6 +71,8 @@
 #define CLUSTER_N 4
 #define SCHEDULE PINGPONG
 #define STAGES 0
+#define SCHEDULER PERSISTENT
+#define SPLITS 1
 #define RASTER RASTER_HEURISTIC
 #define SWIZZLE 1
 #define ACC ACC_F32
@@ -119,6 +134,13 @@ constexpr int kAlign = 8;                      // 16 bytes of fp16
 using TileShape = Shape<Int<TILE_N>, Int<TILE_M>, Int<TILE_K>>;
 using ClusterShape = Shape<Int<CLUSTER_N>, Int<CLUSTER_M>, _1>;
 
+static_assert(SCHEDULER == PERSISTENT || SCHEDULE == COOPERATIVE, "STREAMK and SPLITK need COOPERATIVE");
+#if SCHEDULER == PERSISTENT
+using TileScheduler = cutlass::gemm::PersistentScheduler;
+#else
+using TileScheduler = cutlass::gemm::StreamKScheduler;
+#endif
+
 #if SCHEDULE == COOPERATIVE
 static_assert(TILE_N % 128 == 0, "COOPERATIVE: two consumer warpgroups split TILE_N (CUTLASS's M)");
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -152,7 +174,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     LayoutB, kAlign, ElementAcc, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
-                                                        CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+                                                        CollectiveEpilogue, TileScheduler>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 using StrideA = typename Gemm::GemmKernel::StrideA;
@@ -222,9 +244,13 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     p.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
   }
   if (p.resident_clusters < 0) p.resident_clusters = resident_clusters();
+#if SCHEDULER == PERSISTENT
+  // Same problem as last call: the kernel parameters (TMA descriptors) are still valid. (Stream-K
+  // and split-K initialize every call: that resets their workspace for the fixup.)
   if (p.a == A && p.b == B && p.c == C && p.m == M && p.n == N && p.k == K && p.stream == s) {
     return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
   }
+#endif
   // CUTLASS's problem (M', N', K) = (N, M, K)
   StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(N, K, 1));
   StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(M, K, 1));
@@ -247,6 +273,22 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   args.scheduler.raster_order = Raster::AlongM;
 #else
   args.scheduler.raster_order = Raster::Heuristic;
+#endif
+#if SCHEDULER == STREAMK
+  args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::StreamK;
+#elif SCHEDULER == SPLITK
+  int splits = SPLITS;
+  if (splits == 0) {
+    // one wave: every (tile, split) unit resident at once, at least 4 k-tiles per split
+    const int tiles = ((M + TILE_M - 1) / TILE_M) * ((N + TILE_N - 1) / TILE_N);
+    const int ctas = p.resident_clusters > 0 ? p.resident_clusters * CLUSTER_M * CLUSTER_N : p.sm_count;
+    const int ktiles = (K + TILE_K - 1) / TILE_K;
+    splits = ctas / (tiles > 0 ? tiles : 1);
+    if (splits > ktiles / 4) splits = ktiles / 4;
+    if (splits < 1) splits = 1;
+  }
+  args.scheduler.splits = splits;
+  args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::SplitK;
 #endif
   if (p.gemm.can_implement(args) != cutlass::Status::kSuccess) return 2;
   const size_t need = Gemm::get_workspace_size(args);
