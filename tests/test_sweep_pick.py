@@ -16,7 +16,8 @@ from harness.families import (Config, applicable, catalog, epilogue_siblings, ge
                                sans_epilogue)
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import SIBLING, CostModel
-from l2tui.agent.policies.pick import always_time, choose, deep_ring, time_every
+from l2tui.agent.policies.pick import (always_time, choose, decode_tile, decode_tile_rows, deep_ring, is_decode,
+                                      time_every)
 from l2tui.agent.policies.base import TrackContext
 from l2tui.agent.recorded import RecordedEvaluator, record_key
 from l2tui.agent.sweep import RESULTS_FILE, Sweep, SweepConfig
@@ -59,7 +60,7 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
     basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
-    assert len(basic) == 44   # twenty sm90_cutlass entries and their no-PDL twins, four sm90_cutlass_t
+    assert len(basic) == 46   # twenty sm90_cutlass entries and their no-PDL twins, six sm90_cutlass_t
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
                           (Shape(4096, 4096, 4096), False)):
@@ -74,7 +75,7 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
     64x64 tiles (64-264 past K = 2,048) make at most one wave that fills the SMs; not on a grid
     too small to fill them (split-K's shapes) nor on more than one wave."""
     deep = {c.name for c in catalog("f32", "sm_90a") if deep_ring(c)}
-    assert len(deep) == 30 and all("-ws-" in n for n in deep)
+    assert len(deep) == 32 and all("-ws-" in n for n in deep)
     for shape, inside in ((Shape(1024, 512, 2048), True), (Shape(512, 1024, 16384), True),
                           (Shape(256, 512, 2048), True), (Shape(256, 512, 4096), False),
                           (Shape(64, 64, 2048), False), (Shape(2048, 2048, 2048), False)):
@@ -83,6 +84,23 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
         if inside:
             chosen = {c.name for c in choose(ranked_for(shape), shape, 4)}
             assert deep <= chosen, (shape, deep - chosen)
+
+
+def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other():
+    """On a decode GEMM (M <= 32, N and K >= 1,024) the pick times the four transposed CUTLASS
+    schedules of the narrowest tile that holds M (16 rows up to M = 16, then 32), whatever the
+    model ranks; on other shapes none of them is added for it."""
+    decode = {rows: {c.name for c in catalog("f32", "sm_90a") if decode_tile(c, rows)} for rows in (16, 32)}
+    assert all(len(names) == 4 for names in decode.values())
+    for shape, rows in ((Shape(16, 28672, 4096), 16), (Shape(1, 6144, 4096), 16), (Shape(32, 4096, 14336), 32),
+                        (Shape(17, 1024, 1024), 32)):
+        assert is_decode(shape) and decode_tile_rows(shape.m) == rows
+        chosen = {c.name for c in choose(ranked_for(shape), shape, 3)}
+        assert decode[rows] <= chosen, (shape, decode[rows] - chosen)
+    stream_k_16 = next(c for c in catalog("f32", "sm_90a") if decode_tile(c, 16) and "-sk" in c.name)
+    for shape in (Shape(33, 4096, 4096), Shape(16, 512, 4096), Shape(16, 4096, 512), Shape(2048, 2048, 2048)):
+        assert not is_decode(shape)
+        assert not any(kind(stream_k_16) for kind in time_every(shape)), shape
 
 
 @pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")

@@ -108,7 +108,10 @@ def time_every(shape: Shape) -> list[Kind]:
     incumbents on the 129 small shapes CUTLASS had won, it was faster on 82 of the 98 inside that
     window and on none outside it (a longer K has no split, more tiles favour the persistent
     kernels). Past that K, BASIC with a deep ring (:func:`deep_ring`) where at most one wave of
-    tiles is enough to fill the SMs."""
+    tiles is enough to fill the SMs. On a decode GEMM (:func:`is_decode`), every transposed CUTLASS
+    kernel whose tile is the narrowest that holds M (:func:`decode_tile`)."""
+    if is_decode(shape):
+        return [lambda c, rows=decode_tile_rows(shape.m): decode_tile(c, rows)]
     tiles = -(-shape.m // 64) * -(-shape.n // 64)
     if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
         return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
@@ -117,6 +120,30 @@ def time_every(shape: Shape) -> list[Kind]:
         if least <= tiles <= DEEP_RING_MAX_TILES:
             return [deep_ring]
     return []
+
+
+#: decode GEMMs: a few tokens (M) against a weight matrix of at least this many rows and columns
+DECODE_MAX_M = 32
+DECODE_MIN_NK = 1024
+
+
+def is_decode(shape: Shape) -> bool:
+    """A decode GEMM: M <= 32 tokens against a B of N, K >= 1,024, whose time is reading B."""
+    return shape.m <= DECODE_MAX_M and shape.n >= DECODE_MIN_NK and shape.k >= DECODE_MIN_NK
+
+
+def decode_tile_rows(m: int) -> int:
+    """The narrowest decode tile that holds M rows: 16 or 32."""
+    return 16 if m <= 16 else 32
+
+
+def decode_tile(c: Config, rows: int) -> bool:
+    """The transposed CUTLASS kernel with ``rows``-row tiles (the tokens on the WGMMA's N). On a
+    decode GEMM the model prices every kernel at B's floor and cannot tell which reaches it; these
+    four schedules split the shapes between them (measured per call on an H100, 18 decode shapes:
+    BASIC best on the short ones, stream-K and split-K on a long K, the persistent 256-wide tile on
+    a wide N)."""
+    return c.family == "sm90_cutlass_t" and c.knob_dict["TILE_M"] == str(rows)
 
 
 def deep_ring(c: Config) -> bool:
