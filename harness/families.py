@@ -372,9 +372,6 @@ SKINNY = Family(
              "B through the cp.async ring and ldmatrix, or straight into registers (STAGES k-steps of 16 rows "
              "in flight per warp, no ring, no barrier in the main loop; BN / WARPS_N a multiple of 64)"),
     ),
-    # its first GPU run left C tiles unwritten at M = 100 (tickets zeroed off the call's stream);
-    # fixed since, not yet re-run on a GPU (docs/families.md, skinny_splitk)
-    verified_on_gpu=False,
 )
 
 #: the rows skinny_splitk serves (its l2_hgemm returns 2 above)

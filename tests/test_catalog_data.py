@@ -17,8 +17,8 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "8a984e971a6c054aa0626adcccccbc294de9a44263480be55a9a53d3031c1271"
-SIZES = {("f32", "sm_90a"): 503, ("f32", "sm_80"): 113, ("f32", None): 503,
+CATALOG_FINGERPRINT = "4496300d6f016df95d7596c295ff204b3b86398e4056c7efc499b82991e267de"
+SIZES = {("f32", "sm_90a"): 511, ("f32", "sm_80"): 113, ("f32", None): 511,
          ("f16", "sm_90a"): 33, ("f16", "sm_80"): 14, ("f16", None): 33}
 
 
@@ -33,7 +33,7 @@ def test_catalog_is_unchanged():
     assert hashlib.sha256(json.dumps(dump).encode()).hexdigest() == CATALOG_FINGERPRINT
 
 
-BF16_FINGERPRINT = "6a1d0091386545a9ce872e0e12d7a56a3001d68525a6f0bc3ec9f2de7c73a6cc"
+BF16_FINGERPRINT = "98f1883316dd12c69c0774e565c7d36843f00dca90a9015395cf17cb4337b9b4"
 BF16_SIZES = {"sm_90a": 40, "sm_80": 12, None: 40}
 
 

@@ -267,18 +267,21 @@ def test_new_tickets_are_zeroed_on_the_calls_stream(tmp_path):
     assert _run_model(exe, ["100 4096 14336 264"]) == ["ok 100 4096 14336 splits=3 tiles=7x32"]
 
 
-# ---------------------------------------------------------------- not verified on a GPU yet
+# ---------------------------------------------------------------- verified on a GPU
 
-def test_the_family_is_marked_unverified_and_the_search_times_it_only_where_named():
-    """Its fix has not run on a GPU: the search's pool (what the seed, the pick and the sweep's
-    pick draw from) leaves it out on every shape, unless the families setting names it; every
-    other family is verified and stays in."""
+def test_the_family_is_verified_and_an_unverified_one_is_timed_only_where_named(monkeypatch):
+    """Its GPU tests passed (results/h100/gpu-tests.md): the search's pool (what the seed, the
+    pick and the sweep's pick draw from) holds it on a decode shape. A family marked unverified
+    is left out on every shape unless the families setting names it."""
+    import dataclasses
+
     from l2tui.agent.policies.search import SearchPolicy
 
-    assert F.get_family(FAM).verified_on_gpu is False
-    assert all(f.verified_on_gpu for f in F.families() if f.name != FAM)
+    assert all(f.verified_on_gpu for f in F.families())
     decode = Shape(8, 4096, 14336)
     assert F.applicable(FAM, decode, "sm_90a")
+    assert any(c.family == FAM for c in SearchPolicy().candidates(decode, "f32", "sm_90a"))
+    monkeypatch.setitem(F.FAMILIES, FAM, dataclasses.replace(F.get_family(FAM), verified_on_gpu=False))
     pool = SearchPolicy().candidates(decode, "f32", "sm_90a")
     assert pool and all(c.family != FAM for c in pool)
     named = SearchPolicy(families=[FAM, "sm80_mma"]).candidates(decode, "f32", "sm_90a")

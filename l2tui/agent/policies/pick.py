@@ -111,7 +111,8 @@ def time_every(shape: Shape) -> list[Kind]:
     tiles is enough to fill the SMs. On a decode GEMM (:func:`is_decode`), every transposed CUTLASS
     kernel whose tile is the narrowest that holds M (:func:`decode_tile`)."""
     if is_decode(shape):
-        return [lambda c, rows=decode_tile_rows(shape.m): decode_tile(c, rows)]
+        rows = decode_tile_rows(shape.m)
+        return [lambda c: decode_tile(c, rows)]
     tiles = -(-shape.m // 64) * -(-shape.n // 64)
     if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
         return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
