@@ -66,9 +66,11 @@ def test_each_bundled_winners_file_is_timed_by_its_own_bench(tmp_path):
 
 def test_another_gpu_model_is_only_a_candidate(tmp_path):
     store = KnownStore(local=tmp_path / "known.json")
-    assert store.results(H100) == {}            # the H200's winners are no result on an H100 ...
-    seeds = store.seeds(Shape(4096, 4096, 4096), "f32", H100)
-    assert seeds and seeds[0].gpu == H200       # ... but they are timed there first
+    a100 = GpuKey("NVIDIA A100-SXM4-80GB", 108, 13)
+    assert store.results(a100) == {}            # the H200's and H100's winners are no result on an A100 ...
+    seeds = store.seeds(Shape(4096, 4096, 4096), "f32", a100)
+    assert seeds and seeds[0].gpu in (H200, H100)   # ... but they are timed there first
+    assert H100 not in {k.gpu for k in store.results(H200).values()}
     assert store.results(GpuKey("NVIDIA H200", 132, 12)) == {}   # another CUDA major: another key
     assert store.results(GpuKey("NVIDIA H200", 114, 13)) == {}   # another SM count: another key
 
@@ -372,6 +374,40 @@ def test_h100_and_h200_winners_are_each_only_a_candidate_on_the_other(tmp_path):
     big = Shape(4096, 4096, 4096)
     assert store.seeds(big, "f32", H100)[0].gpu == H100      # each card starts from its own winner
     assert store.seeds(big, "f32", H200)[0].gpu == H200
+
+
+def test_the_committed_h100_layer_is_this_cards_result_and_carries_its_own_bench(tmp_path):
+    """results/h100 (the model shapes swept on an H100): an H100 starts from those winners, timed by
+    the bench that measured them there; on an H200 they are candidates only."""
+    store = KnownStore(local=tmp_path / "known.json")
+    mine = store.results(H100, "f32")
+    winners = json.loads((REPO / "results" / "h100" / "winners-models-f32.json").read_text())
+    assert set(winners["shapes"]) == {f"{s.m}x{s.n}x{s.k}" for _, s in mine}
+    bench = json.loads((REPO / "results" / "h100" / "kernels-models-partial.json").read_text())
+    assert bench["meta"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    row = next(r for r in bench["rows"] if (r["m"], r["n"], r["k"]) == (16, 28672, 4096))
+    k = mine[("f32", Shape(16, 28672, 4096))]
+    assert k.layer == "bundled h100" and k.time_ms == row["times_ms"]["l2"]
+    assert store.seeds(Shape(16, 28672, 4096), "f32", H100)[0].gpu == H100
+    assert store.problems == []
+
+
+def test_every_file_a_bundled_layer_names_ships_in_the_wheel():
+    """The wheel carries results/<gpu>/ as harness/data/known/<gpu>/ file by file (pyproject's
+    force-include): every gpu.json, winners file and bench file a layer names is listed, or an
+    installed l2tui would refuse the layer."""
+    from l2tui.config import tomllib
+
+    forced = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"][
+        "force-include"]
+    for d in bundled_dirs():
+        if d.parent != CHECKOUT_RESULTS:
+            continue
+        doc = json.loads((d / "gpu.json").read_text())
+        named = ["gpu.json", *doc["winners"], *doc.get("bench", {}).values()]
+        for name in named:
+            src = f"results/{d.name}/{name}"
+            assert forced.get(src) == f"harness/data/known/{d.name}/{name}", src
 
 
 def test_the_revision_a_local_entry_records_is_the_one_named_in_the_environment(monkeypatch):

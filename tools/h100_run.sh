@@ -32,10 +32,14 @@ from harness.known import KNOWN_SMS
 from pathlib import Path
 out = Path(sys.argv[1])
 meta = json.loads((out / "kernels-offline.json").read_text())["meta"]
+# the layer's other winners files (the model shapes) stay listed, each with its own bench
+old = json.loads((out / "gpu.json").read_text()) if (out / "gpu.json").is_file() else {}
+winners = ["winners-f32.json"] + [w for w in old.get("winners", []) if w != "winners-f32.json"]
+bench = {**old.get("bench", {}), "f32": "kernels-offline.json"}
 doc = {"format": "l2tui-known-gpu/1", "gpu": meta["gpu"], "sms": KNOWN_SMS[meta["gpu"]],
        "cuda_major": int(str(meta.get("cuda_driver") or meta["cuda"]).split(".")[0]),
        "timing": "offline, per call", "date": meta["date"][:10], "git": meta["git_rev"],
-       "driver": meta["driver"], "winners": ["winners-f32.json"], "bench": {"f32": "kernels-offline.json"},
+       "driver": meta["driver"], "winners": winners, "bench": bench,
        "baseline": "cublaslt_autotune"}
 (out / "gpu.json").write_text(json.dumps(doc, indent=1) + "\n")
 PY
