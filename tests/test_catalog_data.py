@@ -17,8 +17,8 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "4496300d6f016df95d7596c295ff204b3b86398e4056c7efc499b82991e267de"
-SIZES = {("f32", "sm_90a"): 511, ("f32", "sm_80"): 113, ("f32", None): 511,
+CATALOG_FINGERPRINT = "057e7aff70208f54d129e2e7ea697303b23355504a6153cacb38ff51b496178b"
+SIZES = {("f32", "sm_90a"): 513, ("f32", "sm_80"): 113, ("f32", None): 513,
          ("f16", "sm_90a"): 33, ("f16", "sm_80"): 14, ("f16", None): 33}
 
 

@@ -60,7 +60,7 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
     basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
-    assert len(basic) == 46   # twenty sm90_cutlass entries and their no-PDL twins, six sm90_cutlass_t
+    assert len(basic) == 48   # twenty sm90_cutlass entries and their no-PDL twins, eight sm90_cutlass_t
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
                           (Shape(4096, 4096, 4096), False)):
@@ -75,7 +75,7 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
     64x64 tiles (64-264 past K = 2,048) make at most one wave that fills the SMs; not on a grid
     too small to fill them (split-K's shapes) nor on more than one wave."""
     deep = {c.name for c in catalog("f32", "sm_90a") if deep_ring(c)}
-    assert len(deep) == 32 and all("-ws-" in n for n in deep)
+    assert len(deep) == 34 and all("-ws-" in n for n in deep)
     for shape, inside in ((Shape(1024, 512, 2048), True), (Shape(512, 1024, 16384), True),
                           (Shape(256, 512, 2048), True), (Shape(256, 512, 4096), False),
                           (Shape(64, 64, 2048), False), (Shape(2048, 2048, 2048), False)):
@@ -87,11 +87,11 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
 
 
 def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other():
-    """On a decode GEMM (M <= 32, N and K >= 1,024) the pick times the four transposed CUTLASS
+    """On a decode GEMM (M <= 32, N and K >= 1,024) the pick times the five transposed CUTLASS
     schedules of the narrowest tile that holds M (16 rows up to M = 16, then 32), whatever the
     model ranks; on other shapes none of them is added for it."""
     decode = {rows: {c.name for c in catalog("f32", "sm_90a") if decode_tile(c, rows)} for rows in (16, 32)}
-    assert all(len(names) == 4 for names in decode.values())
+    assert all(len(names) == 5 for names in decode.values())
     for shape, rows in ((Shape(16, 28672, 4096), 16), (Shape(1, 6144, 4096), 16), (Shape(32, 4096, 14336), 32),
                         (Shape(17, 1024, 1024), 32)):
         assert is_decode(shape) and decode_tile_rows(shape.m) == rows

@@ -140,10 +140,10 @@ def decode_tile_rows(m: int) -> int:
 
 def decode_tile(c: Config, rows: int) -> bool:
     """The transposed CUTLASS kernel with ``rows``-row tiles (the tokens on the WGMMA's N). On a
-    decode GEMM the model prices every kernel at B's floor and cannot tell which reaches it; these
-    four schedules split the shapes between them (measured per call on an H100, 18 decode shapes:
+    decode GEMM the model prices every kernel at B's floor and cannot tell which reaches it; their
+    schedules split the shapes between them (measured per call on an H100, 18 decode shapes:
     BASIC best on the short ones, stream-K and split-K on a long K, the persistent 256-wide tile on
-    a wide N)."""
+    a wide N), and a 64-column BASIC tile gives a 4096-wide B twice the CTAs."""
     return c.family == "sm90_cutlass_t" and c.knob_dict["TILE_M"] == str(rows)
 
 
