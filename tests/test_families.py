@@ -600,6 +600,24 @@ def test_transposed_family_takes_rows_of_c_as_the_wgmma_n():
     assert basic.name == "sm90t-48x64x64-c1x1-ws-st0-nopdl" and not basic.geometry().persistent
 
 
+def test_transposed_decode_tiles_and_their_schedulers():
+    """16- and 32-row tiles for decode GEMMs; CUTLASS's stream-K and split-K schedulers need the
+    cooperative kernel, split-K a split count other than 1, and the names say which scheduler."""
+    base = {**F.SM90T.defaults(), "TILE_M": "16", "TILE_N": "256", "CLUSTER_M": "1", "CLUSTER_N": "1",
+            "SCHEDULE": "COOPERATIVE"}
+    assert F.validate("sm90_cutlass_t", base) == []
+    assert F.Config.of("sm90_cutlass_t", base).name == "sm90t-16x256x64-c1x1-coop-st0-nopdl"
+    sk = F.Config.of("sm90_cutlass_t", {**base, "SCHEDULER": "STREAMK"})
+    assert sk.name == "sm90t-16x256x64-c1x1-coop-st0-sk-nopdl" and sk.geometry().streamk
+    split = F.Config.of("sm90_cutlass_t", {**base, "TILE_N": "128", "SCHEDULER": "SPLITK", "SPLITS": "0"})
+    assert split.name == "sm90t-16x128x64-c1x1-coop-st0-split0-nopdl"
+    assert any("needs SCHEDULE COOPERATIVE" in p for p in
+               F.validate("sm90_cutlass_t", {**base, "TILE_N": "128", "SCHEDULE": "BASIC", "SCHEDULER": "STREAMK"}))
+    assert any("SPLITS 1" in p for p in F.validate("sm90_cutlass_t", {**base, "SCHEDULER": "SPLITK", "SPLITS": "1"}))
+    # the decode shape 16x28672x4096 in 16x256 tiles: 112 tiles of C, as cuBLASLt's kernel there
+    assert F.Config.of("sm90_cutlass_t", base).geometry().tile_grid(Shape(16, 28672, 4096)) == (1, 112)
+
+
 @pytest.mark.compile
 @pytest.mark.slow
 def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
@@ -621,7 +639,11 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
     ({"ACC": "ACC_F16", "PDL": "1"}, "MMA_64x80x16_F16F16F16_SS"),
     ({"TILE_M": "160", "TILE_N": "128", "SCHEDULE": "PINGPONG", "CLUSTER_M": "1", "CLUSTER_N": "2"},
      "MMA_64x160x16_F32F16F16_SS"),
-], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs"])
+    ({"TILE_M": "16", "TILE_N": "256", "SCHEDULE": "COOPERATIVE", "CLUSTER_M": "1", "CLUSTER_N": "1",
+      "SCHEDULER": "STREAMK"}, "MMA_64x16x16_F32F16F16_SS"),
+    ({"TILE_M": "32", "TILE_N": "128", "SCHEDULE": "COOPERATIVE", "CLUSTER_M": "1", "CLUSTER_N": "1",
+      "SCHEDULER": "SPLITK", "SPLITS": "0"}, "MMA_64x32x16_F32F16F16_SS"),
+], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs", "decode-16x256-streamk", "decode-32x128-splitk"])
 @pytest.mark.compile
 def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
     """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16
