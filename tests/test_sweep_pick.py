@@ -97,6 +97,8 @@ def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other()
         assert is_decode(shape) and decode_tile_rows(shape.m) == rows
         chosen = {c.name for c in choose(ranked_for(shape), shape, 3)}
         assert decode[rows] <= chosen, (shape, decode[rows] - chosen)
+    # the BASIC windows still apply on a decode GEMM: 16x4096x4096 is 64 tiles of 64x64, a deep ring's
+    assert time_every(Shape(16, 4096, 4096))[0] is deep_ring and len(time_every(Shape(16, 4096, 4096))) == 2
     stream_k_16 = next(c for c in catalog("f32", "sm_90a") if decode_tile(c, 16) and "-sk" in c.name)
     for shape in (Shape(33, 4096, 4096), Shape(16, 512, 4096), Shape(16, 4096, 512), Shape(2048, 2048, 2048)):
         assert not is_decode(shape)

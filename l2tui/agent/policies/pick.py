@@ -108,11 +108,17 @@ def time_every(shape: Shape) -> list[Kind]:
     incumbents on the 129 small shapes CUTLASS had won, it was faster on 82 of the 98 inside that
     window and on none outside it (a longer K has no split, more tiles favour the persistent
     kernels). Past that K, BASIC with a deep ring (:func:`deep_ring`) where at most one wave of
-    tiles is enough to fill the SMs. On a decode GEMM (:func:`is_decode`), every transposed CUTLASS
-    kernel whose tile is the narrowest that holds M (:func:`decode_tile`)."""
+    tiles is enough to fill the SMs. On a decode GEMM (:func:`is_decode`), besides, every transposed
+    CUTLASS kernel whose tile is the narrowest that holds M (:func:`decode_tile`)."""
+    kinds = _basic_windows(shape)
     if is_decode(shape):
         rows = decode_tile_rows(shape.m)
-        return [lambda c: decode_tile(c, rows)]
+        kinds.append(lambda c: decode_tile(c, rows))
+    return kinds
+
+
+def _basic_windows(shape: Shape) -> list[Kind]:
+    """The BASIC kinds of :func:`time_every`: all of BASIC in its window, else the deep rings in theirs."""
     tiles = -(-shape.m // 64) * -(-shape.n // 64)
     if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
         return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
