@@ -368,9 +368,6 @@ SKINNY = Family(
              "K rows per CTA (splits = ceil(K / KCHUNK)); 0 = enough slices for WAVES waves of resident CTAs"),
         Knob("WAVES", _V(1, 2, 4), "waves of resident CTAs that KCHUNK 0 aims at"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type (slices are added in fp32 either way)"),
-        Knob("BLOAD", ("BLOAD_RING", "BLOAD_REG"),
-             "B through the cp.async ring and ldmatrix, or straight into registers (STAGES k-steps of 16 rows "
-             "in flight per warp, no ring, no barrier in the main loop; BN / WARPS_N a multiple of 64)"),
     ),
 )
 
@@ -729,26 +726,12 @@ def _skinny_geometry(knobs: Mapping[str, str], acc: str, bm: int, bn: int, bk: i
     shared memory with the CTA's fp32 tile (rows padded by 4 floats), as in its .cu file."""
     wm, wn, st = _i(knobs, "WARPS_M"), _i(knobs, "WARPS_N"), _i(knobs, "STAGES")
     threads = wm * wn * _i(knobs, "WARPS_K") * 32
+    smem = max(st * (bm * (bk + 8) + bk * (bn + 8)) * 2, bm * (bn + 4) * 4)
     mi, ni = max(1, bm // wm // 16), max(1, bn // wn // 8)
-    regs = 40 + mi * ni * (2 if acc == "f16" else 4)
-    if knobs.get("BLOAD", "BLOAD_RING") == "BLOAD_REG":  # no ring: STAGES k-steps of fragments in registers
-        smem = bm * (bn + 4) * 4
-        regs += skinny_reg_loads(knobs, bm, bn)
-    else:
-        smem = max(st * (bm * (bk + 8) + bk * (bn + 8)) * 2, bm * (bn + 4) * 4)
-        regs += 2 * (mi * 4 + ni * 2)
-    regs = min(255, regs)
+    regs = min(255, 40 + mi * ni * (2 if acc == "f16" else 4) + 2 * (mi * 4 + ni * 2))
     cps = max(1, min(SMEM_PER_SM // max(smem, 1), REGS_PER_SM // (threads * max(regs, 32)), 2048 // threads, 32))
     return Geometry("skinny_splitk", bm, bn, bk, threads, smem, regs, cps, st, 0, False, False, 1, False, acc,
                     False, epilogue="SMEM", k_chunk=_i(knobs, "KCHUNK"), waves=_i(knobs, "WAVES"))
-
-
-def skinny_reg_loads(knobs: Mapping[str, str], bm: int, bn: int) -> int:
-    """Registers a BLOAD_REG thread holds for the k-steps in flight: per k-step four 16-byte loads
-    of B per 64-column group of its warp's tile and four words of A per 16 rows."""
-    groups = max(1, bn // _i(knobs, "WARPS_N") // 64)
-    frags = max(1, bm // _i(knobs, "WARPS_M") // 16)
-    return _i(knobs, "STAGES") * (16 * groups + 4 * frags)
 
 
 def _skinny_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
@@ -757,11 +740,6 @@ def _skinny_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]:
     if g.tile_m % (wm * 16) or g.tile_n % (wn * 16):
         return ["BM/WARPS_M and BN/WARPS_N must be multiples of 16"]
     problems = []
-    if knobs.get("BLOAD", "BLOAD_RING") == "BLOAD_REG":
-        if (g.tile_n // wn) % 64:
-            problems.append("BLOAD_REG: BN / WARPS_N must be a multiple of 64")
-        elif skinny_reg_loads(knobs, g.tile_m, g.tile_n) > 128:
-            problems.append("BLOAD_REG: over 128 registers of loads in flight per thread: lower STAGES")
     if wm * wn * wk > 16:
         problems.append("at most 16 warps per CTA")
     if (g.tile_m // wm // 16) * (g.tile_n // wn // 8) * 4 > 64:
@@ -1040,7 +1018,6 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         return f"ksp-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-s{k['STAGES']}-ck{k['CLUSTER_K']}{extra}{acc}"
     if fam.name == "skinny_splitk":
         kc = f"kc{k['KCHUNK']}" if k["KCHUNK"] != "0" else f"wv{k['WAVES']}"
-        kc += "-rg" if k.get("BLOAD", "BLOAD_RING") == "BLOAD_REG" else ""
         return (f"skinny-{k['BM']}x{k['BN']}x{k['BK']}-w{k['WARPS_M']}x{k['WARPS_N']}x{k['WARPS_K']}"
                 f"-st{k['STAGES']}-{kc}{acc}")
     if fam.name == "tiny_mma":

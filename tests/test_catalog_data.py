@@ -17,7 +17,7 @@ import pytest
 from harness import families as F
 from harness.families import catalog
 
-CATALOG_FINGERPRINT = "057e7aff70208f54d129e2e7ea697303b23355504a6153cacb38ff51b496178b"
+CATALOG_FINGERPRINT = "4ca37328c06092e4088e199a5744eb3d14a323242f91674407261f285d3e1f9f"
 SIZES = {("f32", "sm_90a"): 513, ("f32", "sm_80"): 113, ("f32", None): 513,
          ("f16", "sm_90a"): 33, ("f16", "sm_80"): 14, ("f16", None): 33}
 
@@ -33,7 +33,7 @@ def test_catalog_is_unchanged():
     assert hashlib.sha256(json.dumps(dump).encode()).hexdigest() == CATALOG_FINGERPRINT
 
 
-BF16_FINGERPRINT = "98f1883316dd12c69c0774e565c7d36843f00dca90a9015395cf17cb4337b9b4"
+BF16_FINGERPRINT = "bcd5388a872f64b99adb8a73bc6941efe0b829eea94c4bc23b69c355295a4eb5"
 BF16_SIZES = {"sm_90a": 40, "sm_80": 12, None: 40}
 
 

@@ -15,7 +15,7 @@ from harness.source_policy import violations
 
 FAM = "skinny_splitk"
 BASE = {"BM": "16", "BN": "128", "BK": "64", "WARPS_M": "1", "WARPS_N": "4", "WARPS_K": "1", "STAGES": "4",
-        "KCHUNK": "0", "WAVES": "2", "ACC": "ACC_F32", "BLOAD": "BLOAD_RING"}
+        "KCHUNK": "0", "WAVES": "2", "ACC": "ACC_F32"}
 
 
 def skinny_catalog() -> list[F.Config]:
@@ -65,9 +65,6 @@ def test_names_say_tile_warps_ring_and_split_rule():
     ({"BM": "128", "WARPS_M": "4", "WARPS_N": "4", "WARPS_K": "2"}, "16 warps"),
     ({"STAGES": "7"}, "STAGES=7 is not legal"),
     ({"KCHUNK": "300"}, "KCHUNK=300 is not legal"),
-    ({"BLOAD": "BLOAD_REG"}, "multiple of 64"),
-    ({"BLOAD": "BLOAD_REG", "WARPS_N": "2", "STAGES": "8"}, "registers of loads"),
-    ({"BLOAD": "BLOAD_REG", "WARPS_N": "2", "STAGES": "6"}, None),
 ])
 def test_validate_refuses_what_the_static_asserts_refuse(change, words):
     problems = F.validate(FAM, {**BASE, **change})

@@ -45,16 +45,6 @@
 //   WAVES     1, 2, 4              waves of resident CTAs KCHUNK 0 aims at
 //   ACC       ACC_F32, ACC_F16     accumulator type (f16: each warp's chain is f16; the slices are
 //                                  added in fp32)
-//   BLOAD     BLOAD_RING, BLOAD_REG
-//                                  how B reaches the tensor cores. RING: the cp.async ring above,
-//                                  fragments through ldmatrix. REG: no ring; each warp loads its
-//                                  fragments of A and B straight from global memory into registers
-//                                  (B: 16-byte loads that bypass L1, eight consecutive columns of one
-//                                  K row per load, paired across rows with byte permutes), STAGES
-//                                  k-steps of 16 rows in flight per warp before any is used, so an SM
-//                                  holds as many independent streams as its registers allow and no
-//                                  warp ever waits at a barrier. The warp tile's columns are then a
-//                                  multiple of 64 (BN / WARPS_N)
 // Limits (checked by the harness and by static_assert): at most 16 warps, 64 accumulators per
 // thread, the ring and the fp32 tile in 227 KB of shared memory.
 
@@ -65,8 +55,6 @@
 // Names for knob values (do not edit).
 #define ACC_F32 1
 #define ACC_F16 2
-#define BLOAD_RING 1
-#define BLOAD_REG 2
 
 // l2: knobs begin
 #define BM 16
@@ -79,7 +67,6 @@
 #define KCHUNK 0
 #define WAVES 2
 #define ACC ACC_F32
-#define BLOAD BLOAD_RING
 // l2: knobs end
 // l2: acc=f32
 // (the line above declares the accumulator to the harness: keep it equal to ACC)
@@ -97,8 +84,7 @@ constexpr int kLdA = BK + 8;       // padded shared-memory rows (halfs): ldmatri
 constexpr int kLdB = BN + 8;
 constexpr int kStageHalfs = BM * kLdA + BK * kLdB;
 constexpr int kLdR = BN + 4;       // fp32 row of the CTA's summed tile (16-byte aligned rows)
-constexpr int kRingBytes = BLOAD == BLOAD_REG ? 0 : STAGES * kStageHalfs * 2;
-constexpr int kNG = kWN / 64;      // BLOAD_REG: 64-column groups per warp (eight n8 fragments each)
+constexpr int kRingBytes = STAGES * kStageHalfs * 2;
 constexpr int kTileBytes = BM * kLdR * 4;
 constexpr int kSmemBytes = kRingBytes > kTileBytes ? kRingBytes : kTileBytes;
 constexpr int kSeg = BN / 8;       // 8-column segments per tile row
@@ -108,9 +94,6 @@ static_assert(kThreads <= 512, "at most 16 warps");
 static_assert(kMI * kNI * 4 <= 64, "over 64 accumulators per thread: add warps");
 static_assert((BK / 16) % WARPS_K == 0, "BK / 16 must be a multiple of WARPS_K");
 static_assert(STAGES >= 2, "at least two stages");
-static_assert(BLOAD != BLOAD_REG || kWN % 64 == 0, "BLOAD_REG: BN / WARPS_N must be a multiple of 64");
-static_assert(BLOAD != BLOAD_REG || STAGES * (16 * kNG + 4 * kMI) <= 128,
-              "BLOAD_REG: over 128 registers of loads in flight per thread: lower STAGES");
 static_assert(kSmemBytes + 16 <= 227 * 1024, "the ring or the fp32 tile is over 227 KB of shared memory");
 
 #if ACC == ACC_F16
@@ -155,17 +138,6 @@ __device__ __forceinline__ void mma(float (&d)[kAccRegs], const uint32_t (&a)[4]
 // the fp32 pair of a fragment: h = 0 row r, h = 1 row r + 8
 __device__ __forceinline__ float2 pair(const AccT (&d)[kAccRegs], int h) { return make_float2(d[2 * h], d[2 * h + 1]); }
 #endif
-
-// BLOAD_REG: 16 bytes of B, read once by one warp: not kept in L1.
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
-  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
 
 // Eight fp32 values as eight fp16 in one 16-byte word.
 __device__ __forceinline__ uint4 to_half8(float4 lo, float4 hi) {
@@ -242,6 +214,8 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
   const int split = blockIdx.x, splits = gridDim.x;
   const Work w = work_of(split, blockIdx.y, blockIdx.z, gridDim.y, M, N, K, k_per_split);
   const int n0 = w.n0, m0 = w.m0, k0 = w.k0, k_end = w.k_end;
+  const int ktiles = (k_end - k0 + BK - 1) / BK;
+  const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   AccT acc[kMI][kNI][kAccRegs];
 #pragma unroll
@@ -251,59 +225,6 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
 #pragma unroll
       for (int r = 0; r < kAccRegs; ++r) acc[i][j][r] = 0;
 
-#if BLOAD == BLOAD_REG
-  // Fragments straight from global memory. The sum over K is the same whatever order the columns
-  // of B take inside a fragment, so each thread loads eight consecutive columns of one K row (16
-  // bytes) and fragment j of a 64-column group holds columns j, j + 8, ... j + 56 of the group: lane
-  // group g supplies column 8g + j. Its K rows are the ones the m16n8k16 layout gives it (2t, 2t + 1,
-  // 2t + 8, 2t + 9); byte permutes pair them. A's fragments take their natural layout.
-  {
-    const int g = lane >> 2, t = lane & 3;
-    const int steps = (k_end - k0 + 15) / 16;  // k-steps of 16 rows in the slice
-    const int col = n0 + wn * kWN + 8 * g;     // this thread's first column in group 0
-    for (int s0 = wk; s0 < steps; s0 += STAGES * WARPS_K) {
-      uint4 fbr[STAGES][kNG][4];
-      uint32_t far[STAGES][kMI][4];
-#pragma unroll
-      for (int u = 0; u < STAGES; ++u) {
-        const int kb = k0 + (s0 + u * WARPS_K) * 16;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int kr = kb + 2 * t + (r & 1) + (r >> 1) * 8;  // B's rows 2t, 2t + 1, 2t + 8, 2t + 9
-#pragma unroll
-          for (int q = 0; q < kNG; ++q) {
-            const int n = col + q * 64;
-            const bool ok = kr < k_end && n < N;  // out of range: a load of B's first bytes, then zeros
-            const uint4 v = load_stream16(ok ? B + (size_t)kr * N + n : B);
-            fbr[u][q][r] = ok ? v : make_uint4(0u, 0u, 0u, 0u);
-          }
-#pragma unroll
-          for (int i = 0; i < kMI; ++i) {  // A: rows g (r even) and g + 8, K columns 2t and 2t + 8
-            const int row = m0 + wm * kWM + i * 16 + g + (r & 1) * 8;
-            const int kc = kb + 2 * t + (r >> 1) * 8;
-            const bool ok = row < M && kc < k_end;
-            const unsigned int v = __ldg(reinterpret_cast<const unsigned int*>(ok ? A + (size_t)row * K + kc : A));
-            far[u][i][r] = ok ? v : 0u;
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < STAGES; ++u)
-#pragma unroll
-        for (int q = 0; q < kNG; ++q)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;  // high or low halves of two words
-            const uint32_t b0 = __byte_perm(word_of(fbr[u][q][0], j >> 1), word_of(fbr[u][q][1], j >> 1), sel);
-            const uint32_t b1 = __byte_perm(word_of(fbr[u][q][2], j >> 1), word_of(fbr[u][q][3], j >> 1), sel);
-#pragma unroll
-            for (int i = 0; i < kMI; ++i) mma(acc[i][q * 8 + j], far[u][i], b0, b1);
-          }
-    }
-  }
-#else
-  const int ktiles = (k_end - k0 + BK - 1) / BK;
-  const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   // the ring: STAGES - 1 stages requested before the first is used, one more after each
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -339,7 +260,6 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
         for (int j = 0; j < kNI; ++j) mma(acc[i][j], fa[i], fb[j][0], fb[j][1]);
     }
   }
-#endif
   copies_wait<0>();
   __syncthreads();  // the ring is free: it becomes the CTA's fp32 tile
 
@@ -354,27 +274,15 @@ skinny_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __re
         for (int j = 0; j < kNI; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float2 v = pair(acc[i][j], h);
-#if BLOAD == BLOAD_REG
-            // fragment column c of fragment j is the tile column wn * kWN + (j / 8) * 64 + 8c + j % 8
-            float* p = tile + (wm * kWM + i * 16 + (lane >> 2) + h * 8) * kLdR + wn * kWN + (j >> 3) * 64 +
-                       16 * (lane & 3) + (j & 7);
-            if (kw > 0) {
-              v.x += p[0];
-              v.y += p[8];
-            }
-            p[0] = v.x;
-            p[8] = v.y;
-#else
             float2* p = reinterpret_cast<float2*>(
                 tile + (wm * kWM + i * 16 + (lane >> 2) + h * 8) * kLdR + wn * kWN + j * 8 + (lane & 3) * 2);
+            float2 v = pair(acc[i][j], h);
             if (kw > 0) {
               const float2 o = *p;
               v.x += o.x;
               v.y += o.y;
             }
             *p = v;
-#endif
           }
     }
     __syncthreads();
