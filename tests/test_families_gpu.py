@@ -29,6 +29,15 @@ def evaluator():
         yield ev, arch
 
 
+def prebuild(arch: str, sources: list[str]) -> None:
+    """Build every source in parallel (one nvcc per core) before a test evaluates them one by one:
+    the evaluator then finds each build in the cache, so a test of 19 CUTLASS configurations costs
+    one round of parallel builds instead of 19 builds in a row (minutes on a GPU box)."""
+    from harness.build import build_many
+
+    build_many(sources, arch=arch)
+
+
 def representative(acc: str, arch: str) -> list[F.Config]:
     seen, out = set(), []
     for c in F.catalog(acc, arch):
@@ -49,6 +58,7 @@ def assert_catalog_configs_pass(evaluator, names, shapes) -> None:
     by_name = {c.name: c for c in F.catalog("f32", arch)}
     missing = [name for name in names if name not in by_name]
     assert not missing, f"not in the catalog: {missing}"
+    prebuild(arch, [by_name[name].source() for name in names])
     failures = []
     for name in names:
         for shape in shapes:
@@ -65,6 +75,7 @@ F16_LONG_K = 8192
 @pytest.mark.parametrize("acc", ["f32", "f16"])
 def test_every_family_passes_every_check(evaluator, acc):
     ev, arch = evaluator
+    prebuild(arch, [c.source() for c in representative(acc, arch)])
     failures = []
     for cfg in representative(acc, arch):
         for shape in SHAPES:
@@ -123,6 +134,7 @@ def test_split_k_reductions_pass_every_check(evaluator, acc):
     """Repeated launches (timing, graph replay, the determinism check) reuse the per-tile
     counters and workspaces: every run must still be complete, exact-to-bound and bit-identical."""
     ev, arch = evaluator
+    prebuild(arch, [c.source() for c in split_configs(acc) if F.get_family(c.family).runs_on(F.cc_of(arch))])
     failures = []
     for cfg in split_configs(acc):
         if not F.get_family(cfg.family).runs_on(F.cc_of(arch)):
@@ -182,6 +194,7 @@ def test_epilogue_variants_pass_every_check(evaluator, acc):
     ev, arch = evaluator
     if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_cutlass needs an sm_90 GPU")
+    prebuild(arch, [c.source() for c in epilogue_configs(acc)])
     failures = []
     for cfg in epilogue_configs(acc):
         for shape in SHAPES:
@@ -217,6 +230,7 @@ def test_mid_size_tiles_pass_every_check(evaluator):
     ev, arch = evaluator
     if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_cutlass needs an sm_90 GPU")
+    prebuild(arch, [c.source() for c in mid_tile_configs()])
     failures = []
     for cfg in mid_tile_configs():
         for shape in SHAPES + [Shape(96, 4104, 8200), Shape(1024, 1024, 4096)]:
@@ -236,6 +250,7 @@ def test_tiny_configs_pass_every_check(evaluator):
     """Every tiny_mma configuration of the catalogs (f32 and f16) on shapes that are not tile
     multiples, a K shorter than one chunk (8) and a K of many chunks (register double buffering)."""
     ev, arch = evaluator
+    prebuild(arch, [c.source() for acc in ("f32", "f16") for c in F.catalog(acc, arch) if c.family == "tiny_mma"])
     failures = []
     for acc in ("f32", "f16"):
         for cfg in [c for c in F.catalog(acc, arch) if c.family == "tiny_mma"]:
@@ -262,6 +277,7 @@ def test_four_cta_clusters_pass_every_check(evaluator):
     configs = [c for c in F.catalog("f32", arch)
                if c.family == "sm90_cutlass" and int(c.knob_dict["CLUSTER_M"]) * int(c.knob_dict["CLUSTER_N"]) >= 4]
     assert any(c.knob_dict["CLUSTER_M"] == "2" and c.knob_dict["CLUSTER_N"] == "2" for c in configs)
+    prebuild(arch, [c.source() for c in configs])
     failures = []
     for cfg in configs:
         for shape in CLUSTER_SHAPES:
@@ -363,6 +379,7 @@ def test_ksplit_configurations_pass_every_check(evaluator):
     ev, arch = evaluator
     if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_ksplit needs sm_90")
+    prebuild(arch, [c.source() for c in F.catalog("f32", arch) if c.family == "sm90_ksplit"])
     failures = []
     for cfg in (c for c in F.catalog("f32", arch) if c.family == "sm90_ksplit"):
         for shape in KSPLIT_SHAPES:
@@ -382,6 +399,7 @@ def _assert_ksplit_runs_pass(evaluator, runs: list[tuple[str, str]], shapes: lis
     ev, arch = evaluator
     if not F.get_family("sm90_ksplit").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_ksplit needs sm_90")
+    prebuild(arch, [src for _, src in runs])
     failures = []
     for name, src in runs:
         for shape in shapes:
@@ -549,6 +567,7 @@ def test_narrow_n_tiles_pass_every_check(evaluator):
     ev, arch = evaluator
     if not F.get_family("sm90_cutlass").runs_on(F.cc_of(arch)):
         pytest.skip("sm90_cutlass needs sm_90")
+    prebuild(arch, [c.source() for c in narrow_n_configs()])
     failures = []
     for cfg in narrow_n_configs():
         for shape in SHORT_PIPELINE_SHAPES + [Shape(136, 1000, 1032), Shape(1024, 520, 2056)]:
@@ -586,6 +605,7 @@ def test_skinny_configurations_pass_every_check(evaluator, acc):
     ev, arch = evaluator
     cfgs = [c for c in F.catalog(acc, arch) if c.family == "skinny_splitk"]
     assert cfgs
+    prebuild(arch, [c.source() for c in cfgs])
     failures = []
     for cfg in cfgs:
         for shape in SKINNY_SHAPES:
