@@ -356,7 +356,8 @@ class Evaluator:
         else:
             msg = f"wrong: check '{check.get('failed')}' failed: {check.get('detail')}" if check else st
         extra = {k: res.get(k) for k in ("status", "p90_ms", "device_ms", "clocks", "autotune", "cublas_variant", "bound",
-                                         "absent", "errors", "phases", "seconds", "separator_ms")}
+                                         "absent", "errors", "phases", "seconds", "separator_ms",
+                                         "detail_times_ms")}
         extra["label"] = label
         extra["dtype"] = self.dtype
         extra["mode"] = self.mode

@@ -259,6 +259,25 @@ def test_bench_reports_path_and_every_ratio():
     assert verdict["all_ok"] and ratio_row((1, 1, 1), "kernel", True, {"library": None})["ratio_vs_best"] is None
 
 
+def test_bench_says_which_verdict_a_shape_misses_when_cublas_won_on_a_copy_of_b():
+    """cuBLAS's TN form reads a column-major copy of B the library is never given: the row keeps the
+    verdict against it and adds one against the libraries on the library's own operands (cuBLAS NN)."""
+    from harness.evaluate import Evaluation
+    from l2tui.export.bench import cublas_nn_median, ratio_row, summarize
+
+    times = {"library": 0.029, "cublas": 0.026, "cublaslt_autotune": 0.029}
+    row = ratio_row((512, 4608, 3584), "fallback", True, times, cublas_nn_ms=0.030)
+    assert row["best_library"] == "cublas" and row["ratio_vs_best"] == pytest.approx(0.026 / 0.029)
+    assert row["best_same_layout"] == "cublaslt_autotune" and row["ratio_vs_best_same_layout"] == pytest.approx(1.0)
+    verdict = summarize([dict(row, status="ok")])
+    assert verdict["min_ratio_vs_best"] == pytest.approx(0.026 / 0.029)
+    assert verdict["min_ratio_vs_best_same_layout"] == pytest.approx(1.0)
+    runs = [Evaluation("ok", None, extra={"detail_times_ms": {"cublas_nn": x, "cublas_tn": 0.026}}) for x in (0.03, 0.05, 0.01)]
+    hostile = [Evaluation("ok", None, extra={"detail_times_ms": "0.001"}), Evaluation("wrong", None, extra={})]
+    assert cublas_nn_median(runs + hostile) == pytest.approx(0.03)
+    assert cublas_nn_median(hostile) is None
+
+
 def test_bench_repeats_report_each_subjects_median(tmp_path, capsys):
     from l2tui.export.bench import main, median_times
 
