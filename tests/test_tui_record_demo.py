@@ -90,6 +90,18 @@ def test_record_demo_refuses_without_a_gpu_or_recording(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def test_a_recording_on_another_gpu_never_replaces_the_bundled_h200_demo():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import record_demo
+
+    from l2tui.errors import UserError
+
+    record_demo.refuse_another_gpu_over_the_bundled_demo("NVIDIA H200")
+    with pytest.raises(UserError, match=r"^the bundled demo \(demo-h200\) is an H200 recording and this GPU is "
+                                        r"NVIDIA H100 80GB HBM3: record it into a folder of its own with --out DIR$"):
+        record_demo.refuse_another_gpu_over_the_bundled_demo("NVIDIA H100 80GB HBM3")
+
+
 def test_the_demo_shapes_cover_the_size_classes():
     import importlib.util
 

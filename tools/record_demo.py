@@ -15,7 +15,8 @@ kernels for its shape (``harness.known``, timed beside the cost model's choice a
 through the evaluator's batch request, which ``--recorded`` cannot replay; ``--pick-top 5`` shows
 the pick instead, at the price of a demo that replays only from its events), and writes
 
-* the session, ``sessions/demo-h200/`` (``--out``): what a plain ``l2tui`` replays without a GPU;
+* the session, ``sessions/demo-h200/`` (``--out``): what a plain ``l2tui`` replays without a GPU (on
+  a GPU other than an H200 the recorder needs ``--out``: it never replaces the H200 demo);
 * ``evaluations.json`` in it: every GPU evaluation and profile of the run, so
   ``l2tui run --headless --recorded sessions/demo-h200/evaluations.json
   --config sessions/demo-h200/l2tui.toml --policy search --shapes sessions/demo-h200/shapes.txt``
@@ -341,6 +342,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def refuse_another_gpu_over_the_bundled_demo(gpu_name: str) -> None:
+    """The bundled demo is named for the GPU it was recorded on (``sessions/demo-h200``), and the
+    app shows it as that GPU's results: a recording on another GPU goes to a folder of its own
+    (``--out``) and never replaces it."""
+    from l2tui import paths
+    from l2tui.errors import UserError
+
+    if "H200" not in gpu_name:
+        raise UserError(f"the bundled demo ({paths.DEMO_SESSION.name}) is an H200 recording and this GPU is "
+                        f"{gpu_name}: record it into a folder of its own with --out DIR")
+
+
 def record(args: argparse.Namespace, t0: float) -> int:
     from harness.shapes import resolve_shapes
 
@@ -353,12 +366,16 @@ def record(args: argparse.Namespace, t0: float) -> int:
     if args.budget_s < 30:
         raise UserError("--budget-s must be at least 30 seconds")
     shapes = resolve_shapes(args.shapes) if args.shapes else demo_shapes()
+    if not args.recorded and not gpu_present():
+        raise UserError("no NVIDIA GPU found: record the demo on a GPU machine, or rehearse with --recorded FILE")
+    if not args.recorded and args.out is None:
+        from harness.gpuinfo import require_gpu
+
+        refuse_another_gpu_over_the_bundled_demo(require_gpu().name)
     if (out / "events.jsonl").exists():
         if not args.force:
             raise UserError(f"{out} already holds a session: add --force to replace it")
         shutil.rmtree(out)
-    if not args.recorded and not gpu_present():
-        raise UserError("no NVIDIA GPU found: record the demo on a GPU machine, or rehearse with --recorded FILE")
 
     cfg = load_config(args.config)
     overrides: dict[str, Any] = {
