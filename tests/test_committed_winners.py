@@ -38,3 +38,23 @@ def test_every_winner_is_a_current_catalog_configuration(acc):
 def test_the_winners_cover_their_shape_set_exactly(acc):
     path, spec = FILES[acc]
     assert set(W.load(path).shapes) == set(resolve_shapes(spec))
+
+
+def _bundled_winners_files() -> list[Path]:
+    """Every winners file a bundled known-kernels layer names (results/<gpu>/gpu.json)."""
+    import json
+
+    files = []
+    for layer in sorted((H200.parent).glob("*/gpu.json")):
+        files += [layer.parent / name for name in json.loads(layer.read_text())["winners"]]
+    return files
+
+
+@pytest.mark.parametrize("path", _bundled_winners_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_bundled_layers_winner_renders_the_measured_source(path):
+    """A track starts from these winners on their GPU: the source it times must be the one measured
+    there (the model-shape files and the H100 layer included, not only the grid's)."""
+    w = W.load(path)
+    stale = [n for n, win in w.configs.items() if W.sha256(win.source()) != win.sha256]
+    assert not stale, f"a template changed under {path.name}; re-measure or re-hash them: {stale}"
+    assert w.shapes, f"{path} holds no shapes"
