@@ -102,9 +102,24 @@ class Family:
 _BODY_MARKER = "// (the line above declares the accumulator to the harness: keep it equal to ACC)\n"
 
 
+_PART_LINE = re.compile(r"^// l2: part (?P<file>part_[a-z0-9_]+\.cuh)\n", re.MULTILINE)
+_PART_BEGINS = "// l2: part begins\n"
+
+
 @lru_cache(maxsize=None)
 def _read_template(file: str) -> str:
-    return (KERNELS_DIR / file).read_text()
+    """A template's text with its ``// l2: part FILE`` lines replaced by that part's code: a piece
+    two families share (the split-K reduce) is written once and every render is still one
+    self-contained source, as the sandboxed compiler needs."""
+    return _PART_LINE.sub(lambda m: _read_part(m["file"]), (KERNELS_DIR / file).read_text())
+
+
+def _read_part(file: str) -> str:
+    """A part's code: what follows its ``// l2: part begins`` line (above it, what it needs)."""
+    _, sep, code = (KERNELS_DIR / file).read_text().partition(_PART_BEGINS)
+    if not sep:
+        raise FamilyError(f"kernel part {file} lacks its '{_PART_BEGINS.strip()}' line")
+    return code
 
 
 def _V(*xs: int | str) -> tuple[str, ...]:
@@ -236,9 +251,10 @@ SM90T = Family(
              "BASIC: a CTA per tile, one consumer warpgroup; persistent: consumer warpgroups "
              "alternate tiles / share a tile"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
-        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK"),
-             "CUTLASS's tile scheduler (STREAMK and SPLITK need COOPERATIVE): few tiles share a long K"),
-        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK, 0 = fill one wave per call"),
+        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK", "SPLITK_REDUCE"),
+             "CUTLASS's tile scheduler (STREAMK and SPLITK need COOPERATIVE): few tiles share a long K; "
+             "SPLITK_REDUCE (any schedule): batched K slices + a separate parallel reduce kernel"),
+        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK/SPLITK_REDUCE, 0 = fill one wave per call"),
         Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
@@ -572,7 +588,7 @@ class Geometry:
             return min(s * self.groups_for(shape, sm_count), ktiles)
         if self.family in ("sm90_cutlass", "sm90_cutlass_t"):
             if s == 0:  # SPLITS 0: one wave of (tile, split) units, >= 4 k-tiles per split
-                s = max(1, min(sm_count // max(tiles, 1), ktiles // 4))
+                s = max(1, min(sm_count * max(1, self.ctas_per_sm) // max(tiles, 1), ktiles // 4))
             if self.separate_reduce:  # equal slices: a multiple of TILE_K long, else of 8
                 for unit in (self.tile_k, 8):
                     for cand in range(s, 1, -1):
@@ -844,10 +860,10 @@ def _sm90_cutlass_t_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]
     if sched == "COOPERATIVE" and g.tile_n % 128:
         problems.append(f"COOPERATIVE needs TILE_N 128 or 256 (two warpgroups split the columns), not {g.tile_n}")
     scheduler = knobs.get("SCHEDULER", "PERSISTENT")
-    if scheduler != "PERSISTENT" and sched != "COOPERATIVE":
+    if scheduler in ("STREAMK", "SPLITK") and sched != "COOPERATIVE":
         problems.append(f"{scheduler} needs SCHEDULE COOPERATIVE (CUTLASS's stream-K kernels)")
-    if scheduler == "SPLITK" and knobs.get("SPLITS") == "1":
-        problems.append("SPLITK with SPLITS 1 is PERSISTENT: use 0 or 2 and more")
+    if scheduler in ("SPLITK", "SPLITK_REDUCE") and knobs.get("SPLITS") == "1":
+        problems.append(f"{scheduler} with SPLITS 1 is PERSISTENT: use 0 or 2 and more")
     problems += _cutlass_resource_problems(g)
     return problems
 
@@ -1003,8 +1019,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
         return (f"sm90-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"
                 f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_cutlass_t":
-        extra = {"PERSISTENT": "", "STREAMK": "-sk", "SPLITK": f"-split{k.get('SPLITS', '1')}"}[
-            k.get("SCHEDULER", "PERSISTENT")]
+        extra = {"PERSISTENT": "", "STREAMK": "-sk", "SPLITK": f"-split{k.get('SPLITS', '1')}",
+                 "SPLITK_REDUCE": f"-splitr{k.get('SPLITS', '1')}"}[k.get("SCHEDULER", "PERSISTENT")]
         extra += ("-r" + k["RASTER"][-1].lower() if k["RASTER"] != "RASTER_HEURISTIC" else "")
         extra += f"-sw{k['SWIZZLE']}" if k["SWIZZLE"] != "1" else ""
         return (f"sm90t-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"

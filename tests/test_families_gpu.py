@@ -588,6 +588,24 @@ def test_transposed_family_passes_every_check(evaluator):
                                                                            Shape(1030, 1000, 776)])
 
 
+#: decode shapes for the transposed kernels that slice K (SPLITK_REDUCE): M of 1, 7, 16, 17, 32 and
+#: 100 (four 32-row tiles, the last partial), N of 4096, 4104 (not a multiple of the 64-column
+#: tile) and 128256 (2,004 tiles: one slice), K of 4096 and 8192 (two and four slices), 4104 (three
+#: slices of 1,368: K / 2 is not a multiple of 8) and 14336
+SLICED_DECODE_SHAPES = [Shape(1, 4096, 4096), Shape(7, 4104, 4104), Shape(16, 4096, 14336), Shape(17, 4096, 8192),
+                        Shape(32, 4104, 4096), Shape(16, 128256, 4096), Shape(100, 4096, 4096)]
+
+
+def test_transposed_sliced_decode_tiles_pass_every_check(evaluator):
+    """The 16- and 32-row transposed entries that cut K into equal slices, one batched launch writing
+    fp32 partial tiles, and add them in a second kernel: every output exact on decode shapes where
+    the slice count is two, three, four or one, with partial row and column tiles; the determinism
+    check and the timed calls repeat the pair of launches on the same buffers."""
+    names = [c.name for c in F.catalog("f32", "sm_90a") if c.family == "sm90_cutlass_t" and "-splitr" in c.name]
+    assert len(names) == 5
+    assert_catalog_configs_pass(evaluator, names, SLICED_DECODE_SHAPES)
+
+
 #: decode shapes for skinny_splitk: every M of 1, 7, 16, 100, 128, every N of 4096, 4104 (not a
 #: multiple of any column tile), 128256 (an lm_head: 1,002 tiles of 128) and every K of 4096, 4104
 #: (a last k-tile of 8 rows), 14336, each at least twice

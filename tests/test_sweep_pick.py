@@ -59,7 +59,8 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
-    basic = {c.name for c in catalog("f32", "sm_90a") if c.knob_dict.get("SCHEDULE") == "BASIC"}
+    basic = {c.name for c in catalog("f32", "sm_90a")
+             if c.knob_dict.get("SCHEDULE") == "BASIC" and c.knob_dict.get("SCHEDULER") != "SPLITK_REDUCE"}
     assert len(basic) == 48   # twenty sm90_cutlass entries and their no-PDL twins, eight sm90_cutlass_t
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
@@ -87,11 +88,17 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
 
 
 def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other():
-    """On a decode GEMM (M <= 32, N and K >= 1,024) the pick times the five transposed CUTLASS
-    schedules of the narrowest tile that holds M (16 rows up to M = 16, then 32), whatever the
-    model ranks; on other shapes none of them is added for it."""
+    """On a decode GEMM (M <= 32, N and K >= 1,024) the pick times every transposed CUTLASS
+    configuration of the narrowest tile that holds M (16 rows up to M = 16, then 32: five
+    schedules, and the 64-column BASIC tile with K sliced for a second kernel's sum, three and two),
+    whatever the model ranks; on other shapes none of them is added for it, and the sliced ones are
+    not BASIC windows' configurations."""
     decode = {rows: {c.name for c in catalog("f32", "sm_90a") if decode_tile(c, rows)} for rows in (16, 32)}
-    assert all(len(names) == 5 for names in decode.values())
+    assert {rows: len(names) for rows, names in decode.items()} == {16: 8, 32: 7}
+    sliced = {n for names in decode.values() for n in names if "-splitr" in n}
+    assert len(sliced) == 5
+    for shape in (Shape(2048, 512, 64), Shape(1024, 512, 2048)):
+        assert not any(kind(c) for kind in time_every(shape) for c in catalog("f32", "sm_90a") if c.name in sliced)
     for shape, rows in ((Shape(16, 28672, 4096), 16), (Shape(1, 6144, 4096), 16), (Shape(32, 4096, 14336), 32),
                         (Shape(17, 1024, 1024), 32)):
         assert is_decode(shape) and decode_tile_rows(shape.m) == rows

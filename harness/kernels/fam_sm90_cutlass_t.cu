@@ -32,14 +32,20 @@
 //                                       alternate tiles; COOPERATIVE: persistent, two consumer
 //                                       warpgroups share a tile (TILE_N 128 or 256)
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
-//   SCHEDULER       PERSISTENT, STREAMK, SPLITK
+//   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE
 //                                       CUTLASS's tile schedulers (STREAMK and SPLITK need
 //                                       COOPERATIVE): few tiles over a long K (a decode GEMM's
 //                                       4096 x 16 tiles of 256 x 16 are 16 CTAs) share their K
-//                                       among CTAs, the partial tiles reduced by CUTLASS's fixup
-//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK (ignored otherwise); 0 = chosen per
-//                                       call: tiles x splits fill one wave of resident CTAs, at
-//                                       least 4 k-tiles per split
+//                                       among CTAs, the partial tiles reduced by CUTLASS's fixup.
+//                                       SPLITK_REDUCE (any schedule): K is cut into equal slices
+//                                       run as one batched GEMM writing fp32 partial tiles, and a
+//                                       second kernel adds them in slice order and writes C: no
+//                                       workspace to reset per call, no CTA waits on another
+//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK / SPLITK_REDUCE (ignored otherwise);
+//                                       0 = chosen per call: tiles x splits fill one wave of
+//                                       resident CTAs, at least 4 k-tiles per split
+//                                       (SPLITK_REDUCE: slices must divide K into multiples of
+//                                       TILE_K, else of 8; the count is lowered until they do)
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (of C's tiles)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order
 //   ACC             ACC_F32, ACC_F16    accumulator type
@@ -57,6 +63,7 @@
 #define PERSISTENT 1
 #define STREAMK 2
 #define SPLITK 3
+#define SPLITK_REDUCE 4
 #define RASTER_HEURISTIC 0
 #define RASTER_ALONG_M 1
 #define RASTER_ALONG_N 2
@@ -117,7 +124,11 @@ namespace l2t {
 
 using ElementA = cutlass::half_t;   // A' = B^T
 using ElementB = cutlass::half_t;   // B' = A
+#if SCHEDULER == SPLITK_REDUCE
+using ElementD = float;  // the fp32 slice sums; the reduce kernel writes the fp16 C
+#else
 using ElementD = cutlass::half_t;
+#endif
 #if ACC == ACC_F16
 using ElementAcc = cutlass::half_t;
 #else
@@ -129,13 +140,15 @@ using LayoutA = cutlass::layout::ColumnMajor;  // A' = B^T: N x K, N contiguous
 using LayoutB = cutlass::layout::ColumnMajor;  // B' = A: K x M as CUTLASS's B, K contiguous
 using LayoutD = cutlass::layout::ColumnMajor;  // D' = C^T: N x M, N contiguous
 constexpr int kAlign = 8;                      // 16 bytes of fp16
+constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
 
 // CUTLASS's (M, N, K) tile and cluster: ours with M and N exchanged
 using TileShape = Shape<Int<TILE_N>, Int<TILE_M>, Int<TILE_K>>;
 using ClusterShape = Shape<Int<CLUSTER_N>, Int<CLUSTER_M>, _1>;
 
-static_assert(SCHEDULER == PERSISTENT || SCHEDULE == COOPERATIVE, "STREAMK and SPLITK need COOPERATIVE");
-#if SCHEDULER == PERSISTENT
+static_assert(SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE || SCHEDULE == COOPERATIVE,
+              "STREAMK and SPLITK need COOPERATIVE");
+#if SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE
 using TileScheduler = cutlass::gemm::PersistentScheduler;
 #else
 using TileScheduler = cutlass::gemm::StreamKScheduler;
@@ -158,8 +171,8 @@ using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
-    void, LayoutD, kAlign,       // no source operand: beta = 0
-    ElementD, LayoutD, kAlign,   // D' = C^T
+    void, LayoutD, kAlignD,      // no source operand: beta = 0
+    ElementD, LayoutD, kAlignD,  // D' = C^T (SPLITK_REDUCE: its fp32 slices)
     EpilogueSchedule>::CollectiveOp;
 
 #if STAGES == 0
@@ -186,6 +199,10 @@ using StrideD = typename Gemm::GemmKernel::StrideD;
 struct Prepared {
   Gemm gemm;
   int sm_count = 0;
+  int cc = 0;                  // compute capability (PDL needs 90+)
+  float* slices = nullptr;     // SPLITK_REDUCE: fp32 slice sums, splits x M x N (grow-only)
+  size_t slice_floats = 0;
+  int splits = 1;              // SPLITK_REDUCE: slices of the last prepared problem
   int resident_clusters = -1;  // -1: not asked yet; 0: the query failed (CUTLASS uses sm_count)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -230,6 +247,11 @@ static int resident_clusters() {
   return clusters;
 }
 
+#if SCHEDULER == SPLITK_REDUCE
+using State = Prepared;  // the name the shared reduce part uses
+// l2: part part_splitk_reduce.cuh
+#endif
+
 }  // namespace l2t
 
 extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int K, void* stream) {
@@ -242,28 +264,64 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     int dev = 0;
     cudaGetDevice(&dev);
     p.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    p.cc = major * 10 + minor;
   }
   if (p.resident_clusters < 0) p.resident_clusters = resident_clusters();
+  const bool same = p.a == A && p.b == B && p.c == C && p.m == M && p.n == N && p.k == K && p.stream == s;
+#if SCHEDULER == SPLITK_REDUCE
+  if (!same) {
+    p.m = -1;  // until initialize() succeeds for this problem
+    const int ctas = p.resident_clusters > 0 ? p.resident_clusters * CLUSTER_M * CLUSTER_N : p.sm_count;
+    p.splits = reduce_splits(M, N, K, ctas);
+    const size_t need_floats = (size_t)p.splits * M * N;
+    if (need_floats > p.slice_floats) {  // grow-only; an old buffer stays (graphs may use it)
+      p.slices = nullptr;
+      p.slice_floats = 0;
+      if (cudaMalloc(&p.slices, need_floats * sizeof(float)) != cudaSuccess) return 3;
+      p.slice_floats = need_floats;
+    }
+  }
+  if (same) {
+    if (p.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
+    return launch_reduce(p, C, M, N, s);
+  }
+  // CUTLASS's problem (M', N', K / splits, splits): slice l of K is rows [l*kslice, (l+1)*kslice)
+  // of B (A' = B^T: ld N, the slice kslice*N further) and columns of A (B' = A: ld K, kslice
+  // further); slice l's fp32 C^T goes to its own M x N block of the slices buffer.
+  const int kslice = K / p.splits;
+  StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(N, kslice, p.splits));
+  StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(M, K, 1));
+  cute::get<2>(sb) = static_cast<int64_t>(kslice);
+  StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(N, M, p.splits));
+  ElementD* out = p.slices;
+  const auto mode = p.splits > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
+  const int pk = kslice, pl = p.splits;
+#else
 #if SCHEDULER == PERSISTENT
   // Same problem as last call: the kernel parameters (TMA descriptors) are still valid. (Stream-K
   // and split-K initialize every call: that resets their workspace for the fixup.)
-  if (p.a == A && p.b == B && p.c == C && p.m == M && p.n == N && p.k == K && p.stream == s) {
-    return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
-  }
+  if (same) return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
 #endif
   // CUTLASS's problem (M', N', K) = (N, M, K)
   StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(N, K, 1));
   StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(M, K, 1));
   StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(N, M, 1));
+  ElementD* out = static_cast<ElementD*>(C);
+  const auto mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  const int pk = K, pl = 1;
+#endif
   cutlass::KernelHardwareInfo hw;
   hw.device_id = 0;
   hw.sm_count = p.sm_count;
   hw.max_active_clusters = p.resident_clusters;
   typename Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGemm,
-      {N, M, K, 1},
+      mode,
+      {N, M, pk, pl},
       {static_cast<const ElementA*>(B), sa, static_cast<const ElementB*>(A), sb},
-      {{1.0f, 0.0f}, nullptr, sd, static_cast<ElementD*>(C), sd},
+      {{1.0f, 0.0f}, nullptr, sd, out, sd},
       hw};
   args.scheduler.max_swizzle_size = SWIZZLE;
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
@@ -301,5 +359,10 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   p.m = -1;  // until initialize() succeeds for this problem
   if (p.gemm.initialize(args, p.workspace, s) != cutlass::Status::kSuccess) return 4;
   p.a = A; p.b = B; p.c = C; p.m = M; p.n = N; p.k = K; p.stream = s;
-  return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
+  if (p.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
+#if SCHEDULER == SPLITK_REDUCE
+  return launch_reduce(p, C, M, N, s);
+#else
+  return 0;
+#endif
 }

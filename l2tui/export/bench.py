@@ -42,6 +42,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -136,7 +137,6 @@ def ratio_row(s: tuple[int, int, int], path: str, exported: bool, times_ms: dict
 
 def cublas_nn_median(runs: list[Evaluation]) -> float | None:
     """cuBLAS's row-major-B (NN) time over the passing runs, median; None when it was not timed."""
-    import statistics
 
     details = [r.extra.get("detail_times_ms") for r in runs if r.status == "ok" and r.extra]
     xs: list[float] = [x for d in details if isinstance(d, dict)
@@ -154,7 +154,6 @@ def _print_ratio_row(row: dict) -> None:
 
 def median_times(runs: list[dict[str, float]]) -> dict[str, float]:
     """Per subject, the median of its times over repeated evaluations (subjects timed in every one)."""
-    import statistics
 
     labels = set.intersection(*(set(r) for r in runs)) if runs else set()
     return {lab: statistics.median(r[lab] for r in runs) for lab in sorted(labels)}

@@ -121,7 +121,7 @@ def _basic_windows(shape: Shape) -> list[Kind]:
     """The BASIC kinds of :func:`time_every`: all of BASIC in its window, else the deep rings in theirs."""
     tiles = -(-shape.m // 64) * -(-shape.n // 64)
     if tiles <= BASIC_MAX_TILES and shape.k <= BASIC_MAX_K:
-        return [lambda c: c.knob_dict.get("SCHEDULE") == "BASIC"]
+        return [whole_k_basic]
     if shape.k > BASIC_MAX_K:
         least = DEEP_RING_MIN_TILES if shape.k <= DEEP_RING_SHORT_K else DEEP_RING_MIN_TILES_LONG_K
         if least <= tiles <= DEEP_RING_MAX_TILES:
@@ -153,13 +153,21 @@ def decode_tile(c: Config, rows: int) -> bool:
     return c.family == "sm90_cutlass_t" and c.knob_dict["TILE_M"] == str(rows)
 
 
+def whole_k_basic(c: Config) -> bool:
+    """CUTLASS BASIC, a CTA per tile over the whole K (the windows' kind). The decode entries that
+    cut K into slices and add them in a second kernel (``SPLITK_REDUCE``) are timed as decode
+    tiles (:func:`decode_tile`), not on every small shape."""
+    k = c.knob_dict
+    return k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") != "SPLITK_REDUCE"
+
+
 def deep_ring(c: Config) -> bool:
     """CUTLASS BASIC with a ring of six stages or more (or as many as fit, or 128-wide k-tiles): one
     or two CTAs per SM, each with 96-128 KB of loads in flight, for a grid of at most one wave with
     a long K, where a CTA's loads in flight, not the tensor cores, set its speed. The model prices
     stages by latency hiding only and ranks these with the shallow rings."""
     k = c.knob_dict
-    return k.get("SCHEDULE") == "BASIC" and (k.get("STAGES") in ("0", "6", "7", "8") or k.get("TILE_K") == "128")
+    return whole_k_basic(c) and (k.get("STAGES") in ("0", "6", "7", "8") or k.get("TILE_K") == "128")
 
 
 def choose(ranked: Sequence[Config], shape: Shape, top: int, *, kinds: bool = True,
