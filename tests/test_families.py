@@ -618,6 +618,53 @@ def test_transposed_decode_tiles_and_their_schedulers():
     assert F.Config.of("sm90_cutlass_t", base).geometry().tile_grid(Shape(16, 28672, 4096)) == (1, 112)
 
 
+def test_transposed_sliced_decode_tiles_are_validated_named_and_counted():
+    """SPLITK_REDUCE on the transposed family: any schedule (BASIC included: a CTA per (tile,
+    slice)), never SPLITS 1; the name says ``splitr``; with SPLITS 0 the slices fill one wave of
+    resident CTAs, two at a full ring (one CTA per SM), four with an 8-stage ring (two per SM), as
+    the kernel's host code counts them from the occupancy query; K is cut into multiples of TILE_K
+    (else of 8): 4104 = 3 x 1368."""
+    base = {**F.SM90T.defaults(), "TILE_M": "16", "TILE_N": "64", "CLUSTER_M": "1", "CLUSTER_N": "1",
+            "SCHEDULE": "BASIC", "SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0"}
+    assert F.validate("sm90_cutlass_t", base) == []
+    full = F.Config.of("sm90_cutlass_t", base)
+    assert full.name == "sm90t-16x64x64-c1x1-ws-st0-splitr0-nopdl"
+    g = full.geometry()
+    assert g.separate_reduce and not g.persistent and g.ctas_per_sm == 1
+    assert g.splits_for(Shape(16, 4096, 4096)) == 2
+    assert g.splits_for(Shape(16, 6144, 4096)) == 1          # 96 tiles: one wave without slices
+    assert g.splits_for(Shape(7, 4104, 4104)) == 1            # 65 tiles: 132 // 65 = 2 slices do not cut 4104
+    ring8 = F.Config.of("sm90_cutlass_t", {**base, "STAGES": "8"}).geometry()
+    assert ring8.ctas_per_sm == 2 and ring8.splits_for(Shape(16, 4096, 4096)) == 4
+    assert ring8.splits_for(Shape(16, 3584, 4104)) == 3       # 4104 / 4 and / 2 are not multiples of 8
+    assert any("SPLITS 1" in p for p in F.validate("sm90_cutlass_t", {**base, "SPLITS": "1"}))
+    assert F.validate("sm90_cutlass_t", {**base, "SCHEDULE": "PINGPONG"}) == []
+    src = F.render("sm90_cutlass_t", base)
+    assert "splitk_reduce(" in src and "using ElementD = float;" in src and "// l2: part" not in src
+
+
+def test_a_kernel_part_is_pasted_where_its_template_names_it(tmp_path, monkeypatch):
+    """The reduce kernel both CUTLASS families use is one file: a template line ``// l2: part
+    FILE`` becomes that part's code (what follows its ``// l2: part begins`` line), so a render is
+    still one source; a part without that line is refused."""
+    template = F._read_template("fam_sm90_cutlass.cu")
+    assert "// l2: part" not in template and template.count("splitk_reduce(") == 1 and "launch_reduce(" in template
+    raw = (F.KERNELS_DIR / "fam_sm90_cutlass.cu").read_text()
+    assert raw.count("// l2: part part_splitk_reduce.cuh\n") == 1
+    monkeypatch.setattr(F, "KERNELS_DIR", tmp_path)
+    F._read_template.cache_clear()
+    try:
+        (tmp_path / "t.cu").write_text("a\n// l2: part part_x.cuh\nb\n")
+        (tmp_path / "part_x.cuh").write_text("// what it needs\n// l2: part begins\nX\n")
+        assert F._read_template("t.cu") == "a\nX\nb\n"
+        (tmp_path / "part_x.cuh").write_text("X\n")
+        F._read_template.cache_clear()
+        with pytest.raises(F.FamilyError, match="lacks its '// l2: part begins' line"):
+            F._read_template("t.cu")
+    finally:
+        F._read_template.cache_clear()
+
+
 @pytest.mark.compile
 @pytest.mark.slow
 def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
@@ -643,7 +690,12 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
       "SCHEDULER": "STREAMK"}, "MMA_64x16x16_F32F16F16_SS"),
     ({"TILE_M": "32", "TILE_N": "128", "SCHEDULE": "COOPERATIVE", "CLUSTER_M": "1", "CLUSTER_N": "1",
       "SCHEDULER": "SPLITK", "SPLITS": "0"}, "MMA_64x32x16_F32F16F16_SS"),
-], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs", "decode-16x256-streamk", "decode-32x128-splitk"])
+    ({"TILE_M": "16", "TILE_N": "64", "SCHEDULE": "BASIC", "CLUSTER_M": "1", "CLUSTER_N": "1",
+      "SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0", "PDL": "1"}, "MMA_64x16x16_F32F16F16_SS"),
+    ({"TILE_M": "16", "TILE_N": "64", "SCHEDULE": "BASIC", "CLUSTER_M": "1", "CLUSTER_N": "1",
+      "SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0", "DTYPE": "DTYPE_BF16"}, "MMA_64x16x16_F32BF16BF16_SS"),
+], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs", "decode-16x256-streamk", "decode-32x128-splitk",
+        "decode-16x64-sliced-pdl", "decode-16x64-sliced-bf16"])
 @pytest.mark.compile
 def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
     """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16
@@ -656,3 +708,5 @@ def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path,
     assert res.ok, res.error_text()
     assert "C7510" not in res.log and atom in res.log, res.log[-2000:]
     assert res.ptxas is not None and res.ptxas.spill_store_bytes == 0, res.log[-2000:]
+    if knobs.get("SCHEDULER") == "SPLITK_REDUCE":
+        assert "splitk_reduce" in res.log     # ptxas compiled the reduce kernel too

@@ -81,3 +81,11 @@ def test_an_unreadable_winners_file_is_one_line(tmp_path, capsys):
     assert R.main([str(bad), "--against", "HEAD"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rehash_winners: ") and "\n" not in err
+
+
+def test_a_template_at_a_revision_has_its_kernel_parts_pasted_from_that_revision():
+    """sm90_cutlass names the split-K reduce part: the template the tool reads at HEAD (the tree
+    as committed) is the one the registry renders today, part included."""
+    fam = F.get_family("sm90_cutlass")
+    assert R.template_at("HEAD", fam) == F._read_template(fam.file)
+    assert "// l2: part" not in R.template_at("HEAD", fam)

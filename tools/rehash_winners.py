@@ -21,6 +21,7 @@ same knobs; an edit that changes the launch code must not be carried over this w
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +35,22 @@ from harness import winners as W  # noqa: E402
 
 
 def template_at(rev: str, fam: F.Family) -> str:
-    """``fam``'s template text at git revision ``rev``."""
+    """``fam``'s template text at git revision ``rev``, with the kernel parts it names (``// l2: part
+    FILE``) pasted from the same revision, as :func:`harness.families._read_template` does today."""
     if fam.body_from is not None:
         raise SystemExit(f"{fam.name} borrows its body from {fam.body_from}: not supported")
-    path = f"harness/kernels/{fam.file}"
+
+    def part(m: "re.Match[str]") -> str:
+        _, sep, code = _show(rev, f"harness/kernels/{m['file']}").partition(F._PART_BEGINS)
+        if not sep:
+            raise SystemExit(f"{rev}:harness/kernels/{m['file']} lacks its part-begins line")
+        return code
+
+    return F._PART_LINE.sub(part, _show(rev, f"harness/kernels/{fam.file}"))
+
+
+def _show(rev: str, path: str) -> str:
+    """A file's text at git revision ``rev``."""
     r = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parents[1])
     if r.returncode != 0:
