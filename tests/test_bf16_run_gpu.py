@@ -7,8 +7,9 @@ check, and the track has a best. ``l2tui export --build`` of that session gives 
 reference stays within twice torch's own bf16 error (the harness's bound, relative to cuBLAS's).
 The run is kept to kernels whose builds take seconds: a small shape (128 x 128 x 128, where the
 small families win by a wide margin, so the export dispatches its kernel), a pick of the cost
-model's top two (both tiny_mma there) without the kinds it times besides, and no known kernels
-(on an H100 the fp16 twins of its model-shape winners are CUTLASS kernels). Each of those brings
+model's top two (both tiny_mma there) without the kinds it times besides, two steps of two
+candidates, and no known kernels (on an H100 the fp16 twins of its model-shape winners are CUTLASS
+kernels). Each of those brings
 CUTLASS builds of a minute of nvcc: with them the run alone outlasted 330 s on an H100 from an
 empty build cache.
 """
@@ -25,9 +26,10 @@ import pytest
 pytestmark = [pytest.mark.gpu, pytest.mark.compile]
 
 SHAPE = (128, 128, 128)
-STEPS = 3
-#: the small families only: no extra kinds in the pick, no known kernels (see the module docstring)
-QUICK_PICK = "[loop]\nknown = false\n[search]\npick_top = 2\npick_kinds = false\n"
+STEPS = 2
+#: the small families only: no extra kinds in the pick, no known kernels, two candidates a step
+#: (see the module docstring)
+QUICK_PICK = "[loop]\nknown = false\n[search]\npick_top = 2\npick_kinds = false\ncandidates_per_step = 2\n"
 
 
 def _needs_gpu() -> None:
