@@ -117,6 +117,7 @@ def measure(cp: CupyModule, stream: CudaStream, shim_fn: Callable[..., int], shi
     res = timing.offline(cp, stream, [timing.Graph("floor", g, 1000, 0.0)], replays=7)["floor"]
     floor = res["median_ms"]
     return {
+        "l2_bytes": _l2_bytes(cp),
         "version": CACHE_VERSION,
         "peak_tflops": round(peak, 2),
         "bw_gbs": round(bw, 1),
@@ -128,6 +129,16 @@ def measure(cp: CupyModule, stream: CudaStream, shim_fn: Callable[..., int], shi
                   " and a 1 GiB int4 read-only kernel, each in a graph;"
                   " floor: empty kernel x1000 in a graph",
     }
+
+
+def _l2_bytes(cp: CupyModule) -> int | None:
+    """The GPU's L2 size in bytes (None if the runtime does not say): where B fits, a per-call time
+    may find it there from the previous call of the same GEMM."""
+    try:
+        v = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("l2CacheSize")
+    except Exception:
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 # ---------------------------------------------------------------- the B-read floor of decode shapes
@@ -185,25 +196,46 @@ def b_floor_fractions(rows: Sequence[Mapping[str, Any]], rf: Mapping[str, object
     return out
 
 
+def l2_bytes(rf: Mapping[str, object] | None) -> int | None:
+    """The L2 size a roofline record holds (files measured before it was recorded have none)."""
+    v = rf.get("l2_bytes") if isinstance(rf, Mapping) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def b_fits_in_l2(shape: Shape, rf: Mapping[str, object] | None) -> bool:
+    """Whether B (K x N, two bytes an element) fits in the L2 the record names."""
+    l2 = l2_bytes(rf)
+    return l2 is not None and 2 * shape.k * shape.n <= l2
+
+
 def b_floor_table(rows: Sequence[Mapping[str, Any]], rf: Mapping[str, object] | None,
                   labels: Sequence[str]) -> list[str]:
     """Lines for a bench summary: per decode shape the B-read floor in microseconds and each
-    label's fraction of it (e.g. ``0.87``), then each label's geomean. No lines without decode
-    shapes or a measured bandwidth."""
+    label's fraction of it (e.g. ``0.87``), then each label's geomean. A shape whose B fits in the
+    GPU's L2 is marked, and a last line says why its fractions can pass 1: per call B may still be
+    there from the previous call of the same GEMM, which in a model (another layer's weights every
+    GEMM) it is not. No lines without decode shapes or a measured bandwidth."""
     per = b_floor_fractions(rows, rf, labels)
     if not per:
         return []
     bw = read_bandwidth_gbs(rf)
     lines = [f"fraction of the B-read floor (decode shapes, M <= {SKINNY_MAX_M}; B read once at {bw:.0f} GB/s)",
              f"{'shape':22}{'floor us':>10}" + "".join(f"{lb[:14]:>15}" for lb in labels)]
+    marked = False
     for shape, floor, fr in per:
         cells = "".join(f"{v:>15.2f}" if v is not None else f"{'-':>15}" for v in fr.values())
-        lines.append(f"{str(shape):22}{floor * 1e3:>10.1f}" + cells)
+        mark = "*" if b_fits_in_l2(shape, rf) else ""
+        marked = marked or bool(mark)
+        lines.append(f"{str(shape) + mark:22}{floor * 1e3:>10.1f}" + cells)
     geo = []
     for lb in labels:
         xs = [x for _, _, fr in per if (x := fr[lb])]
         geo.append(f"{math.exp(sum(math.log(x) for x in xs) / len(xs)):>15.2f}" if xs else f"{'-':>15}")
     lines.append(f"{'geomean':22}{'':>10}" + "".join(geo))
+    if marked:
+        l2 = l2_bytes(rf) or 0
+        lines.append(f"* B fits in the L2 ({l2 / 2**20:.0f} MiB): per call it may still be there from the previous "
+                     "call, so the fraction can pass 1; in a model each layer's weights come from memory")
     return lines
 
 

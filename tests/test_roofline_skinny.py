@@ -81,3 +81,20 @@ def test_the_command_prints_the_table_of_a_bench_file_and_one_line_for_anything_
     assert roofline.main([str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("roofline: ") and "Traceback" not in err[0]
+
+
+def test_a_decode_shape_whose_b_fits_in_l2_is_marked_and_the_table_says_why():
+    """With the L2 size in the record, a B that fits (4096 x 4096: 32 MiB of 50) is marked and a
+    last line says a per-call time may find it there; a B that does not (14336 x 4096: 112 MiB) is
+    not; a record without the size (files measured before it was kept) marks nothing."""
+    with_l2 = {**RF, "l2_bytes": 50 * 2**20}
+    rows = [_row(16, 4096, 4096, l2=0.01), _row(16, 14336, 4096, l2=0.05)]
+    lines = roofline.b_floor_table(rows, with_l2, ["l2"])
+    assert lines[2].startswith("16x4096x4096*") and lines[3].startswith("16x14336x4096 ")
+    assert lines[-1].startswith("* B fits in the L2 (50 MiB)") and "previous call" in lines[-1]
+    assert roofline.b_fits_in_l2(Shape(16, 4096, 4096), with_l2)
+    assert not roofline.b_fits_in_l2(Shape(16, 4096, 4096), RF)
+    plain = roofline.b_floor_table(rows, RF, ["l2"])
+    assert "*" not in "\n".join(plain) and plain[-1].startswith("geomean")
+    for bad in ({"l2_bytes": "50"}, {"l2_bytes": True}, {"l2_bytes": -1}, None):
+        assert roofline.l2_bytes(bad) is None
