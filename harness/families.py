@@ -108,18 +108,22 @@ _PART_BEGINS = "// l2: part begins\n"
 
 @lru_cache(maxsize=None)
 def _read_template(file: str) -> str:
-    """A template's text with its ``// l2: part FILE`` lines replaced by that part's code: a piece
+    """A template's text with its kernel parts pasted (:func:`paste_parts`)."""
+    return paste_parts((KERNELS_DIR / file).read_text(), lambda name: (KERNELS_DIR / name).read_text())
+
+
+def paste_parts(template: str, read: Callable[[str], str]) -> str:
+    """``template`` with its ``// l2: part FILE`` lines replaced by that part's code (what follows
+    the part's ``// l2: part begins`` line; ``read`` gives a kernel file's text by name): a piece
     two families share (the split-K reduce) is written once and every render is still one
     self-contained source, as the sandboxed compiler needs."""
-    return _PART_LINE.sub(lambda m: _read_part(m["file"]), (KERNELS_DIR / file).read_text())
+    def code(m: re.Match[str]) -> str:
+        _, sep, body = read(m["file"]).partition(_PART_BEGINS)
+        if not sep:
+            raise FamilyError(f"kernel part {m['file']} lacks its '{_PART_BEGINS.strip()}' line")
+        return body
 
-
-def _read_part(file: str) -> str:
-    """A part's code: what follows its ``// l2: part begins`` line (above it, what it needs)."""
-    _, sep, code = (KERNELS_DIR / file).read_text().partition(_PART_BEGINS)
-    if not sep:
-        raise FamilyError(f"kernel part {file} lacks its '{_PART_BEGINS.strip()}' line")
-    return code
+    return _PART_LINE.sub(code, template)
 
 
 def _V(*xs: int | str) -> tuple[str, ...]:

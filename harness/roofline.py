@@ -138,7 +138,7 @@ def _l2_bytes(cp: CupyModule) -> int | None:
         v = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("l2CacheSize")
     except Exception:
         return None
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    return l2_bytes({"l2_bytes": v})
 
 
 # ---------------------------------------------------------------- the B-read floor of decode shapes

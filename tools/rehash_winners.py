@@ -21,7 +21,6 @@ same knobs; an edit that changes the launch code must not be carried over this w
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,14 +38,8 @@ def template_at(rev: str, fam: F.Family) -> str:
     FILE``) pasted from the same revision, as :func:`harness.families._read_template` does today."""
     if fam.body_from is not None:
         raise SystemExit(f"{fam.name} borrows its body from {fam.body_from}: not supported")
-
-    def part(m: "re.Match[str]") -> str:
-        _, sep, code = _show(rev, f"harness/kernels/{m['file']}").partition(F._PART_BEGINS)
-        if not sep:
-            raise SystemExit(f"{rev}:harness/kernels/{m['file']} lacks its part-begins line")
-        return code
-
-    return F._PART_LINE.sub(part, _show(rev, f"harness/kernels/{fam.file}"))
+    return F.paste_parts(_show(rev, f"harness/kernels/{fam.file}"),
+                         lambda name: _show(rev, f"harness/kernels/{name}"))
 
 
 def _show(rev: str, path: str) -> str:
