@@ -71,8 +71,9 @@ def test_a_bf16_search_run_tries_bf16_kernels_that_pass_every_check(bf16_session
     assert [e for e in checked if not e.get("ok")] == []
     best = [e for e in s.events if e["type"] == "best"]
     assert best, "the track ended without a best kernel"
-    rows = [r for r in s.rewards if r.get("kind") == "ok"]
-    assert rows and {r["dtype"] for r in s.rewards} == {"bf16"}
+    rewards = s.rewards()
+    assert [r for r in rewards if r.get("kind") == "ok"], "no reward row for a kernel that passed"
+    assert {r["dtype"] for r in rewards} == {"bf16"}
 
 
 def test_the_export_of_a_bf16_run_multiplies_torch_bfloat16_tensors(bf16_session: Path, tmp_path: Path):
