@@ -13,11 +13,12 @@ mkdir -p "$OUT" sessions
 export L2TUI_CACHE_DIR=${L2TUI_CACHE_DIR:-$PWD/.h100-cache}   # an empty build cache on a first run
 ALL=cublas,cublaslt_heuristic,cublaslt_autotune,torch
 
-# 1. the grid sweep from an empty build cache (resumes when the session exists)
+# 1. the grid sweep from an empty build cache, the README's command (the pick only: refinement
+#    steps would build new variants inside every track); resumes when the session exists
 if [ -d sessions/grid-h100 ]; then
   l2tui sweep --session sessions/grid-h100 --resume --max-seconds "$BOX"
 else
-  l2tui sweep --shapes grid --session sessions/grid-h100 --max-seconds "$BOX"
+  l2tui sweep --shapes grid --steps 0 --seeds 3 --session sessions/grid-h100 --max-seconds "$BOX"
 fi
 python -m harness winners from-dir --kernels sessions/grid-h100/winners --acc f32 --out "$OUT/winners-f32.json"
 
