@@ -34,13 +34,12 @@ VERIFIED_ON_GPU = {
     "testbad_hog": "94d97e25fd60727eeff107ba9b0436293b3d29053617ff9003bf61c9ce025f32",
     # self-contained (the loop reads it by path as its fallback seed): comes back as it is
     "reference_naive": "eeebd8e281b22aa0484f4761e1ec0ea0e6355ed1a98381e324a38447374a0813",
-}
-#: sha256 of each composed test kernel not yet run by the GPU tests (written while no GPU was at
-#: hand): it moves to VERIFIED_ON_GPU once its GPU test has passed on that text
-NOT_YET_ON_GPU: dict[str, str] = {
     "testbad_bf16acc": "9c9693457cb59caf2bd5468912acce0c04e5c5ec1e16d9a1cd1c36a25f019d2b",
     "testbad_bf16trunc": "25bde0452582c323fc9b76bd277d574749f1f809a6bd80193f2f3f5a78ff5f71",
 }
+#: sha256 of each composed test kernel not yet run by the GPU tests (written while no GPU was at
+#: hand): it moves to VERIFIED_ON_GPU once its GPU test has passed on that text
+NOT_YET_ON_GPU: dict[str, str] = {}
 #: the parts of the shared header each test kernel names
 PARTS_USED = {
     "testbad_bf16acc": set(),        # bf16 tiles and a bf16 hfma accumulator, its own launch
