@@ -165,6 +165,19 @@ def csv_path_for(json_path: str | Path) -> Path:
     return p.with_suffix(".csv") if p.suffix == ".json" else Path(str(p) + ".csv")
 
 
+def result_text(obj: dict[str, Any]) -> str:
+    """A result file's text: everything but the rows indented, one compact line per row. A grid
+    bench holds a thousand rows of checks and timings; indented, their whitespace alone was a
+    third of the file, and a row per line still reads (and diffs) shape by shape."""
+    head = {k: v for k, v in obj.items() if k != "rows"}
+    rows = obj.get("rows", [])
+    if not rows or not head:
+        return json.dumps(obj, indent=1, sort_keys=False) + "\n"
+    text = json.dumps(head, indent=1, sort_keys=False)
+    body = ",\n".join(json.dumps(r, separators=(",", ":"), sort_keys=False) for r in rows)
+    return text[:-2] + ',\n "rows": [\n' + body + "\n ]\n}\n"
+
+
 def save(rf: ResultFile, path: str | Path, *, write_csv: bool = True) -> tuple[Path, Path | None]:
     """Validate and write atomically; returns (json path, csv path or None)."""
     obj = _clean(rf.to_dict())
@@ -174,7 +187,7 @@ def save(rf: ResultFile, path: str | Path, *, write_csv: bool = True) -> tuple[P
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+    tmp.write_text(result_text(obj))
     os.replace(tmp, p)
     cp = None
     if write_csv:

@@ -37,6 +37,16 @@ def test_round_trip_json_and_csv(tmp_path):
     assert "candidate vs cublas" in table and "roofline fraction candidate" in table
 
 
+def test_a_saved_file_holds_one_row_a_line_under_an_indented_head(tmp_path):
+    rows = [_row(64, 64, 64, cublas=0.002, candidate=0.0015), _row(128, 64, 64, cublas=0.003, candidate=None)]
+    jp, _ = save(ResultFile(dict(META), rows), tmp_path / "r.json", write_csv=False)
+    text = jp.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[1] == ' "meta": {' and lines[-1] == "}"
+    assert [json.loads(ln.rstrip(",")) for ln in lines if ln.startswith('{"m":')] == json.loads(text)["rows"]
+    assert load(jp).rows == json.loads(text)["rows"] and len(json.loads(text)["rows"]) == 2
+
+
 def test_nan_becomes_null(tmp_path):
     rf = ResultFile(dict(META), [_row(64, 64, 64, cublas=0.002)])
     rf.rows[0]["spread"] = {"cublas": math.nan}
