@@ -255,10 +255,12 @@ SM90T = Family(
              "BASIC: a CTA per tile, one consumer warpgroup; persistent: consumer warpgroups "
              "alternate tiles / share a tile"),
         Knob("STAGES", _V(0, 2, 3, 4, 5, 6, 7, 8), "pipeline stages, 0 = fill shared memory"),
-        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK", "SPLITK_REDUCE"),
+        Knob("SCHEDULER", ("PERSISTENT", "STREAMK", "SPLITK", "SPLITK_REDUCE", "SPLITK_FUSED"),
              "CUTLASS's tile scheduler (STREAMK and SPLITK need COOPERATIVE): few tiles share a long K; "
-             "SPLITK_REDUCE (any schedule): batched K slices + a separate parallel reduce kernel"),
-        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8), "K splits for SPLITK/SPLITK_REDUCE, 0 = fill one wave per call"),
+             "SPLITK_REDUCE (any schedule): batched K slices + a separate parallel reduce kernel; "
+             "SPLITK_FUSED (BASIC): the same slices added in the GEMM's own launch after a grid barrier"),
+        Knob("SPLITS", _V(0, 1, 2, 3, 4, 8),
+             "K splits for SPLITK/SPLITK_REDUCE/SPLITK_FUSED, 0 = fill one wave per call"),
         Knob("RASTER", ("RASTER_HEURISTIC", "RASTER_ALONG_M", "RASTER_ALONG_N"), "tile order"),
         Knob("SWIZZLE", _V(1, 2, 4, 8), "max swizzle size of the tile order"),
         Knob("ACC", ("ACC_F32", "ACC_F16"), "accumulator type"),
@@ -551,7 +553,7 @@ class Geometry:
     pingpong: bool
     acc: str
     pdl: bool = True
-    separate_reduce: bool = False  # SPLITK_REDUCE: equal K slices, then a reduce kernel
+    separate_reduce: bool = False  # SPLITK_REDUCE / SPLITK_FUSED: equal K slices written in fp32, then added
     epilogue: str = "EPI_TMA"      # sm90: EPI_TMA / EPI_TMA_NOC / EPI_NOSMEM; mma.sync: SMEM; tiny: REGS
     # tile order of a persistent sm90 kernel: raster "M" / "N" / "H" (CUTLASS's heuristic) and its
     # max swizzle size; swizzle 0 = an order the cost model does not model (other families)
@@ -561,6 +563,7 @@ class Geometry:
     groups: int = 1                        # sm90_ksplit: clusters per tile (0 = chosen per shape)
     k_chunk: int = 0                       # skinny_splitk: K rows per CTA (0 = chosen per shape)
     waves: int = 0                         # skinny_splitk: waves of resident CTAs KCHUNK 0 aims at
+    fused_reduce: bool = False     # SPLITK_FUSED: the slices added in the GEMM's launch after a grid barrier
 
     def tile_grid(self, shape: Shape) -> tuple[int, int]:
         """Output tiles along M and N that the kernel computes: CUTLASS's sm90 tile schedulers
@@ -659,16 +662,24 @@ def _i(knobs: Mapping[str, str], name: str) -> int:
         raise FamilyError(f"knob {name} must be an integer, got {knobs.get(name)!r}") from None
 
 
+def _sm90_cutlass_t_geometry(knobs: Mapping[str, str]) -> Geometry:
+    """The transposed family is sm90_cutlass's machinery and shared memory (A and B staged alike, a
+    delayed-store epilogue, the same schedulers), its tiles counted in C's orientation; its
+    SPLITK_FUSED slices are SPLITK_REDUCE's, added in the GEMM's own launch."""
+    scheduler = knobs.get("SCHEDULER", "PERSISTENT")
+    fused = scheduler == "SPLITK_FUSED"
+    return replace(geometry(SM90, {**knobs, "SCHEDULER": "SPLITK_REDUCE" if fused else scheduler,
+                                   "SPLITS": knobs.get("SPLITS", "1"),
+                                   "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "0"}), family="sm90_cutlass_t",
+                   fused_reduce=fused)
+
+
 def geometry(family: Family | str, knobs: Mapping[str, str]) -> Geometry:
     fam = get_family(family) if isinstance(family, str) else family
     acc = "f16" if knobs.get("ACC") == "ACC_F16" else "f32"
     accb = 2 if acc == "f16" else 4
     if fam.name == "sm90_cutlass_t":
-        # the same machinery and shared memory as sm90_cutlass (A and B staged alike, a delayed-
-        # store epilogue, the same schedulers); tiles counted in C's orientation
-        return replace(geometry(SM90, {**knobs, "SCHEDULER": knobs.get("SCHEDULER", "PERSISTENT"),
-                                       "SPLITS": knobs.get("SPLITS", "1"),
-                                       "EPILOGUE": "EPI_TMA_NOC", "EPI_TILE_N": "0"}), family=fam.name)
+        return _sm90_cutlass_t_geometry(knobs)
     if fam.name == "sm90_cutlass":
         tm, tn, tk = _i(knobs, "TILE_M"), _i(knobs, "TILE_N"), _i(knobs, "TILE_K")
         pingpong = knobs["SCHEDULE"] == "PINGPONG"
@@ -866,8 +877,11 @@ def _sm90_cutlass_t_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]
     scheduler = knobs.get("SCHEDULER", "PERSISTENT")
     if scheduler in ("STREAMK", "SPLITK") and sched != "COOPERATIVE":
         problems.append(f"{scheduler} needs SCHEDULE COOPERATIVE (CUTLASS's stream-K kernels)")
-    if scheduler in ("SPLITK", "SPLITK_REDUCE") and knobs.get("SPLITS") == "1":
+    if scheduler in ("SPLITK", "SPLITK_REDUCE", "SPLITK_FUSED") and knobs.get("SPLITS") == "1":
         problems.append(f"{scheduler} with SPLITS 1 is PERSISTENT: use 0 or 2 and more")
+    if scheduler == "SPLITK_FUSED" and sched != "BASIC":
+        problems.append("SPLITK_FUSED needs SCHEDULE BASIC (the persistent schedules hand registers between "
+                        "warpgroups, and the fused reduce runs in every thread after the GEMM)")
     problems += _cutlass_resource_problems(g)
     return problems
 
@@ -1024,7 +1038,8 @@ def config_name(family: Family | str, knobs: Mapping[str, str]) -> str:
                 f"{_SCHEDULE_TAGS[k['SCHEDULE']]}-{sched}-st{k['STAGES']}{extra}{acc}")
     if fam.name == "sm90_cutlass_t":
         extra = {"PERSISTENT": "", "STREAMK": "-sk", "SPLITK": f"-split{k.get('SPLITS', '1')}",
-                 "SPLITK_REDUCE": f"-splitr{k.get('SPLITS', '1')}"}[k.get("SCHEDULER", "PERSISTENT")]
+                 "SPLITK_REDUCE": f"-splitr{k.get('SPLITS', '1')}",
+                 "SPLITK_FUSED": f"-splitf{k.get('SPLITS', '1')}"}[k.get("SCHEDULER", "PERSISTENT")]
         extra += ("-r" + k["RASTER"][-1].lower() if k["RASTER"] != "RASTER_HEURISTIC" else "")
         extra += f"-sw{k['SWIZZLE']}" if k["SWIZZLE"] != "1" else ""
         return (f"sm90t-{k['TILE_M']}x{k['TILE_N']}x{k['TILE_K']}-c{k['CLUSTER_M']}x{k['CLUSTER_N']}-"

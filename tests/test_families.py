@@ -643,6 +643,31 @@ def test_transposed_sliced_decode_tiles_are_validated_named_and_counted():
     assert "splitk_reduce(" in src and "using ElementD = float;" in src and "// l2: part" not in src
 
 
+def test_transposed_fused_sliced_tiles_are_basic_only_and_keep_the_second_kernel_as_fallback():
+    """SPLITK_FUSED: the slices of SPLITK_REDUCE added inside the GEMM's launch, so BASIC only
+    (the persistent schedules lower the producer's registers, and the fused reduce runs in every
+    thread after the GEMM), never SPLITS 1, named ``splitf``, sliced like SPLITK_REDUCE; its render
+    holds the fused kernel, the grid barrier and the reduce kernel it falls back to when the grid is
+    larger than what the GPU holds at once."""
+    base = {**F.SM90T.defaults(), "TILE_M": "16", "TILE_N": "64", "CLUSTER_M": "1", "CLUSTER_N": "1",
+            "SCHEDULE": "BASIC", "SCHEDULER": "SPLITK_FUSED", "SPLITS": "0", "STAGES": "8"}
+    assert F.validate("sm90_cutlass_t", base) == []
+    cfg = F.Config.of("sm90_cutlass_t", base)
+    assert cfg.name == "sm90t-16x64x64-c1x1-ws-st8-splitf0-nopdl"
+    g = cfg.geometry()
+    twin = F.Config.of("sm90_cutlass_t", {**base, "SCHEDULER": "SPLITK_REDUCE"}).geometry()
+    assert g.separate_reduce and g.fused_reduce and not twin.fused_reduce
+    for shape in (Shape(16, 4096, 4096), Shape(16, 3584, 4104), Shape(7, 4104, 4104)):
+        assert g.splits_for(shape) == twin.splits_for(shape)
+    assert any("BASIC" in p for p in F.validate("sm90_cutlass_t", {**base, "SCHEDULE": "PINGPONG"}))
+    assert any("SPLITS 1" in p for p in F.validate("sm90_cutlass_t", {**base, "SPLITS": "1"}))
+    src = F.render("sm90_cutlass_t", base)
+    for part in ("gemm_fused_reduce<", "grid_barrier(", "splitk_reduce(", "cp.async.bulk.wait_group 0;",
+                 "#define SCHEDULER SPLITK_FUSED"):
+        assert part in src, part
+    assert "// l2: part" not in src
+
+
 def test_a_kernel_part_is_pasted_where_its_template_names_it(tmp_path, monkeypatch):
     """The reduce kernel both CUTLASS families use is one file: a template line ``// l2: part
     FILE`` becomes that part's code (what follows its ``// l2: part begins`` line), so a render is
@@ -694,8 +719,10 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
       "SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0", "PDL": "1"}, "MMA_64x16x16_F32F16F16_SS"),
     ({"TILE_M": "16", "TILE_N": "64", "SCHEDULE": "BASIC", "CLUSTER_M": "1", "CLUSTER_N": "1",
       "SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0", "DTYPE": "DTYPE_BF16"}, "MMA_64x16x16_F32BF16BF16_SS"),
+    ({"TILE_M": "16", "TILE_N": "64", "SCHEDULE": "BASIC", "CLUSTER_M": "1", "CLUSTER_N": "1", "STAGES": "8",
+      "SCHEDULER": "SPLITK_FUSED", "SPLITS": "0", "PDL": "1"}, "MMA_64x16x16_F32F16F16_SS"),
 ], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs", "decode-16x256-streamk", "decode-32x128-splitk",
-        "decode-16x64-sliced-pdl", "decode-16x64-sliced-bf16"])
+        "decode-16x64-sliced-pdl", "decode-16x64-sliced-bf16", "decode-16x64-fused-pdl"])
 @pytest.mark.compile
 def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
     """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16

@@ -606,6 +606,29 @@ def test_transposed_sliced_decode_tiles_pass_every_check(evaluator):
     assert_catalog_configs_pass(evaluator, names, SLICED_DECODE_SHAPES)
 
 
+def test_transposed_fused_sliced_tiles_pass_every_check(evaluator):
+    """SPLITK_FUSED twins of the sliced decode entries (the slices added in the GEMM's own launch
+    after a grid barrier) on the same shapes, and a fixed eight slices at a full ring, a grid the
+    GPU cannot hold at once, which must fall back to the second kernel rather than wait forever:
+    every output exact, every repeated call (determinism, timing, graph replay) finding the
+    barrier's counter back at zero."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass_t").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass_t needs sm_90")
+    sliced = [c for c in F.catalog("f32", "sm_90a") if c.family == "sm90_cutlass_t" and "-splitr" in c.name]
+    cfgs = [F.Config.of("sm90_cutlass_t", {**c.knob_dict, "SCHEDULER": "SPLITK_FUSED"}) for c in sliced]
+    cfgs.append(F.Config.of("sm90_cutlass_t", {**cfgs[0].knob_dict, "STAGES": "0", "SPLITS": "8"}))
+    assert all(F.validate("sm90_cutlass_t", c.knob_dict) == [] for c in cfgs)
+    prebuild(arch, [c.source() for c in cfgs])
+    failures = []
+    for cfg in cfgs:
+        for shape in SLICED_DECODE_SHAPES:
+            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
+            if e.status != "ok":
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
+    assert not failures, "\n".join(failures)
+
+
 #: decode shapes for skinny_splitk: every M of 1, 7, 16, 100, 128, every N of 4096, 4104 (not a
 #: multiple of any column tile), 128256 (an lm_head: 1,002 tiles of 128) and every K of 4096, 4104
 #: (a last k-tile of 8 rows), 14336, each at least twice

@@ -32,7 +32,7 @@
 //                                       alternate tiles; COOPERATIVE: persistent, two consumer
 //                                       warpgroups share a tile (TILE_N 128 or 256)
 //   STAGES          0 (auto: fill shared memory), 2 .. 8
-//   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE
+//   SCHEDULER       PERSISTENT, STREAMK, SPLITK, SPLITK_REDUCE, SPLITK_FUSED
 //                                       CUTLASS's tile schedulers (STREAMK and SPLITK need
 //                                       COOPERATIVE): few tiles over a long K (a decode GEMM's
 //                                       4096 x 16 tiles of 256 x 16 are 16 CTAs) share their K
@@ -40,11 +40,19 @@
 //                                       SPLITK_REDUCE (any schedule): K is cut into equal slices
 //                                       run as one batched GEMM writing fp32 partial tiles, and a
 //                                       second kernel adds them in slice order and writes C: no
-//                                       workspace to reset per call, no CTA waits on another
-//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK / SPLITK_REDUCE (ignored otherwise);
+//                                       workspace to reset per call, no CTA waits on another.
+//                                       SPLITK_FUSED (BASIC only): the same slices, added inside
+//                                       the GEMM's own launch: every CTA stores its slice, meets
+//                                       the others at a grid-wide barrier, then adds its share
+//                                       of the outputs' slices in slice order (one launch; a grid
+//                                       larger than the GPU holds at once falls back to the
+//                                       second kernel, since a barrier would wait for CTAs that
+//                                       cannot start)
+//   SPLITS          0, 1, 2, 3, 4, 8    K splits for SPLITK / SPLITK_REDUCE / SPLITK_FUSED (ignored
+//                                       otherwise);
 //                                       0 = chosen per call: tiles x splits fill one wave of
 //                                       resident CTAs, at least 4 k-tiles per split
-//                                       (SPLITK_REDUCE: slices must divide K into multiples of
+//                                       (the sliced schedulers: slices must divide K into multiples of
 //                                       TILE_K, else of 8; the count is lowered until they do)
 //   RASTER          RASTER_HEURISTIC, RASTER_ALONG_M, RASTER_ALONG_N  tile order (of C's tiles)
 //   SWIZZLE         1, 2, 4, 8          max swizzle size of the tile order
@@ -64,6 +72,7 @@
 #define STREAMK 2
 #define SPLITK 3
 #define SPLITK_REDUCE 4
+#define SPLITK_FUSED 5
 #define RASTER_HEURISTIC 0
 #define RASTER_ALONG_M 1
 #define RASTER_ALONG_N 2
@@ -120,11 +129,14 @@
 
 using namespace cute;
 
+// K in slices written as fp32 partial tiles (SPLITK_REDUCE and SPLITK_FUSED)
+#define L2_SLICED (SCHEDULER == SPLITK_REDUCE || SCHEDULER == SPLITK_FUSED)
+
 namespace l2t {
 
 using ElementA = cutlass::half_t;   // A' = B^T
 using ElementB = cutlass::half_t;   // B' = A
-#if SCHEDULER == SPLITK_REDUCE
+#if L2_SLICED
 using ElementD = float;  // the fp32 slice sums; the reduce kernel writes the fp16 C
 #else
 using ElementD = cutlass::half_t;
@@ -146,9 +158,11 @@ constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
 using TileShape = Shape<Int<TILE_N>, Int<TILE_M>, Int<TILE_K>>;
 using ClusterShape = Shape<Int<CLUSTER_N>, Int<CLUSTER_M>, _1>;
 
-static_assert(SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE || SCHEDULE == COOPERATIVE,
+static_assert(SCHEDULER == PERSISTENT || L2_SLICED || SCHEDULE == COOPERATIVE,
               "STREAMK and SPLITK need COOPERATIVE");
-#if SCHEDULER == PERSISTENT || SCHEDULER == SPLITK_REDUCE
+static_assert(SCHEDULER != SPLITK_FUSED || SCHEDULE == BASIC,
+              "SPLITK_FUSED needs BASIC (the persistent schedules hand registers between warpgroups)");
+#if SCHEDULER == PERSISTENT || L2_SLICED
 using TileScheduler = cutlass::gemm::PersistentScheduler;
 #else
 using TileScheduler = cutlass::gemm::StreamKScheduler;
@@ -200,9 +214,11 @@ struct Prepared {
   Gemm gemm;
   int sm_count = 0;
   int cc = 0;                  // compute capability (PDL needs 90+)
-  float* slices = nullptr;     // SPLITK_REDUCE: fp32 slice sums, splits x M x N (grow-only)
+  float* slices = nullptr;     // sliced schedulers: fp32 slice sums, splits x M x N (grow-only)
   size_t slice_floats = 0;
-  int splits = 1;              // SPLITK_REDUCE: slices of the last prepared problem
+  int splits = 1;              // sliced schedulers: slices of the last prepared problem
+  unsigned int* barrier = nullptr;  // SPLITK_FUSED: arrivals and generation (zero between launches)
+  int fused_resident = -1;     // SPLITK_FUSED: CTAs of the fused kernel the GPU holds at once
   int resident_clusters = -1;  // -1: not asked yet; 0: the query failed (CUTLASS uses sm_count)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -220,9 +236,8 @@ static Prepared& prepared() {
 
 // Clusters of this kernel the GPU holds at once. A persistent grid sized from the SM count alone
 // may not fit when GPCs' SM counts are not multiples of the cluster; the occupancy query knows.
-static int resident_clusters() {
+static int resident_clusters(const void* fn) {
   using Kernel = typename Gemm::GemmKernel;
-  const void* fn = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
   const int smem = static_cast<int>(Kernel::SharedStorageSize);
   if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
     cudaGetLastError();
@@ -247,9 +262,115 @@ static int resident_clusters() {
   return clusters;
 }
 
-#if SCHEDULER == SPLITK_REDUCE
+#if L2_SLICED
 using State = Prepared;  // the name the shared reduce part uses
 // l2: part part_splitk_reduce.cuh
+#endif
+
+#if SCHEDULER == SPLITK_FUSED
+// What the fused kernel adds once its GEMM part is done: the slices, C, and the barrier's words.
+struct FusedReduce {
+  const float4* slices;   // splits x (M x N / 4)
+  uint2* C;               // M x N fp16, four to an element
+  long long vecs;         // M x N / 4
+  int splits;
+  unsigned int* barrier;  // [0] arrivals, [1] generation
+};
+
+// Every CTA of the launch arrives; the last resets the count and bumps the generation the others
+// wait on. The count is back at zero when the launch ends, so no call has to reset it. Only safe
+// when every CTA is resident at once (launch_sliced checks).
+__device__ __forceinline__ void grid_barrier(unsigned int* bar, unsigned int ctas) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int* gen = bar + 1;
+    const unsigned int mine = *gen;  // read before arriving: the last arrival changes it
+    __threadfence();
+    if (atomicAdd(bar, 1u) == ctas - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*gen == mine) __nanosleep(64);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// CUTLASS's kernel (its device_kernel's body), then the reduce in the same launch: each CTA's
+// fp32 slice is stored by TMA, the CTAs meet, and each thread adds the slices of its share of C
+// in slice order (the sum never depends on timing).
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+gemm_fused_reduce(CUTLASS_GRID_CONSTANT typename Kernel::Params const params, FusedReduce r) {
+  extern __shared__ char smem[];
+  Kernel op;
+  op(params, smem);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // the epilogue waited for its TMA stores to leave shared memory; wait for them to be written,
+  // then order them before this thread's generic-proxy accesses
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+  const unsigned int ctas = gridDim.x * gridDim.y * gridDim.z;
+  grid_barrier(r.barrier, ctas);
+  const long long cta = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+  const long long stride = (long long)ctas * blockDim.x;
+  for (long long e = cta * blockDim.x + threadIdx.x; e < r.vecs; e += stride) {
+    float4 sum = __ldcg(r.slices + e);
+    for (int sl = 1; sl < r.splits; ++sl) {
+      const float4 v = __ldcg(r.slices + sl * r.vecs + e);
+      sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+    }
+    r.C[e] = make_uint2(pack_half2(sum.x, sum.y), pack_half2(sum.z, sum.w));
+  }
+}
+
+// CTAs of the fused kernel the GPU holds at once (0: unknown, so never fused); sets its shared
+// memory size, which its launch needs too.
+static int fused_resident() {
+  using Kernel = typename Gemm::GemmKernel;
+  const void* fn = reinterpret_cast<const void*>(gemm_fused_reduce<Kernel>);
+  return resident_clusters(fn) * CLUSTER_M * CLUSTER_N;
+}
+#endif
+
+#if L2_SLICED
+// The prepared GEMM's slices, then their sum into C: a second kernel (SPLITK_REDUCE), or in the
+// GEMM's own launch (SPLITK_FUSED) when all its CTAs fit on the GPU at once.
+static int launch_sliced(Prepared& p, void* C, int M, int N, cudaStream_t s) {
+#if SCHEDULER == SPLITK_FUSED
+  using Kernel = typename Gemm::GemmKernel;
+  const dim3 grid = Kernel::get_grid_shape(p.gemm.params());
+  if (p.fused_resident < 0) p.fused_resident = fused_resident();
+  if (p.barrier == nullptr) {
+    if (cudaMalloc(&p.barrier, 2 * sizeof(unsigned int)) != cudaSuccess) return 3;
+    if (cudaMemsetAsync(p.barrier, 0, 2 * sizeof(unsigned int), s) != cudaSuccess) return 4;
+  }
+  if ((long long)grid.x * grid.y * grid.z <= p.fused_resident) {
+    const FusedReduce r{reinterpret_cast<const float4*>(p.slices), static_cast<uint2*>(C), (long long)M * N / 4,
+                        p.splits, p.barrier};
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = grid;
+    lc.blockDim = Kernel::get_block_shape();
+    lc.dynamicSmemBytes = Kernel::SharedStorageSize;
+    lc.stream = s;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CLUSTER_N;   // CUTLASS's M first
+    attr[0].val.clusterDim.y = CLUSTER_M;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = attr;
+    lc.numAttrs = (PDL && p.cc >= 90) ? 2 : 1;
+    return cudaLaunchKernelEx(&lc, gemm_fused_reduce<Kernel>, p.gemm.params(), r) == cudaSuccess ? 0 : 4;
+  }
+#endif
+  if (p.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
+  return launch_reduce(p, C, M, N, s);
+}
 #endif
 
 }  // namespace l2t
@@ -269,9 +390,10 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     p.cc = major * 10 + minor;
   }
-  if (p.resident_clusters < 0) p.resident_clusters = resident_clusters();
+  if (p.resident_clusters < 0)
+    p.resident_clusters = resident_clusters(reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>));
   const bool same = p.a == A && p.b == B && p.c == C && p.m == M && p.n == N && p.k == K && p.stream == s;
-#if SCHEDULER == SPLITK_REDUCE
+#if L2_SLICED
   if (!same) {
     p.m = -1;  // until initialize() succeeds for this problem
     const int ctas = p.resident_clusters > 0 ? p.resident_clusters * CLUSTER_M * CLUSTER_N : p.sm_count;
@@ -284,10 +406,7 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
       p.slice_floats = need_floats;
     }
   }
-  if (same) {
-    if (p.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
-    return launch_reduce(p, C, M, N, s);
-  }
+  if (same) return launch_sliced(p, C, M, N, s);
   // CUTLASS's problem (M', N', K / splits, splits): slice l of K is rows [l*kslice, (l+1)*kslice)
   // of B (A' = B^T: ld N, the slice kslice*N further) and columns of A (B' = A: ld K, kslice
   // further); slice l's fp32 C^T goes to its own M x N block of the slices buffer.
@@ -359,10 +478,9 @@ extern "C" int l2_hgemm(const void* A, const void* B, void* C, int M, int N, int
   p.m = -1;  // until initialize() succeeds for this problem
   if (p.gemm.initialize(args, p.workspace, s) != cutlass::Status::kSuccess) return 4;
   p.a = A; p.b = B; p.c = C; p.m = M; p.n = N; p.k = K; p.stream = s;
-  if (p.gemm.run(s, nullptr, L2_LAUNCH_PDL) != cutlass::Status::kSuccess) return 4;
-#if SCHEDULER == SPLITK_REDUCE
-  return launch_reduce(p, C, M, N, s);
+#if L2_SLICED
+  return launch_sliced(p, C, M, N, s);
 #else
-  return 0;
+  return p.gemm.run(s, nullptr, L2_LAUNCH_PDL) == cutlass::Status::kSuccess ? 0 : 4;
 #endif
 }

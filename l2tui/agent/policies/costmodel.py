@@ -241,8 +241,10 @@ class CostModel:
         memory = bytes_ / (self.params.bandwidth_gbs * 1e9)
         power = reread / (self.params.reread_gbs * 1e9)
         if g.separate_reduce:
-            # SPLITK_REDUCE: all slices are written and read back by a second, GPU-wide kernel
-            reduce = 8.0 * splits * s.m * s.n / (self.params.bandwidth_gbs * 1e9) + SECOND_LAUNCH_US * 1e-6
+            # SPLITK_REDUCE: all slices are written and read back by a second, GPU-wide kernel;
+            # SPLITK_FUSED reads them back in the same launch, after a grid barrier
+            rejoin = GLOBAL_BARRIER_US if g.fused_reduce else SECOND_LAUNCH_US
+            reduce = 8.0 * splits * s.m * s.n / (self.params.bandwidth_gbs * 1e9) + rejoin * 1e-6
         else:
             reduce = (splits * tm * tn * 4 / (p.reduce_gbs * 1e9)) if splits > 1 else 0.0
         groups = g.groups_for(s, self.sm_count)

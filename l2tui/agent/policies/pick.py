@@ -155,10 +155,11 @@ def decode_tile(c: Config, rows: int) -> bool:
 
 def whole_k_basic(c: Config) -> bool:
     """CUTLASS BASIC, a CTA per tile over the whole K (the windows' kind). The decode entries that
-    cut K into slices and add them in a second kernel (``SPLITK_REDUCE``) are timed as decode
-    tiles (:func:`decode_tile`), not on every small shape."""
+    cut K into slices and add them in a second kernel (``SPLITK_REDUCE``) or in the GEMM's own
+    launch (``SPLITK_FUSED``) are timed as decode tiles (:func:`decode_tile`), not on every small
+    shape."""
     k = c.knob_dict
-    return k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") != "SPLITK_REDUCE"
+    return k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") not in ("SPLITK_REDUCE", "SPLITK_FUSED")
 
 
 def deep_ring(c: Config) -> bool:

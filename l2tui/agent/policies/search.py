@@ -164,7 +164,7 @@ def _knob_moves(found: _Moves, arch: str, launch: str) -> None:
     for knob in get_family(found.family).knobs:
         if knob.name == "ACC" or (knob.name == "CLUSTER_K" and cc_of(arch) < 90):
             continue   # (thread-block clusters need sm_90)
-        if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE"):
+        if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE", "SPLITK_FUSED"):
             continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
         if knob.name == "PDL" and launch == "per_call" and cur.get("PDL") == "0":
             continue   # timed per call, PDL is the slower launch (harness.families.no_pdl_twin)
@@ -198,7 +198,12 @@ def _cutlass_moves(found: _Moves, arch: str) -> None:
 
 def _cutlass_t_moves(found: _Moves, arch: str) -> None:
     """sm90_cutlass_t's edits: the other schedule, no cluster."""
-    if found.cur["SCHEDULE"] == "BASIC":
+    scheduler = found.cur.get("SCHEDULER", "PERSISTENT")
+    if scheduler == "SPLITK_REDUCE" and found.cur["SCHEDULE"] == "BASIC":
+        found.add({"SCHEDULER": "SPLITK_FUSED"}, "the slices added in the GEMM's own launch (no second kernel)")
+    if scheduler == "SPLITK_FUSED":
+        found.add({"SCHEDULER": "SPLITK_REDUCE"}, "the slices added by a second kernel (no grid barrier)")
+    elif found.cur["SCHEDULE"] == "BASIC":
         found.add({"SCHEDULE": "PINGPONG"}, "persistent ping-pong (the epilogue overlaps the next tile's mainloop)")
     else:
         found.add({"SCHEDULE": "BASIC"}, "a CTA per tile, one consumer warpgroup (no tile loop)")
