@@ -58,13 +58,19 @@ def assert_catalog_configs_pass(evaluator, names, shapes) -> None:
     by_name = {c.name: c for c in F.catalog("f32", arch)}
     missing = [name for name in names if name not in by_name]
     assert not missing, f"not in the catalog: {missing}"
-    prebuild(arch, [by_name[name].source() for name in names])
+    assert_configs_pass(evaluator, [by_name[name] for name in names], shapes)
+
+
+def assert_configs_pass(evaluator, configs, shapes, acc: str = "f32") -> None:
+    """Every configuration (built first, in parallel) passes every check on every shape."""
+    ev, arch = evaluator
+    prebuild(arch, [c.source() for c in configs])
     failures = []
-    for name in names:
+    for cfg in configs:
         for shape in shapes:
-            e = ev.evaluate(by_name[name].source(), shape, "f32", time_baselines=False)
+            e = ev.evaluate(cfg.source(), shape, acc, time_baselines=False)
             if e.status != "ok":
-                failures.append(f"{name} {shape}: {e.status} {e.message}")
+                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
     assert not failures, "\n".join(failures)
 
 
@@ -277,14 +283,7 @@ def test_four_cta_clusters_pass_every_check(evaluator):
     configs = [c for c in F.catalog("f32", arch)
                if c.family == "sm90_cutlass" and int(c.knob_dict["CLUSTER_M"]) * int(c.knob_dict["CLUSTER_N"]) >= 4]
     assert any(c.knob_dict["CLUSTER_M"] == "2" and c.knob_dict["CLUSTER_N"] == "2" for c in configs)
-    prebuild(arch, [c.source() for c in configs])
-    failures = []
-    for cfg in configs:
-        for shape in CLUSTER_SHAPES:
-            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
-    assert not failures, "\n".join(failures)
+    assert_configs_pass(evaluator, configs, CLUSTER_SHAPES)
 
 
 #: the big-tile cluster pairs joined for compute-bound big shapes; shapes off the tile grid and
@@ -619,14 +618,7 @@ def test_transposed_fused_sliced_tiles_pass_every_check(evaluator):
     cfgs = [F.Config.of("sm90_cutlass_t", {**c.knob_dict, "SCHEDULER": "SPLITK_FUSED"}) for c in sliced]
     cfgs.append(F.Config.of("sm90_cutlass_t", {**cfgs[0].knob_dict, "STAGES": "0", "SPLITS": "8"}))
     assert all(F.validate("sm90_cutlass_t", c.knob_dict) == [] for c in cfgs)
-    prebuild(arch, [c.source() for c in cfgs])
-    failures = []
-    for cfg in cfgs:
-        for shape in SLICED_DECODE_SHAPES:
-            e = ev.evaluate(cfg.source(), shape, "f32", time_baselines=False)
-            if e.status != "ok":
-                failures.append(f"{cfg.name} {shape}: {e.status} {e.message}")
-    assert not failures, "\n".join(failures)
+    assert_configs_pass(evaluator, cfgs, SLICED_DECODE_SHAPES)
 
 
 #: decode shapes for skinny_splitk: every M of 1, 7, 16, 100, 128, every N of 4096, 4104 (not a
