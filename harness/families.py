@@ -798,6 +798,10 @@ def _cutlass_resource_problems(g: Geometry) -> list[str]:
 
 
 UNSAFE_SCHEDULERS = frozenset({"SPLITK"})
+#: the CUTLASS schedulers that cut K into equal slices written as fp32 partial tiles, then added
+SLICED_SCHEDULERS = ("SPLITK_REDUCE", "SPLITK_FUSED")
+#: the schedulers whose SPLITS knob means something (the others ignore it)
+SPLITTING_SCHEDULERS = ("SPLITK", *SLICED_SCHEDULERS)
 
 
 def validate(family: Family | str, knobs: Mapping[str, str], *, allow_unsafe: bool = False) -> list[str]:
@@ -877,7 +881,7 @@ def _sm90_cutlass_t_problems(knobs: Mapping[str, str], g: Geometry) -> list[str]
     scheduler = knobs.get("SCHEDULER", "PERSISTENT")
     if scheduler in ("STREAMK", "SPLITK") and sched != "COOPERATIVE":
         problems.append(f"{scheduler} needs SCHEDULE COOPERATIVE (CUTLASS's stream-K kernels)")
-    if scheduler in ("SPLITK", "SPLITK_REDUCE", "SPLITK_FUSED") and knobs.get("SPLITS") == "1":
+    if scheduler in SPLITTING_SCHEDULERS and knobs.get("SPLITS") == "1":
         problems.append(f"{scheduler} with SPLITS 1 is PERSISTENT: use 0 or 2 and more")
     if scheduler == "SPLITK_FUSED" and sched != "BASIC":
         problems.append("SPLITK_FUSED needs SCHEDULE BASIC (the persistent schedules hand registers between "

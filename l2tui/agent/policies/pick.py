@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from harness.families import (Config, applicable, build_arch_for, epilogue_siblings, launch_twins, no_pdl_twin,
-                              sans_epilogue, validate)
+from harness.families import (SLICED_SCHEDULERS, Config, applicable, build_arch_for, epilogue_siblings, launch_twins,
+                              no_pdl_twin, sans_epilogue, validate)
 from harness.shapes import Shape
 
 from .costmodel import SIBLING
@@ -159,7 +159,7 @@ def whole_k_basic(c: Config) -> bool:
     launch (``SPLITK_FUSED``) are timed as decode tiles (:func:`decode_tile`), not on every small
     shape."""
     k = c.knob_dict
-    return k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") not in ("SPLITK_REDUCE", "SPLITK_FUSED")
+    return k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") not in SLICED_SCHEDULERS
 
 
 def deep_ring(c: Config) -> bool:

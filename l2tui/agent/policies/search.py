@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from harness.families import (
+    SPLITTING_SCHEDULERS,
     Config,
     FamilyError,
     applicable,
@@ -164,7 +165,7 @@ def _knob_moves(found: _Moves, arch: str, launch: str) -> None:
     for knob in get_family(found.family).knobs:
         if knob.name == "ACC" or (knob.name == "CLUSTER_K" and cc_of(arch) < 90):
             continue   # (thread-block clusters need sm_90)
-        if knob.name == "SPLITS" and cur.get("SCHEDULER") not in ("SPLITK", "SPLITK_REDUCE", "SPLITK_FUSED"):
+        if knob.name == "SPLITS" and cur.get("SCHEDULER") not in SPLITTING_SCHEDULERS:
             continue   # ignored by the kernel unless SCHEDULER splits K: a no-op edit
         if knob.name == "PDL" and launch == "per_call" and cur.get("PDL") == "0":
             continue   # timed per call, PDL is the slower launch (harness.families.no_pdl_twin)
