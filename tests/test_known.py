@@ -338,7 +338,7 @@ def test_the_bundled_fp16_winners_are_never_bf16_results():
     assert store.results(H200) and not store.results(H200, dtype="bf16")
 
 def _h100_layer(root: Path) -> Path:
-    """A bundled H100 folder as tools/h100_run.sh leaves it: gpu.json keyed by the GPU's name and
+    """A bundled H100 folder as `tools/measure.py h100-grid` leaves it: gpu.json keyed by the GPU's name and
     a winners file (the H200's configurations stand in for H100 winners: the key is what is tested)."""
     d = root / "h100"
     d.mkdir(parents=True)
