@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 from typing import Sequence
 
 from harness.oneline import OneLineParser
@@ -19,7 +20,7 @@ from . import __version__
 from .commands import COMMAND_MODULES
 
 
-def _load(name: str):
+def _load(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"l2tui.commands.{name}")
     except ModuleNotFoundError as e:  # a command module this install lacks: left out of the parser

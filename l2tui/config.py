@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, TypeAlias
 from .errors import ConfigError
 
 try:
-    import tomllib  # type: ignore[import-not-found]
+    import tomllib as tomllib  # type: ignore[import-not-found]  # re-exported: l2tui's TOML reader
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
@@ -250,7 +250,8 @@ class Config:
     def __getattr__(self, name: str) -> Section:
         data = self.__dict__.get("data")
         if data is not None and name in data:
-            return data[name]
+            section: Section = data[name]
+            return section
         raise AttributeError(name)
 
     def get(self, dotted: str) -> object:

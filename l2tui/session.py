@@ -413,7 +413,8 @@ class Session:
         except ModuleNotFoundError:  # Python 3.10
             import tomli as tomllib  # type: ignore[no-redef]
         try:
-            return tomllib.loads(read_text_nofollow(tf))
+            doc: dict[str, object] = tomllib.loads(read_text_nofollow(tf))
+            return doc
         except OSError as e:
             raise SessionError(f"cannot read {tf}: {e.strerror}") from None
         except ValueError:   # not UTF-8, or not TOML

@@ -6,7 +6,7 @@
 #                                 installs nothing
 #   tools/test.sh [--fast] ARGS   ARGS go to pytest (a file, -k EXPR, -x, ...)
 #
-# Both runs first lint (ruff check .) and type-check (mypy, strict on harness/: [tool.mypy] in
+# Both runs first lint (ruff check .) and type-check (mypy, strict on harness/ and nearly so on l2tui/: [tool.mypy] in
 # pyproject.toml) and stop there on any finding, before a test runs.
 #
 # The full run installs, and says so as it goes: the `test` extra (pytest, pytest-xdist, the CUTLASS
@@ -64,7 +64,7 @@ lint() {   # ruff and mypy over the tree, as pyproject.toml configures them; a f
   fi
   say "ruff check ."
   python -m ruff check --quiet . || { say "ruff found the problems above: fix them (ruff check --fix . for the safe ones)"; exit 1; }
-  say "mypy (harness/ strict, l2tui/ basic)"
+  say "mypy (harness/ strict, l2tui/ all but bare generics)"
   python -m mypy --no-error-summary || { say "mypy found the type errors above"; exit 1; }
 }
 

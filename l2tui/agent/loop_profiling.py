@@ -26,7 +26,8 @@ def profile_payload(p: object) -> dict | None:
     if p is None:
         return None
     if hasattr(p, "event_payload"):
-        return p.event_payload()
+        payload: dict = p.event_payload()
+        return payload
     d = dict(p) if isinstance(p, Mapping) else {}
     verdict = d.get("verdict")
     if isinstance(verdict, dict):

@@ -84,7 +84,8 @@ def _recording_holds(executor: object) -> Callable[[str, Shape, str], bool] | No
         ev = getattr(slot, "evaluator", None)
         holds = getattr(ev, "holds", None) if getattr(ev, "replays_recording", False) else None
         if callable(holds):
-            return holds
+            fn: Callable[[str, Shape, str], bool] = holds
+            return fn
     return None
 
 
@@ -164,6 +165,11 @@ class ResultsCache:
         if not isinstance(tracks, dict):   # a file of another shape: its tracks start afresh
             tracks = self.data["tracks"] = {}
         return tracks
+
+    def speedups(self) -> list[float]:
+        """Every finished track's speedup over the sweep's baseline (rows without one left out)."""
+        rows = (r for r in self.tracks.values() if isinstance(r, dict))
+        return [float(r["speedup"]) for r in rows if isinstance(r.get("speedup"), (int, float)) and r["speedup"]]
 
     def done(self, track: str, gpu: str | None) -> bool:
         row = self.tracks.get(track)

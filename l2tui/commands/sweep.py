@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from harness.shapes import Shape
 
     from ..agent.policies.costmodel import Params
-    from ..agent.sweep import SweepConfig
+    from ..agent.sweep import Sweep, SweepConfig, TrackResult
+    from ..executors.base import Executor, Slot
     from ..session import Session
 
 NAME = "sweep"
@@ -405,7 +406,7 @@ def _roles(spec: list[str] | None, args: argparse.Namespace) -> dict[str, str]:
     return {str(s): r for s, r in shape_roles(spec or [], tokens=tokens, tp=args.sweep_tp).items()}
 
 
-def _bind_known(args: argparse.Namespace, cfg, gpu: dict, say) -> None:
+def _bind_known(args: argparse.Namespace, cfg: SweepConfig, gpu: dict, say: Callable[[str], None]) -> None:
     """The known kernels for the picks (``harness.known``), unless --no-known."""
     if not getattr(args, "sweep_known", True):
         return
@@ -434,17 +435,17 @@ class SweepPlan:
     started: float   # time.monotonic() at the command's start
 
 
-def _gpu_of(plan: SweepPlan, slots: list) -> dict:
+def _gpu_of(plan: SweepPlan, slots: Sequence[Slot]) -> dict:
     """The GPU(s) the sweep runs on, as the session records them; one line when there is none."""
     from ..errors import UserError
 
     args = plan.args
     gpu = dict(getattr(slots[0], "info", None) or {}) if args.executor == "ray" else {}
     if args.executor == "local":
-        ev = slots[0].evaluator
-        try:
-            from ..executors.local import gpu_identity
+        from ..executors.local import gpu_identity
 
+        ev = getattr(slots[0], "evaluator", None)   # the local slot's own evaluator
+        try:
             gpu = gpu_identity(ev)
         except Exception as e:  # noqa: BLE001
             why = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -474,7 +475,7 @@ def _saved_settings(plan: SweepPlan) -> dict:
                if args.cost_file else {})}
 
 
-def _sweep(plan: SweepPlan, executor, session: Session | None) -> int:
+def _sweep(plan: SweepPlan, executor: Executor, session: Session | None) -> int:
     slots = executor.slots()
     gpu = _gpu_of(plan, slots)
     _bind_known(plan.args, plan.cfg, gpu, plan.say)
@@ -494,7 +495,7 @@ def _sweep(plan: SweepPlan, executor, session: Session | None) -> int:
         session.close()   # the writer lock goes now, not when the session is garbage-collected
 
 
-def _sweep_in(plan: SweepPlan, executor, session: Session, gpu: dict, slots: list) -> int:
+def _sweep_in(plan: SweepPlan, executor: Executor, session: Session, gpu: dict, slots: Sequence[Slot]) -> int:
     """The sweep itself, in an open session (``_sweep`` closes it)."""
     from ..agent.sweep import Sweep
     from ..executors.progress import BuildProgress
@@ -523,13 +524,14 @@ def _sweep_in(plan: SweepPlan, executor, session: Session, gpu: dict, slots: lis
     return 0
 
 
-def _speedups(sweep, results: list) -> list[float]:
+def _speedups(sweep: Sweep, results: Sequence[TrackResult]) -> list[float]:
     """Every finished track's speedup over the baseline (this run's and the resumed session's)."""
-    done = sweep.cache.data["tracks"].values() if sweep.cache else [r.to_dict() for r in results]
-    return [r.get("speedup") for r in done if r.get("speedup")]
+    if sweep.cache:
+        return sweep.cache.speedups()
+    return [r.speedup for r in results if r.speedup]
 
 
-def _stopped_line(sweep, results: list, baseline: str, session: Session) -> str:
+def _stopped_line(sweep: Sweep, results: Sequence[TrackResult], baseline: str, session: Session) -> str:
     """The line of a sweep stopped by ``--max-seconds``: what it timed, what is left, how to go on."""
     sps = _speedups(sweep, results)
     g = geomean(sps)
@@ -541,7 +543,7 @@ def _stopped_line(sweep, results: list, baseline: str, session: Session) -> str:
             f"left{unbuilt}); continue: l2tui sweep --session {session.path} --resume")
 
 
-def _executor(args: argparse.Namespace, arch: str):
+def _executor(args: argparse.Namespace, arch: str) -> Executor:
     """The executor the arguments ask for; one-line errors before anything is created."""
     from .. import compose
     from ..errors import UserError

@@ -68,7 +68,7 @@ def _library(root: Path, manifest: dict, arch: str, keep: list[Path]) -> Path:
     lib = manifest.get("library")
     why = f"no library for {arch}"
     if lib and lib.get("arch") == arch and (root / lib["file"]).is_file():
-        so = (root / lib["file"]).resolve()
+        so: Path = (root / lib["file"]).resolve()
         if FALLBACK_SYMBOL in exported_symbols(so):
             return so
         why = f"{so} predates the cuBLASLt fallback"
@@ -423,7 +423,7 @@ def fallback_choices(root: Path, so: Path, rows: list[dict]) -> None:
 def manifest_symbol(manifest: dict, s: tuple[int, int, int]) -> str:
     for e in manifest["kernels"]:
         if tuple(e["shape"]) == s:
-            return e["symbol"]
+            return str(e["symbol"])
     raise KeyError(s)
 
 

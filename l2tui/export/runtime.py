@@ -168,7 +168,8 @@ class _Cupy:
         cp = self.cp
         if cp.cuda.runtime.getDevice() == dev:
             return None
-        return cp.cuda.Device(dev)
+        switch: ContextManager[object] = cp.cuda.Device(dev)
+        return switch
 
     def stream(self, dev: int) -> int:
         return int(self.cp.cuda.get_current_stream().ptr)
@@ -241,7 +242,8 @@ class _Torch:
     def device(self, dev: int) -> ContextManager[object] | None:
         if self.t.cuda.current_device() == dev:
             return None
-        return self.t.cuda.device(dev)
+        switch: ContextManager[object] = self.t.cuda.device(dev)
+        return switch
 
     def stream(self, dev: int) -> int:
         return int(self.t.cuda.current_stream(dev).cuda_stream)

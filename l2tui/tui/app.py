@@ -24,8 +24,8 @@ class L2App(App):
     TITLE = "l2tui"
     BINDINGS = keymap.bindings(keymap.APP)
 
-    def __init__(self, ctx: UIContext, **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, ctx: UIContext) -> None:
+        super().__init__()
         self.ctx = ctx
         self.title = ctx.title
 

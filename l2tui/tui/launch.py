@@ -154,7 +154,7 @@ def make_live_app(args: argparse.Namespace, cfg: Config, *, wrap: Callable[[Eval
     from .. import __version__, compose
     from ..demo import no_gpu_message
     from .app import L2App, UIContext
-    from .widgets.feeds import LoopHandle
+    from .loophandle import LoopHandle
 
     keys, hz, theme = ui_settings(cfg)
     policy = default_policy(cfg, getattr(args, "policy", None))

@@ -23,6 +23,8 @@ from .. import paths
 from ..errors import UserError
 
 if TYPE_CHECKING:
+    from textual.pilot import Pilot
+
     from .app import L2App
 
 LARGE = (160, 48)
@@ -78,7 +80,7 @@ def _shown(p: Path) -> str:
         return str(p)
 
 
-async def _settle(pilot, n: int = 6) -> None:  # noqa: ANN001 - a textual Pilot
+async def _settle(pilot: Pilot[None], n: int = 6) -> None:
     for _ in range(n):
         await pilot.pause(0.1)
 

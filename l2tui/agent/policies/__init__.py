@@ -4,15 +4,22 @@
 classes live in :mod:`l2tui.agent.policies.base`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .base import Attempt, Failure, Policy, Proposal, TrackContext
+
+if TYPE_CHECKING:
+    from l2tui.config import Config
 
 __all__ = ["Attempt", "Failure", "Policy", "Proposal", "TrackContext", "make_policy", "POLICY_NAMES"]
 
 POLICY_NAMES = ("llm", "search", "human")
 
 
-def make_policy(name: str, config=None, **kwargs) -> Policy:
-    """Build a policy by name.  ``config`` is an ``l2tui.config.Config`` (or None)."""
+def make_policy(name: str, config: Config | None = None, gpu: dict | None = None) -> Policy:
+    """Build a policy by name, from the settings (None: the defaults) and the GPU the session runs on."""
     from l2tui.errors import UserError
 
     if name == "llm":
@@ -24,7 +31,7 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
                             "installed: pip install openai (or use --policy search or human)")
         from .llm import LLMPolicy
 
-        return LLMPolicy.from_config(config, **kwargs)
+        return LLMPolicy.from_config(config, gpu=gpu)
     if name == "search":
         try:
             from .search import SearchPolicy
@@ -34,8 +41,7 @@ def make_policy(name: str, config=None, **kwargs) -> Policy:
         arch = None
         if config is not None:
             arch = config.harness.get("arch") or None
-        gpu = kwargs.get("gpu") or {}
-        arch = arch or gpu.get("arch")
+        arch = arch or (gpu or {}).get("arch")
         # back to back (timing "chained") PDL's overlap can pay; otherwise the reward is per call
         timing = config.harness.get("timing") if config is not None else None
         return SearchPolicy(seed=opts.get("seed", 0), width=opts.get("candidates_per_step", 4), arch=arch,

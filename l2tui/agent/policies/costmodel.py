@@ -437,6 +437,11 @@ def fit(records: Sequence[tuple[Config, Shape, float]], base: Params | None = No
     return params
 
 
+#: the fits' input: (configuration, shape, measured seconds) per timing
+Records = Sequence[tuple[Config, Shape, float]]
+#: a shape's records (their indices) and its fastest measured time
+ShapeGroup = tuple[list[int], float]
+
 #: :func:`top3_objective`'s weights: of the log top-1 regret, and of :func:`log_error` (a small
 #: one: it breaks the ties of the piecewise-constant regrets and keeps the times sane)
 TOP1_WEIGHT = 0.5
@@ -459,7 +464,7 @@ def top3_objective(model: CostModel, records: Sequence[tuple[Config, Shape, floa
         log_weight * _sq_log_sum(records, preds, range(len(records))) / max(1, len(records))
 
 
-def _shape_groups(records) -> list[tuple[list[int], float]]:
+def _shape_groups(records: Records) -> list[ShapeGroup]:
     """Per shape (first-seen order): its records' indices and their fastest measured time."""
     by: dict[Shape, list[int]] = {}
     for i, (_, s, _) in enumerate(records):
@@ -467,7 +472,8 @@ def _shape_groups(records) -> list[tuple[list[int], float]]:
     return [(idx, min(records[i][2] for i in idx)) for idx in by.values()]
 
 
-def _ranking_sum(groups, preds, times, top1_weight: float) -> float:
+def _ranking_sum(groups: Sequence[ShapeGroup], preds: Sequence[float], times: Sequence[float],
+                 top1_weight: float) -> float:
     """Sum over ``groups`` of ln(top-3 regret) + top1_weight * ln(top-1 regret)."""
     out = 0.0
     for idx, best in groups:
@@ -477,11 +483,11 @@ def _ranking_sum(groups, preds, times, top1_weight: float) -> float:
     return out
 
 
-def _sq_log_sum(records, preds, idx) -> float:
+def _sq_log_sum(records: Records, preds: Sequence[float], idx: Iterable[int]) -> float:
     return sum(math.log2(preds[i] / records[i][2]) ** 2 for i in idx)
 
 
-def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None = None,
+def _fit_ranking(records: Records, params: Params, rounds: int, top1_weight: float | None = None,
                  log_weight: float | None = None) -> Params:
     """``fit(objective="top3")``: the same coordinate search over the same grids, minimising
     :func:`top3_objective`. A family's constants move its configurations against the other
@@ -499,24 +505,24 @@ def _fit_ranking(records, params: Params, rounds: int, top1_weight: float | None
     n_shapes, n_rec = max(1, len(groups)), max(1, len(records))
     fams = sorted({c.family for c, _, _ in records})
     fam_idx = {f: [i for i, r in enumerate(records) if r[0].family == f] for f in fams}
-    shape_of = {}
+    shape_of: dict[int, int] = {}
     for g, (idx, _) in enumerate(groups):
         for i in idx:
             shape_of[i] = g
     fam_groups = {f: [groups[g] for g in sorted({shape_of[i] for i in fam_idx[f]})] for f in fams}
 
-    def predict_into(preds, p: Params, idx) -> None:
+    def predict_into(preds: list[float], p: Params, idx: Iterable[int]) -> None:
         m = CostModel(p)
         for i in idx:
             c, s, _ = records[i]
             fp = family_params(p, c.family)
             preds[i] = m._estimate(geoms[c], fp, s).seconds
 
-    def score(preds, grp, idx) -> float:
+    def score(preds: Sequence[float], grp: Sequence[ShapeGroup], idx: Sequence[int]) -> float:
         return (_ranking_sum(grp, preds, times, top1_weight) / n_shapes
                 + log_weight * _sq_log_sum(records, preds, idx) / n_rec)
 
-    def best_of(cands: list[Params], idx: Sequence[int], grp: object) -> tuple[Params, list[float]]:
+    def best_of(cands: list[Params], idx: Sequence[int], grp: Sequence[ShapeGroup]) -> tuple[Params, list[float]]:
         # the first candidate of the lowest score, with its predictions (only ``idx`` change)
         best: tuple[float, Params, list[float]] | None = None
         for cand in cands:
@@ -549,7 +555,7 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     if n < 2:
         return 1.0
 
-    def ranks(v):
+    def ranks(v: Sequence[float]) -> list[int]:
         order = sorted(range(n), key=lambda i: v[i])
         r = [0] * n
         for rank, i in enumerate(order):

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from rich.markup import escape
 from textual import on, work
@@ -79,8 +79,8 @@ class MainScreen(Screen):
 
         command: LoopCommand
 
-    def __init__(self, ctx: "UIContext", **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, ctx: "UIContext") -> None:
+        super().__init__()
         self.ctx = ctx
         self.model = SessionModel()
         self.track_id: str | None = None
@@ -343,7 +343,7 @@ class MainScreen(Screen):
             self._focus(msg.track)
 
     # -- sending commands ---------------------------------------------------------------------
-    def send(self, name: str, track: str | None = None, **args) -> bool:
+    def send(self, name: str, track: str | None = None, **args: object) -> bool:
         """Send one command to the loop; in a replay only say that it is read-only."""
         if self.ctx.replay or self.ctx.handle is None:
             self.notify(self.read_only_message(), severity="warning", timeout=5)
@@ -493,8 +493,12 @@ class MainScreen(Screen):
 
         self.app.push_screen(ReorderScreen(queue), done)
 
-    def _choose(self, title: str, options: list[str], current: str | None, cb) -> None:  # noqa: ANN001
-        self.app.push_screen(ChoiceScreen(title, options, current), lambda v: v and cb(v))
+    def _choose(self, title: str, options: list[str], current: str | None, cb: Callable[[str], object]) -> None:
+        def chosen(value: str | None) -> None:
+            if value:
+                cb(value)
+
+        self.app.push_screen(ChoiceScreen(title, options, current), chosen)
 
     def action_policy(self) -> None:
         self._choose("Policy for the focused track (all tracks if none)", list(POLICIES), self.model.policy or None,

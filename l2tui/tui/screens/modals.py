@@ -7,7 +7,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, ListItem, ListView, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
@@ -21,8 +21,8 @@ class PromptScreen(ModalScreen[str | None]):
 
     BINDINGS = [CANCEL]
 
-    def __init__(self, title: str, placeholder: str = "", value: str = "", **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, title: str, placeholder: str = "", value: str = "") -> None:
+        super().__init__()
         self.title_text, self.placeholder, self.value = title, placeholder, value
 
     def compose(self) -> ComposeResult:
@@ -45,8 +45,8 @@ class ChoiceScreen(ModalScreen[str | None]):
 
     BINDINGS = [CANCEL]
 
-    def __init__(self, title: str, options: list[str], current: str | None = None, **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, title: str, options: list[str], current: str | None = None) -> None:
+        super().__init__()
         self.title_text, self.options, self.current = title, options, current
 
     def compose(self) -> ComposeResult:
@@ -75,8 +75,8 @@ class EditorScreen(ModalScreen[str | None]):
 
     BINDINGS = keymap.bindings(keymap.EDITOR)
 
-    def __init__(self, source: str, title: str, **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, source: str, title: str) -> None:
+        super().__init__()
         self.source, self.title_text = source, title
 
     def compose(self) -> ComposeResult:
@@ -100,8 +100,8 @@ class ReorderScreen(ModalScreen[list[str] | None]):
 
     BINDINGS = keymap.bindings(keymap.REORDER)
 
-    def __init__(self, tracks: list[tuple[str, str]], **kw) -> None:
-        super().__init__(**kw)
+    def __init__(self, tracks: list[tuple[str, str]]) -> None:
+        super().__init__()
         self.order = [tid for tid, _ in tracks]
         self.labels = dict(tracks)
 
@@ -137,8 +137,8 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = keymap.bindings(keymap.DIALOG)
 
-    def __init__(self, under, **kw) -> None:  # noqa: ANN001 - the screen the help is about
-        super().__init__(**kw)
+    def __init__(self, under: Screen) -> None:
+        super().__init__()
         self.under = under
 
     def compose(self) -> ComposeResult:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from rich.text import Text
 from textual.widgets import RichLog
 
 from ..state import LogEntry, SessionModel
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 MAX_PER_FLUSH = 60
 #: lines the log keeps; a rebuild (a new filter) refills at most this many
@@ -23,7 +28,7 @@ class AgentLog(RichLog):
     AgentLog { height: 9; border-top: solid $primary-darken-2; }
     """
 
-    def __init__(self, model: SessionModel, **kw) -> None:
+    def __init__(self, model: SessionModel, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(max_lines=MAX_LINES, wrap=False, markup=False, highlight=False, **kw)
         self.model = model
         self.only_track: str | None = None

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.widget import Widget
 
 from ..state import SessionModel, fmt_speedup
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-def _fmt(v, unit: str, fmt: str = "{:.0f}") -> str:
-    return "—" if v is None else fmt.format(v) + unit
+    from ..options import WidgetOptions
+
+
+def _fmt(v: object, unit: str, fmt: str = "{:.0f}") -> str:
+    """A telemetry reading with its unit; a dash for a missing (or not numeric) one."""
+    return fmt.format(v) + unit if isinstance(v, (int, float)) else "—"
 
 
 class _Line(Widget):
     """A one-line bar drawn from a Text; redrawn without a layout pass (it never changes size)."""
 
-    def __init__(self, *args, **kw) -> None:
-        kw.pop("markup", None)
+    def __init__(self, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self._text = Text("")
 
@@ -41,7 +48,7 @@ class TelemetryBar(_Line):
     TelemetryBar { height: 1; background: $panel; padding: 0 1; }
     """
 
-    def __init__(self, model: SessionModel, **kw) -> None:
+    def __init__(self, model: SessionModel, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.model = model
         self.baseline: str | None = None

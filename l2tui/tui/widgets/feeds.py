@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from textual import on
 from textual.message import Message
@@ -23,6 +23,11 @@ from textual.worker import Worker, WorkerState
 from ... import events as ev_schema
 from ..loophandle import LoopHandle, SteeredLoop
 from ..replay import ReplayClock, Seek
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 FLUSH_HZ = 15
 
@@ -51,7 +56,7 @@ class LiveFeed(EventFeed):
 
     def __init__(self, handle: LoopHandle, factory: Callable[[], SteeredLoop] | None = None,
                  initial: list[dict] | None = None, flush_hz: float = FLUSH_HZ, telemetry_hz: float = 0.0,
-                 **kw) -> None:
+                 **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.flush_hz = flush_hz
         self.telemetry_hz = telemetry_hz
@@ -165,7 +170,7 @@ class ReplayFeed(EventFeed):
         duration: float
 
     def __init__(self, events: list[dict], *, speed: float = 1.0, start: int | None = None,
-                 autoplay: bool = True, **kw) -> None:
+                 autoplay: bool = True, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.clock = ReplayClock(events, speed=speed)
         self.start = start

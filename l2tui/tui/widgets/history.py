@@ -6,12 +6,19 @@ the same series are drawn as Textual Sparklines.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 from textual_plotext import PlotextPlot
 
 from ..state import SessionModel, Track
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 MIN_PLOT_HEIGHT = 7
 MAX_POINTS = 400
@@ -28,7 +35,7 @@ class HistoryPanel(Horizontal):
     HistoryPanel.small Sparkline, HistoryPanel.small .hp-label { display: block; }
     """
 
-    def __init__(self, model: SessionModel, **kw) -> None:
+    def __init__(self, model: SessionModel, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.model = model
         self.track: Track | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -14,6 +15,11 @@ from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
 from ..state import Candidate, Track
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 SIDE_BY_SIDE_MIN = 150
 
@@ -73,7 +79,7 @@ class KernelPanel(Widget):
     KernelPanel .kp-title { height: 1; padding: 0 1; background: $boost; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.source: str | None = None
         self.parent_source: str | None = None

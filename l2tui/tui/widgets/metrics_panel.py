@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
@@ -12,6 +15,11 @@ from harness.stats import speedup
 
 from ..state import CANDIDATE_LABEL, Candidate, Track, fmt_ms, fmt_speedup
 from .colors import speedup_style
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 FILTERED_METRICS = 6
 
@@ -65,14 +73,14 @@ class MetricsPanel(VerticalScroll):
     MetricsPanel { height: 1fr; padding: 0 1; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.full = False
         self.baseline: str | None = None
         self._track: Track | None = None
         self._cand: Candidate | None = None
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="mp-body")
 
     def show(self, track: Track | None, cand: Candidate | None) -> None:

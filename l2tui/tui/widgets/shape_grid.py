@@ -8,6 +8,7 @@ grid redraws in well under a frame.  Shapes that do not form a grid go to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.shapes import GRID_DIMS
 from rich.style import Style
@@ -18,6 +19,12 @@ from textual.widget import Widget
 from .. import keymap
 from ..state import SessionModel, Track, fmt_speedup
 from .colors import STATE_MARK, dim_label, speedup_style
+
+if TYPE_CHECKING:
+    from textual.geometry import Size
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 CELL = 6
 
@@ -51,7 +58,7 @@ class ShapeGrid(Widget, can_focus=True):
         track: str | None
         shape: tuple[int, int, int]
 
-    def __init__(self, model: SessionModel, **kw) -> None:
+    def __init__(self, model: SessionModel, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(**kw)
         self.model = model
         self.compact = False
@@ -138,7 +145,7 @@ class ShapeGrid(Widget, can_focus=True):
             self.post_message(self.Focused(self, tr.id if tr else None, shape))
 
     # -- drawing ------------------------------------------------------------------------------
-    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.compact:
             rows = -(-len(self.ks) // self._per_row(width))
             return rows * (len(self.ms) + 1) + 1

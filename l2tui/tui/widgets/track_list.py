@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -12,6 +13,11 @@ from textual.widgets import DataTable
 from .. import keymap
 from ..state import SessionModel, Track, fmt_speedup
 from .colors import speedup_style
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options import WidgetOptions
 
 COLUMNS = ("shape", "role", "acc", "state", "step", "stage", "best", "baseline")
 #: the columns of a session whose shapes have no roles (a grid's, a hand-written list)
@@ -35,7 +41,7 @@ class TrackList(DataTable):
         track_list: "TrackList"
         track: str
 
-    def __init__(self, model: SessionModel, **kw) -> None:
+    def __init__(self, model: SessionModel, **kw: Unpack[WidgetOptions]) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kw)
         self.model = model
         self.baseline: str | None = None
