@@ -244,9 +244,9 @@ SM90T = Family(
     build_arch="sm_90a",
     summary="CUTLASS 3.x on Hopper, the transposed product: tiles of 48-256 rows of C (mid shapes)",
     knobs=(
-        Knob("TILE_M", _V(16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256),
-             "CTA tile rows of C (the WGMMA's N in this order: any multiple of 16 up to 256; 16 and 32 "
-             "for decode GEMMs)"),
+        Knob("TILE_M", _V(8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256),
+             "CTA tile rows of C (the WGMMA's N in this order: 8, or a multiple of 16 up to 256; 8, 16 and "
+             "32 for decode GEMMs, 8 in pairs along M sharing each weight tile by multicast)"),
         Knob("TILE_N", _V(64, 128, 256), "CTA tile columns of C (the WGMMA's M: 64 per consumer warpgroup)"),
         Knob("TILE_K", _V(64, 128), "K slice per pipeline stage"),
         Knob("CLUSTER_M", _V(1, 2, 4), "CTAs per cluster along M (at most 8 CTAs in all)"),

@@ -721,8 +721,10 @@ def test_transposed_family_builds_with_an_80_wide_wgmma(tmp_path, monkeypatch):
       "SCHEDULER": "SPLITK_REDUCE", "SPLITS": "0", "DTYPE": "DTYPE_BF16"}, "MMA_64x16x16_F32BF16BF16_SS"),
     ({"TILE_M": "16", "TILE_N": "64", "SCHEDULE": "BASIC", "CLUSTER_M": "1", "CLUSTER_N": "1", "STAGES": "8",
       "SCHEDULER": "SPLITK_FUSED", "SPLITS": "0", "PDL": "1"}, "MMA_64x16x16_F32F16F16_SS"),
+    ({"TILE_M": "8", "TILE_N": "64", "SCHEDULE": "BASIC", "CLUSTER_M": "2", "CLUSTER_N": "1"},
+     "MMA_64x8x16_F32F16F16_SS"),
 ], ids=["cooperative-80x128", "f16-pdl", "pingpong-160x128-pairs", "decode-16x256-streamk", "decode-32x128-splitk",
-        "decode-16x64-sliced-pdl", "decode-16x64-sliced-bf16", "decode-16x64-fused-pdl"])
+        "decode-16x64-sliced-pdl", "decode-16x64-sliced-bf16", "decode-16x64-fused-pdl", "decode-8x64-pairs"])
 @pytest.mark.compile
 def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path, monkeypatch, knobs, atom):
     """Two schedules share two consumer warpgroups over CUTLASS's M (COOPERATIVE), the fp16
@@ -737,3 +739,5 @@ def test_transposed_family_builds_its_other_schedules_and_accumulators(tmp_path,
     assert res.ptxas is not None and res.ptxas.spill_store_bytes == 0, res.log[-2000:]
     if knobs.get("SCHEDULER") == "SPLITK_REDUCE":
         assert "splitk_reduce" in res.log     # ptxas compiled the reduce kernel too
+    if knobs.get("CLUSTER_M") == "2":
+        assert "SM90_TMA_LOAD_MULTICAST" in res.log   # the pair loads each weight tile once for both

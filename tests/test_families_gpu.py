@@ -621,6 +621,24 @@ def test_transposed_fused_sliced_tiles_pass_every_check(evaluator):
     assert_configs_pass(evaluator, cfgs, SLICED_DECODE_SHAPES)
 
 
+def test_transposed_eight_row_tiles_and_token_pairs_pass_every_check(evaluator):
+    """Decode tiles of 8 token rows (the WGMMA's narrowest N), alone and in clusters of two along M
+    whose weight tiles are loaded once for both by TMA multicast, and 16-row tiles in pairs, on the
+    sliced tiles' decode shapes: M of 1 and 7 leave the pair's second CTA without a token (its loads
+    are zero-filled and its stores clipped), M of 17, 32 and 100 give several pairs, N of 4104 a
+    partial weight tile, 128256 a wide one."""
+    ev, arch = evaluator
+    if not F.get_family("sm90_cutlass_t").runs_on(F.cc_of(arch)):
+        pytest.skip("sm90_cutlass_t needs sm_90")
+    base = {"TILE_N": "64", "TILE_K": "64", "CLUSTER_N": "1", "SCHEDULE": "BASIC", "SCHEDULER": "PERSISTENT",
+            "SPLITS": "1", "RASTER": "RASTER_HEURISTIC", "SWIZZLE": "1", "ACC": "ACC_F32", "PDL": "0"}
+    knobs = [{"TILE_M": "8", "CLUSTER_M": "2", "STAGES": "0"}, {"TILE_M": "8", "CLUSTER_M": "1", "STAGES": "0"},
+             {"TILE_M": "8", "CLUSTER_M": "2", "STAGES": "8", "PDL": "1"}, {"TILE_M": "16", "CLUSTER_M": "2", "STAGES": "0"}]
+    cfgs = [F.Config.of("sm90_cutlass_t", {**base, **k}) for k in knobs]
+    assert all(F.validate("sm90_cutlass_t", c.knob_dict) == [] for c in cfgs)
+    assert_configs_pass(evaluator, cfgs, SLICED_DECODE_SHAPES)
+
+
 #: decode shapes for skinny_splitk: every M of 1, 7, 16, 100, 128, every N of 4096, 4104 (not a
 #: multiple of any column tile), 128256 (an lm_head: 1,002 tiles of 128) and every K of 4096, 4104
 #: (a last k-tile of 8 rows), 14336, each at least twice

@@ -16,7 +16,7 @@ from harness.families import (Config, applicable, catalog, epilogue_siblings, ge
                                sans_epilogue)
 from harness.shapes import Shape
 from l2tui.agent.policies.costmodel import SIBLING, CostModel
-from l2tui.agent.policies.pick import (always_time, choose, decode_tile, decode_tile_rows, deep_ring, is_decode,
+from l2tui.agent.policies.pick import (always_time, choose, decode_covers, decode_tile, deep_ring, is_decode,
                                       time_every)
 from l2tui.agent.policies.base import TrackContext
 from l2tui.agent.recorded import RecordedEvaluator, record_key
@@ -93,15 +93,15 @@ def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other()
     schedules, and the 64-column BASIC tile with K sliced for a second kernel's sum, three and two),
     whatever the model ranks; on other shapes none of them is added for it, and the sliced ones are
     not BASIC windows' configurations."""
-    decode = {rows: {c.name for c in catalog("f32", "sm_90a") if decode_tile(c, rows)} for rows in (16, 32)}
-    assert {rows: len(names) for rows, names in decode.items()} == {16: 8, 32: 7}
+    decode = {m: {c.name for c in catalog("f32", "sm_90a") if decode_tile(c, m)} for m in (16, 32)}
+    assert {m: len(names) for m, names in decode.items()} == {16: 8, 32: 7}
     sliced = {n for names in decode.values() for n in names if "-splitr" in n}
     assert len(sliced) == 5
     for shape in (Shape(2048, 512, 64), Shape(1024, 512, 2048)):
         assert not any(kind(c) for kind in time_every(shape) for c in catalog("f32", "sm_90a") if c.name in sliced)
     for shape, rows in ((Shape(16, 28672, 4096), 16), (Shape(1, 6144, 4096), 16), (Shape(32, 4096, 14336), 32),
                         (Shape(17, 1024, 1024), 32)):
-        assert is_decode(shape) and decode_tile_rows(shape.m) == rows
+        assert is_decode(shape) and rows in decode_covers(shape.m)
         chosen = {c.name for c in choose(ranked_for(shape), shape, 3)}
         assert decode[rows] <= chosen, (shape, decode[rows] - chosen)
     # the BASIC windows still apply on a decode GEMM: 16x4096x4096 is 64 tiles of 64x64, a deep ring's
@@ -110,6 +110,26 @@ def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other()
     for shape in (Shape(33, 4096, 4096), Shape(16, 512, 4096), Shape(16, 4096, 512), Shape(2048, 2048, 2048)):
         assert not is_decode(shape)
         assert not any(kind(stream_k_16) for kind in time_every(shape)), shape
+
+
+def _decode_config(rows: int, pair: int) -> Config:
+    return Config.of("sm90_cutlass_t", {"TILE_M": str(rows), "TILE_N": "64", "TILE_K": "64", "CLUSTER_M": str(pair),
+                                        "CLUSTER_N": "1", "SCHEDULE": "BASIC", "STAGES": "0",
+                                        "SCHEDULER": "PERSISTENT", "SPLITS": "1", "RASTER": "RASTER_HEURISTIC",
+                                        "SWIZZLE": "1", "ACC": "ACC_F32", "PDL": "0"})
+
+
+def test_a_decode_cluster_counts_for_the_tokens_it_covers_with_every_cta_holding_some():
+    """8-row tiles in pairs along M (a weight tile multicast to both) are decode tiles for 9 to 16
+    tokens, not for 8 or fewer (the second CTA would hold none) nor above 16; 16-row pairs for 17 to
+    32; a single 8-row tile for 8 or fewer, beside the 16-row tile that serves up to 16."""
+    covers = {(rows, pair): {m for m in range(1, 40) if decode_tile(_decode_config(rows, pair), m)}
+              for rows, pair in ((8, 1), (8, 2), (16, 1), (16, 2), (32, 1))}
+    assert covers == {(8, 1): set(range(1, 9)), (8, 2): set(range(9, 17)), (16, 1): set(range(1, 17)),
+                      (16, 2): set(range(17, 33)), (32, 1): set(range(17, 33))}
+    pair = _decode_config(8, 2)
+    assert any(kind(pair) for kind in time_every(Shape(16, 4096, 4096)))
+    assert not any(kind(pair) for kind in time_every(Shape(16, 512, 4096)))   # not a decode GEMM
 
 
 @pytest.mark.skipif(not TIMINGS.exists(), reason="H200 timings not recorded yet")

@@ -17,7 +17,7 @@
 // (16-byte aligned TMA rows; otherwise l2_hgemm returns 2 = unsupported); M is free.
 //
 // Knobs (legal values), in the ABI's orientation:
-//   TILE_M          16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256
+//   TILE_M          8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256
 //                                       CTA tile rows of C (CUTLASS's N; 16 and 32: decode GEMMs,
 //                                       a few tokens against a wide weight matrix)
 //   TILE_N          64, 128, 256        CTA tile columns of C (CUTLASS's M: 64 rows per consumer

@@ -109,11 +109,10 @@ def time_every(shape: Shape) -> list[Kind]:
     window and on none outside it (a longer K has no split, more tiles favour the persistent
     kernels). Past that K, BASIC with a deep ring (:func:`deep_ring`) where at most one wave of
     tiles is enough to fill the SMs. On a decode GEMM (:func:`is_decode`), besides, every transposed
-    CUTLASS kernel whose tile is the narrowest that holds M (:func:`decode_tile`)."""
+    CUTLASS kernel whose cluster's token rows are the narrowest that hold M (:func:`decode_tile`)."""
     kinds = _basic_windows(shape)
     if is_decode(shape):
-        rows = decode_tile_rows(shape.m)
-        kinds.append(lambda c: decode_tile(c, rows))
+        kinds.append(lambda c: decode_tile(c, shape.m))
     return kinds
 
 
@@ -139,18 +138,28 @@ def is_decode(shape: Shape) -> bool:
     return shape.m <= DECODE_MAX_M and shape.n >= DECODE_MIN_NK and shape.k >= DECODE_MIN_NK
 
 
-def decode_tile_rows(m: int) -> int:
-    """The narrowest decode tile that holds M rows: 16 or 32."""
-    return 16 if m <= 16 else 32
+def decode_covers(m: int) -> tuple[int, ...]:
+    """The token rows a decode kernel's cluster may cover on M tokens: the narrowest of 16 and 32
+    that holds M, and 8 too for M <= 8; none past a decode GEMM's M."""
+    if m > DECODE_MAX_M:
+        return ()
+    return (8, 16) if m <= 8 else (16,) if m <= 16 else (32,)
 
 
-def decode_tile(c: Config, rows: int) -> bool:
-    """The transposed CUTLASS kernel with ``rows``-row tiles (the tokens on the WGMMA's N). On a
-    decode GEMM the model prices every kernel at B's floor and cannot tell which reaches it; their
-    schedules split the shapes between them (measured per call on an H100, 18 decode shapes:
-    BASIC best on the short ones, stream-K and split-K on a long K, the persistent 256-wide tile on
-    a wide N), and a 64-column BASIC tile gives a 4096-wide B twice the CTAs."""
-    return c.family == "sm90_cutlass_t" and c.knob_dict["TILE_M"] == str(rows)
+def decode_tile(c: Config, m: int) -> bool:
+    """The transposed CUTLASS kernel (the tokens on the WGMMA's N) whose cluster covers the rows
+    :func:`decode_covers` names for M tokens: a tile of that many rows, or a cluster of narrower
+    tiles along M (8-row tiles in pairs for M of 9 to 16, 16-row pairs above) that shares each
+    weight tile by multicast, each CTA holding tokens. On a decode GEMM the model prices every
+    kernel at B's floor and cannot tell which reaches it; their schedules split the shapes between
+    them (measured per call on an H100, 18 decode shapes: BASIC best on the short ones, stream-K
+    and split-K on a long K, the persistent 256-wide tile on a wide N), a 64-column BASIC tile
+    gives a 4096-wide B twice the CTAs, and a pair of 8-row tiles twice again, each reading half
+    of every weight tile for both (cuBLASLt's decode kernels on Hopper are built that way)."""
+    if c.family != "sm90_cutlass_t":
+        return False
+    tile, pair = int(c.knob_dict["TILE_M"]), int(c.knob_dict.get("CLUSTER_M", "1"))
+    return tile * pair in decode_covers(m) and -(-m // tile) >= pair
 
 
 def whole_k_basic(c: Config) -> bool:
