@@ -122,28 +122,24 @@ def test_the_cuda_l2_plan_asks_for_the_checkout(tmp_path):
     assert "needs --cuda-l2" in lines[-1]
 
 
-def test_a_sweep_is_finished_only_when_its_last_run_ended_so(tmp_path):
-    s = tmp_path / "s"
-    s.mkdir()
-    assert not M.sweep_finished(s)
-    (s / "sweep.json").write_text("{not json")
-    assert not M.sweep_finished(s)
-    (s / "sweep.json").write_text(json.dumps({"runs": [{"ended": "sweep done"}, {"ended": "time limit"}]}))
-    assert not M.sweep_finished(s)
-    (s / "sweep.json").write_text(json.dumps({"runs": [{"ended": "time limit"}, {"ended": "sweep done"}]}))
-    assert M.sweep_finished(s)
-    (s / "sweep.json").write_text(json.dumps(["sweep done"]))
-    assert not M.sweep_finished(s)
+_RUNS = [("{not json", False),
+         (json.dumps({"runs": [{"ended": "sweep done"}, {"ended": "time limit"}]}), False),
+         (json.dumps({"runs": [{"ended": "time limit"}, {"ended": "sweep done"}]}), True),
+         (json.dumps(["sweep done"]), False)]
+_EVENTS = [('{"type":"track_added"}\n', False),
+           ('{"type":"track_added"}\n{"type": "session_ended", "reason": "done"}\n', True)]
 
 
-def test_a_run_is_over_only_when_its_log_holds_its_end(tmp_path):
+@pytest.mark.parametrize("over,name,texts", [(M.sweep_finished, "sweep.json", _RUNS),
+                                             (M.session_ended, "events.jsonl", _EVENTS)],
+                         ids=["a sweep: its last run ended so", "a run: its log holds its end"])
+def test_a_session_is_over_only_when_its_own_file_says_so(tmp_path, over, name, texts):
     s = tmp_path / "s"
     s.mkdir()
-    assert not M.session_ended(s)
-    (s / "events.jsonl").write_text('{"type":"track_added"}\n')
-    assert not M.session_ended(s)
-    (s / "events.jsonl").write_text('{"type":"track_added"}\n{"type": "session_ended", "reason": "done"}\n')
-    assert M.session_ended(s)
+    assert not over(s)
+    for text, expected in texts:
+        (s / name).write_text(text)
+        assert over(s) is expected, text
 
 
 def test_a_bench_is_complete_only_when_its_file_says_so(tmp_path):
