@@ -219,7 +219,7 @@ def _commands(plan, tmp_path: Path) -> list[list[str]]:
     """Every command line of ``plan`` against a work folder where no session exists (so sweeps start
     fresh) and one where every session does (so they resume)."""
     resumed = tmp_path / "resumed"
-    for session in ("grid", "sample100-f16", "models", "grid-bf16", "known-first"):
+    for session in ("grid", "sample100-f16", "models", "models-bf16", "grid-bf16", "known-first"):
         (resumed / session).mkdir(parents=True)
     out = []
     for work in (tmp_path / "fresh", resumed):

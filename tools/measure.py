@@ -209,7 +209,6 @@ def record_step(session: str, stem: str) -> Step:
 
 def _plans() -> dict[str, Plan]:
     grid_bench = ("--kernels", "{work}/grid/winners", "--label", "l2", "--baselines", ALL_LIBRARIES, "--timing", "both")
-    models = tuple(a for s in MODEL_SHAPES for a in ("--shapes", s))
     plans = [
         Plan("h100-grid", "h100", "the grid from an empty build cache, its winners benched in both modes, the H100 layer",
              (sweep_step("sweep grid", "grid", "--shapes", "grid", "--steps", "0", "--seeds", "3"),
@@ -239,22 +238,8 @@ def _plans() -> dict[str, Plan]:
                          "--abi", "cuda-l2", "--shapes", "sample100", "--baselines", ALL_LIBRARIES,
                          "--timing", "both", after="grid/sweep.json", min_s=240, needs_cuda_l2=True),)),
         Plan("h200-models", "h200", "the model presets from an empty build cache: sweep, bench, export and its bench",
-             (sweep_step("sweep models", "models", *models, "--steps", "0", "--seeds", "3", "--libraries", "all"),
-              record_step("models", "models"),
-              winners_step("models", "winners-models-f32.json", "--acc", "f32"),
-              bench_step("kernels-models.json", "--kernels", "{work}/models/winners", "--label", "l2",
-                         "--shapes", "results/h200/shapes-models.txt", "--baselines", ALL_LIBRARIES,
-                         after="models/sweep.json", min_s=180),
-              Step("export --build",
-                   lambda ctx, box: l2tui("export", str(ctx.work / "models"), "--build", "--force",
-                                          "--out", str(ctx.work / "export-models")),
-                   lambda ctx: newer(ctx.work / "export-models" / "lib" / "libl2hgemm.so",
-                                     ctx.work / "models" / "sweep.json"), 60),
-              Step("bench the export -> kernels-export-models.json",
-                   lambda ctx, box: [sys.executable, "-m", "l2tui.export.bench", str(ctx.work / "export-models"),
-                                     "--out", str(ctx.results / "kernels-export-models.json")],
-                   lambda ctx: newer(ctx.results / "kernels-export-models.json",
-                                     ctx.work / "export-models" / "lib" / "libl2hgemm.so"), 90))),
+             _model_steps("fp16")),
+        Plan("h200-models-bf16", "h200", "the same in bf16", _model_steps("bf16")),
         Plan("h200-bf16", "h200", "the bf16 grid from an empty build cache and its bench in both modes",
              (sweep_step("sweep grid bf16", "grid-bf16", "--shapes", "grid", "--dtype", "bf16", "--steps", "0",
                          "--seeds", "3"),
@@ -272,6 +257,32 @@ def _plans() -> dict[str, Plan]:
                    10))),
     ]
     return {p.name: p for p in plans}
+
+
+def _model_steps(dtype: str) -> tuple[Step, ...]:
+    """The model presets' plan in ``dtype``: sweep from an empty build cache, its record, winners and
+    bench, then ``l2tui export --build`` of the session and the export's own bench."""
+    tag = "" if dtype == "fp16" else f"-{dtype}"
+    session, export = f"models{tag}", f"export-models{tag}"
+    dt = ("--dtype", dtype) if tag else ()
+    shapes = tuple(a for s in MODEL_SHAPES for a in ("--shapes", s))
+    lib = Path(export) / "lib" / "libl2hgemm.so"
+    bench_out = f"kernels-export-models{tag}.json"
+    return (
+        sweep_step(f"sweep models{tag}", session, *shapes, *dt, "--steps", "0", "--seeds", "3", "--libraries", "all"),
+        record_step(session, session),
+        winners_step(session, f"winners-models{tag}-f32.json", "--acc", "f32", *dt),
+        bench_step(f"kernels-models{tag}.json", *dt, "--kernels", f"{{work}}/{session}/winners", "--label", "l2",
+                   "--shapes", "results/h200/shapes-models.txt", "--baselines", ALL_LIBRARIES,
+                   after=f"{session}/sweep.json", min_s=180),
+        Step(f"export --build -> {export}",
+             lambda ctx, box: l2tui("export", str(ctx.work / session), "--build", "--force", "--out", str(ctx.work / export)),
+             lambda ctx: newer(ctx.work / lib, ctx.work / session / "sweep.json"), 60),
+        Step(f"bench the export -> {bench_out}",
+             lambda ctx, box: [sys.executable, "-m", "l2tui.export.bench", str(ctx.work / export),
+                               "--out", str(ctx.results / bench_out)],
+             lambda ctx: newer(ctx.results / bench_out, ctx.work / lib), 90),
+    )
 
 
 def _first_run(ctx: Ctx, box: int) -> list[str]:
@@ -382,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.list or args.plan is None:
         for p in PLANS.values():
-            print(f"{p.name:14} {p.about}")
+            print(f"{p.name:18} {p.about}")
             for s in p.steps:
                 print(f"{'':16}- {s.name}")
         return 0
