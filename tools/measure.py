@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in PLANS.values():
             print(f"{p.name:18} {p.about}")
             for s in p.steps:
-                print(f"{'':16}- {s.name}")
+                print(f"{'':20}- {s.name}")
         return 0
     plan = PLANS[args.plan]
     ctx = Ctx(work=args.work.resolve(), results=(args.results or ROOT / "results" / plan.gpu).resolve(),
