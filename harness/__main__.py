@@ -17,6 +17,7 @@ COMMANDS = {
     "build": ("harness.buildcli", "compile an ABI kernel file and print its ptxas report"),
     "winners": ("harness.winners", "render a winners file's configurations as per-shape kernel sources"),
     "models": ("harness.models", "a model's GEMM shapes (presets or a config.json) as a shapes file"),
+    "foreign-report": ("harness.foreign_report", "another system's kernels: its claimed speedups beside the measured ones"),
 }
 
 

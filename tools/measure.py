@@ -40,6 +40,8 @@ ALL_LIBRARIES = "cublas,cublaslt_heuristic,cublaslt_autotune,torch"
 FIRST_RESULT_SHAPES = "64x64x64,1024x128x1024,512x512x4096,2048x2048x2048,4096x4096x4096,8192x8192x8192"
 #: the model presets' shapes files (Llama-3-8B and Qwen2.5-7B at 16, 128, 512 and 4096 tokens)
 MODEL_SHAPES = ("results/h200/shapes-llama-3-8b.txt", "results/h200/shapes-qwen2.5-7b.txt")
+#: the CUDA-L2 checkout's own per-shape speedups of its H100 kernels (its offline mode, host-timed, over cuBLASLt-autotune)
+CUDA_L2_CLAIMS = "cuda_l2_h100_F32F16F16F32_speedup_offline.csv"
 #: what a sweep runs past its --max-seconds (the CUTLASS builds and the tracks it has started) and
 #: a bench past its --limit-seconds (the shape in flight, then writing the file)
 SWEEP_TAIL_S = 90
@@ -236,7 +238,10 @@ def _plans() -> dict[str, Plan]:
              (bench_step("cuda-l2-sample100.json", "--kernels", "{work}/grid/winners", "--label", "h100", "--abi", "l2",
                          "--kernels", "{cuda_l2}/kernels/h100_F32F16F16F32", "--label", "cuda_l2",
                          "--abi", "cuda-l2", "--shapes", "sample100", "--baselines", ALL_LIBRARIES,
-                         "--timing", "both", after="grid/sweep.json", min_s=240, needs_cuda_l2=True),)),
+                         "--timing", "both", after="grid/sweep.json", min_s=240, needs_cuda_l2=True),
+              Step("their claims beside the measurement -> cuda-l2-sample100.md", _cuda_l2_report,
+                   lambda ctx: newer(ctx.results / "cuda-l2-sample100.md", ctx.results / "cuda-l2-sample100.json"),
+                   5, needs_cuda_l2=True))),
         Plan("h200-models", "h200", "the model presets from an empty build cache: sweep, bench, export and its bench",
              _model_steps("fp16")),
         Plan("h200-models-bf16", "h200", "the same in bf16", _model_steps("bf16")),
@@ -283,6 +288,14 @@ def _model_steps(dtype: str) -> tuple[Step, ...]:
                                "--out", str(ctx.results / bench_out)],
              lambda ctx: newer(ctx.results / bench_out, ctx.work / lib), 90),
     )
+
+
+def _cuda_l2_report(ctx: Ctx, box: int) -> list[str]:
+    """``python -m harness foreign-report``: the CUDA-L2 checkout's own per-shape claims (its H100
+    CSV) beside the bench of its kernels and ours."""
+    claims = ctx.cuda_l2 / "eval_results" / CUDA_L2_CLAIMS if ctx.cuda_l2 else Path(CUDA_L2_CLAIMS)
+    return harness("foreign-report", str(ctx.results / "cuda-l2-sample100.json"), "--claims", str(claims),
+                   "--theirs", "cuda_l2", "--ours", "h100", "--out", str(ctx.results / "cuda-l2-sample100.md"))
 
 
 def _first_run(ctx: Ctx, box: int) -> list[str]:
