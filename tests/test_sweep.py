@@ -13,7 +13,7 @@ import pytest
 
 from harness import families as F
 from harness.families import Config
-from harness.shapes import Shape
+from harness.shapes import Shape, parse_shape
 from l2tui.agent.recorded import RecordedEvaluator
 from l2tui.agent.sweep import RESULTS_FILE, WINNERS_DIR, Sweep, SweepConfig
 from l2tui.session import Session
@@ -81,17 +81,39 @@ def test_sweep_logs_tracks_picks_winners_and_resumes(tmp_path, monkeypatch):
 
 
 @pytest.mark.compile
-def test_cli_prebuild_only_builds_the_catalog(capsys, tmp_path, monkeypatch):
+def test_cli_prebuild_only_builds_what_the_picks_time(capsys, tmp_path, monkeypatch):
+    """``--prebuild-only`` compiles the sources the sweep's picks will time on its shapes, every
+    one of them, and nothing else: the GPU box then finds each track's builds in the cache."""
+    from harness.build import build_key, nvcc_version
+    from l2tui.agent.sweep import Sweep, SweepConfig
     from l2tui.cli import main
 
     monkeypatch.setenv("L2TUI_CACHE_DIR", str(tmp_path))
+    shapes = [parse_shape("64x64x64"), parse_shape("128x256x64")]
     # one family of quick builds stands for the catalog (the whole of it is minutes of nvcc)
-    rc = main(["sweep", "--policy", "search", "--prebuild-only", "--shapes", "64x64x64", "--acc", "f32",
-               "--arch", "sm_80", "--jobs", "2", "--families", "skinny_splitk"])
+    rc = main(["sweep", "--policy", "search", "--prebuild-only", "--shapes", "64x64x64,128x256x64", "--acc", "f32",
+               "--arch", "sm_80", "--jobs", "2", "--families", "skinny_splitk", "--seeds", "2", "--no-known"])
     assert rc == 0
     out = capsys.readouterr().out
-    n = len([c for c in F.catalog("f32", "sm_80") if c.family == "skinny_splitk"])
-    assert f"catalog: {n} of {n} configurations built for sm_80" in out, out[-500:]
+    planned = Sweep(SweepConfig(shapes=shapes, accs=("f32",), seeds=2, arch="sm_80", families=["skinny_splitk"]),
+                    progress=lambda line: None).planned_sources()
+    n = len(planned)
+    catalog = [c for c in F.catalog("f32", "sm_80") if c.family == "skinny_splitk"]
+    assert 0 < n < len(catalog)      # the picks, not the whole family
+    assert f"prebuild: {n} of {n} kernels built for sm_80 (what the picks time on 2 tracks)" in out, out[-500:]
+    keys = {build_key(src, "sm_80", (), nvcc_version()) for src in planned}
+    built = {p.name for p in (tmp_path / "builds").glob("*/*")}
+    assert keys <= built and len(built) == n
+
+
+def test_for_gpu_goes_with_prebuild_only_in_one_line(capsys, tmp_path):
+    from l2tui.cli import main
+
+    rc = main(["sweep", "--shapes", "64x64x64", "--arch", "sm_90a", "--for-gpu", "NVIDIA H100 80GB HBM3",
+               "--session", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "--for-gpu goes with --prebuild-only" in err[0]
+    assert not (tmp_path / "s").exists()
 
 
 def test_cli_rejects_a_negative_new_builds_in_one_line(capsys, tmp_path):

@@ -300,15 +300,39 @@ class Sweep:
                 out[i] = r
         return out
 
-    def prebuild(self) -> dict[str, BuildResult]:
-        """Compile the catalog for every accumulator once, in parallel (one progress bar)."""
+    def planned_sources(self) -> list[str]:
+        """Every source the picks of this sweep's tracks time, each once, in track order.
+
+        A pick depends on the shape, the catalog, the cost model and the known kernels bound in
+        the config, never on a timing, so a machine without a GPU can build it ahead of the sweep
+        (``--prebuild-only``). Tracks that finish during the sweep add winners to the local layer,
+        which can move a later track's neighbour lookup: what that changes, the sweep builds."""
+        cfg = self.cfg
+        out: dict[str, None] = {}
+        for shape in cfg.shapes:
+            for acc in cfg.accs:
+                ctx = TrackContext(track=track_id(shape, acc), shape=shape, acc=acc, baseline=cfg.baseline, step=0,
+                                   arch=cfg.arch, dtype=cfg.dtype)
+                out.update((p.source, None) for p in self._pick_proposals(ctx) if p.source is not None)
+        return list(out)
+
+    def _prebuild_targets(self) -> list[tuple[str, str]]:
+        """(name, source) of what ``prebuild`` compiles: ``--also``'s configurations; else what
+        the tracks' picks time; else (no shapes) the whole catalog."""
         arch = self.cfg.arch or "sm_90a"
-        fams = set(self.cfg.families) if self.cfg.families else None
         if self.cfg.also:
-            configs = [c for acc in self.cfg.accs for c in self.cfg.also.get(acc, ())]
-        else:
-            configs = [c for acc in self.cfg.accs for c in catalog(acc, arch, dtype=self.cfg.dtype)
-                       if fams is None or c.family in fams]
+            return [(c.name, c.source()) for acc in self.cfg.accs for c in self.cfg.also.get(acc, ())]
+        if self.cfg.shapes:
+            named = [(Config.from_source(src), src) for src in self.planned_sources()]
+            return [(c.name if c else f"kernel-{sha256(src)[:12]}", src) for c, src in named]
+        fams = set(self.cfg.families) if self.cfg.families else None
+        return [(c.name, c.source()) for acc in self.cfg.accs for c in catalog(acc, arch, dtype=self.cfg.dtype)
+                if fams is None or c.family in fams]
+
+    def prebuild(self) -> dict[str, BuildResult]:
+        """Compile ahead, in parallel (one progress bar), what the sweep would build
+        (``_prebuild_targets``), so the GPU box finds it in the build cache."""
+        targets = self._prebuild_targets()
         prog = self.build_progress("catalog") if self.build_progress else None
         if prog is None:
             t0 = time.monotonic()
@@ -318,19 +342,19 @@ class Sweep:
                               f"{'' if res.ok else ' FAILED'}  ({time.monotonic() - t0:.0f}s)")
 
         t_build = time.monotonic()
-        built = self._build([c.source() for c in configs], progress=prog, deadline=self._deadline())
-        results = {c.name: r for c, r in zip(configs, built) if r is not None}
-        self.unbuilt_at_limit = len(configs) - len(results)
+        built = self._build([src for _, src in targets], progress=prog, deadline=self._deadline())
+        results = {name: r for (name, _), r in zip(targets, built) if r is not None}
+        self.unbuilt_at_limit = len(targets) - len(results)
         compiled = [r for r in results.values() if not r.cached]
-        self.catalog_stats = {"configs": len(configs), "wall_s": round(time.monotonic() - t_build, 3),
+        self.catalog_stats = {"configs": len(targets), "wall_s": round(time.monotonic() - t_build, 3),
                               "compiled": len(compiled), "cached": len(results) - len(compiled),
                               "nvcc_s": round(sum(r.seconds or 0.0 for r in compiled), 3),
                               "not_started": self.unbuilt_at_limit}
         bad = [n for n, r in results.items() if not r.ok]
         if bad:
-            self.progress(f"{len(bad)} catalog configurations failed to build: {', '.join(bad)}")
+            self.progress(f"{len(bad)} kernels failed to build: {', '.join(bad)}")
         if self.unbuilt_at_limit:
-            self.progress(f"time limit: {self.unbuilt_at_limit} of {len(configs)} catalog builds not started "
+            self.progress(f"time limit: {self.unbuilt_at_limit} of {len(targets)} builds not started "
                           f"({len(results)} built or cached); continue with --resume")
         return results
 

@@ -3,7 +3,7 @@
     l2tui sweep --shapes grid --policy search --session sessions/grid-h200
     l2tui sweep --session sessions/grid-h200 --resume          # after any stop
     l2tui sweep --shapes sample100 --acc f16 --session sessions/f16 --steps 2
-    l2tui sweep --prebuild-only                                  # just compile the catalog (CPU)
+    l2tui sweep --shapes grid --prebuild-only --for-gpu "NVIDIA H100 80GB HBM3"   # compile what it will time (CPU)
     l2tui sweep --shapes sample100 --executor ray                # builds as Ray tasks, one actor per GPU
 
 The catalog configurations the tracks' picks name are compiled once each, in parallel and in
@@ -93,7 +93,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None,
                    help="parallel nvcc builds (default: one per core; --executor ray: one per CPU of the cluster)")
     p.add_argument("--recorded", metavar="FILE", help="replay evaluations recorded on a GPU instead of using one")
-    p.add_argument("--prebuild-only", action="store_true", help="compile the catalog and stop (no GPU needed)")
+    p.add_argument("--prebuild-only", action="store_true",
+                   help="compile what this sweep's picks time on its shapes (with --also: just those) and stop; "
+                        "no GPU needed")
+    p.add_argument("--for-gpu", dest="for_gpu", metavar="NAME", default=None,
+                   help="with --prebuild-only: the GPU the sweep will run on (as nvidia-smi names it, e.g. "
+                        "'NVIDIA H100 80GB HBM3'), so its known kernels are built too (default: this machine's GPU)")
     p.add_argument("--no-sandbox", dest="sweep_no_sandbox", action="store_true",
                    help="build and load kernels without the OS sandbox even where it works; prints a warning")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -236,6 +241,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.prebuild_only:
         return _prebuild(args, cfg, arch, say)
+    if args.for_gpu:
+        raise UserError("--for-gpu goes with --prebuild-only: a sweep binds the GPU it runs on")
     if args.recorded:   # after every argument's own check, before the executor and a new session
         _require_recorded(args.recorded, shapes, accs)
     executor = _executor(args, arch)
@@ -345,11 +352,33 @@ def _require_recorded(path: str, shapes: list[Shape], accs: Sequence[str]) -> No
         require_recorded_shapes(records, shapes, acc, path)
 
 
+def _tracks(n: int) -> str:
+    return f"{n} track{'' if n == 1 else 's'}"
+
+
+def _prebuild_gpu(args: argparse.Namespace) -> dict:
+    """The GPU whose known kernels a prebuild includes: ``--for-gpu``, else this machine's, else none."""
+    if args.for_gpu:
+        return {"name": str(args.for_gpu).strip()}
+    try:
+        from harness.gpuinfo import list_gpus
+
+        gpus = list_gpus()
+    except Exception:  # noqa: BLE001 - no driver here: a build machine
+        return {}
+    return {"name": gpus[0].name} if gpus else {}
+
+
 def _prebuild(args: argparse.Namespace, cfg: "SweepConfig", arch: str, say: Callable[[str], None]) -> int:
-    """``--prebuild-only``: build the catalog (on the Ray cluster's CPUs with ``--executor ray``)."""
+    """``--prebuild-only``: build what the picks time on the shapes, the known kernels of the GPU
+    named by ``--for-gpu`` included (on the Ray cluster's CPUs with ``--executor ray``), so a GPU
+    session spends its time timing, not in nvcc."""
     from ..agent.sweep import Sweep
     from ..executors.progress import BuildProgress
 
+    gpu = _prebuild_gpu(args)
+    if gpu:
+        _bind_known(args, cfg, gpu, say)
     builder = None
     if args.executor == "ray":   # the catalog as tasks of the cluster, no GPU actor
         from ..executors.ray_executor import RayExecutor
@@ -363,7 +392,10 @@ def _prebuild(args: argparse.Namespace, cfg: "SweepConfig", arch: str, say: Call
             builder.close()
     bad = [n for n, r in res.items() if not r.ok]
     total = len(res) + pre.unbuilt_at_limit
-    say(f"catalog: {len(res) - len(bad)} of {total} configurations built for {arch}"
+    what = "the given configurations" if cfg.also else \
+        f"what the picks time on {_tracks(len(cfg.shapes) * len(cfg.accs))}" + \
+        (f", the known kernels for {gpu['name']} included" if cfg.known is not None else "")
+    say(f"prebuild: {len(res) - len(bad)} of {total} kernels built for {arch} ({what})"
         + (f"; {pre.unbuilt_at_limit} not started before --max-seconds: run it again to continue"
            if pre.unbuilt_at_limit else ""))
     return 1 if bad else 0
