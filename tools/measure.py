@@ -17,7 +17,11 @@ Everything a plan makes lives in ``--work`` (sessions, the build cache, exports:
 ``.measure/`` in the checkout, which git ignores) except the result files, written under
 ``--results`` (default ``results/h100`` or ``results/h200``, the plan's GPU). The build cache is
 ``WORK/cache``: empty on a first run, which is what "from an empty build cache" means in the
-result files' commands.
+result files' commands. Where the GPU box's sittings are short, its nvcc time can be spent
+beforehand on a build machine: ``l2tui sweep --shapes grid --steps 0 --seeds 3 --arch sm_90a
+--prebuild-only --for-gpu "NVIDIA H100 80GB HBM3"`` with ``L2TUI_CACHE_DIR=WORK/cache`` fills
+the cache with what the plan's sweep will build; the sweep's record then counts those builds as
+cached, not compiled, so the result says which it was.
 """
 
 from __future__ import annotations
