@@ -84,7 +84,8 @@ ANSWERS: dict[str, Schema] = {
                         "cupy": _VERSION}),
     "roofline": Record({"peak_tflops": Num(0.0, 1e6), "bw_gbs": Num(0.0, 1e7), "floor_ms": Num(0.0, 1e4)},
                        optional={"version": Int(0, 1 << 20), "bw_copy_gbs": Num(0.0, 1e7), "bw_read_gbs": Num(0.0, 1e7),
-                                 "measured_s": Num(0.0, 1e6), "method": Str(1000), "gpu": Str(256), "uuid": Str(128)}),
+                                 "measured_s": Num(0.0, 1e6), "method": Str(1000), "gpu": Str(256), "uuid": Str(128),
+                                 "l2_bytes": Int(0, 1 << 40, null=True)}),
     "evaluate_shape": Data(),         # its own check, with the request: harness.shape_result
     "_debug_segfault": Null(),
     "_debug_hang": Null(),

@@ -98,3 +98,29 @@ def test_a_decode_shape_whose_b_fits_in_l2_is_marked_and_the_table_says_why():
     assert "*" not in "\n".join(plain) and plain[-1].startswith("geomean")
     for bad in ({"l2_bytes": "50"}, {"l2_bytes": True}, {"l2_bytes": -1}, None):
         assert roofline.l2_bytes(bad) is None
+
+
+def _measure_keys() -> list[str]:
+    """The keys of the dict ``roofline.measure`` returns, read from its source (it needs a GPU)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(roofline.measure)))
+    returns = [n.value for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict)]
+    assert len(returns) == 1
+    return [k.value for k in returns[0].keys if isinstance(k, ast.Constant)]
+
+
+def test_every_key_the_gpu_worker_measures_is_one_the_parent_accepts():
+    """The worker's roofline answer is checked against a schema in the parent: a key the
+    measurement gains must be added there too, or every bench on a GPU fails at its first step."""
+    from harness.worker import ANSWERS
+
+    sample = {"l2_bytes": 52428800, "version": 3, "peak_tflops": 764.7, "bw_gbs": 4432.7, "bw_copy_gbs": 3946.6,
+              "bw_read_gbs": 4432.7, "floor_ms": 0.0005, "measured_s": 0.41, "method": "peak: ...; bw: ...",
+              "gpu": "NVIDIA H200", "uuid": "GPU-0"}
+    keys = _measure_keys()
+    assert keys and set(keys) <= set(sample), f"give this test a sample value of {sorted(set(keys) - set(sample))}"
+    ANSWERS["roofline"].check({k: sample[k] for k in keys}, "$.result")
+    ANSWERS["roofline"].check({**{k: sample[k] for k in keys}, "l2_bytes": None}, "$.result")   # not told: None
