@@ -59,9 +59,13 @@ def test_choose_takes_the_models_top_distinct_then_every_kind_then_the_siblings(
 
 
 def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere():
-    basic = {c.name for c in catalog("f32", "sm_90a")
-             if c.knob_dict.get("SCHEDULE") == "BASIC" and c.knob_dict.get("SCHEDULER") != "SPLITK_REDUCE"}
+    every = [c for c in catalog("f32", "sm_90a")
+             if c.knob_dict.get("SCHEDULE") == "BASIC" and c.knob_dict.get("SCHEDULER") != "SPLITK_REDUCE"]
+    pairs = {c.name for c in every if c.family == "sm90_cutlass_t" and c.knob_dict["CLUSTER_M"] == "2"
+             and int(c.knob_dict["TILE_M"]) <= 16}
+    basic = {c.name for c in every} - pairs
     assert len(basic) == 48   # twenty sm90_cutlass entries and their no-PDL twins, eight sm90_cutlass_t
+    assert len(pairs) == 4    # the decode pairs: timed on decode GEMMs only
     for shape, inside in ((Shape(2048, 512, 64), True), (Shape(512, 2048, 1024), True),
                           (Shape(64, 64, 2048), False), (Shape(8192, 512, 64), False),
                           (Shape(4096, 4096, 4096), False)):
@@ -69,6 +73,7 @@ def test_every_basic_configuration_is_timed_where_one_can_win_and_none_elsewhere
         assert bool(time_every(shape)) == inside, shape
         if inside:
             assert basic <= chosen, (shape, basic - chosen)
+        assert not any(kind(c) for kind in time_every(shape) for c in catalog("f32", "sm_90a") if c.name in pairs)
 
 
 def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the_sms():
@@ -90,11 +95,12 @@ def test_deep_ring_basic_is_timed_past_the_basic_window_where_one_wave_fills_the
 def test_every_decode_tile_that_holds_m_is_timed_on_a_decode_gemm_and_no_other():
     """On a decode GEMM (M <= 32, N and K >= 1,024) the pick times every transposed CUTLASS
     configuration of the narrowest tile that holds M (16 rows up to M = 16, then 32: five
-    schedules, and the 64-column BASIC tile with K sliced for a second kernel's sum, three and two),
+    schedules, the 64-column BASIC tile with K sliced for a second kernel's sum, three and two, and
+    in pairs of 8 or 16 rows, two each),
     whatever the model ranks; on other shapes none of them is added for it, and the sliced ones are
     not BASIC windows' configurations."""
     decode = {m: {c.name for c in catalog("f32", "sm_90a") if decode_tile(c, m)} for m in (16, 32)}
-    assert {m: len(names) for m, names in decode.items()} == {16: 8, 32: 7}
+    assert {m: len(names) for m, names in decode.items()} == {16: 10, 32: 9}
     sliced = {n for names in decode.values() for n in names if "-splitr" in n}
     assert len(sliced) == 5
     for shape in (Shape(2048, 512, 64), Shape(1024, 512, 2048)):
@@ -119,13 +125,14 @@ def _decode_config(rows: int, pair: int) -> Config:
                                         "SWIZZLE": "1", "ACC": "ACC_F32", "PDL": "0"})
 
 
-def test_a_decode_cluster_counts_for_the_tokens_it_covers_with_every_cta_holding_some():
-    """8-row tiles in pairs along M (a weight tile multicast to both) are decode tiles for 9 to 16
-    tokens, not for 8 or fewer (the second CTA would hold none) nor above 16; 16-row pairs for 17 to
-    32; a single 8-row tile for 8 or fewer, beside the 16-row tile that serves up to 16."""
+def test_a_decode_cluster_counts_for_the_tokens_it_covers():
+    """8-row tiles in pairs along M (a weight tile multicast to both) are decode tiles up to 16
+    tokens (for 8 or fewer the second CTA holds none and still halves each CTA's share of B), not
+    above; 16-row pairs for 17 to 32; a single 8-row tile for 8 or fewer, beside the 16-row tile
+    that serves up to 16."""
     covers = {(rows, pair): {m for m in range(1, 40) if decode_tile(_decode_config(rows, pair), m)}
               for rows, pair in ((8, 1), (8, 2), (16, 1), (16, 2), (32, 1))}
-    assert covers == {(8, 1): set(range(1, 9)), (8, 2): set(range(9, 17)), (16, 1): set(range(1, 17)),
+    assert covers == {(8, 1): set(range(1, 9)), (8, 2): set(range(1, 17)), (16, 1): set(range(1, 17)),
                       (16, 2): set(range(17, 33)), (32, 1): set(range(17, 33))}
     pair = _decode_config(8, 2)
     assert any(kind(pair) for kind in time_every(Shape(16, 4096, 4096)))

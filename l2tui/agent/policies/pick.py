@@ -149,8 +149,11 @@ def decode_covers(m: int) -> tuple[int, ...]:
 def decode_tile(c: Config, m: int) -> bool:
     """The transposed CUTLASS kernel (the tokens on the WGMMA's N) whose cluster covers the rows
     :func:`decode_covers` names for M tokens: a tile of that many rows, or a cluster of narrower
-    tiles along M (8-row tiles in pairs for M of 9 to 16, 16-row pairs above) that shares each
-    weight tile by multicast, each CTA holding tokens. On a decode GEMM the model prices every
+    tiles along M (8-row tiles in pairs up to M = 16, 16-row pairs above) that shares each weight
+    tile by multicast. A pair's second CTA may hold no token (M <= 8) and still pays: it loads
+    half of every weight tile for both (per call on an H100, 8x4096x4096: 8.24 us for an 8-row
+    pair, 9.61 us for a lone 8-row tile, 10.10 us for cuBLASLt-autotune;
+    results/h100/ab-decode-pairs.json). On a decode GEMM the model prices every
     kernel at B's floor and cannot tell which reaches it; their schedules split the shapes between
     them (measured per call on an H100, 18 decode shapes: BASIC best on the short ones, stream-K
     and split-K on a long K, the persistent 256-wide tile on a wide N), a 64-column BASIC tile
@@ -159,16 +162,24 @@ def decode_tile(c: Config, m: int) -> bool:
     if c.family != "sm90_cutlass_t":
         return False
     tile, pair = int(c.knob_dict["TILE_M"]), int(c.knob_dict.get("CLUSTER_M", "1"))
-    return tile * pair in decode_covers(m) and -(-m // tile) >= pair
+    return tile * pair in decode_covers(m)
 
 
 def whole_k_basic(c: Config) -> bool:
     """CUTLASS BASIC, a CTA per tile over the whole K (the windows' kind). The decode entries that
     cut K into slices and add them in a second kernel (``SPLITK_REDUCE``) or in the GEMM's own
-    launch (``SPLITK_FUSED``) are timed as decode tiles (:func:`decode_tile`), not on every small
-    shape."""
+    launch (``SPLITK_FUSED``), and the narrow tiles in pairs along M (:func:`token_pair`), are
+    timed as decode tiles (:func:`decode_tile`), not on every small shape."""
     k = c.knob_dict
-    return k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") not in SLICED_SCHEDULERS
+    return (k.get("SCHEDULE") == "BASIC" and k.get("SCHEDULER", "PERSISTENT") not in SLICED_SCHEDULERS
+            and not token_pair(c))
+
+
+def token_pair(c: Config) -> bool:
+    """A transposed CUTLASS tile of at most 16 token rows in a cluster along M: a decode kernel
+    (two CTAs sharing each weight tile), which on M of 64 or more is only many narrow CTAs."""
+    k = c.knob_dict
+    return c.family == "sm90_cutlass_t" and int(k.get("CLUSTER_M", "1")) > 1 and int(k["TILE_M"]) <= 16
 
 
 def deep_ring(c: Config) -> bool:
