@@ -585,15 +585,17 @@ def test_an_incumbent_launched_with_pdl_is_timed_beside_its_no_pdl_twin(tmp_path
 
 def test_the_search_policy_times_no_pdl_twins_per_call_and_both_launches_back_to_back():
     from l2tui.agent.policies import make_policy
+    from l2tui.agent.policies.pick import token_pair
     from l2tui.agent.policies.search import SearchPolicy
     from l2tui.config import Config as L2Config
 
     shape = Shape(1024, 1024, 1024)
     per_call = SearchPolicy(arch="sm_90a").candidates(shape, "f32", "sm_90a")
     both = SearchPolicy(arch="sm_90a", launch="both").candidates(shape, "f32", "sm_90a")
-    # the catalog entries that serve the shape, of the families verified on a GPU (Family.verified_on_gpu)
+    # the catalog entries that serve the shape, of the families verified on a GPU (Family.verified_on_gpu),
+    # less the decode pairs (not a decode GEMM)
     served = [c for c in catalog("f32", "sm_90a")
-              if applicable(c.family, shape, "sm_90a") and get_family(c.family).verified_on_gpu]
+              if applicable(c.family, shape, "sm_90a") and get_family(c.family).verified_on_gpu and not token_pair(c)]
     assert both == served and per_call == per_call_pool(both)
     assert not any(c.geometry().pdl for c in per_call)
     # the refinement never turns PDL back on when the reward is per call
@@ -634,3 +636,18 @@ def test_a_family_no_pick_has_timed_is_a_kind_not_a_top_rank():
     assert all(c.family != "sm90_cutlass_t" for c in top)
     assert ranked[0] in chosen[4:]
     assert choose(ranked, shape, 4, kinds=False, siblings=False) == top
+
+
+def test_the_decode_pairs_are_candidates_on_decode_gemms_only():
+    """The model would price an 8-row pair as the best kernel of many small shapes (its CTAs fill
+    the SMs); it is a decode kernel, so the search's pool offers the pairs on decode GEMMs only."""
+    from l2tui.agent.policies.pick import token_pair
+    from l2tui.agent.policies.search import SearchPolicy
+
+    pol = SearchPolicy(seed=0, width=3, budget=0, arch="sm_90a")
+    pairs = {c.name for c in catalog("f32", "sm_90a") if token_pair(c)}
+    assert len(pairs) == 4
+    for shape in (Shape(16, 4096, 4096), Shape(1, 6144, 4096), Shape(32, 4608, 3584)):
+        assert pairs <= {c.name for c in pol.candidates(shape, "f32", "sm_90a")}, shape
+    for shape in (Shape(64, 64, 128), Shape(256, 256, 1024), Shape(16, 512, 4096), Shape(4096, 4096, 4096)):
+        assert not pairs & {c.name for c in pol.candidates(shape, "f32", "sm_90a")}, shape

@@ -55,7 +55,7 @@ from harness.shapes import Shape
 
 from .base import Failure, Proposal, TrackContext
 from .costmodel import CostModel, unfitted_sibling
-from .pick import PickItem, PickRequest, PickSettings, candidate_ms, fastest
+from .pick import PickItem, PickRequest, PickSettings, candidate_ms, fastest, is_decode, token_pair
 from .pick import subjects as pick_subjects
 
 if TYPE_CHECKING:
@@ -323,6 +323,9 @@ class SearchPolicy:
         # a family no GPU run has verified yet is timed only where the families setting names it
         fams = {f for f in fams if get_family(f).verified_on_gpu or (self.families and f in self.families)}
         pool = [c for c in catalog(acc, arch, dtype) if c.family in fams]
+        # the narrow tiles in pairs along M are decode kernels: the model prices them by their many
+        # CTAs as the best of every small shape, where they are only narrow tiles
+        pool = [c for c in pool if is_decode(shape) or not token_pair(c)]
         if self._holds is not None:   # first: a PDL launch stays where the recording lacks its twin
             pool = [c for c in pool if self._holds(_source_of(c), shape, acc)]
         return per_call_pool(pool) if self.launch == "per_call" else pool
